@@ -1,0 +1,121 @@
+package emu
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// Wire names.
+const (
+	WireLoop = "loop"
+	WireTCP  = "tcp"
+)
+
+// Wires lists the wires this build supports.
+func Wires() []string { return []string{WireLoop, WireTCP} }
+
+// Config configures a software NIC.
+type Config struct {
+	// Profile names a quirk bundle: strict (default), ib, iwarp, rxe.
+	Profile string
+	// Quirks, if set, replaces the profile's quirks knob by knob.
+	Quirks *transport.Quirks
+	// Wire is loop (default) or tcp.
+	Wire string
+	// Seed makes fault injection and generated keys reproducible. Zero
+	// picks a seed from the clock; Provider.Seed reports it.
+	Seed int64
+	// Faults are random faults injected at the given rates.
+	Faults Faults
+	// RetryTimeout is how long a requester waits for an answer before a
+	// retry (the IB local ACK timeout); RetryCount retries end in
+	// RETRY_EXC_ERR. Defaults 20ms and 3: short, so tests stay fast.
+	RetryTimeout time.Duration
+	RetryCount   int
+	// RNRTimeout and RNRRetry bound receiver-not-ready retries; defaults
+	// 1ms and 7.
+	RNRTimeout time.Duration
+	RNRRetry   int
+	// Logger receives the NIC's log (QP errors and their reasons). Default:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Faults are probabilities in [0,1], applied per work request or per
+// completion with the provider's seeded random source.
+type Faults struct {
+	// QPError moves the QP to ERR before a send WR executes.
+	QPError float64
+	// PostFail makes PostSend reject a WR with ErrQueueFull (the chain is
+	// cut there, as ENOMEM from a real post would).
+	PostFail float64
+	// DropCQE loses a completion.
+	DropCQE float64
+	// CorruptCQE rewrites a successful completion's status to
+	// GENERAL_ERR (SPDK's spdk_rdma_utils_inject_wc_error idea).
+	CorruptCQE float64
+	// Duplicate delivers a request twice on the wire.
+	Duplicate float64
+	// Delay holds a request back for up to MaxDelay before delivery.
+	Delay    float64
+	MaxDelay time.Duration
+	// LinkCut cuts the wire before a request is transmitted.
+	LinkCut float64
+}
+
+func (f Faults) any() bool {
+	return f.QPError > 0 || f.PostFail > 0 || f.DropCQE > 0 || f.CorruptCQE > 0 ||
+		f.Duplicate > 0 || f.Delay > 0 || f.LinkCut > 0
+}
+
+// ConfigFromOptions builds a Config from transport.Options: profile, wire,
+// seed, and fault rates named after the Faults fields in lower case
+// (qperror, postfail, dropcqe, corruptcqe, duplicate, delay, linkcut).
+func ConfigFromOptions(o transport.Options) (Config, error) {
+	var c Config
+	for k, v := range o {
+		var err error
+		switch k {
+		case "profile":
+			c.Profile = v
+		case "wire":
+			c.Wire = v
+		case "seed":
+			c.Seed, err = strconv.ParseInt(v, 0, 64)
+		case "qperror":
+			c.Faults.QPError, err = strconv.ParseFloat(v, 64)
+		case "postfail":
+			c.Faults.PostFail, err = strconv.ParseFloat(v, 64)
+		case "dropcqe":
+			c.Faults.DropCQE, err = strconv.ParseFloat(v, 64)
+		case "corruptcqe":
+			c.Faults.CorruptCQE, err = strconv.ParseFloat(v, 64)
+		case "duplicate":
+			c.Faults.Duplicate, err = strconv.ParseFloat(v, 64)
+		case "delay":
+			c.Faults.Delay, err = strconv.ParseFloat(v, 64)
+		case "linkcut":
+			c.Faults.LinkCut, err = strconv.ParseFloat(v, 64)
+		default:
+			return c, fmt.Errorf("emu: unknown option %q: %w", k, transport.ErrInvalidArgument)
+		}
+		if err != nil {
+			return c, fmt.Errorf("emu: option %s=%q: %w", k, v, transport.ErrInvalidArgument)
+		}
+	}
+	return c, nil
+}
+
+func init() {
+	transport.Register("emu", func(o transport.Options) (transport.Provider, error) {
+		c, err := ConfigFromOptions(o)
+		if err != nil {
+			return nil, err
+		}
+		return New(c)
+	})
+}

@@ -1,0 +1,153 @@
+package emu
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+type cq struct {
+	dev   *device
+	depth int
+
+	mu      sync.Mutex
+	ring    []transport.WC
+	head    int // next to poll
+	n       int // entries held
+	overrun bool
+	closed  bool
+	users   map[*qp]struct{}
+	notify  chan struct{} // capacity 1: a completion arrived
+	done    chan struct{}
+}
+
+func newCQ(d *device, depth int) *cq {
+	return &cq{
+		dev:    d,
+		depth:  depth,
+		ring:   make([]transport.WC, depth),
+		users:  map[*qp]struct{}{},
+		notify: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+}
+
+func (c *cq) Depth() int { return c.depth }
+
+func (c *cq) Poll(wcs []transport.WC) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, fmt.Errorf("emu: poll cq: %w", transport.ErrClosed)
+	}
+	if c.overrun {
+		return 0, fmt.Errorf("emu: poll cq: %w", transport.ErrCQOverrun)
+	}
+	k := 0
+	for k < len(wcs) && c.n > 0 {
+		wcs[k] = c.ring[c.head]
+		c.head++
+		if c.head == c.depth {
+			c.head = 0
+		}
+		c.n--
+		k++
+	}
+	return k, nil
+}
+
+func (c *cq) Wait(ctx context.Context) error {
+	c.mu.Lock()
+	ready := c.n > 0 || c.overrun
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return fmt.Errorf("emu: wait cq: %w", transport.ErrClosed)
+	}
+	if ready {
+		return nil
+	}
+	select {
+	case <-c.notify:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return fmt.Errorf("emu: wait cq: %w", transport.ErrClosed)
+	}
+}
+
+// push appends a completion. On overrun the CQ dies, a CQ_ERR event is
+// raised and every QP using it is moved to ERR (strict: the most
+// unforgiving behaviour, frmr-semantics §4.5). It returns the QPs to move
+// to ERR; the caller does so without holding any lock.
+func (c *cq) push(wc *transport.WC) []*qp {
+	c.mu.Lock()
+	if c.closed || c.overrun {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.n == c.depth {
+		return c.overrunLocked()
+	}
+	i := c.head + c.n
+	if i >= c.depth {
+		i -= c.depth
+	}
+	c.ring[i] = *wc
+	c.n++
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// overrunLocked kills the CQ. REQUIRES: c.mu held; releases it.
+func (c *cq) overrunLocked() []*qp {
+	c.overrun = true
+	victims := make([]*qp, 0, len(c.users))
+	for q := range c.users {
+		victims = append(victims, q)
+	}
+	c.mu.Unlock()
+	c.dev.event(transport.AsyncEvent{Type: transport.EventCQErr, CQ: c, Reason: "completion queue overrun"})
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+	return victims
+}
+
+func (c *cq) attach(q *qp) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("emu: cq: %w", transport.ErrClosed)
+	}
+	c.users[q] = struct{}{}
+	return nil
+}
+
+func (c *cq) detach(q *qp) {
+	c.mu.Lock()
+	delete(c.users, q)
+	c.mu.Unlock()
+}
+
+func (c *cq) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	if len(c.users) > 0 {
+		return fmt.Errorf("emu: destroy cq used by %d QPs: %w", len(c.users), transport.ErrBusy)
+	}
+	c.closed = true
+	close(c.done)
+	return nil
+}

@@ -1,0 +1,73 @@
+package emu
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// Profile is a named bundle of device quirks (frmr-semantics §4.5). Every
+// knob can also be set on its own through Config.Quirks.
+type Profile struct {
+	Name   string
+	Quirks transport.Quirks
+	// Vendor is what DeviceAttr.Vendor reports, to make logs readable.
+	Vendor string
+}
+
+var profiles = map[string]Profile{
+	// strict is the most unforgiving behaviour any real device shows, so
+	// that consumer bugs surface in tests rather than in the field.
+	"strict": {Name: "strict", Vendor: "gosrp-emu (strict)", Quirks: transport.Quirks{
+		LocalOpErrStatus: transport.StatusMWBindErr,
+		ScrambleErrorWC:  true,
+	}},
+	// ib is ConnectX-3-like: a flushed REG/LINV poisons the MR until it is
+	// deregistered (seed thread 000; xprtrdma acd9f2dd23c6).
+	"ib": {Name: "ib", Vendor: "gosrp-emu (ConnectX-3-like)", Quirks: transport.Quirks{
+		InvalidateIndexOnly: true,
+		PoisonOnFlush:       true,
+		LocalOpErrStatus:    transport.StatusMWBindErr,
+		DropPostsBeforeRTS:  true,
+		ScrambleErrorWC:     true,
+	}},
+	// iwarp is siw-like: invalidation ignores the 8-bit key and accepts an
+	// already invalid STag (siw_invalidate_stag).
+	"iwarp": {Name: "iwarp", Vendor: "gosrp-emu (iWARP/siw-like)", Quirks: transport.Quirks{
+		InvalidateIndexOnly: true,
+		InvalidateFreeOK:    true,
+		LocalOpErrStatus:    transport.StatusMWBindErr,
+	}},
+	// rxe is Linux soft-RoCE: full key compare on invalidate, an invalidate
+	// of a FREE MR with the right key succeeds (rxe_invalidate_mr has no
+	// state check), failed local operations complete LOC_QP_OP_ERR, and
+	// posts before RTS are dropped.
+	"rxe": {Name: "rxe", Vendor: "gosrp-emu (rxe-like)", Quirks: transport.Quirks{
+		InvalidateFreeOK:   true,
+		LocalOpErrStatus:   transport.StatusLocQPOpErr,
+		DropPostsBeforeRTS: true,
+	}},
+}
+
+// Profiles lists the profile names, sorted.
+func Profiles() []string {
+	names := make([]string, 0, len(profiles))
+	for n := range profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LookupProfile returns the named profile.
+func LookupProfile(name string) (Profile, error) {
+	if name == "" {
+		name = "strict"
+	}
+	p, ok := profiles[name]
+	if !ok {
+		return Profile{}, fmt.Errorf("emu: unknown profile %q (have %v): %w", name, Profiles(), transport.ErrNotFound)
+	}
+	return p, nil
+}

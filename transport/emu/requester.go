@@ -1,0 +1,364 @@
+package emu
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// window bounds transmitted, unanswered network WRs per QP (the IB
+// requester's outstanding-request limit).
+const window = 64
+
+// run is the QP's requester: it starts send WRs in posting order and owns
+// the retry timer. Close stops it.
+func (q *qp) run() {
+	defer close(q.stopped)
+	for {
+		select {
+		case <-q.stop:
+			return
+		case <-q.doorbell:
+		case <-q.timer.C:
+		}
+		q.progress()
+	}
+}
+
+// armLocked sets the timer for the earliest retry or RNR deadline.
+func (q *qp) armLocked(now time.Time) {
+	var at time.Time
+	if len(q.inflight) > 0 {
+		at = q.slot(q.inflight[0]).sentAt.Add(q.dev.p.cfg.RetryTimeout)
+	}
+	if !q.rnrUntil.IsZero() && (at.IsZero() || q.rnrUntil.Before(at)) {
+		at = q.rnrUntil
+	}
+	if !at.IsZero() {
+		q.timer.Reset(max(at.Sub(now), 0))
+	}
+}
+
+// rewindLocked makes every transmitted WR from slot idx on go out again
+// (go-back-N after an RNR NAK or a timeout). Local operations that already
+// executed stay done: they are never replayed (frmr-semantics §3.1, the
+// rxe retry bug).
+func (q *qp) rewindLocked(idx uint64) {
+	for _, i := range q.inflight {
+		q.slot(i).state = wqeQueued
+	}
+	q.inflight = q.inflight[:0]
+	q.sqNext = idx
+}
+
+func (q *qp) readInflightLocked() bool {
+	for _, i := range q.inflight {
+		if q.slot(i).wr.Opcode == transport.OpRDMARead {
+			return true
+		}
+	}
+	return false
+}
+
+func (q *qp) progress() {
+	p := q.dev.p
+	for {
+		q.mu.Lock()
+		if q.closed || q.state != transport.QPRTS || q.link == nil {
+			q.unlock()
+			return
+		}
+		now := time.Now()
+		if len(q.inflight) > 0 {
+			w := q.slot(q.inflight[0])
+			if now.Sub(w.sentAt) >= p.cfg.RetryTimeout {
+				if w.retries >= p.cfg.RetryCount {
+					w.state = wqeDone
+					w.status = transport.StatusRetryExcErr
+					w.reason = fmt.Sprintf("no answer from the peer after %d retries", w.retries)
+					q.inflight = q.inflight[:0]
+					q.blocked = true
+					q.retireLocked()
+					q.unlock()
+					continue
+				}
+				w.retries++
+				q.rewindLocked(q.inflight[0])
+			}
+		}
+		if !q.rnrUntil.IsZero() {
+			if now.Before(q.rnrUntil) {
+				q.armLocked(now)
+				q.unlock()
+				return
+			}
+			q.rnrUntil = time.Time{}
+		}
+		if q.blocked || q.sqNext == q.sqTail {
+			q.armLocked(now)
+			q.unlock()
+			return
+		}
+		idx := q.sqNext
+		w := q.slot(idx)
+		if w.state == wqeDone {
+			q.sqNext++ // executed before a rewind
+			q.unlock()
+			continue
+		}
+		op := w.wr.Opcode
+		if w.wr.Flags&transport.FlagFence != 0 {
+			// One FENCE bit: on LOCAL_INV the Local Invalidate Fence
+			// (wait for every earlier WR), otherwise wait for earlier
+			// RDMA READs (IBA 10.8.3.3 as cited in rxe_wqe_is_fenced).
+			if (op == transport.OpLocalInv && q.sqDone != idx) || (op != transport.OpLocalInv && q.readInflightLocked()) {
+				q.armLocked(now)
+				q.unlock()
+				return
+			}
+		}
+		if !op.IsLocal() && len(q.inflight) >= window {
+			q.armLocked(now)
+			q.unlock()
+			return
+		}
+		first := w.sentAt.IsZero()
+		if first {
+			if q.errAfter == 0 || p.chance(p.cfg.Faults.QPError) {
+				q.errAfter = -1
+				p.counters.injectedQPErrors.Add(1)
+				q.failInflightLocked("injected QP error")
+				q.toErrLocked(transport.StatusGeneralErr, fmt.Sprintf("injected QP error before WR %#x (seed %d)", w.wr.ID, p.cfg.Seed))
+				q.dev.event(transport.AsyncEvent{Type: transport.EventQPFatal, QPNum: q.num, Reason: "injected"})
+				q.unlock()
+				return
+			}
+			if q.errAfter > 0 {
+				q.errAfter--
+			}
+		}
+		q.sqNext++
+		if op.IsLocal() {
+			w.sentAt = now
+			q.mu.Unlock()
+			err := q.execLocal(w)
+			q.mu.Lock()
+			if idx >= q.sqDone && w.state != wqeDone {
+				w.state = wqeDone
+				if err != nil {
+					w.status = err.status
+					w.reason = err.reason
+					q.blocked = true
+				}
+				q.retireLocked()
+			}
+			q.unlock()
+			continue
+		}
+		if first {
+			w.psn = q.nextPSN
+			q.nextPSN++
+		}
+		pkt, bad := q.buildRequestLocked(w)
+		if bad != "" {
+			w.state = wqeDone
+			w.status = transport.StatusLocProtErr
+			w.reason = bad
+			q.blocked = true
+			q.retireLocked()
+			q.unlock()
+			continue
+		}
+		w.state = wqeSent
+		w.sentAt = now
+		q.inflight = append(q.inflight, idx)
+		l := q.link
+		dup := q.dupNext == 0 || p.chance(p.cfg.Faults.Duplicate)
+		if q.dupNext >= 0 {
+			q.dupNext--
+		}
+		cut := p.chance(p.cfg.Faults.LinkCut)
+		var delay time.Duration
+		if p.chance(p.cfg.Faults.Delay) {
+			delay = p.randDuration(p.cfg.Faults.MaxDelay)
+		}
+		q.unlock()
+		if cut {
+			p.counters.linkCuts.Add(1)
+			l.disconnect(fmt.Errorf("emu: injected link cut (seed %d): %w", p.cfg.Seed, transport.ErrDisconnected))
+			continue
+		}
+		if delay > 0 {
+			time.Sleep(delay) // the wire is in order: a late packet holds up the ones behind it
+		}
+		l.sendRequest(pkt)
+		if dup {
+			p.counters.duplicates.Add(1)
+			l.sendRequest(pkt)
+		}
+	}
+}
+
+// buildRequestLocked gathers the WR's payload into the QP's staging buffer
+// and describes it as a packet. It returns a reason if a local SGE is bad.
+// REQUIRES: q.mu.
+func (q *qp) buildRequestLocked(w *wqe) (*packet, string) {
+	wr := &w.wr
+	pkt := &q.txPkt
+	*pkt = packet{psn: w.psn, key: wr.RKey, va: wr.RemoteAddr, imm: wr.Imm}
+	switch wr.Opcode {
+	case transport.OpSend, transport.OpSendWithImm, transport.OpSendWithInv:
+		pkt.kind = pktSend
+		if wr.Opcode == transport.OpSendWithImm {
+			pkt.flags |= pfImm
+		}
+		if wr.Opcode == transport.OpSendWithInv {
+			pkt.flags |= pfInv
+			pkt.key = wr.InvalidateKey
+		}
+	case transport.OpRDMAWrite, transport.OpRDMAWriteWithImm:
+		pkt.kind = pktWrite
+		if wr.Opcode == transport.OpRDMAWriteWithImm {
+			pkt.flags |= pfImm
+		}
+	case transport.OpRDMARead:
+		pkt.kind = pktRead
+		n := transport.SGLLen(wr.SGL)
+		pkt.length = uint32(n)
+		// Check the sinks now so a bad lkey fails before the peer is asked.
+		d := q.dev
+		d.mem.RLock()
+		defer d.mem.RUnlock()
+		for _, s := range wr.SGL {
+			if _, bad := d.checkLocalLocked(q, s, true); bad != "" {
+				return nil, bad
+			}
+		}
+		return pkt, ""
+	}
+	if wr.Flags&transport.FlagSolicited != 0 {
+		pkt.flags |= pfSolicited
+	}
+	if wr.Flags&transport.FlagInline != 0 {
+		pkt.payload = w.inline
+		return pkt, ""
+	}
+	n := int(transport.SGLLen(wr.SGL))
+	if cap(q.txBuf) < n {
+		q.txBuf = make([]byte, n)
+	}
+	buf := q.txBuf[:n]
+	d := q.dev
+	d.mem.RLock()
+	defer d.mem.RUnlock()
+	off := 0
+	for _, s := range wr.SGL {
+		src, bad := d.checkLocalLocked(q, s, false)
+		if bad != "" {
+			return nil, bad
+		}
+		off += copy(buf[off:], src)
+	}
+	pkt.payload = buf
+	return pkt, ""
+}
+
+// execLocal runs a memory operation on the device.
+func (q *qp) execLocal(w *wqe) *opError {
+	d := q.dev
+	d.mem.Lock()
+	defer d.mem.Unlock()
+	wr := &w.wr
+	switch wr.Opcode {
+	case transport.OpLocalInv:
+		return d.invalidateLocked(q, wr.InvalidateKey, false)
+	case transport.OpRegMR:
+		f := wr.Reg.MR.(*frmr)
+		return d.execRegLocked(q, f.o, wr.Reg.Key, wr.Reg.Access, w.regMap)
+	case transport.OpBindMW:
+		m := wr.Bind.MR.(*mr)
+		return d.execBindLocked(q, wr.Bind.MW.(*mw).o, wr.Bind.Key, m.o, wr.Bind.Addr, wr.Bind.Length, wr.Bind.Access)
+	}
+	return &opError{status: transport.StatusLocQPOpErr, reason: "unknown local operation"}
+}
+
+// onResponse handles the peer responder's answer to the oldest transmitted
+// request. Answers to anything else are stale (duplicates) and ignored.
+func (q *qp) onResponse(pkt *packet) {
+	p := q.dev.p
+	q.mu.Lock()
+	if q.closed || (q.state != transport.QPRTS && q.state != transport.QPSQD) || len(q.inflight) == 0 {
+		q.unlock()
+		return
+	}
+	idx := q.inflight[0]
+	w := q.slot(idx)
+	if w.psn != pkt.psn || w.state != wqeSent {
+		q.unlock()
+		return
+	}
+	status := transport.StatusSuccess
+	var reason string
+	switch pkt.kind {
+	case pktAck:
+		w.byteLen = uint32(transport.SGLLen(w.wr.SGL))
+	case pktReadResp:
+		if bad := q.scatter(w.wr.SGL, pkt.payload); bad != "" {
+			status, reason = transport.StatusLocProtErr, bad
+		}
+		w.byteLen = uint32(len(pkt.payload))
+	case pktNak:
+		switch pkt.nak {
+		case nakRNR:
+			w.rnr++
+			if w.rnr <= p.cfg.RNRRetry {
+				q.rewindLocked(idx)
+				q.rnrUntil = time.Now().Add(p.cfg.RNRTimeout)
+				q.unlock()
+				q.kick()
+				return
+			}
+			status, reason = transport.StatusRNRRetryExcErr, fmt.Sprintf("receiver not ready after %d retries", p.cfg.RNRRetry)
+		case nakAccess:
+			status, reason = transport.StatusRemAccessErr, "peer NAK: remote access error"
+		case nakInvReq:
+			status, reason = transport.StatusRemInvReqErr, "peer NAK: invalid request"
+		default:
+			status, reason = transport.StatusRemOpErr, "peer NAK: remote operational error"
+		}
+	default:
+		q.unlock()
+		return
+	}
+	copy(q.inflight, q.inflight[1:])
+	q.inflight = q.inflight[:len(q.inflight)-1]
+	w.state = wqeDone
+	w.status = status
+	w.reason = reason
+	if status != transport.StatusSuccess {
+		q.blocked = true
+		q.inflight = q.inflight[:0]
+	}
+	q.retireLocked()
+	q.unlock()
+	q.kick()
+}
+
+// scatter copies data into local sinks, checking each. REQUIRES: q.mu.
+func (q *qp) scatter(sgl []transport.SGE, data []byte) string {
+	d := q.dev
+	d.mem.RLock()
+	defer d.mem.RUnlock()
+	for _, s := range sgl {
+		if len(data) == 0 {
+			break
+		}
+		dst, bad := d.checkLocalLocked(q, s, true)
+		if bad != "" {
+			return bad
+		}
+		data = data[copy(dst, data):]
+	}
+	return ""
+}

@@ -1,0 +1,203 @@
+package emu
+
+import (
+	"fmt"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// onRequest is the responder: it executes a peer's request against this
+// QP's receive queue and this device's memory, and answers. Requests are
+// delivered by one goroutine per connection (the peer's requester on the
+// loop wire, the reader on the tcp wire), so the responder's answer packet
+// and buffer are never shared.
+func (q *qp) onRequest(pkt *packet) {
+	q.mu.Lock()
+	switch {
+	case q.closed, q.link == nil:
+		q.unlock()
+		return
+	case q.state != transport.QPRTR && q.state != transport.QPRTS && q.state != transport.QPSQD:
+		// A QP in ERR (or RESET) does not answer; the requester retries
+		// into silence and reports RETRY_EXC_ERR.
+		q.unlock()
+		return
+	}
+	resp := &q.respPkt
+	*resp = packet{kind: pktAck, psn: pkt.psn}
+	l := q.link
+	if pkt.psn != q.expPSN {
+		if int32(pkt.psn-q.expPSN) > 0 {
+			// Beyond a NAKed request: dropped until the requester goes back.
+			q.unlock()
+			return
+		}
+		// Duplicate: answer again without re-executing, except READ, which
+		// is re-executed against the memory's current state (IBA 9.5
+		// duplicate READ handling; frmr-semantics F8).
+		q.dev.p.counters.duplicates.Add(1)
+		if pkt.kind == pktRead {
+			q.readLocked(pkt, resp, true)
+		}
+		q.unlock()
+		l.sendResponse(resp)
+		return
+	}
+	switch pkt.kind {
+	case pktSend:
+		if !q.sendLocked(pkt, resp) {
+			q.unlock()
+			l.sendResponse(resp) // RNR: expPSN stays, the request comes again
+			return
+		}
+	case pktWrite:
+		if !q.writeLocked(pkt, resp) {
+			q.unlock()
+			l.sendResponse(resp)
+			return
+		}
+	case pktRead:
+		q.readLocked(pkt, resp, false)
+	default:
+		q.unlock()
+		return
+	}
+	q.expPSN++
+	q.unlock()
+	l.sendResponse(resp)
+}
+
+// responderErrLocked moves the responder to ERR after a request it could
+// not serve (rxe_resp.c error classes).
+func (q *qp) responderErrLocked(ev transport.EventType, status transport.Status, reason string) {
+	q.dev.p.log.Debug("responder error", "qp", q.num, "status", status, "reason", reason)
+	q.toErrLocked(status, reason)
+	q.dev.event(transport.AsyncEvent{Type: ev, QPNum: q.num, Reason: reason})
+}
+
+// takeRecvLocked pops the oldest posted receive, or reports RNR.
+func (q *qp) takeRecvLocked(resp *packet) (*rwqe, bool) {
+	if q.rqHead == q.rqTail {
+		resp.kind, resp.nak = pktNak, nakRNR
+		return nil, false
+	}
+	r := &q.rq[q.rqHead%uint64(len(q.rq))]
+	q.rqHead++
+	return r, true
+}
+
+// recvDoneLocked reports a consumed receive.
+func (q *qp) recvDoneLocked(r *rwqe, wc *transport.WC) {
+	wc.ID = r.id
+	wc.QPNum = q.num
+	if wc.Status != transport.StatusSuccess {
+		q.scrambleLocked(wc)
+	}
+	q.pushLocked(q.recvCQ, wc)
+}
+
+func (q *qp) sendLocked(pkt *packet, resp *packet) bool {
+	d := q.dev
+	r, ok := q.takeRecvLocked(resp)
+	if !ok {
+		return false
+	}
+	n := len(pkt.payload)
+	if uint64(n) > transport.SGLLen(r.sgl) {
+		q.recvDoneLocked(r, &transport.WC{Status: transport.StatusLocLenErr})
+		resp.kind, resp.nak = pktNak, nakInvReq
+		q.responderErrLocked(transport.EventQPFatal, transport.StatusLocLenErr,
+			fmt.Sprintf("SEND of %d bytes into a %d-byte receive", n, transport.SGLLen(r.sgl)))
+		return true
+	}
+	if bad := q.scatter(r.sgl, pkt.payload); bad != "" {
+		q.recvDoneLocked(r, &transport.WC{Status: transport.StatusLocProtErr})
+		resp.kind, resp.nak = pktNak, nakRemOp
+		q.responderErrLocked(transport.EventQPFatal, transport.StatusLocProtErr, "receive buffer: "+bad)
+		return true
+	}
+	wc := transport.WC{Status: transport.StatusSuccess, Opcode: transport.WCRecv, ByteLen: uint32(n)}
+	if pkt.flags&pfImm != 0 {
+		wc.Flags |= transport.WCWithImm
+		wc.Imm = pkt.imm
+	}
+	if pkt.flags&pfInv != 0 {
+		// The device invalidates before it reports the receive
+		// (IB_WC_WITH_INVALIDATE). A bad key fails the receive with
+		// REM_INV_REQ_ERR and moves this QP to ERR; the sender is not
+		// told (rdma-unit-test NoNakOnSendInvalidateErrors).
+		d.mem.Lock()
+		err := d.invalidateLocked(q, pkt.key, true)
+		d.mem.Unlock()
+		if err != nil {
+			q.recvDoneLocked(r, &transport.WC{Status: transport.StatusRemInvReqErr})
+			q.responderErrLocked(transport.EventQPReqErr, transport.StatusRemInvReqErr, "SEND_WITH_INV: "+err.reason)
+			return true
+		}
+		wc.Flags |= transport.WCWithInv
+		wc.InvalidatedKey = pkt.key
+	}
+	q.recvDoneLocked(r, &wc)
+	return true
+}
+
+func (q *qp) writeLocked(pkt *packet, resp *packet) bool {
+	d := q.dev
+	var r *rwqe
+	if pkt.flags&pfImm != 0 {
+		var ok bool
+		if r, ok = q.takeRecvLocked(resp); !ok {
+			return false
+		}
+	}
+	n := uint64(len(pkt.payload))
+	if n > 0 {
+		d.mem.RLock()
+		dst, bad := d.checkRemoteLocked(q, pkt.key, pkt.va, n, transport.AccessRemoteWrite)
+		if bad == "" {
+			copy(dst, pkt.payload)
+		}
+		d.mem.RUnlock()
+		if bad != "" {
+			d.p.counters.remoteAccessErrors.Add(1)
+			resp.kind, resp.nak = pktNak, nakAccess
+			if r != nil {
+				q.recvDoneLocked(r, &transport.WC{Status: transport.StatusRemAccessErr})
+			}
+			q.responderErrLocked(transport.EventQPAccessErr, transport.StatusRemAccessErr, "RDMA WRITE: "+bad)
+			return true
+		}
+	}
+	if r != nil {
+		q.recvDoneLocked(r, &transport.WC{Status: transport.StatusSuccess, Opcode: transport.WCRecvRDMAWithImm,
+			ByteLen: uint32(n), Flags: transport.WCWithImm, Imm: pkt.imm})
+	}
+	return true
+}
+
+func (q *qp) readLocked(pkt *packet, resp *packet, dup bool) {
+	d := q.dev
+	n := uint64(pkt.length)
+	resp.kind = pktReadResp
+	if cap(q.respBuf) < int(n) {
+		q.respBuf = make([]byte, n)
+	}
+	resp.payload = q.respBuf[:n]
+	if n == 0 {
+		return
+	}
+	d.mem.RLock()
+	src, bad := d.checkRemoteLocked(q, pkt.key, pkt.va, n, transport.AccessRemoteRead)
+	if bad == "" {
+		copy(resp.payload, src)
+	}
+	d.mem.RUnlock()
+	if bad != "" {
+		d.p.counters.remoteAccessErrors.Add(1)
+		resp.kind, resp.nak, resp.payload = pktNak, nakAccess, nil
+		if dup {
+			bad = "duplicate " + bad
+		}
+		q.responderErrLocked(transport.EventQPAccessErr, transport.StatusRemAccessErr, "RDMA READ: "+bad)
+	}
+}

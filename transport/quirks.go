@@ -1,0 +1,33 @@
+package transport
+
+// Quirks describe where a device departs from the strictest reading of the
+// verbs rules. Real devices differ (frmr-semantics §4.5; rdma-unit-test's
+// per-device introspection lists them); the software NIC reproduces each
+// departure on demand, and the conformance suite reads Quirks to know which
+// outcome is correct for the device under test. A correct consumer works
+// under every setting.
+type Quirks struct {
+	// InvalidateIndexOnly: LOCAL_INV and a received SEND_WITH_INV match on
+	// the 24-bit index only, ignoring the 8-bit key (siw; assumed for mlx4).
+	// Strict devices and rxe compare the full key.
+	InvalidateIndexOnly bool
+	// InvalidateFreeOK: invalidating an MR or window that is already FREE
+	// succeeds (siw, rxe when the key matches). Strict: MW_BIND_ERR.
+	InvalidateFreeOK bool
+	// PoisonOnFlush: an MR or window named by a flushed REG_MR, BIND_MW or
+	// LOCAL_INV is left in a state where every later REG_MR, BIND_MW or
+	// LOCAL_INV on it fails with MW_BIND_ERR until it is deregistered
+	// (ConnectX-2/3, seed thread 000).
+	PoisonOnFlush bool
+	// LocalOpErrStatus is the status of a failed local memory operation:
+	// StatusMWBindErr on hardware, StatusLocQPOpErr on rxe.
+	LocalOpErrStatus Status
+	// DropPostsBeforeRTS: a PostSend on a QP in RESET, INIT or RTR is
+	// accepted and silently dropped, never completing (rxe, mlx4, mlx5).
+	// Strict: it fails at once with ErrInvalidState.
+	DropPostsBeforeRTS bool
+	// ScrambleErrorWC: fields of an error completion other than ID, Status,
+	// QPNum and VendorErr hold garbage, so consumers that read them fail
+	// tests (ibv_poll_cq(3) says they are undefined).
+	ScrambleErrorWC bool
+}
