@@ -28,10 +28,10 @@ const (
 
 // NAK codes (IBA 9.7.5.2.8 classes, collapsed to what a requester reports).
 const (
-	nakRNR     uint8 = iota + 1 // receiver not ready: retry later
-	nakAccess                   // remote access error → REM_ACCESS_ERR
-	nakInvReq                   // invalid request → REM_INV_REQ_ERR
-	nakRemOp                    // remote operational error → REM_OP_ERR
+	nakRNR    uint8 = iota + 1 // receiver not ready: retry later
+	nakAccess                  // remote access error → REM_ACCESS_ERR
+	nakInvReq                  // invalid request → REM_INV_REQ_ERR
+	nakRemOp                   // remote operational error → REM_OP_ERR
 )
 
 type packet struct {

@@ -27,9 +27,9 @@ type Provider struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand
 
-	mu        sync.Mutex
-	closed    bool
-	owned     []interface{ Close() error } // listeners and tcp conns to close
+	mu     sync.Mutex
+	closed bool
+	owned  []interface{ Close() error } // listeners and tcp conns to close
 
 	counters counters
 }
@@ -66,11 +66,11 @@ func New(cfg Config) (*Provider, error) {
 		cfg.Faults.MaxDelay = time.Millisecond
 	}
 	p := &Provider{
-		cfg:       cfg,
-		prof:      prof,
-		quirks:    prof.Quirks,
-		log:       cfg.Logger,
-		rng:       rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)),
+		cfg:    cfg,
+		prof:   prof,
+		quirks: prof.Quirks,
+		log:    cfg.Logger,
+		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)),
 	}
 	if cfg.Quirks != nil {
 		p.quirks = *cfg.Quirks

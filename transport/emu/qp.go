@@ -67,7 +67,7 @@ type qp struct {
 	sqTail uint64 // next free slot
 	// blocked stops the requester after a local failure until the failing
 	// WR reaches the head and moves the QP to ERR.
-	blocked bool
+	blocked  bool
 	inflight []uint64 // slots of transmitted network WRs, in PSN order
 	nextPSN  uint32
 	rnrUntil time.Time
@@ -81,7 +81,7 @@ type qp struct {
 	expPSN  uint32
 	respBuf []byte
 	// requester staging buffer for outgoing payloads
-	txBuf []byte
+	txBuf   []byte
 	txPkt   packet
 	respPkt packet
 

@@ -12,14 +12,14 @@ import (
 // pair is a connected QP pair on one or two NICs, with one arena and MR per
 // side, used by this package's own tests and benchmarks.
 type pair struct {
-	pa, pb     *Provider
-	cqa, cqb   transport.CQ
-	qa, qb     transport.QP
-	ca, cb     transport.Conn
-	aa, ab     *transport.Arena
-	mra, mrb   transport.MR
-	pda, pdb   transport.PD
-	wcs        []transport.WC
+	pa, pb   *Provider
+	cqa, cqb transport.CQ
+	qa, qb   transport.QP
+	ca, cb   transport.Conn
+	aa, ab   *transport.Arena
+	mra, mrb transport.MR
+	pda, pdb transport.PD
+	wcs      []transport.WC
 }
 
 func newPair(tb testing.TB, cfg Config, size int) *pair {
