@@ -1,0 +1,234 @@
+package block
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestCreateValidation(t *testing.T) {
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			s := be.open(t, t.TempDir())
+			defer s.Close()
+			for _, tc := range []struct {
+				name string
+				size int64
+				bs   int
+				want error
+			}{
+				{"", 4096, 0, ErrInvalid},
+				{"a/b", 4096, 0, ErrInvalid},
+				{"a@b", 4096, 0, ErrInvalid},
+				{"..", 4096, 0, ErrInvalid},
+				{"nul\x00", 4096, 0, ErrInvalid},
+				{"bs", 4096, 1024, ErrInvalid},
+				{"size", 4095, 4096, ErrInvalid},
+				{"neg", -512, 512, ErrInvalid},
+				{"ok", 8192, 0, nil},
+				{"ok", 8192, 0, ErrExists},
+				{"small", 1024, 512, nil},
+				{"empty", 0, 4096, nil},
+			} {
+				v, err := s.Create(tc.name, tc.size, tc.bs)
+				if tc.want != nil {
+					require.ErrorIs(t, err, tc.want, "create %q size %d bs %d", tc.name, tc.size, tc.bs)
+					require.Contains(t, err.Error(), "block: ")
+					continue
+				}
+				require.NoError(t, err)
+				require.Equal(t, tc.size, v.Size())
+				wantBS := tc.bs
+				if wantBS == 0 {
+					wantBS = DefaultBlockSize
+				}
+				require.Equal(t, wantBS, v.BlockSize())
+				require.Equal(t, tc.name, v.Name())
+				require.NoError(t, v.Close())
+			}
+			infos, err := s.List()
+			require.NoError(t, err)
+			require.Len(t, infos, 3)
+			require.Equal(t, []string{"empty", "ok", "small"}, []string{infos[0].Name, infos[1].Name, infos[2].Name})
+			_, err = s.Open("missing")
+			require.ErrorIs(t, err, ErrNotFound)
+			require.ErrorIs(t, s.Delete("missing"), ErrNotFound)
+		})
+	}
+}
+
+func TestIOErrors(t *testing.T) {
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			s := be.open(t, t.TempDir())
+			defer s.Close()
+			v, err := s.Create("v", 16*4096, 4096)
+			require.NoError(t, err)
+			defer v.Close()
+			blk := make([]byte, 4096)
+			for _, tc := range []struct {
+				desc string
+				call func() error
+				want error
+			}{
+				{"read zero", func() error { _, err := v.ReadAt(nil, 0); return err }, ErrZeroLength},
+				{"write zero", func() error { _, err := v.WriteAt(nil, 0); return err }, ErrZeroLength},
+				{"discard zero", func() error { return v.Discard(0, 0) }, ErrZeroLength},
+				{"read misaligned off", func() error { _, err := v.ReadAt(blk, 1); return err }, ErrMisaligned},
+				{"write misaligned len", func() error { _, err := v.WriteAt(blk[:512], 0); return err }, ErrMisaligned},
+				{"fua misaligned", func() error { _, err := v.WriteAtFUA(blk[:100], 0); return err }, ErrMisaligned},
+				{"zeroes misaligned", func() error { return v.WriteZeroes(4096, 100) }, ErrMisaligned},
+				{"read past end", func() error { _, err := v.ReadAt(blk, 16*4096); return err }, ErrOutOfRange},
+				{"write straddling end", func() error { _, err := v.WriteAt(make([]byte, 8192), 15*4096); return err }, ErrOutOfRange},
+				{"negative offset", func() error { _, err := v.ReadAt(blk, -4096); return err }, ErrOutOfRange},
+				{"discard past end", func() error { return v.Discard(0, 17*4096) }, ErrOutOfRange},
+				{"resize misaligned", func() error { return v.Resize(100) }, ErrInvalid},
+				{"resize negative", func() error { return v.Resize(-4096) }, ErrInvalid},
+			} {
+				err := tc.call()
+				require.ErrorIs(t, err, tc.want, tc.desc)
+				require.Contains(t, err.Error(), `block: volume "v"`, tc.desc)
+			}
+			// A failed request changed nothing and the volume still works.
+			_, err = v.WriteAt(bytes.Repeat([]byte{1}, 4096), 0)
+			require.NoError(t, err)
+			got := make([]byte, 4096)
+			_, err = v.ReadAt(got, 0)
+			require.NoError(t, err)
+			require.Equal(t, bytes.Repeat([]byte{1}, 4096), got)
+		})
+	}
+}
+
+func TestClosed(t *testing.T) {
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			s := be.open(t, t.TempDir())
+			v, err := s.Create("v", 4*4096, 0)
+			require.NoError(t, err)
+			v2, err := s.Open("v")
+			require.NoError(t, err)
+			require.ErrorIs(t, s.Delete("v"), ErrBusy)
+			require.NoError(t, v.Close())
+			require.ErrorIs(t, v.Close(), ErrClosed)
+			blk := make([]byte, 4096)
+			_, err = v.ReadAt(blk, 0)
+			require.ErrorIs(t, err, ErrClosed)
+			_, err = v.WriteAt(blk, 0)
+			require.ErrorIs(t, err, ErrClosed)
+			require.ErrorIs(t, v.Flush(), ErrClosed)
+			require.ErrorIs(t, v.Discard(0, 4096), ErrClosed)
+			require.ErrorIs(t, v.Resize(0), ErrClosed)
+			// The other handle is still open.
+			_, err = v2.WriteAt(blk, 0)
+			require.NoError(t, err)
+			// Closing the store closes it.
+			require.NoError(t, s.Close())
+			_, err = v2.ReadAt(blk, 0)
+			require.ErrorIs(t, err, ErrClosed)
+			require.ErrorIs(t, v2.Flush(), ErrClosed)
+			_, err = s.Open("v")
+			require.ErrorIs(t, err, ErrClosed)
+			require.ErrorIs(t, s.Close(), ErrClosed)
+			require.NoError(t, v2.Close())
+		})
+	}
+}
+
+func TestCaps(t *testing.T) {
+	want := map[string]Caps{
+		"memory": CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot,
+		"file":   CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapPersistent,
+		"pebble": CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot | CapPersistent,
+	}
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			s := be.open(t, t.TempDir())
+			defer s.Close()
+			v, err := s.Create("v", 4096, 0)
+			require.NoError(t, err)
+			defer v.Close()
+			got := v.Caps()
+			if be.name == "file" && !got.Has(CapDiscard) {
+				t.Logf("file system cannot punch holes; discard not reported")
+				got |= CapDiscard
+			}
+			require.Equal(t, want[be.name], got, "caps %v", v.Caps())
+			_, isSnap := s.(Snapshotter)
+			require.Equal(t, got.Has(CapSnapshot), isSnap)
+		})
+	}
+	require.Equal(t, "flush|discard", (CapFlush | CapDiscard).String())
+	require.Equal(t, "none", Caps(0).String())
+}
+
+func TestConcurrentIO(t *testing.T) {
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			s := be.open(t, t.TempDir())
+			defer s.Close()
+			v, err := s.Create("v", 64*4096, 4096)
+			require.NoError(t, err)
+			defer v.Close()
+			var wg sync.WaitGroup
+			for g := 0; g < 8; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// Each goroutine owns blocks g, g+8, ...
+					for i := 0; i < 50; i++ {
+						blk := int64(g + 8*(i%8))
+						want := bytes.Repeat([]byte{byte(g*50 + i)}, 4096)
+						_, err := v.WriteAt(want, blk*4096)
+						require.NoError(t, err)
+						if i%10 == 0 {
+							require.NoError(t, v.Flush())
+						}
+						got := make([]byte, 4096)
+						_, err = v.ReadAt(got, blk*4096)
+						require.NoError(t, err)
+						require.Equal(t, want, got)
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func TestOpenStoreByName(t *testing.T) {
+	for _, kind := range []string{"", "pebble", "file", "memory"} {
+		s, err := OpenStore(kind, filepath.Join(t.TempDir(), "s"))
+		require.NoError(t, err, kind)
+		require.NoError(t, s.Close())
+	}
+	_, err := OpenStore("tape", t.TempDir())
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestFileVolumeRaw(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "disk.img")
+	require.NoError(t, os.WriteFile(path, make([]byte, 10000), 0o644))
+	v, err := OpenFileVolume(path, 512)
+	require.NoError(t, err)
+	require.Equal(t, int64(9728), v.Size()) // rounded down to the block size
+	p := bytes.Repeat([]byte{9}, 1024)
+	_, err = v.WriteAtFUA(p, 512)
+	require.NoError(t, err)
+	require.NoError(t, v.WriteZeroes(1024, 512))
+	require.NoError(t, v.Resize(2048))
+	require.NoError(t, v.Resize(4096))
+	got := make([]byte, 4096)
+	_, err = v.ReadAt(got, 0)
+	require.NoError(t, err)
+	want := make([]byte, 4096)
+	copy(want[512:1024], p)
+	require.Equal(t, want, got)
+	require.NoError(t, v.Close())
+	_, err = OpenFileVolume(t.TempDir(), 512)
+	require.Error(t, err, "a directory is not a volume")
+}

@@ -1,0 +1,34 @@
+package block
+
+import "errors"
+
+// Sentinel errors. Every error a volume or store returns wraps exactly one of
+// these (test with errors.Is) together with the volume name and the request
+// that failed, so a caller can map it to a SCSI/NVMe status without parsing
+// text.
+var (
+	// ErrOutOfRange reports a request that reaches beyond the end of a volume.
+	ErrOutOfRange = errors.New("block: out of range")
+	// ErrMisaligned reports an offset or length that is not a multiple of the block size.
+	ErrMisaligned = errors.New("block: misaligned request")
+	// ErrZeroLength reports a request of zero bytes.
+	ErrZeroLength = errors.New("block: zero-length request")
+	// ErrClosed reports a call on a closed volume or store.
+	ErrClosed = errors.New("block: closed")
+	// ErrReadOnly reports a write to a read-only volume (a snapshot).
+	ErrReadOnly = errors.New("block: read-only volume")
+	// ErrNotFound reports a volume or snapshot that does not exist.
+	ErrNotFound = errors.New("block: not found")
+	// ErrExists reports a create whose volume or snapshot name is taken.
+	ErrExists = errors.New("block: already exists")
+	// ErrBusy reports a delete of a volume or snapshot that is still open.
+	ErrBusy = errors.New("block: in use")
+	// ErrUnsupported reports an operation the backend cannot perform; see Caps.
+	ErrUnsupported = errors.New("block: unsupported operation")
+	// ErrInvalid reports a bad argument: a bad name, block size or volume size.
+	ErrInvalid = errors.New("block: invalid argument")
+	// ErrCorrupt reports a stored record that cannot be decoded or is inconsistent.
+	ErrCorrupt = errors.New("block: corrupt record")
+	// ErrFormatVersion reports a store or record written by a newer format than this code reads.
+	ErrFormatVersion = errors.New("block: unsupported format version")
+)

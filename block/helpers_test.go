@@ -1,0 +1,53 @@
+package block
+
+import (
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// backend describes one backend for the tests that run against all of them.
+type backend struct {
+	name string
+	// open opens (or reopens) the store kept in dir.
+	open       func(t testing.TB, dir string) Store
+	persistent bool // data survives Close and reopen
+}
+
+func backends() []backend {
+	return []backend{
+		{name: "memory", open: func(t testing.TB, dir string) Store { return NewMemStore() }},
+		{name: "file", persistent: true, open: func(t testing.TB, dir string) Store {
+			s, err := OpenFileStore(dir)
+			require.NoError(t, err)
+			return s
+		}},
+		{name: "pebble", persistent: true, open: func(t testing.TB, dir string) Store {
+			s, err := OpenPebbleStore(dir, &PebbleOptions{CacheSize: 8 << 20, MemTableSize: 4 << 20})
+			require.NoError(t, err)
+			return s
+		}},
+	}
+}
+
+// envInt returns the integer in the environment variable name, or def.
+func envInt(t testing.TB, name string, def int64) int64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	require.NoError(t, err, "%s=%q", name, v)
+	return n
+}
+
+// seedFrom returns the seed from the environment variable name (for
+// replay) or a fresh one, and logs it.
+func seedFrom(t testing.TB, name string) int64 {
+	seed := envInt(t, name, time.Now().UnixNano())
+	t.Logf("seed=%d (replay with %s=%d)", seed, name, seed)
+	return seed
+}

@@ -1,0 +1,409 @@
+package block
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// MemStore is the memory backend: volumes live in maps of blocks on the Go
+// heap and vanish with the process. It exists for tests and for measuring
+// the transport without storage. Flush and FUA succeed trivially (there is
+// no stable storage to reach), so its volumes report CapFlush and CapFUA
+// but not CapPersistent. Snapshots share unchanged blocks with the volume.
+type MemStore struct {
+	mu     sync.Mutex
+	closed bool
+	vols   map[string]*memCore
+	snaps  map[string]map[string]*memCore // volume → snapshot → frozen core
+	refs   map[*memCore]int               // open handles per core
+}
+
+var (
+	_ Store       = (*MemStore)(nil)
+	_ Snapshotter = (*MemStore)(nil)
+)
+
+// NewMemStore returns an empty memory store.
+func NewMemStore() *MemStore {
+	return &MemStore{vols: map[string]*memCore{}, snaps: map[string]map[string]*memCore{}, refs: map[*memCore]int{}}
+}
+
+// memBlock is one stored block. Blocks whose gen is older than their
+// volume's gen may be shared with a snapshot and are never modified in place.
+type memBlock struct {
+	gen  uint64
+	data []byte
+}
+
+// memCore is a memory volume or snapshot.
+type memCore struct {
+	nm       string
+	bs       int
+	readOnly bool
+	created  time.Time
+
+	mu     sync.RWMutex
+	closed bool // store closed or volume deleted
+	sz     int64
+	gen    uint64 // bumped by every snapshot and resize
+	blocks map[int64]*memBlock
+}
+
+func (s *MemStore) errClosed(op string) error {
+	return fmt.Errorf("block: memory store: %s: %w", op, ErrClosed)
+}
+
+// Create implements Store.
+func (s *MemStore) Create(name string, size int64, blockSize int) (Volume, error) {
+	bs, err := normBlockSize(blockSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkName("volume", name); err != nil {
+		return nil, err
+	}
+	if err := checkSize(name, size, bs); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, s.errClosed("create " + name)
+	}
+	if _, ok := s.vols[name]; ok {
+		return nil, fmt.Errorf("block: volume %q: create: %w", name, ErrExists)
+	}
+	c := &memCore{nm: name, bs: bs, sz: size, created: time.Now(), gen: 1, blocks: map[int64]*memBlock{}}
+	s.vols[name] = c
+	return s.openLocked(c), nil
+}
+
+func (s *MemStore) openLocked(c *memCore) Volume {
+	s.refs[c]++
+	return newHandle(c, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.refs[c]--; s.refs[c] <= 0 {
+			delete(s.refs, c)
+		}
+	})
+}
+
+// Open implements Store.
+func (s *MemStore) Open(name string) (Volume, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, s.errClosed("open " + name)
+	}
+	c, ok := s.vols[name]
+	if !ok {
+		return nil, fmt.Errorf("block: volume %q: open: %w", name, ErrNotFound)
+	}
+	return s.openLocked(c), nil
+}
+
+// List implements Store.
+func (s *MemStore) List() ([]VolumeInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, s.errClosed("list")
+	}
+	out := make([]VolumeInfo, 0, len(s.vols))
+	for _, c := range s.vols {
+		c.mu.RLock()
+		out = append(out, VolumeInfo{Name: c.nm, Size: c.sz, BlockSize: c.bs, Created: c.created, Generation: c.gen})
+		c.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Delete implements Store.
+func (s *MemStore) Delete(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return s.errClosed("delete " + name)
+	}
+	c, ok := s.vols[name]
+	if !ok {
+		return fmt.Errorf("block: volume %q: delete: %w", name, ErrNotFound)
+	}
+	if s.refs[c] > 0 {
+		return fmt.Errorf("block: volume %q: delete: %d open handles: %w", name, s.refs[c], ErrBusy)
+	}
+	for sn, sc := range s.snaps[name] {
+		if s.refs[sc] > 0 {
+			return fmt.Errorf("block: volume %q: delete: snapshot %q is open: %w", name, sn, ErrBusy)
+		}
+	}
+	delete(s.vols, name)
+	delete(s.snaps, name)
+	c.mu.Lock()
+	c.closed, c.blocks = true, nil
+	c.mu.Unlock()
+	return nil
+}
+
+// Close implements Store; every open handle then fails with ErrClosed.
+func (s *MemStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return s.errClosed("close")
+	}
+	s.closed = true
+	for c := range s.refs {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+	}
+	s.vols, s.snaps = nil, nil
+	return nil
+}
+
+// Snapshot implements Snapshotter.
+func (s *MemStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
+	if err := checkName("snapshot", snap); err != nil {
+		return SnapshotInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return SnapshotInfo{}, s.errClosed("snapshot " + volume)
+	}
+	c, ok := s.vols[volume]
+	if !ok {
+		return SnapshotInfo{}, fmt.Errorf("block: volume %q: snapshot %q: %w", volume, snap, ErrNotFound)
+	}
+	if _, ok := s.snaps[volume][snap]; ok {
+		return SnapshotInfo{}, fmt.Errorf("block: volume %q: snapshot %q: %w", volume, snap, ErrExists)
+	}
+	c.mu.Lock()
+	sc := c.freezeLocked(volume+"@"+snap, true)
+	c.mu.Unlock()
+	if s.snaps[volume] == nil {
+		s.snaps[volume] = map[string]*memCore{}
+	}
+	s.snaps[volume][snap] = sc
+	return SnapshotInfo{Volume: volume, Name: snap, Size: sc.sz, BlockSize: sc.bs, Created: sc.created}, nil
+}
+
+// freezeLocked returns a new core sharing c's blocks and bumps c.gen so
+// that c copies a shared block before changing it. REQUIRES: c.mu.
+func (c *memCore) freezeLocked(name string, readOnly bool) *memCore {
+	blocks := make(map[int64]*memBlock, len(c.blocks))
+	for k, b := range c.blocks {
+		blocks[k] = b
+	}
+	c.gen++
+	return &memCore{nm: name, bs: c.bs, readOnly: readOnly, created: time.Now(), sz: c.sz, gen: c.gen + 1, blocks: blocks}
+}
+
+// Snapshots implements Snapshotter.
+func (s *MemStore) Snapshots(volume string) ([]SnapshotInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, s.errClosed("snapshots " + volume)
+	}
+	if _, ok := s.vols[volume]; !ok {
+		return nil, fmt.Errorf("block: volume %q: snapshots: %w", volume, ErrNotFound)
+	}
+	out := []SnapshotInfo{}
+	for n, sc := range s.snaps[volume] {
+		out = append(out, SnapshotInfo{Volume: volume, Name: n, Size: sc.sz, BlockSize: sc.bs, Created: sc.created})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (s *MemStore) snapLocked(op, volume, snap string) (*memCore, error) {
+	if s.closed {
+		return nil, s.errClosed(op + " " + volume + "@" + snap)
+	}
+	sc, ok := s.snaps[volume][snap]
+	if !ok {
+		return nil, fmt.Errorf("block: volume %q: %s snapshot %q: %w", volume, op, snap, ErrNotFound)
+	}
+	return sc, nil
+}
+
+// OpenSnapshot implements Snapshotter.
+func (s *MemStore) OpenSnapshot(volume, snap string) (Volume, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc, err := s.snapLocked("open", volume, snap)
+	if err != nil {
+		return nil, err
+	}
+	return s.openLocked(sc), nil
+}
+
+// DeleteSnapshot implements Snapshotter.
+func (s *MemStore) DeleteSnapshot(volume, snap string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc, err := s.snapLocked("delete", volume, snap)
+	if err != nil {
+		return err
+	}
+	if s.refs[sc] > 0 {
+		return fmt.Errorf("block: volume %q: delete snapshot %q: %w", volume, snap, ErrBusy)
+	}
+	delete(s.snaps[volume], snap)
+	return nil
+}
+
+// Clone implements Snapshotter.
+func (s *MemStore) Clone(volume, snap, newName string) (Volume, error) {
+	if err := checkName("volume", newName); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc, err := s.snapLocked("clone", volume, snap)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := s.vols[newName]; ok {
+		return nil, fmt.Errorf("block: volume %q: clone from %s@%s: %w", newName, volume, snap, ErrExists)
+	}
+	sc.mu.Lock()
+	c := sc.freezeLocked(newName, false)
+	sc.mu.Unlock()
+	s.vols[newName] = c
+	return s.openLocked(c), nil
+}
+
+func (c *memCore) name() string   { return c.nm }
+func (c *memCore) blockSize() int { return c.bs }
+
+func (c *memCore) size() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.sz
+}
+
+func (c *memCore) caps() Caps {
+	if c.readOnly {
+		return CapFlush
+	}
+	return CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot
+}
+
+// check validates a request. REQUIRES: c.mu (read or write).
+func (c *memCore) check(op string, off, n int64, write bool) error {
+	if c.closed {
+		return ioErr(c.nm, op, n, off, ErrClosed)
+	}
+	if write && c.readOnly {
+		return ioErr(c.nm, op, n, off, ErrReadOnly)
+	}
+	return checkIO(c.nm, op, off, n, c.sz, c.bs)
+}
+
+func (c *memCore) readAt(p []byte, off int64) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if err := c.check("read", off, int64(len(p)), false); err != nil {
+		return err
+	}
+	bs := int64(c.bs)
+	for i := int64(0); i < int64(len(p)); i += bs {
+		dst := p[i : i+bs]
+		if b, ok := c.blocks[(off+i)/bs]; ok {
+			copy(dst, b.data)
+		} else {
+			clear(dst)
+		}
+	}
+	return nil
+}
+
+func (c *memCore) writeAt(p []byte, off int64, fua bool) error {
+	op := "write"
+	if fua {
+		op = "write-fua"
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.check(op, off, int64(len(p)), true); err != nil {
+		return err
+	}
+	bs := int64(c.bs)
+	for i := int64(0); i < int64(len(p)); i += bs {
+		idx := (off + i) / bs
+		b, ok := c.blocks[idx]
+		if !ok || b.gen != c.gen {
+			// Absent, or possibly shared with a snapshot: copy on write.
+			b = &memBlock{gen: c.gen, data: make([]byte, bs)}
+			c.blocks[idx] = b
+		}
+		copy(b.data, p[i:i+bs])
+	}
+	return nil
+}
+
+func (c *memCore) flush() error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return fmt.Errorf("block: volume %q: flush: %w", c.nm, ErrClosed)
+	}
+	return nil
+}
+
+// zero drops the blocks of [off, off+n); a dropped block reads as zeros.
+func (c *memCore) zero(op string, off, n int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.check(op, off, n, true); err != nil {
+		return err
+	}
+	bs := int64(c.bs)
+	first, end := off/bs, (off+n)/bs
+	if end-first > int64(len(c.blocks)) {
+		// Large range over a sparse map: walk the map, not the range.
+		for k := range c.blocks {
+			if k >= first && k < end {
+				delete(c.blocks, k)
+			}
+		}
+		return nil
+	}
+	for k := first; k < end; k++ {
+		delete(c.blocks, k)
+	}
+	return nil
+}
+
+func (c *memCore) discard(off, n int64) error     { return c.zero("discard", off, n) }
+func (c *memCore) writeZeroes(off, n int64) error { return c.zero("write-zeroes", off, n) }
+
+func (c *memCore) resize(n int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("block: volume %q: resize to %d: %w", c.nm, n, ErrClosed)
+	}
+	if c.readOnly {
+		return fmt.Errorf("block: volume %q: resize to %d: %w", c.nm, n, ErrReadOnly)
+	}
+	if err := checkSize(c.nm, n, c.bs); err != nil {
+		return err
+	}
+	end := n / int64(c.bs)
+	for k := range c.blocks {
+		if k >= end {
+			delete(c.blocks, k)
+		}
+	}
+	c.sz = n
+	c.gen++ // metadata generation; also harmless for copy-on-write
+	return nil
+}
