@@ -20,6 +20,7 @@ var profiles = map[string]Profile{
 	// strict is the most unforgiving behaviour any real device shows, so
 	// that consumer bugs surface in tests rather than in the field.
 	"strict": {Name: "strict", Vendor: "gosrp-emu (strict)", Quirks: transport.Quirks{
+		PoisonOnFlush:    true,
 		LocalOpErrStatus: transport.StatusMWBindErr,
 		ScrambleErrorWC:  true,
 	}},

@@ -262,6 +262,7 @@ func (q *qp) PostSend(wrs []transport.SendWR) (int, error) {
 	defer q.unlock()
 	for i := range wrs {
 		if err := q.postOneLocked(&wrs[i], i); err != nil {
+			q.kick() // what was accepted runs (bad_wr contract)
 			return i, err
 		}
 	}
@@ -305,6 +306,8 @@ func (q *qp) postOneLocked(wr *transport.SendWR, i int) error {
 	w.status = transport.StatusSuccess
 	w.byteLen = 0
 	w.retries, w.rnr = 0, 0
+	w.sentAt = time.Time{}
+	w.psn = 0
 	w.reason = ""
 	w.regMap = mapping{}
 	if wr.Flags&transport.FlagInline != 0 {
