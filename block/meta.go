@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/msgpackcheck"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -71,7 +72,7 @@ func decodeRecord(what string, b []byte, v any) (err error) {
 	if len(b) == 0 || len(b) > maxRecordLen {
 		return fmt.Errorf("block: %s: record of %d bytes: %w", what, len(b), ErrCorrupt)
 	}
-	if err := checkMsgpack(b); err != nil {
+	if err := msgpackcheck.Check(b); err != nil {
 		return fmt.Errorf("block: %s: %v: %w", what, err, ErrCorrupt)
 	}
 	var h formatHeader

@@ -1,30 +1,32 @@
-package block
+// Package msgpackcheck validates msgpack bytes from an untrusted source
+// before a decoder sees them, so that a hostile or corrupt length prefix
+// cannot make the decoder allocate or loop far beyond the input's real
+// size.
+package msgpackcheck
 
-import (
-	"errors"
-)
+import "errors"
 
-// maxMsgpackDepth bounds nesting in a metadata record; ours nest twice.
-const maxMsgpackDepth = 8
+// MaxDepth bounds nesting; gosrp's records and IUs nest a few levels.
+const MaxDepth = 8
 
-var errBadMsgpack = errors.New("malformed msgpack")
+// ErrMalformed is returned for anything that is not exactly one
+// well-formed msgpack value.
+var ErrMalformed = errors.New("malformed msgpack")
 
-// checkMsgpack verifies that b is exactly one well-formed msgpack value
-// whose every declared length fits in the bytes that follow, before the
-// msgpack decoder sees it: a corrupt length prefix then cannot make the
-// decoder allocate or loop far beyond the record's real size.
-func checkMsgpack(b []byte) error {
-	rest, err := skipMsgpack(b, 0)
+// Check verifies that b is exactly one well-formed msgpack value whose
+// every declared length fits in the bytes that follow.
+func Check(b []byte) error {
+	rest, err := skipValue(b, 0)
 	if err == nil && len(rest) != 0 {
-		err = errBadMsgpack
+		err = ErrMalformed
 	}
 	return err
 }
 
-// skipMsgpack returns b after its first value.
-func skipMsgpack(b []byte, depth int) ([]byte, error) {
-	if len(b) == 0 || depth > maxMsgpackDepth {
-		return nil, errBadMsgpack
+// skipValue returns b after its first value.
+func skipValue(b []byte, depth int) ([]byte, error) {
+	if len(b) == 0 || depth > MaxDepth {
+		return nil, ErrMalformed
 	}
 	c, b := b[0], b[1:]
 	// uintN reads an n-byte big-endian length.
@@ -79,15 +81,15 @@ func skipMsgpack(b []byte, depth int) ([]byte, error) {
 		elems, ok = uintN(4)
 		elems *= 2
 	default: // 0xc1 is never used
-		return nil, errBadMsgpack
+		return nil, ErrMalformed
 	}
 	if !ok || skip > len(b) || elems > len(b) {
-		return nil, errBadMsgpack
+		return nil, ErrMalformed
 	}
 	b = b[skip:]
 	var err error
 	for i := 0; i < elems; i++ {
-		if b, err = skipMsgpack(b, depth+1); err != nil {
+		if b, err = skipValue(b, depth+1); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,218 @@
+package wire
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/gosrp/gosrp/internal/msgpackcheck"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Version is the protocol version this package speaks.
+const Version = 1
+
+// HelloLen is the size of Hello, which fits RDMA-CM's 56-byte connect
+// private data.
+const HelloLen = 8
+
+var helloMagic = [4]byte{'G', 'S', 'R', 'P'}
+
+// Hello is the RDMA-CM private data of connect and of a version reject.
+// Layout: magic "GSRP", version u16 LE, flags u16 LE (zero).
+type Hello struct {
+	Version uint16
+}
+
+// Encode returns the hello's bytes.
+func (h Hello) Encode() []byte {
+	b := make([]byte, HelloLen)
+	copy(b, helloMagic[:])
+	binary.LittleEndian.PutUint16(b[4:], h.Version)
+	return b
+}
+
+// DecodeHello parses a Hello. Private data may arrive zero-padded (IB CM
+// pads to its fixed size), so bytes after the Hello are ignored.
+func DecodeHello(b []byte) (Hello, error) {
+	if len(b) < HelloLen || !bytes.Equal(b[:4], helloMagic[:]) {
+		return Hello{}, fmt.Errorf("%w: not a gosrp hello (%d bytes)", ErrMalformed, len(b))
+	}
+	return Hello{Version: binary.LittleEndian.Uint16(b[4:])}, nil
+}
+
+// LoginRequest opens a session (initiator → target, first SEND).
+type LoginRequest struct {
+	Version   uint16 `msgpack:"v"`
+	Initiator string `msgpack:"ini"`
+	Target    string `msgpack:"tgt,omitempty"`
+	// Credits is how many requests the initiator would like outstanding.
+	Credits uint32 `msgpack:"cr"`
+	// MaxIU is the largest IU the initiator will send; MaxRecvIU the
+	// largest it can receive.
+	MaxIU     uint32 `msgpack:"miu"`
+	MaxRecvIU uint32 `msgpack:"mriu"`
+	// MaxTransfer is the largest data transfer per command the initiator
+	// will ask for; MaxDesc the most descriptors per command.
+	MaxTransfer uint32 `msgpack:"mxt"`
+	MaxDesc     uint8  `msgpack:"mxd"`
+	// RemoteInvalidate says the initiator accepts SEND_WITH_INV responses.
+	RemoteInvalidate bool `msgpack:"rinv"`
+	// Nonce is the initiator's half of the authentication challenge.
+	Nonce []byte `msgpack:"n,omitempty"`
+}
+
+// LoginChallenge asks the initiator to prove it holds the shared secret.
+type LoginChallenge struct {
+	Method string `msgpack:"m"` // "hmac-sha256"
+	Nonce  []byte `msgpack:"n"`
+}
+
+// LoginProof answers a challenge.
+type LoginProof struct {
+	Proof []byte `msgpack:"p"`
+}
+
+// LoginResponse accepts a session with the target's limits.
+type LoginResponse struct {
+	Version     uint16 `msgpack:"v"`
+	Target      string `msgpack:"tgt"`
+	Credits     uint32 `msgpack:"cr"`
+	MaxIU       uint32 `msgpack:"miu"`  // largest IU the target accepts
+	MaxRecvIU   uint32 `msgpack:"mriu"` // largest IU the target sends
+	MaxTransfer uint32 `msgpack:"mxt"`
+	MaxDesc     uint8  `msgpack:"mxd"`
+	// RemoteInvalidate says the target will answer with SEND_WITH_INV when
+	// a command asks for it.
+	RemoteInvalidate bool   `msgpack:"rinv"`
+	SessionID        uint64 `msgpack:"sid"`
+	// Proof, after a challenge, proves the target holds the secret too.
+	Proof []byte `msgpack:"p,omitempty"`
+}
+
+// RejectReason says why a login failed.
+type RejectReason uint8
+
+// Reject reasons (SRP_LOGIN_REJ's reasons, plus authentication).
+const (
+	RejectUnspecified RejectReason = iota
+	RejectVersion
+	RejectAccessDenied
+	RejectAuthFailed
+	RejectIUTooLarge
+	RejectInsufficientResources
+	RejectUnknownVolume
+	RejectProtocol
+	RejectShuttingDown
+)
+
+var rejectNames = [...]string{"unspecified", "version unsupported", "access denied", "authentication failed",
+	"IU too large", "insufficient resources", "unknown volume", "protocol violation", "target shutting down"}
+
+func (r RejectReason) String() string {
+	if int(r) < len(rejectNames) {
+		return rejectNames[r]
+	}
+	return fmt.Sprintf("RejectReason(%d)", uint8(r))
+}
+
+// LoginReject refuses a login; the target disconnects after sending it.
+type LoginReject struct {
+	Reason     RejectReason `msgpack:"r"`
+	Message    string       `msgpack:"msg,omitempty"`
+	MinVersion uint16       `msgpack:"minv,omitempty"`
+	MaxVersion uint16       `msgpack:"maxv,omitempty"`
+}
+
+// Control operations.
+const (
+	ControlList  = "list"  // volumes this initiator may open
+	ControlOpen  = "open"  // open Volume, returns a handle
+	ControlClose = "close" // close Handle
+)
+
+// ControlRequest is a non-I/O request; it consumes a credit like a command.
+type ControlRequest struct {
+	Tag      uint64 `msgpack:"t"`
+	Op       string `msgpack:"op"`
+	Volume   string `msgpack:"vol,omitempty"`
+	Handle   uint32 `msgpack:"h,omitempty"`
+	ReadOnly bool   `msgpack:"ro,omitempty"`
+}
+
+// VolumeInfo describes a volume in a list.
+type VolumeInfo struct {
+	Name      string `msgpack:"name"`
+	Size      uint64 `msgpack:"size"`
+	BlockSize uint32 `msgpack:"bs"`
+	ReadOnly  bool   `msgpack:"ro,omitempty"`
+}
+
+// ControlResponse answers a ControlRequest.
+type ControlResponse struct {
+	Tag     uint64 `msgpack:"t"`
+	Credits uint32 `msgpack:"cr"`
+	Sense   Sense  `msgpack:"s,omitempty"`
+	Error   string `msgpack:"err,omitempty"`
+	// list
+	Volumes []VolumeInfo `msgpack:"vols,omitempty"`
+	// open
+	Handle    uint32 `msgpack:"h,omitempty"`
+	Size      uint64 `msgpack:"size,omitempty"`
+	BlockSize uint32 `msgpack:"bs,omitempty"`
+	ReadOnly  bool   `msgpack:"ro,omitempty"`
+	Caps      uint32 `msgpack:"caps,omitempty"`
+}
+
+// Capability bits in ControlResponse.Caps for an open volume.
+const (
+	CapFlush uint32 = 1 << iota
+	CapFUA
+	CapDiscard
+	CapWriteZeroes
+)
+
+// EncodeControl appends op and v's msgpack encoding to dst.
+func EncodeControl(dst []byte, op Opcode, v any) ([]byte, error) {
+	dst = append(dst, byte(op))
+	body, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("wire: encode %s: %w", op, err)
+	}
+	return append(dst, body...), nil
+}
+
+// DecodeControl parses a control IU whose opcode must be op into v. The
+// msgpack body is validated first, so hostile lengths cannot make the
+// decoder allocate beyond the IU's size; unknown fields are ignored.
+func DecodeControl(b []byte, op Opcode, v any) error {
+	if len(b) == 0 {
+		return fmt.Errorf("%w: empty IU", ErrMalformed)
+	}
+	if Opcode(b[0]) != op {
+		return fmt.Errorf("%w: got %s, want %s", ErrMalformed, Opcode(b[0]), op)
+	}
+	if err := msgpackcheck.Check(b[1:]); err != nil {
+		return fmt.Errorf("%w: %s body: %v", ErrMalformed, op, err)
+	}
+	if err := msgpack.Unmarshal(b[1:], v); err != nil {
+		return fmt.Errorf("%w: %s body: %v", ErrMalformed, op, err)
+	}
+	return nil
+}
+
+// LoginProofFor computes the HMAC-SHA256 proof of a login: the secret never
+// crosses the wire, and binding both nonces and both names stops replay
+// and reflection. side is "initiator" or "target".
+func LoginProofFor(secret []byte, side, initiator, target string, initNonce, targetNonce []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	for _, part := range [][]byte{[]byte("gosrp-login-v1"), []byte(side), []byte(initiator), []byte(target), initNonce, targetNonce} {
+		var l [4]byte
+		binary.LittleEndian.PutUint32(l[:], uint32(len(part)))
+		m.Write(l[:])
+		m.Write(part)
+	}
+	return m.Sum(nil)
+}

@@ -1,0 +1,326 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Opcode is the first byte of every IU.
+type Opcode uint8
+
+// IU opcodes. Initiator → target below 0x80, target → initiator above.
+const (
+	OpLogin          Opcode = 0x01 // msgpack LoginRequest
+	OpCommand        Opcode = 0x02 // fixed Command
+	OpControl        Opcode = 0x03 // msgpack ControlRequest
+	OpLoginProof     Opcode = 0x04 // msgpack LoginProof
+	OpLogout         Opcode = 0x05 // no body
+	OpLoginResponse  Opcode = 0xC0 // msgpack LoginResponse
+	OpResponse       Opcode = 0xC1 // fixed Response
+	OpLoginReject    Opcode = 0xC2 // msgpack LoginReject
+	OpControlResp    Opcode = 0xC3 // msgpack ControlResponse
+	OpLoginChallenge Opcode = 0xC4 // msgpack LoginChallenge
+)
+
+func (o Opcode) String() string {
+	switch o {
+	case OpLogin:
+		return "LOGIN"
+	case OpCommand:
+		return "COMMAND"
+	case OpControl:
+		return "CONTROL"
+	case OpLoginProof:
+		return "LOGIN_PROOF"
+	case OpLogout:
+		return "LOGOUT"
+	case OpLoginResponse:
+		return "LOGIN_RESPONSE"
+	case OpResponse:
+		return "RESPONSE"
+	case OpLoginReject:
+		return "LOGIN_REJECT"
+	case OpControlResp:
+		return "CONTROL_RESPONSE"
+	case OpLoginChallenge:
+		return "LOGIN_CHALLENGE"
+	}
+	return fmt.Sprintf("Opcode(%#x)", uint8(o))
+}
+
+// Errors decoders return; they wrap ErrMalformed so callers can treat every
+// protocol violation alike.
+var (
+	ErrMalformed = errors.New("wire: malformed IU")
+	ErrTooLarge  = errors.New("wire: IU too large")
+)
+
+// PeekOpcode returns the opcode of an IU.
+func PeekOpcode(b []byte) (Opcode, error) {
+	if len(b) == 0 {
+		return 0, fmt.Errorf("%w: empty", ErrMalformed)
+	}
+	return Opcode(b[0]), nil
+}
+
+// Op is a command's operation.
+type Op uint8
+
+// Command operations.
+const (
+	OpRead Op = iota + 1
+	OpWrite
+	OpFlush
+	OpDiscard
+	OpWriteZeroes
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpRead:
+		return "READ"
+	case OpWrite:
+		return "WRITE"
+	case OpFlush:
+		return "FLUSH"
+	case OpDiscard:
+		return "DISCARD"
+	case OpWriteZeroes:
+		return "WRITE_ZEROES"
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// HasData reports whether the operation moves data through descriptors.
+func (o Op) HasData() bool { return o == OpRead || o == OpWrite }
+
+// Command flags.
+const (
+	// FlagFUA: the write is durable before the response (Force Unit Access).
+	FlagFUA uint8 = 1 << iota
+	// FlagInvalidate: answer with SEND_WITH_INV naming InvalidateKey.
+	FlagInvalidate
+)
+
+// Descriptor is a direct data buffer descriptor: Len bytes at VA in the
+// initiator's memory, reachable with RKey (SRP srp_direct_buf, RPC-over-RDMA
+// segment).
+type Descriptor struct {
+	VA   uint64
+	RKey uint32
+	Len  uint32
+}
+
+// MaxDescriptors is the most descriptors one command carries inline (the
+// indirect form: several MRs for one transfer, SRP's partial table).
+const MaxDescriptors = 16
+
+// CommandHeaderLen is the size of a command without descriptors.
+const CommandHeaderLen = 40
+
+// DescriptorLen is the encoded size of a Descriptor.
+const DescriptorLen = 16
+
+// MaxCommandLen is the largest command IU.
+const MaxCommandLen = CommandHeaderLen + MaxDescriptors*DescriptorLen
+
+// Command is a block I/O request. Layout (little-endian):
+//
+//	0  opcode u8 = OpCommand
+//	1  op     u8
+//	2  flags  u8
+//	3  ndesc  u8  descriptors that follow (0 for FLUSH/DISCARD/WRITE_ZEROES)
+//	4  volume u32 handle from an OPEN control request
+//	8  tag    u64 chosen by the initiator, echoed in the response
+//	16 offset u64 byte offset in the volume
+//	24 length u32 bytes
+//	28 invkey u32 rkey to invalidate with SEND_WITH_INV
+//	32 rsv    u64 zero
+//	40 descriptors, 16 bytes each: va u64, rkey u32, len u32
+type Command struct {
+	Op            Op
+	Flags         uint8
+	Volume        uint32
+	Tag           uint64
+	Offset        uint64
+	Length        uint32
+	InvalidateKey uint32
+	NDesc         int
+	Desc          [MaxDescriptors]Descriptor
+}
+
+// EncodedLen is the command's encoded size.
+func (c *Command) EncodedLen() int { return CommandHeaderLen + c.NDesc*DescriptorLen }
+
+// Encode writes the command into b, which must hold EncodedLen bytes, and
+// returns the bytes written.
+func (c *Command) Encode(b []byte) (int, error) {
+	if c.NDesc < 0 || c.NDesc > MaxDescriptors {
+		return 0, fmt.Errorf("wire: command with %d descriptors (max %d): %w", c.NDesc, MaxDescriptors, ErrTooLarge)
+	}
+	n := c.EncodedLen()
+	if len(b) < n {
+		return 0, fmt.Errorf("wire: command needs %d bytes, buffer has %d: %w", n, len(b), ErrTooLarge)
+	}
+	b[0] = byte(OpCommand)
+	b[1] = byte(c.Op)
+	b[2] = c.Flags
+	b[3] = byte(c.NDesc)
+	le := binary.LittleEndian
+	le.PutUint32(b[4:], c.Volume)
+	le.PutUint64(b[8:], c.Tag)
+	le.PutUint64(b[16:], c.Offset)
+	le.PutUint32(b[24:], c.Length)
+	le.PutUint32(b[28:], c.InvalidateKey)
+	le.PutUint64(b[32:], 0)
+	for i := 0; i < c.NDesc; i++ {
+		d := b[CommandHeaderLen+i*DescriptorLen:]
+		le.PutUint64(d, c.Desc[i].VA)
+		le.PutUint32(d[8:], c.Desc[i].RKey)
+		le.PutUint32(d[12:], c.Desc[i].Len)
+	}
+	return n, nil
+}
+
+// Decode parses a command IU into c without allocating. It checks the
+// layout only; whether the request makes sense for a volume is the
+// target's business.
+func (c *Command) Decode(b []byte) error {
+	if len(b) < CommandHeaderLen {
+		return fmt.Errorf("%w: command of %d bytes", ErrMalformed, len(b))
+	}
+	if Opcode(b[0]) != OpCommand {
+		return fmt.Errorf("%w: opcode %s is not a command", ErrMalformed, Opcode(b[0]))
+	}
+	le := binary.LittleEndian
+	c.Op = Op(b[1])
+	c.Flags = b[2]
+	c.NDesc = int(b[3])
+	c.Volume = le.Uint32(b[4:])
+	c.Tag = le.Uint64(b[8:])
+	c.Offset = le.Uint64(b[16:])
+	c.Length = le.Uint32(b[24:])
+	c.InvalidateKey = le.Uint32(b[28:])
+	switch {
+	case c.Op < OpRead || c.Op > OpWriteZeroes:
+		return fmt.Errorf("%w: command op %d", ErrMalformed, b[1])
+	case c.Flags&^(FlagFUA|FlagInvalidate) != 0:
+		return fmt.Errorf("%w: command flags %#x", ErrMalformed, c.Flags)
+	case le.Uint64(b[32:]) != 0:
+		return fmt.Errorf("%w: reserved bytes set", ErrMalformed)
+	case c.NDesc > MaxDescriptors:
+		return fmt.Errorf("%w: %d descriptors (max %d)", ErrMalformed, c.NDesc, MaxDescriptors)
+	case len(b) != CommandHeaderLen+c.NDesc*DescriptorLen:
+		return fmt.Errorf("%w: command of %d bytes with %d descriptors", ErrMalformed, len(b), c.NDesc)
+	case c.Op.HasData() != (c.NDesc > 0) && c.Length > 0:
+		return fmt.Errorf("%w: %s with %d descriptors", ErrMalformed, c.Op, c.NDesc)
+	}
+	var total uint64
+	for i := 0; i < c.NDesc; i++ {
+		d := b[CommandHeaderLen+i*DescriptorLen:]
+		c.Desc[i] = Descriptor{VA: le.Uint64(d), RKey: le.Uint32(d[8:]), Len: le.Uint32(d[12:])}
+		total += uint64(c.Desc[i].Len)
+	}
+	if c.Op.HasData() && total != uint64(c.Length) {
+		return fmt.Errorf("%w: descriptors cover %d bytes, command length %d", ErrMalformed, total, c.Length)
+	}
+	return nil
+}
+
+// Status is a response's outcome.
+type Status uint8
+
+// Response statuses.
+const (
+	StatusGood Status = iota
+	StatusError
+	// StatusBusy: the target could not run the command now; retry.
+	StatusBusy
+)
+
+// Sense says why a command failed (a SCSI-sense-like code).
+type Sense uint16
+
+// Sense codes.
+const (
+	SenseNone Sense = iota
+	SenseInvalidField
+	SenseOutOfRange
+	SenseMisaligned
+	SenseWriteProtected
+	SenseUnsupported
+	SenseMediumError
+	SenseNoSuchVolume
+	SenseDataTransfer // an RDMA transfer through the descriptors failed
+	SenseInternal
+)
+
+var senseNames = [...]string{"none", "invalid field", "out of range", "misaligned", "write protected",
+	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error"}
+
+func (s Sense) String() string {
+	if int(s) < len(senseNames) {
+		return senseNames[s]
+	}
+	return fmt.Sprintf("Sense(%d)", uint16(s))
+}
+
+// ResponseLen is the size of a Response IU.
+const ResponseLen = 24
+
+// Response answers a Command. Layout (little-endian):
+//
+//	0  opcode   u8 = OpResponse
+//	1  status   u8
+//	2  sense    u16
+//	4  credits  u32 credit delta returned to the initiator
+//	8  tag      u64
+//	16 residual u32 bytes not transferred
+//	20 rsv      u32 zero
+type Response struct {
+	Status   Status
+	Sense    Sense
+	Credits  uint32
+	Tag      uint64
+	Residual uint32
+}
+
+// Encode writes the response into b (at least ResponseLen bytes).
+func (r *Response) Encode(b []byte) (int, error) {
+	if len(b) < ResponseLen {
+		return 0, fmt.Errorf("wire: response needs %d bytes, buffer has %d: %w", ResponseLen, len(b), ErrTooLarge)
+	}
+	le := binary.LittleEndian
+	b[0] = byte(OpResponse)
+	b[1] = byte(r.Status)
+	le.PutUint16(b[2:], uint16(r.Sense))
+	le.PutUint32(b[4:], r.Credits)
+	le.PutUint64(b[8:], r.Tag)
+	le.PutUint32(b[16:], r.Residual)
+	le.PutUint32(b[20:], 0)
+	return ResponseLen, nil
+}
+
+// Decode parses a response IU into r without allocating.
+func (r *Response) Decode(b []byte) error {
+	if len(b) != ResponseLen {
+		return fmt.Errorf("%w: response of %d bytes", ErrMalformed, len(b))
+	}
+	if Opcode(b[0]) != OpResponse {
+		return fmt.Errorf("%w: opcode %s is not a response", ErrMalformed, Opcode(b[0]))
+	}
+	le := binary.LittleEndian
+	r.Status = Status(b[1])
+	r.Sense = Sense(le.Uint16(b[2:]))
+	r.Credits = le.Uint32(b[4:])
+	r.Tag = le.Uint64(b[8:])
+	r.Residual = le.Uint32(b[16:])
+	if r.Status > StatusBusy {
+		return fmt.Errorf("%w: response status %d", ErrMalformed, r.Status)
+	}
+	if le.Uint32(b[20:]) != 0 {
+		return fmt.Errorf("%w: reserved bytes set", ErrMalformed)
+	}
+	return nil
+}
