@@ -1,0 +1,41 @@
+// Package frmr is the initiator's fast-registration pool: completion-gated
+// recycling of fast-registration MRs (REG_MR) or type-2 memory windows
+// (BIND_MW over an arena MR), rkey bumping, and recovery by
+// deregistration and reallocation (frmr-semantics §6, §7).
+//
+// One pool serves exactly one QP. Chaining LOCAL_INV → REG_MR (and
+// REG_MR → SEND) without waiting is safe only because one send queue
+// executes in posting order; a pool shared across QPs would lose that
+// argument, so never share one.
+//
+// State machine of one MR (Slot):
+//
+//	FREE --Get, REG/BIND posted in front of its SEND--> REG_POSTED
+//	REG_POSTED --SEND (or a later signaled WR) completes SUCCESS--> VALID
+//	VALID --Invalidate: signaled LOCAL_INV naming the device key--> INV_POSTED
+//	INV_POSTED --that LOCAL_INV (or a later signaled WR) SUCCESS--> FREE
+//	VALID --receive WITH_INV naming the device key, SEND done--> FREE
+//	any --flush, error CQE, bogus invalidation, partial post,
+//	      deadline, QP error--> TAINTED
+//	TAINTED --no WR names it any more: dereg + fresh alloc--> FREE
+//
+// A TAINTED MR is never invalidated again and reused (the ConnectX-3
+// lesson, seed thread 000); it is deregistered and replaced before Get
+// hands anything out. Done(reg) reports when the I/O's buffer may go back
+// to the application: the registration is FREE, or its MR is gone.
+//
+// The pool is a state machine driven by its caller (etcd-raft style): it
+// never polls a CQ, reads a clock or starts a goroutine, and it is not safe
+// for concurrent use. The caller passes every chain through Admit before
+// PostSend and Posted after it, every send completion of the QP to
+// OnSendCompletion, remote invalidations to OnRemoteInvalidate, ticks to
+// Tick, and QP errors to OnQPError, then Reset (QP destroyed) or a drain,
+// then Recover. It bounds send-queue use (signal at least every
+// SignalEvery WRs, one slot kept for a drain marker) and CQ size
+// (CQDepth). Steady-state Get/Posted/OnSendCompletion allocate nothing.
+//
+// Tests: go test ./frmr runs a short seeded soak per device profile
+// (strict, ib, iwarp, rxe) with faults F1–F20 injected; set
+// GOSRP_FRMR_SOAK=N for N I/Os per profile and GOSRP_FRMR_SEED=S to
+// replay a failing seed (printed on failure).
+package frmr

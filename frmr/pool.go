@@ -1,0 +1,971 @@
+package frmr
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// Mechanism is the fast-registration mechanism a pool uses.
+type Mechanism uint8
+
+// Mechanisms.
+const (
+	// Auto picks FRMR when the device has CapFastRegMR, else MW.
+	Auto Mechanism = iota
+	// FRMR: fast-registration MRs registered by REG_MR.
+	FRMR
+	// MW: type-2 memory windows bound by BIND_MW over Config.BaseMR.
+	MW
+)
+
+func (m Mechanism) String() string {
+	return [...]string{"auto", "frmr", "mw"}[m%3]
+}
+
+// Direction says which way the peer moves data through a registration.
+type Direction uint8
+
+// Directions.
+const (
+	// PeerWrites: the peer RDMA-WRITEs into us (data-in, a read from
+	// storage). Access REMOTE_WRITE|LOCAL_WRITE.
+	PeerWrites Direction = iota
+	// PeerReads: the peer RDMA-READs from us (data-out). Access
+	// REMOTE_READ only.
+	PeerReads
+)
+
+// State is the pool's view of one MR.
+type State uint8
+
+// States (see the package doc).
+const (
+	Free State = iota
+	RegPosted
+	Valid
+	InvPosted
+	Tainted
+)
+
+func (s State) String() string {
+	return [...]string{"FREE", "REG_POSTED", "VALID", "INV_POSTED", "TAINTED"}[s%5]
+}
+
+// Errors.
+var (
+	ErrExhausted         = errors.New("frmr: no free MR")
+	ErrSQFull            = errors.New("frmr: send queue has no room for the chain")
+	ErrQPError           = errors.New("frmr: QP in error; drain or Reset, then Recover")
+	ErrNotDrained        = errors.New("frmr: WRs still outstanding; drain or Reset first")
+	ErrBogusInvalidate   = errors.New("frmr: remote invalidation of a key not registered for the request")
+	ErrDeadline          = errors.New("frmr: completion missing past the deadline; tear the QP down")
+	ErrStaleReg          = errors.New("frmr: registration handle is stale or in the wrong state")
+	ErrSegment           = errors.New("frmr: segment not usable for registration")
+	ErrClosed            = errors.New("frmr: pool closed")
+	errInvariantViolated = errors.New("frmr: invariant violated")
+)
+
+// Config configures a pool.
+type Config struct {
+	// PD is the protection domain of the QP the pool serves.
+	PD transport.PD
+	// Caps are the device's capabilities, used when Mechanism is Auto.
+	Caps      transport.Capability
+	Mechanism Mechanism
+	// Size is the number of MRs (windows).
+	Size int
+	// MaxPages bounds one registration (FRMR only; default 16).
+	MaxPages int
+	// BaseMR is the arena MR windows are bound over (MW only); it must be
+	// registered with MW_BIND and LOCAL_WRITE.
+	BaseMR transport.MR
+	// SQDepth is the QP's MaxSendWR. The pool keeps one slot for a drain
+	// marker.
+	SQDepth int
+	// SignalEvery bounds runs of unsignaled WRs (default SQDepth/4, at
+	// least 1).
+	SignalEvery int
+	// IOVATag puts the request id in bits 63..32 of the advertised iova
+	// (FRMR only), so a stale (rkey, va) fails the bounds check even when
+	// the 8-bit key has wrapped.
+	IOVATag bool
+	// DeadlineTicks is how many Ticks a signaled WR may stay uncompleted
+	// (default 50).
+	DeadlineTicks int
+}
+
+// CQDepth is the CQ size a QP with the given queue depths needs so that a
+// full flush plus a drain marker never overruns it (frmr-semantics rule 16).
+func CQDepth(sqDepth, rqDepth int) int { return sqDepth + rqDepth + 1 }
+
+// Segment is a buffer inside a registered arena.
+type Segment struct {
+	Arena *transport.Arena
+	Off   int
+	Len   int
+}
+
+// Reg is one registration handed out by Get: a value handle, valid until
+// Done reports true.
+type Reg struct {
+	slot   uint32
+	gen    uint32
+	rkey   transport.Key
+	iova   uint64
+	length int
+	wr     transport.SendWR
+}
+
+// RKey is the key to advertise.
+func (r *Reg) RKey() transport.Key { return r.rkey }
+
+// IOVA is the address to advertise.
+func (r *Reg) IOVA() uint64 { return r.iova }
+
+// Len is the registered length.
+func (r *Reg) Len() int { return r.length }
+
+// Slot is the pool slot of the registration.
+func (r *Reg) Slot() int { return int(r.slot) }
+
+// WR is the REG_MR or BIND_MW work request to chain in front of the SEND
+// that advertises the key.
+func (r *Reg) WR() transport.SendWR { return r.wr }
+
+// wr_id layout: tag(8) | kind(4) | slot(20) | gen(32).
+const (
+	idTag       = 0xF7
+	kindCaller  = 0
+	kindReg     = 1
+	kindInv     = 2
+	kindMarker  = 3
+	maxSlots    = 1 << 20
+	idKindShift = 52
+	idSlotShift = 32
+)
+
+func makeID(kind uint64, slot, gen uint32) uint64 {
+	return idTag<<56 | kind<<idKindShift | uint64(slot)<<idSlotShift | uint64(gen)
+}
+
+func decodeID(id uint64) (kind uint64, slot, gen uint32, ok bool) {
+	if id>>56 != idTag {
+		return 0, 0, 0, false
+	}
+	return id >> idKindShift & 0xf, uint32(id>>idSlotShift) & (maxSlots - 1), uint32(id), true
+}
+
+type slot struct {
+	state    State
+	mr       transport.FastRegMR
+	mw       transport.MW
+	index    uint32
+	devKey   transport.Key // key the device holds, or will once the posted REG executes
+	avoid    transport.Key // a retired key of the same index, never reissued
+	hasAvoid bool
+	gen      uint32
+	pending  int32 // ledger entries naming this slot
+	posted   bool  // the REG/BIND is on the send queue
+	sendSeq  uint64
+	sendDone bool
+	remInv   bool
+	waitIdx  int32
+	since    int64
+	dir      Direction
+}
+
+type entry struct {
+	id       uint64
+	seq      uint64
+	posted   int64 // tick
+	signaled bool
+	kind     uint8
+	slot     uint32
+	gen      uint32
+}
+
+type retired struct {
+	index uint32
+	key   transport.Key
+}
+
+// Stats are the pool's counters and gauges.
+type Stats struct {
+	Size, Free, InUse, Tainted, Retiring int
+	// Outstanding is the number of send-queue slots the pool accounts as
+	// used (posted WRs whose slot has not been reclaimed).
+	Outstanding int
+
+	Registrations        uint64
+	LocalInvalidations   uint64 // LOCAL_INVs issued
+	LocalInvalidationsOK uint64 // ... proven successful
+	RemoteInvalidations  uint64 // accepted SEND_WITH_INV invalidations
+	BogusInvalidations   uint64
+	Taints               uint64
+	Replacements         uint64
+	Deadlines            uint64
+	PostFailures         uint64
+	QPErrors             uint64
+}
+
+// Pool is a fast-registration pool for one QP. See the package doc.
+type Pool struct {
+	cfg   Config
+	mech  Mechanism
+	pd    transport.PD
+	base  transport.MR
+	slots []slot
+	free  []uint32 // index stack
+	wait  []uint32 // REG_POSTED slots whose SEND is not yet proven done
+
+	nFree, nInUse, nTainted int
+
+	ledger     []entry // ring, capacity SQDepth
+	lhead, ln  int
+	seq        uint64
+	unsigRun   int
+	tick       int64
+	qpErr      bool
+	closed     bool
+	retiredLog []retired
+	retiredPos int
+
+	st Stats
+}
+
+// New allocates the pool's MRs.
+func New(cfg Config) (*Pool, error) {
+	if cfg.PD == nil || cfg.Size <= 0 || cfg.Size >= maxSlots || cfg.SQDepth < 3 {
+		return nil, fmt.Errorf("frmr: config needs a PD, 0 < Size < %d and SQDepth >= 3: %w", maxSlots, transport.ErrInvalidArgument)
+	}
+	mech := cfg.Mechanism
+	if mech == Auto {
+		mech = MW
+		if cfg.Caps.Has(transport.CapFastRegMR) {
+			mech = FRMR
+		}
+	}
+	if mech == MW && cfg.BaseMR == nil {
+		return nil, fmt.Errorf("frmr: memory windows need Config.BaseMR: %w", transport.ErrInvalidArgument)
+	}
+	if cfg.MaxPages <= 0 {
+		cfg.MaxPages = 16
+	}
+	if cfg.SignalEvery <= 0 {
+		cfg.SignalEvery = max(cfg.SQDepth/4, 1)
+	}
+	cfg.SignalEvery = min(cfg.SignalEvery, cfg.SQDepth-2)
+	if cfg.DeadlineTicks <= 0 {
+		cfg.DeadlineTicks = 50
+	}
+	p := &Pool{
+		cfg: cfg, mech: mech, pd: cfg.PD, base: cfg.BaseMR,
+		slots:      make([]slot, cfg.Size),
+		free:       make([]uint32, 0, cfg.Size),
+		wait:       make([]uint32, 0, cfg.Size),
+		ledger:     make([]entry, cfg.SQDepth),
+		retiredLog: make([]retired, 0, 2*cfg.Size),
+		seq:        1, // 0 means "no carrying SEND yet"
+	}
+	p.st.Size = cfg.Size
+	for i := range p.slots {
+		s := &p.slots[i]
+		s.waitIdx = -1
+		if err := p.alloc(s); err != nil {
+			p.Close()
+			return nil, err
+		}
+		s.state = Free
+		p.free = append(p.free, uint32(i))
+		p.nFree++
+	}
+	return p, nil
+}
+
+// Mechanism is the mechanism in use.
+func (p *Pool) Mechanism() Mechanism { return p.mech }
+
+func (p *Pool) alloc(s *slot) error {
+	var k transport.Key
+	if p.mech == FRMR {
+		m, err := p.pd.AllocFastRegMR(p.cfg.MaxPages)
+		if err != nil {
+			return fmt.Errorf("frmr: alloc fast-reg MR: %w", err)
+		}
+		s.mr, k = m, m.Key()
+	} else {
+		w, err := p.pd.AllocMW()
+		if err != nil {
+			return fmt.Errorf("frmr: alloc MW: %w", err)
+		}
+		s.mw, k = w, w.Key()
+	}
+	s.index = k.Index()
+	s.devKey = k
+	s.hasAvoid = false
+	for _, r := range p.retiredLog {
+		if r.index == s.index {
+			s.avoid, s.hasAvoid = r.key, true
+		}
+	}
+	return nil
+}
+
+func (s *slot) dealloc() {
+	if s.mr != nil {
+		s.mr.Close()
+		s.mr = nil
+	}
+	if s.mw != nil {
+		s.mw.Close()
+		s.mw = nil
+	}
+}
+
+// Get takes a FREE MR, bumps its key and stages a registration of seg
+// with the access dir needs. The returned Reg's WR must be chained in front
+// of the SEND that advertises the key; no wait is needed.
+func (p *Pool) Get(seg Segment, dir Direction, reqID uint64) (Reg, error) {
+	if p.closed {
+		return Reg{}, ErrClosed
+	}
+	if p.qpErr {
+		return Reg{}, ErrQPError
+	}
+	if p.nTainted > 0 {
+		if err := p.Recover(); err != nil && !errors.Is(err, ErrNotDrained) {
+			return Reg{}, err
+		}
+	}
+	if seg.Arena == nil || seg.Len <= 0 || seg.Off < 0 || seg.Off+seg.Len > seg.Arena.Len() {
+		return Reg{}, ErrSegment
+	}
+	if len(p.free) == 0 {
+		return Reg{}, ErrExhausted
+	}
+	i := p.free[len(p.free)-1]
+	s := &p.slots[i]
+	key := s.devKey.Bump()
+	if s.hasAvoid && key == s.avoid {
+		key = key.Bump()
+	}
+	addr := seg.Arena.Addr() + uint64(seg.Off)
+	r := Reg{slot: i, gen: s.gen + 1, rkey: key, length: seg.Len}
+	if p.mech == FRMR {
+		iova := addr
+		if p.cfg.IOVATag {
+			iova = reqID<<32 | addr&0xffffffff
+		}
+		if err := s.mr.Map(seg.Arena, seg.Off, seg.Len, iova); err != nil {
+			return Reg{}, fmt.Errorf("%w: %w", ErrSegment, err)
+		}
+		acc := transport.AccessRemoteRead
+		if dir == PeerWrites {
+			acc = transport.AccessRemoteWrite | transport.AccessLocalWrite
+		}
+		r.iova = iova
+		r.wr = transport.SendWR{ID: makeID(kindReg, i, r.gen), Opcode: transport.OpRegMR,
+			Reg: transport.RegWR{MR: s.mr, Key: key, Access: acc}}
+	} else {
+		b := p.base
+		if b.Arena() != seg.Arena || addr < b.Addr() || addr+uint64(seg.Len) > b.Addr()+uint64(b.Len()) {
+			return Reg{}, ErrSegment
+		}
+		acc := transport.AccessRemoteRead
+		if dir == PeerWrites {
+			acc = transport.AccessRemoteWrite
+		}
+		r.iova = addr
+		r.wr = transport.SendWR{ID: makeID(kindReg, i, r.gen), Opcode: transport.OpBindMW,
+			Bind: transport.BindWR{MW: s.mw, Key: key, MR: b, Addr: addr, Length: uint64(seg.Len), Access: acc}}
+	}
+	p.free = p.free[:len(p.free)-1]
+	p.nFree--
+	p.nInUse++
+	s.gen = r.gen
+	s.state = RegPosted
+	s.posted, s.sendDone, s.remInv = false, false, false
+	s.sendSeq = 0
+	s.dir = dir
+	s.since = p.tick
+	p.st.Registrations++
+	return r, nil
+}
+
+// Cancel returns a registration whose WR was never posted: the device
+// never saw it, so the MR is FREE as before.
+func (p *Pool) Cancel(r Reg) error {
+	s, ok := p.cur(r)
+	if !ok || s.state != RegPosted || s.posted {
+		return ErrStaleReg
+	}
+	p.toFree(r.slot)
+	return nil
+}
+
+func (p *Pool) cur(r Reg) (*slot, bool) {
+	if int(r.slot) >= len(p.slots) {
+		return nil, false
+	}
+	s := &p.slots[r.slot]
+	return s, s.gen == r.gen
+}
+
+// Admit checks that chain fits on the send queue (keeping one slot for a
+// drain marker) and sets FlagSignaled where needed: on the SEND that
+// follows a registration (its completion gates recycling, §3.6) and so
+// that no run of unsignaled WRs reaches SignalEvery. Call it right before
+// PostSend, then Posted.
+func (p *Pool) Admit(chain []transport.SendWR) error {
+	if p.closed {
+		return ErrClosed
+	}
+	room := p.cfg.SQDepth - 1 - p.ln
+	if len(chain) == 1 {
+		if k, _, _, ok := decodeID(chain[0].ID); ok && k == kindMarker {
+			room++
+		}
+	}
+	if len(chain) > room {
+		return ErrSQFull
+	}
+	run := p.unsigRun
+	afterReg := false
+	for i := range chain {
+		wr := &chain[i]
+		k, _, _, own := decodeID(wr.ID)
+		isReg := own && k == kindReg
+		if !isReg && afterReg {
+			wr.Flags |= transport.FlagSignaled
+		}
+		if isReg {
+			afterReg = true
+		} else {
+			afterReg = false
+		}
+		if wr.Flags&transport.FlagSignaled == 0 && run+1 >= p.cfg.SignalEvery {
+			wr.Flags |= transport.FlagSignaled
+		}
+		if wr.Flags&transport.FlagSignaled != 0 {
+			run = 0
+		} else {
+			run++
+		}
+	}
+	return nil
+}
+
+// Posted records the outcome of PostSend(chain): n WRs were accepted. WRs
+// from chain[n] on were never posted and are never waited for; a
+// registration or invalidation among them, or a registration whose SEND
+// was not posted, taints its MR.
+func (p *Pool) Posted(chain []transport.SendWR, n int) {
+	var regStart = -1
+	for i := range chain {
+		wr := &chain[i]
+		k, si, gen, own := decodeID(wr.ID)
+		if own && (int(si) >= len(p.slots) || p.slots[si].gen != gen) {
+			own = false
+		}
+		if i >= n {
+			if own && (k == kindReg || k == kindInv) {
+				p.taint(si)
+			}
+			continue
+		}
+		e := entry{id: wr.ID, seq: p.seq, posted: p.tick, signaled: wr.Flags&transport.FlagSignaled != 0, kind: kindCaller}
+		p.seq++
+		if own {
+			e.kind, e.slot, e.gen = uint8(k), si, gen
+			s := &p.slots[si]
+			switch k {
+			case kindReg:
+				s.pending++
+				s.posted = true
+				s.devKey = wr.Reg.Key
+				if p.mech == MW {
+					s.devKey = wr.Bind.Key
+				}
+				s.since = p.tick
+				if regStart < 0 {
+					regStart = i
+				}
+				if s.state == RegPosted && s.waitIdx < 0 {
+					s.waitIdx = int32(len(p.wait))
+					p.wait = append(p.wait, si)
+				}
+			case kindInv:
+				s.pending++
+				s.since = p.tick
+			}
+		} else if regStart >= 0 {
+			// The SEND carrying the keys of chain[regStart:i].
+			for j := regStart; j < i; j++ {
+				if k2, sj, g2, ok := decodeID(chain[j].ID); ok && k2 == kindReg && int(sj) < len(p.slots) && p.slots[sj].gen == g2 {
+					p.slots[sj].sendSeq = e.seq
+				}
+			}
+			regStart = -1
+		}
+		if e.signaled {
+			p.unsigRun = 0
+		} else {
+			p.unsigRun++
+		}
+		p.push(e)
+	}
+	if n < len(chain) {
+		p.st.PostFailures++
+	}
+	// A posted registration whose SEND never went out: its key is VALID
+	// on the device but nobody will ever invalidate it remotely.
+	if regStart >= 0 {
+		for j := regStart; j < n; j++ {
+			if k, sj, g, ok := decodeID(chain[j].ID); ok && k == kindReg && int(sj) < len(p.slots) && p.slots[sj].gen == g {
+				p.taint(sj)
+			}
+		}
+	}
+}
+
+func (p *Pool) push(e entry) {
+	if p.ln == len(p.ledger) {
+		// More posted than the SQ holds: the caller bypassed Admit. Grow
+		// rather than lose track (Check reports it).
+		n := make([]entry, 2*len(p.ledger))
+		for i := 0; i < p.ln; i++ {
+			n[i] = p.ledger[(p.lhead+i)%len(p.ledger)]
+		}
+		p.ledger, p.lhead = n, 0
+	}
+	p.ledger[(p.lhead+p.ln)%len(p.ledger)] = e
+	p.ln++
+}
+
+// DrainMarker returns a signaled WR to post after moving the QP to ERR;
+// when its (flush) completion has been passed to OnSendCompletion, every
+// earlier WR has completed (ib_drain_sq).
+func (p *Pool) DrainMarker() transport.SendWR {
+	return transport.SendWR{ID: makeID(kindMarker, 0, uint32(p.seq)), Opcode: transport.OpSend, Flags: transport.FlagSignaled}
+}
+
+// Drained reports whether no posted WR is outstanding.
+func (p *Pool) Drained() bool { return p.ln == 0 }
+
+// OnSendCompletion consumes a completion from the QP's send queue (every
+// one, the caller's and the pool's, in the order polled). Only ID and
+// Status are read. It reports whether the completion belonged to a WR
+// the pool tracks.
+func (p *Pool) OnSendCompletion(wc *transport.WC) bool {
+	id, ok := wc.ID, wc.Status == transport.StatusSuccess
+	j := -1
+	for i := 0; i < p.ln; i++ {
+		if p.ledger[(p.lhead+i)%len(p.ledger)].id == id {
+			j = i
+			break
+		}
+	}
+	if j < 0 {
+		return false
+	}
+	var last uint64
+	for i := 0; i <= j; i++ {
+		e := &p.ledger[p.lhead]
+		p.lhead = (p.lhead + 1) % len(p.ledger)
+		p.ln--
+		last = e.seq
+		p.settle(e, ok)
+	}
+	if p.ln == 0 {
+		p.unsigRun = 0
+	}
+	if !ok {
+		// An error completion means the QP is in ERR.
+		p.OnQPError()
+		return true
+	}
+	// Every WR up to seq last completed successfully: SENDs that carried
+	// keys are done.
+	for k := 0; k < len(p.wait); {
+		si := p.wait[k]
+		s := &p.slots[si]
+		if s.sendSeq != 0 && s.sendSeq <= last || s.state != RegPosted {
+			p.unwait(si)
+			if s.state == RegPosted && s.sendSeq != 0 && s.sendSeq <= last {
+				s.sendDone = true
+				if s.remInv {
+					p.st.RemoteInvalidations++
+					p.toFree(si)
+				} else {
+					s.state = Valid
+				}
+			}
+			continue
+		}
+		k++
+	}
+	return true
+}
+
+// settle applies the outcome of one popped ledger entry.
+func (p *Pool) settle(e *entry, ok bool) {
+	if e.kind == kindCaller || e.kind == kindMarker {
+		return
+	}
+	s := &p.slots[e.slot]
+	if s.gen != e.gen {
+		return
+	}
+	s.pending--
+	if !ok {
+		p.taint(e.slot)
+		return
+	}
+	if e.kind == kindInv && s.state == InvPosted {
+		p.st.LocalInvalidationsOK++
+		p.toFree(e.slot)
+	}
+}
+
+func (p *Pool) unwait(si uint32) {
+	s := &p.slots[si]
+	if s.waitIdx < 0 {
+		return
+	}
+	k := s.waitIdx
+	last := p.wait[len(p.wait)-1]
+	p.wait[k] = last
+	p.slots[last].waitIdx = k
+	p.wait = p.wait[:len(p.wait)-1]
+	s.waitIdx = -1
+}
+
+func (p *Pool) toFree(si uint32) {
+	s := &p.slots[si]
+	p.unwait(si)
+	switch s.state {
+	case Free:
+		return
+	case Tainted:
+		p.nTainted--
+	default:
+		p.nInUse--
+	}
+	s.state = Free
+	s.posted, s.remInv, s.sendDone = false, false, false
+	p.free = append(p.free, si)
+	p.nFree++
+}
+
+func (p *Pool) taint(si uint32) {
+	s := &p.slots[si]
+	switch s.state {
+	case Tainted:
+		return
+	case Free:
+		// A FREE slot is on the free list; take it off.
+		for k, f := range p.free {
+			if f == si {
+				p.free = append(p.free[:k], p.free[k+1:]...)
+				break
+			}
+		}
+		p.nFree--
+	default:
+		p.nInUse--
+	}
+	p.unwait(si)
+	s.state = Tainted
+	p.nTainted++
+	p.st.Taints++
+}
+
+// OnRemoteInvalidate records that the response for r arrived in a receive
+// completion with WITH_INV naming key (read only from a SUCCESS
+// completion). If key is r's device key the MR becomes FREE once the SEND
+// that carried it has completed. Any other key is a protocol error: r's MR
+// and any in-use MR of key's index are tainted and ErrBogusInvalidate is
+// returned; the caller should reset the connection.
+func (p *Pool) OnRemoteInvalidate(r Reg, key transport.Key) error {
+	s, cur := p.cur(r)
+	if cur && key == r.rkey && key == s.devKey && s.posted && (s.state == RegPosted || s.state == Valid) && !s.remInv {
+		s.remInv = true
+		if s.sendDone {
+			p.st.RemoteInvalidations++
+			p.toFree(r.slot)
+		}
+		return nil
+	}
+	p.st.BogusInvalidations++
+	if cur {
+		p.taint(r.slot)
+	}
+	for i := range p.slots {
+		if x := &p.slots[i]; x.index == key.Index() && x.state != Free {
+			p.taint(uint32(i))
+		}
+	}
+	return fmt.Errorf("%w: %s (registered %s)", ErrBogusInvalidate, key, r.rkey)
+}
+
+// Invalidate returns the signaled LOCAL_INV naming r's device key; post
+// it (through Admit/Posted). The MR becomes FREE when it completes
+// SUCCESS.
+func (p *Pool) Invalidate(r Reg) (transport.SendWR, error) {
+	s, cur := p.cur(r)
+	if !cur || !s.posted || s.remInv || (s.state != RegPosted && s.state != Valid) {
+		return transport.SendWR{}, ErrStaleReg
+	}
+	p.unwait(r.slot)
+	s.state = InvPosted
+	s.since = p.tick
+	p.st.LocalInvalidations++
+	return transport.SendWR{ID: makeID(kindInv, r.slot, r.gen), Opcode: transport.OpLocalInv,
+		Flags: transport.FlagSignaled, InvalidateKey: s.devKey}, nil
+}
+
+// Done reports whether r's buffer may be handed back to the application:
+// its MR is proven FREE, or was deregistered.
+func (p *Pool) Done(r Reg) bool {
+	s, cur := p.cur(r)
+	return !cur || s.state == Free
+}
+
+// OnQPError taints every MR not proven FREE. Get fails until the WRs still
+// outstanding have been drained (their completions passed in) or Reset is
+// called, and Recover has run.
+func (p *Pool) OnQPError() {
+	if !p.qpErr {
+		p.st.QPErrors++
+	}
+	p.qpErr = true
+	for i := range p.slots {
+		if st := p.slots[i].state; st != Free && st != Tainted {
+			p.taint(uint32(i))
+		}
+	}
+}
+
+// Reset forgets every outstanding WR: the QP was destroyed (or reset)
+// and their completions will never come. Implies OnQPError.
+func (p *Pool) Reset() {
+	p.OnQPError()
+	for p.ln > 0 {
+		e := &p.ledger[p.lhead]
+		p.lhead = (p.lhead + 1) % len(p.ledger)
+		p.ln--
+		if e.kind == kindReg || e.kind == kindInv {
+			if s := &p.slots[e.slot]; s.gen == e.gen {
+				s.pending--
+			}
+		}
+	}
+	p.lhead, p.unsigRun = 0, 0
+}
+
+// Recover deregisters every TAINTED MR that no outstanding WR names and
+// replaces it with a freshly allocated one. After a QP error it returns
+// ErrNotDrained until the send queue is drained or Reset; on success the
+// pool leaves the error state. The caller connects a new QP before
+// posting again.
+func (p *Pool) Recover() error {
+	if p.closed {
+		return ErrClosed
+	}
+	for i := range p.slots {
+		s := &p.slots[i]
+		if s.state != Tainted || s.pending > 0 {
+			continue
+		}
+		old := *s
+		// Allocate first so the device cannot hand the same index back.
+		if err := p.alloc(s); err != nil {
+			*s = old
+			return err
+		}
+		if len(p.retiredLog) < cap(p.retiredLog) {
+			p.retiredLog = append(p.retiredLog, retired{old.index, old.devKey})
+		} else {
+			p.retiredLog[p.retiredPos] = retired{old.index, old.devKey}
+			p.retiredPos = (p.retiredPos + 1) % len(p.retiredLog)
+		}
+		old.dealloc()
+		s.gen++
+		p.st.Replacements++
+		p.toFree(uint32(i))
+	}
+	if p.qpErr {
+		if p.ln > 0 {
+			return ErrNotDrained
+		}
+		p.qpErr = false
+	}
+	return nil
+}
+
+// RecoverOn moves the pool to a new PD (a new connection on another PD):
+// every MR is replaced. For windows, base is the new arena MR.
+func (p *Pool) RecoverOn(pd transport.PD, base transport.MR) error {
+	p.Reset()
+	for i := range p.slots {
+		p.taint(uint32(i))
+	}
+	p.pd = pd
+	if base != nil {
+		p.base = base
+	}
+	return p.Recover()
+}
+
+// Tick advances the pool's clock. If a signaled WR the pool tracks has been
+// outstanding for DeadlineTicks, or an MR has waited that long for its
+// invalidation, the waiting MRs are tainted and ErrDeadline is returned:
+// tear the QP down (OnQPError, drain with a bound, Reset).
+func (p *Pool) Tick() error {
+	p.tick++
+	dl := int64(p.cfg.DeadlineTicks)
+	late := false
+	for i := 0; i < p.ln; i++ {
+		e := &p.ledger[(p.lhead+i)%len(p.ledger)]
+		if e.signaled {
+			late = p.tick-e.posted > dl
+			break
+		}
+	}
+	for i := range p.slots {
+		s := &p.slots[i]
+		if s.state == InvPosted && p.tick-s.since > dl {
+			late = true
+		}
+	}
+	if !late {
+		return nil
+	}
+	p.st.Deadlines++
+	p.OnQPError()
+	return ErrDeadline
+}
+
+// Stats returns counters and gauges.
+func (p *Pool) Stats() Stats {
+	st := p.st
+	st.Free, st.InUse, st.Outstanding = p.nFree, p.nInUse, p.ln
+	st.Tainted, st.Retiring = 0, 0
+	for i := range p.slots {
+		if s := &p.slots[i]; s.state == Tainted {
+			if s.pending > 0 {
+				st.Retiring++
+			} else {
+				st.Tainted++
+			}
+		}
+	}
+	return st
+}
+
+// SlotInfo is the pool's view of one slot, for tests and diagnostics.
+type SlotInfo struct {
+	Slot    int
+	State   State
+	Index   uint32
+	DevKey  transport.Key
+	Gen     uint32
+	Pending int
+	Posted  bool
+}
+
+// Slots calls f for every slot.
+func (p *Pool) Slots(f func(SlotInfo)) {
+	for i := range p.slots {
+		s := &p.slots[i]
+		f(SlotInfo{Slot: i, State: s.state, Index: s.index, DevKey: s.devKey, Gen: s.gen, Pending: int(s.pending), Posted: s.posted})
+	}
+}
+
+// Check verifies the pool's internal invariants (accounting, free list,
+// ledger) and returns the first violation.
+func (p *Pool) Check() error {
+	bad := func(f string, a ...any) error {
+		return fmt.Errorf("%w: %s", errInvariantViolated, fmt.Sprintf(f, a...))
+	}
+	var nf, nu, nt int
+	for i := range p.slots {
+		switch p.slots[i].state {
+		case Free:
+			nf++
+		case Tainted:
+			nt++
+		default:
+			nu++
+		}
+	}
+	if nf != p.nFree || nu != p.nInUse || nt != p.nTainted {
+		return bad("rule 19: counted free/in-use/tainted %d/%d/%d, accounted %d/%d/%d", nf, nu, nt, p.nFree, p.nInUse, p.nTainted)
+	}
+	if nf+nu+nt != len(p.slots) {
+		return bad("rule 19: %d+%d+%d != size %d", nf, nu, nt, len(p.slots))
+	}
+	if len(p.free) != nf {
+		return bad("free list holds %d, %d slots FREE", len(p.free), nf)
+	}
+	seen := make([]bool, len(p.slots))
+	for _, si := range p.free {
+		s := &p.slots[si]
+		if seen[si] {
+			return bad("slot %d twice on the free list", si)
+		}
+		seen[si] = true
+		if s.state != Free {
+			return bad("rule 1: slot %d on the free list in state %s", si, s.state)
+		}
+	}
+	pend := make([]int32, len(p.slots))
+	run, maxRun := 0, 0
+	for i := 0; i < p.ln; i++ {
+		e := &p.ledger[(p.lhead+i)%len(p.ledger)]
+		if (e.kind == kindReg || e.kind == kindInv) && p.slots[e.slot].gen == e.gen {
+			pend[e.slot]++
+		}
+		if e.signaled {
+			run = 0
+		} else {
+			run++
+			maxRun = max(maxRun, run)
+		}
+	}
+	for i := range p.slots {
+		s := &p.slots[i]
+		if pend[i] != s.pending {
+			return bad("slot %d: %d ledger entries, pending %d", i, pend[i], s.pending)
+		}
+		if s.state == Free && s.pending != 0 {
+			return bad("rule 1: FREE slot %d named by %d outstanding WRs", i, s.pending)
+		}
+	}
+	if p.ln > p.cfg.SQDepth {
+		return bad("rule 15: %d WRs outstanding, SQ holds %d", p.ln, p.cfg.SQDepth)
+	}
+	if maxRun >= p.cfg.SignalEvery {
+		return bad("rule 15: run of %d unsignaled WRs (SignalEvery %d)", maxRun, p.cfg.SignalEvery)
+	}
+	for k, si := range p.wait {
+		if p.slots[si].waitIdx != int32(k) {
+			return bad("wait list index of slot %d", si)
+		}
+	}
+	return nil
+}
+
+// Close deregisters every MR. Call it after the QP is destroyed.
+func (p *Pool) Close() error {
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	for i := range p.slots {
+		p.slots[i].dealloc()
+	}
+	return nil
+}

@@ -1,0 +1,646 @@
+package frmr
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// The rig: an initiator (the pool's QP) and a scripted target on one
+// software NIC, connected over the loop wire.
+
+const (
+	qd       = 8
+	maxPages = 4
+	iuSize   = 64
+	sqDepth  = 32
+	// emuSQ is the QPs' real MaxSendWR. The emu reuses a send-queue slot
+	// without clearing wqe.sentAt, so a WR in a reused slot keeps its old
+	// PSN (the responder takes it for a duplicate) and InjectQPError never
+	// fires for it (emu bug, reported). Workaround: QPs far deeper than the
+	// pool's self-imposed SQDepth, replaced before their ring wraps.
+	emuSQ   = 8192
+	rqDepth = 2 * qd
+	recvBit = 1 << 56
+	sendBit = 2 << 56
+	readBit = 3 << 56
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type side struct {
+	pd    transport.PD
+	cq    transport.CQ
+	qp    transport.QP
+	conn  transport.Conn
+	arena *transport.Arena
+	mr    transport.MR // LOCAL_WRITE|MW_BIND, never remote
+}
+
+type ioState uint8
+
+const (
+	ioIdle ioState = iota
+	ioPosted
+	ioWaitDone
+)
+
+type ioReq struct {
+	state    ioState
+	reg      Reg
+	reqID    uint64
+	dir      Direction
+	off, n   int
+	pattern  byte
+	respOK   bool
+	failed   bool
+	strayHit bool
+	sentinel byte
+}
+
+type rig struct {
+	t       testing.TB
+	seed    int64
+	rng     *rand.Rand
+	prov    *emu.Provider
+	mech    Mechanism
+	lis     transport.Listener
+	ini     side
+	tgt     side
+	pool    *Pool
+	ios     [qd]ioReq
+	wcs     []transport.WC
+	nextReq uint64
+	sendID  uint64
+	area    int
+
+	// target-side script knobs (faults)
+	bogusNext   bool // F15
+	fenceless   bool // F16: READ and SEND_WITH_INV in one chain
+	deferSends  bool // F17
+	deferred    []transport.WC
+	postFail    bool // F10 injected
+	retiredKeys [8]struct {
+		key  transport.Key
+		iova uint64
+	}
+	retiredN int
+
+	broken bool
+	// bogusConn: the target sent a wrong SEND_WITH_INV on this
+	// connection; a LINV racing it may then legitimately hit a FREE MR
+	// (MW_BIND_ERR caused by the peer, not by reuse).
+	bogusConn bool
+	posts     int // send WRs posted on the current QPs (both sides)
+	done      int
+	failedIO  int
+	recovers  int
+	strays    int
+	bogus     int
+	mwBind    int
+	log       []string
+}
+
+func newRig(t testing.TB, profile string, mech Mechanism, seed int64, iovaTag bool) *rig {
+	t.Helper()
+	p, err := emu.New(emu.Config{Profile: profile, Seed: seed, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 7)), prov: p, mech: mech, wcs: make([]transport.WC, 64)}
+	r.area = maxPages * transport.PageSize
+	d, _ := p.OpenDevice("")
+	for _, s := range []*side{&r.ini, &r.tgt} {
+		if s.pd, err = d.AllocPD(); err != nil {
+			t.Fatal(err)
+		}
+		if s.arena, err = transport.NewArena(qd*r.area+2*rqDepth*iuSize+4096, transport.ArenaOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if s.mr, err = s.pd.RegMR(s.arena, 0, s.arena.Len(), transport.AccessLocalWrite|transport.AccessMWBind); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Close the NIC (stopping every QP) before unmapping the arenas.
+	t.Cleanup(func() {
+		p.Close()
+		r.ini.arena.Close()
+		r.tgt.arena.Close()
+	})
+	r.pool, err = New(Config{PD: r.ini.pd, Caps: d.Attr().Caps, Mechanism: mech, Size: qd + 4, MaxPages: maxPages,
+		BaseMR: r.ini.mr, SQDepth: sqDepth, SignalEvery: 8, IOVATag: iovaTag, DeadlineTicks: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.lis, err = p.Listen(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	r.connect()
+	return r
+}
+
+func (r *rig) fatalf(format string, args ...any) {
+	r.t.Helper()
+	r.t.Fatalf("seed %d profile %s mech %s: %s", r.seed, r.prov.Profile().Name, r.pool.Mechanism(), fmt.Sprintf(format, args...))
+}
+
+func (r *rig) iuAddr(s *side, i int) uint64 { return s.arena.Addr() + uint64(qd*r.area+i*iuSize) }
+
+func (r *rig) connect() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, _ := r.prov.OpenDevice("")
+	var err error
+	for _, s := range []*side{&r.ini, &r.tgt} {
+		if s.cq, err = d.CreateCQ(CQDepth(emuSQ, rqDepth)); err != nil {
+			r.fatalf("cq: %v", err)
+		}
+		if s.qp, err = s.pd.CreateQP(transport.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: emuSQ, MaxRecvWR: rqDepth, MaxSendSGE: 2, MaxRecvSGE: 1}); err != nil {
+			r.fatalf("qp: %v", err)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		req, err := r.lis.Accept(ctx)
+		if err == nil {
+			r.tgt.conn, err = req.Accept(ctx, r.tgt.qp, nil)
+		}
+		errc <- err
+	}()
+	ep, err := r.prov.Resolve(ctx, r.lis.Addr())
+	if err != nil {
+		r.fatalf("resolve: %v", err)
+	}
+	if r.ini.conn, err = ep.Connect(ctx, r.ini.qp, nil); err != nil {
+		r.fatalf("connect: %v", err)
+	}
+	if err := <-errc; err != nil {
+		r.fatalf("accept: %v", err)
+	}
+	for _, s := range []*side{&r.ini, &r.tgt} {
+		for i := 0; i < rqDepth; i++ {
+			r.postRecv(s, i)
+		}
+	}
+	r.broken = false
+	r.bogusConn = false
+	r.posts = 0
+}
+
+func (r *rig) postRecv(s *side, i int) {
+	wr := []transport.RecvWR{{ID: recvBit | uint64(i), SGL: []transport.SGE{{Addr: r.iuAddr(s, i), Length: iuSize, LKey: s.mr.LKey()}}}}
+	if _, err := s.qp.PostRecv(wr); err != nil && s.qp.State() == transport.QPRTS {
+		r.fatalf("post recv: %v", err)
+	}
+}
+
+func (r *rig) bufOff(tag int) int { return tag * r.area }
+
+// post sends chain through the pool's admission and accounting.
+func (r *rig) post(chain []transport.SendWR) (int, error) {
+	if err := r.pool.Admit(chain); err != nil {
+		return 0, err
+	}
+	n, err := r.ini.qp.PostSend(chain)
+	r.pool.Posted(chain, n)
+	r.posts += n
+	if err != nil && !r.postFail && r.ini.qp.State() == transport.QPRTS {
+		r.fatalf("post send failed without injection (rule 15/F11): %v", err)
+	}
+	if err != nil {
+		r.postFail = false
+		r.broken = true
+	}
+	return n, err
+}
+
+// start begins an I/O on tag if possible.
+func (r *rig) start(tag int) {
+	x := &r.ios[tag]
+	ps := transport.PageSize
+	off := r.rng.IntN(ps)
+	n := 1 + r.rng.IntN(maxPages*ps-off)
+	dir := Direction(r.rng.IntN(2))
+	base := r.bufOff(tag)
+	buf := r.ini.arena.Bytes()[base : base+r.area]
+	// The application owned this memory since the last I/O: nothing may
+	// have changed it (a stray that reached app memory, seed 002).
+	for i, b := range buf {
+		if b != x.sentinel {
+			r.fatalf("app-owned memory of tag %d changed at +%d: %#x, want %#x (stray write reached application memory)", tag, i, b, x.sentinel)
+		}
+	}
+	r.nextReq++
+	reg, err := r.pool.Get(Segment{Arena: r.ini.arena, Off: base + off, Len: n}, dir, r.nextReq)
+	if errors.Is(err, ErrExhausted) || errors.Is(err, ErrQPError) {
+		return
+	}
+	if err != nil {
+		r.fatalf("get: %v", err)
+	}
+	pat := byte(r.rng.Uint32()) | 1
+	if dir == PeerReads {
+		for i := range buf[off : off+n] {
+			buf[off+i] = pat + byte(i)
+		}
+	}
+	*x = ioReq{state: ioPosted, reg: reg, reqID: r.nextReq, dir: dir, off: off, n: n, pattern: pat, sentinel: x.sentinel}
+	iu := r.ini.arena.Bytes()[qd*r.area+(rqDepth+tag)*iuSize:]
+	binary.LittleEndian.PutUint32(iu[0:], uint32(tag))
+	iu[4] = byte(dir)
+	iu[5] = pat
+	binary.LittleEndian.PutUint64(iu[8:], r.nextReq)
+	binary.LittleEndian.PutUint64(iu[16:], reg.IOVA())
+	binary.LittleEndian.PutUint32(iu[24:], uint32(reg.RKey()))
+	binary.LittleEndian.PutUint32(iu[28:], uint32(n))
+	r.sendID++
+	chain := []transport.SendWR{reg.WR(), {ID: sendBit | r.sendID, Opcode: transport.OpSend,
+		SGL: []transport.SGE{{Addr: r.iuAddr(&r.ini, rqDepth+tag), Length: 32, LKey: r.ini.mr.LKey()}}}}
+	n2, err := r.post(chain)
+	if errors.Is(err, ErrSQFull) {
+		r.pool.Cancel(reg)
+		x.state = ioIdle
+		return
+	}
+	if n2 < len(chain) {
+		x.failed = true
+		x.state = ioWaitDone
+	}
+}
+
+// onIniWC handles one initiator completion.
+func (r *rig) onIniWC(wc transport.WC) {
+	if wc.ID>>56 != 1 {
+		if wc.Status == transport.StatusMWBindErr && !r.bogusConn {
+			r.mwBind++
+		}
+		r.pool.OnSendCompletion(&wc)
+		if wc.Status != transport.StatusSuccess {
+			r.broken = true
+		}
+		return
+	}
+	if wc.Status != transport.StatusSuccess {
+		r.broken = true
+		return
+	}
+	slot := int(wc.ID & 0xffffff)
+	iu := r.ini.arena.Bytes()[qd*r.area+slot*iuSize:]
+	tag := int(binary.LittleEndian.Uint32(iu))
+	reqID := binary.LittleEndian.Uint64(iu[8:])
+	r.postRecv(&r.ini, slot)
+	if tag >= qd || r.ios[tag].state != ioPosted || r.ios[tag].reqID != reqID {
+		r.fatalf("response for unknown request tag %d req %d", tag, reqID)
+	}
+	x := &r.ios[tag]
+	x.respOK = iu[6] == 0
+	x.state = ioWaitDone
+	if wc.Flags&transport.WCWithInv != 0 {
+		if err := r.pool.OnRemoteInvalidate(x.reg, wc.InvalidatedKey); err != nil {
+			r.bogus++
+			x.failed = true
+			r.broken = true // protocol error: reset the connection
+		}
+		return
+	}
+	inv, err := r.pool.Invalidate(x.reg)
+	if err != nil {
+		// Only an MR already tainted by a QP error in this same batch.
+		if !r.broken {
+			r.fatalf("invalidate: %v", err)
+		}
+		x.failed = true
+		return
+	}
+	if n, _ := r.post([]transport.SendWR{inv}); n == 0 {
+		x.failed = true
+	}
+}
+
+// onTgtWC is the scripted target.
+func (r *rig) onTgtWC(wc transport.WC) {
+	if wc.ID == emu.StrayWRID {
+		return
+	}
+	if wc.Status != transport.StatusSuccess {
+		r.broken = true
+		return
+	}
+	switch {
+	case wc.ID>>56 == 1:
+		slot := int(wc.ID & 0xffffff)
+		iu := r.tgt.arena.Bytes()[qd*r.area+slot*iuSize:]
+		tag := int(binary.LittleEndian.Uint32(iu))
+		dir := Direction(iu[4])
+		pat := iu[5]
+		iova := binary.LittleEndian.Uint64(iu[16:])
+		rkey := transport.Key(binary.LittleEndian.Uint32(iu[24:]))
+		n := int(binary.LittleEndian.Uint32(iu[28:]))
+		// Keep the command for the response.
+		resp := r.tgt.arena.Bytes()[qd*r.area+(rqDepth+tag)*iuSize:]
+		copy(resp[:32], iu[:32])
+		resp[6] = 0
+		r.postRecv(&r.tgt, slot)
+		data := r.tgt.arena.Bytes()[tag*r.area : tag*r.area+n]
+		sge := []transport.SGE{{Addr: r.tgt.arena.Addr() + uint64(tag*r.area), Length: uint32(n), LKey: r.tgt.mr.LKey()}}
+		if dir == PeerWrites {
+			for i := range data {
+				data[i] = pat + byte(i)
+			}
+			w := transport.SendWR{ID: sendBit | uint64(tag), Opcode: transport.OpRDMAWrite, SGL: sge, RemoteAddr: iova, RKey: rkey}
+			r.respond(tag, rkey, w)
+			return
+		}
+		rd := transport.SendWR{ID: readBit | uint64(tag), Opcode: transport.OpRDMARead, Flags: transport.FlagSignaled, SGL: sge, RemoteAddr: iova, RKey: rkey}
+		if r.fenceless {
+			// F16: SEND_WITH_INV chained behind the READ of the same MR.
+			r.fenceless = false
+			rd.ID = sendBit | 2<<20 | uint64(tag)
+			r.respond(tag, rkey, rd)
+			return
+		}
+		binary.LittleEndian.PutUint32(resp[32:], uint32(rkey))
+		r.posts++
+		if _, err := r.tgt.qp.PostSend([]transport.SendWR{rd}); err != nil {
+			r.broken = true
+		}
+	case wc.ID>>56 == 3:
+		tag := int(wc.ID & 0xffffff)
+		resp := r.tgt.arena.Bytes()[qd*r.area+(rqDepth+tag)*iuSize:]
+		pat := resp[5]
+		n := int(binary.LittleEndian.Uint32(resp[28:]))
+		data := r.tgt.arena.Bytes()[tag*r.area : tag*r.area+n]
+		for i, b := range data {
+			if b != pat+byte(i) && !r.ios[tag].strayHit {
+				r.fatalf("target read tag %d +%d: %#x want %#x", tag, i, b, pat+byte(i))
+			}
+		}
+		r.respond(tag, transport.Key(binary.LittleEndian.Uint32(resp[32:])))
+	}
+}
+
+// respond posts the target's response (after the given data WRs), as
+// SEND_WITH_INV or plain SEND at random.
+func (r *rig) respond(tag int, rkey transport.Key, before ...transport.SendWR) {
+	resp := transport.SendWR{ID: sendBit | 1<<20 | uint64(tag), Opcode: transport.OpSend, Flags: transport.FlagSignaled,
+		SGL: []transport.SGE{{Addr: r.iuAddr(&r.tgt, rqDepth+tag), Length: 32, LKey: r.tgt.mr.LKey()}}}
+	if r.rng.IntN(2) == 0 {
+		resp.Opcode = transport.OpSendWithInv
+		resp.InvalidateKey = rkey
+		if r.bogusNext {
+			// F15: name the wrong key (another request's or a bumped one).
+			r.bogusNext = false
+			r.bogusConn = true
+			resp.InvalidateKey = rkey.Bump()
+			for i := range r.ios {
+				if x := &r.ios[i]; x.state == ioPosted && x.reg.RKey() != rkey {
+					resp.InvalidateKey = x.reg.RKey()
+				}
+			}
+		}
+	}
+	chain := append(before, resp)
+	r.posts += len(chain)
+	if _, err := r.tgt.qp.PostSend(chain); err != nil {
+		r.broken = true
+	}
+}
+
+// poll drains both CQs once; it reports whether anything happened.
+func (r *rig) poll() bool {
+	any := false
+	for _, s := range []*side{&r.ini, &r.tgt} {
+		n, err := s.cq.Poll(r.wcs)
+		if err != nil {
+			r.broken = true
+			continue
+		}
+		any = any || n > 0
+		for _, wc := range r.wcs[:n] {
+			if s == &r.tgt {
+				r.onTgtWC(wc)
+				continue
+			}
+			if r.deferSends && wc.ID>>56 != 1 || len(r.deferred) > 0 && wc.ID>>56 != 1 {
+				r.deferred = append(r.deferred, wc) // F17: receive overtakes send completion
+				continue
+			}
+			r.onIniWC(wc)
+		}
+	}
+	if !r.deferSends && len(r.deferred) > 0 {
+		d := r.deferred
+		r.deferred = nil
+		for _, wc := range d {
+			r.onIniWC(wc)
+		}
+		any = true
+	}
+	return any
+}
+
+// retire hands buffers back when the pool says so, checking rule 4.
+func (r *rig) retire() {
+	for tag := range r.ios {
+		x := &r.ios[tag]
+		if x.state == ioIdle || !r.pool.Done(x.reg) {
+			continue
+		}
+		// Rule 4: no rkey reaching the buffer is VALID on the device.
+		k := x.reg.RKey()
+		if info, ok := r.prov.MRInfo(k.Index()); ok && info.State == "VALID" && info.Key == k {
+			r.fatalf("rule 4: tag %d returned while rkey %s is VALID on the device", tag, k)
+		}
+		base := r.bufOff(tag)
+		buf := r.ini.arena.Bytes()[base : base+r.area]
+		if x.state == ioWaitDone && x.respOK && !x.failed && !x.strayHit && x.dir == PeerWrites {
+			for i := range x.n {
+				if buf[x.off+i] != x.pattern+byte(i) {
+					r.fatalf("tag %d data-in +%d: %#x want %#x", tag, i, buf[x.off+i], x.pattern+byte(i))
+				}
+			}
+		}
+		if x.state == ioWaitDone && !x.failed {
+			r.done++
+		} else {
+			r.failedIO++
+		}
+		rk := &r.retiredKeys[r.retiredN%len(r.retiredKeys)]
+		rk.key, rk.iova = k, x.reg.IOVA()
+		r.retiredN++
+		// The application reuses its memory: fill it with a new sentinel.
+		x.sentinel++
+		for i := range buf {
+			buf[i] = x.sentinel
+		}
+		x.state = ioIdle
+	}
+}
+
+// check verifies the invariants after a step.
+func (r *rig) check() {
+	if err := r.pool.Check(); err != nil {
+		r.fatalf("%v", err)
+	}
+	st := r.pool.Stats()
+	if st.Free+st.InUse+st.Tainted+st.Retiring != st.Size {
+		r.fatalf("rule 19: %+v", st)
+	}
+	free := map[uint32]bool{}
+	r.pool.Slots(func(s SlotInfo) {
+		if s.State != Free {
+			return
+		}
+		free[s.Index] = true
+		// Rule 5: a FREE slot's MR is FREE on the device, not poisoned.
+		info, ok := r.prov.MRInfo(s.Index)
+		if !ok || info.State != "FREE" || info.Poisoned {
+			r.fatalf("rule 5: FREE slot %d index %#x device %+v ok=%v", s.Slot, s.Index, info, ok)
+		}
+	})
+	// Rule 1: no outstanding WR names a FREE MR.
+	for _, o := range r.prov.Outstanding() {
+		if o.QPNum != r.ini.qp.Num() || (o.Opcode != transport.OpRegMR && o.Opcode != transport.OpBindMW && o.Opcode != transport.OpLocalInv) {
+			continue
+		}
+		for _, idx := range o.Objects {
+			if free[idx] {
+				r.fatalf("rule 1: FREE MR index %#x named by outstanding %s %#x", idx, o.Opcode, o.ID)
+			}
+		}
+	}
+	// Rule 7: unretired rkeys are distinct.
+	for i := range r.ios {
+		for j := i + 1; j < len(r.ios); j++ {
+			if r.ios[i].state != ioIdle && r.ios[j].state != ioIdle && r.ios[i].reg.RKey() == r.ios[j].reg.RKey() {
+				r.fatalf("rule 7: tags %d and %d share rkey %s", i, j, r.ios[i].reg.RKey())
+			}
+		}
+	}
+	c := r.prov.Counters()
+	if c.RegOnValid != 0 {
+		r.fatalf("rule 5: %d REG/BIND on a VALID object", c.RegOnValid)
+	}
+	if r.mwBind != 0 {
+		r.fatalf("F2/rule 10: %d MW_BIND_ERR completions reached the initiator", r.mwBind)
+	}
+}
+
+// recover tears the connection down and builds a new one (rules 10–13, 17).
+func (r *rig) recover() {
+	r.recovers++
+	r.pool.OnQPError()
+	r.deferSends = false
+	for _, wc := range r.deferred {
+		r.onIniWC(wc)
+	}
+	r.deferred = nil
+	r.ini.qp.Modify(transport.QPErr)
+	r.tgt.qp.Modify(transport.QPErr)
+	m := []transport.SendWR{r.pool.DrainMarker()}
+	if r.pool.Admit(m) == nil {
+		n, _ := r.ini.qp.PostSend(m)
+		r.pool.Posted(m, n)
+	}
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for !r.pool.Drained() && time.Now().Before(deadline) {
+		n, err := r.ini.cq.Poll(r.wcs)
+		if err != nil {
+			break
+		}
+		for _, wc := range r.wcs[:n] {
+			if wc.ID>>56 != 1 {
+				if wc.Status == transport.StatusMWBindErr && !r.bogusConn {
+					r.mwBind++
+				}
+				r.pool.OnSendCompletion(&wc)
+			}
+		}
+		if n == 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	for _, s := range []*side{&r.ini, &r.tgt} {
+		s.qp.Close()
+		s.cq.Close()
+	}
+	if !r.pool.Drained() {
+		r.pool.Reset() // rule 13/17: completions lost with the destroyed QP
+	}
+	if err := r.pool.Recover(); err != nil {
+		r.fatalf("recover: %v", err)
+	}
+	for i := range r.ios {
+		if r.ios[i].state == ioPosted {
+			r.ios[i].failed = true
+			r.ios[i].state = ioWaitDone
+		}
+	}
+	r.retire()
+	for i := range r.ios {
+		if r.ios[i].state != ioIdle {
+			r.fatalf("tag %d not returned after recovery (state %d)", i, r.ios[i].state)
+		}
+	}
+	r.check()
+	r.connect()
+}
+
+// stray issues an RDMA WRITE from the target with (key, va) and returns
+// its status.
+func (r *rig) stray(key transport.Key, va uint64, n int) transport.Status {
+	r.strays++
+	data := make([]byte, n)
+	for i := range data {
+		data[i] = 0xEE
+	}
+	st, err := r.prov.InjectStray(r.tgt.qp, transport.OpRDMAWrite, key, va, data)
+	if err != nil {
+		r.broken = true
+		return transport.StatusGeneralErr
+	}
+	if st != transport.StatusSuccess {
+		r.broken = true
+	}
+	return st
+}
+
+// step runs one iteration: start I/Os, poll, retire, tick, check.
+func (r *rig) step() {
+	for tag := range r.ios {
+		if r.ios[tag].state == ioIdle && !r.broken && r.rng.IntN(3) == 0 {
+			r.start(tag)
+		}
+	}
+	if !r.poll() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		r.ini.cq.Wait(ctx)
+		cancel()
+		if err := r.pool.Tick(); err != nil {
+			r.broken = true // rule 13: deadline → teardown
+		}
+	}
+	r.retire()
+	if st := r.ini.qp.State(); st != transport.QPRTS {
+		r.broken = true
+	}
+	if r.tgt.qp.State() != transport.QPRTS {
+		r.broken = true
+	}
+	r.check()
+	if r.posts > emuSQ-64 {
+		r.broken = true // replace the QPs before the emu's ring wraps
+	}
+	if r.broken {
+		r.recover()
+	}
+}
