@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -19,9 +20,13 @@ type ArenaOptions struct {
 	// HugePages asks for MAP_HUGETLB memory; if the system has none, NewArena
 	// fails rather than silently using small pages.
 	HugePages bool
-	// Shared backs the arena with a memfd so that another process (the
-	// shared-memory wire of the software NIC) can map the same pages. FD
-	// returns the descriptor.
+	// Shared requires the arena to be backed by a memfd, so that another
+	// process can map the same pages; NewArena fails if it cannot create
+	// one, and FD returns the descriptor. Without Shared, an arena is still
+	// memfd-backed whenever the kernel allows it (so that a software NIC's
+	// shared-memory wire can hand any registered memory to a peer process,
+	// see MemFD), except a HugePages arena, which keeps an anonymous
+	// MAP_HUGETLB mapping; FD then reports -1 as before.
 	Shared bool
 	// Name labels the memfd (visible in /proc/PID/fd); informational.
 	Name string
@@ -34,9 +39,14 @@ type ArenaOptions struct {
 // addresses.
 type Arena struct {
 	mem    []byte
-	fd     int
+	fd     int // memfd, or -1
+	shared bool
+	id     uint64
 	closed bool
 }
+
+// arenaIDs numbers arenas; IDs are never reused within a process.
+var arenaIDs atomic.Uint64
 
 var arenas struct {
 	mu   sync.RWMutex
@@ -51,26 +61,18 @@ func NewArena(size int, opts ArenaOptions) (*Arena, error) {
 	size = (size + PageSize - 1) &^ (PageSize - 1)
 	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS
 	fd := -1
-	if opts.Shared {
-		name := opts.Name
-		if name == "" {
-			name = "gosrp-arena"
-		}
-		mfdFlags := unix.MFD_CLOEXEC
-		if opts.HugePages {
-			mfdFlags |= unix.MFD_HUGETLB
-		}
+	if opts.Shared || !opts.HugePages {
 		var err error
-		fd, err = unix.MemfdCreate(name, mfdFlags)
-		if err != nil {
-			return nil, fmt.Errorf("transport: arena memfd: %w", err)
+		fd, err = newMemfd(opts, size)
+		switch {
+		case err == nil:
+			flags = unix.MAP_SHARED
+		case opts.Shared:
+			return nil, err
+		default:
+			fd = -1 // no memfd here (seccomp, old kernel): private memory
 		}
-		if err := unix.Ftruncate(fd, int64(size)); err != nil {
-			unix.Close(fd)
-			return nil, fmt.Errorf("transport: arena memfd size %d: %w", size, err)
-		}
-		flags = unix.MAP_SHARED
-	} else if opts.HugePages {
+	} else {
 		flags |= unix.MAP_HUGETLB
 	}
 	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, flags)
@@ -80,7 +82,7 @@ func NewArena(size int, opts ArenaOptions) (*Arena, error) {
 		}
 		return nil, fmt.Errorf("transport: mmap arena of %d bytes: %w", size, err)
 	}
-	a := &Arena{mem: mem, fd: fd}
+	a := &Arena{mem: mem, fd: fd, shared: opts.Shared, id: arenaIDs.Add(1)}
 	arenas.mu.Lock()
 	i := sort.Search(len(arenas.live), func(i int) bool { return arenas.live[i].Addr() > a.Addr() })
 	arenas.live = append(arenas.live, nil)
@@ -89,6 +91,36 @@ func NewArena(size int, opts ArenaOptions) (*Arena, error) {
 	arenas.mu.Unlock()
 	return a, nil
 }
+
+// newMemfd creates a memfd of size bytes sealed against shrinking and
+// growing, so that a peer that maps it can trust its size (a shrunk memfd
+// would fault the peer with SIGBUS). Sealing is best effort: a peer that
+// requires the seals checks them itself.
+func newMemfd(opts ArenaOptions, size int) (int, error) {
+	name := opts.Name
+	if name == "" {
+		name = "gosrp-arena"
+	}
+	mfdFlags := unix.MFD_CLOEXEC | unix.MFD_ALLOW_SEALING
+	if opts.HugePages {
+		mfdFlags |= unix.MFD_HUGETLB
+	}
+	fd, err := unix.MemfdCreate(name, mfdFlags)
+	if err != nil {
+		return -1, fmt.Errorf("transport: arena memfd: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("transport: arena memfd size %d: %w", size, err)
+	}
+	unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+	return fd, nil
+}
+
+// ID is a number that identifies the arena within this process; IDs are
+// never reused. A software NIC uses it to name the arena to a peer process
+// that has mapped it.
+func (a *Arena) ID() uint64 { return a.id }
 
 // Bytes is the arena's memory. It is valid until Close.
 func (a *Arena) Bytes() []byte { return a.mem }
@@ -101,7 +133,19 @@ func (a *Arena) Len() int { return len(a.mem) }
 func (a *Arena) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(a.mem)))) }
 
 // FD is the memfd behind a Shared arena, or -1.
-func (a *Arena) FD() int { return a.fd }
+func (a *Arena) FD() int {
+	if !a.shared {
+		return -1
+	}
+	return a.fd
+}
+
+// MemFD is the memfd behind the arena whether or not it was created
+// Shared, or -1 if it has none (a HugePages arena without Shared, a kernel
+// without memfd) or is closed. The memfd is sealed against shrinking and
+// growing. The arena owns the descriptor: a caller that keeps it beyond
+// Close must dup it.
+func (a *Arena) MemFD() int { return a.fd }
 
 // Slice returns the arena bytes [off, off+n), or an error if the range is
 // not inside the arena.

@@ -62,6 +62,14 @@ type LoginRequest struct {
 	RemoteInvalidate bool `msgpack:"rinv"`
 	// Nonce is the initiator's half of the authentication challenge.
 	Nonce []byte `msgpack:"n,omitempty"`
+	// Session and Channel identify the channel this connection carries.
+	// A login for a channel the target still serves on an older
+	// connection replaces it: the target ends the old connection and
+	// waits for its volume I/O to finish before answering, so no write
+	// from the dead connection can land after one the new connection
+	// acknowledges (iSCSI session reinstatement, RFC 7143 §6.3.5).
+	Session uint64 `msgpack:"sid,omitempty"`
+	Channel uint16 `msgpack:"ch,omitempty"`
 }
 
 // LoginChallenge asks the initiator to prove it holds the shared secret.

@@ -70,23 +70,28 @@ func rdmaWR(x *pair, op transport.Opcode, n uint32) []transport.SendWR {
 }
 
 // TestSteadyStateAllocs asserts that a SEND/RECV round trip and 4 KiB RDMA
-// WRITE and READ allocate nothing per work request on the loop wire.
+// WRITE and READ allocate nothing per work request on the loop and shm
+// wires.
 func TestSteadyStateAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts are measured in full runs")
 	}
-	x := newPair(t, Config{Wire: WireLoop}, 1<<20)
-	s, r := sendWR(x, 64), recvWR(x)
-	w, rd := rdmaWR(x, transport.OpRDMAWrite, 4096), rdmaWR(x, transport.OpRDMARead, 4096)
-	for name, f := range map[string]func(){
-		"send-recv":  func() { x.roundTrip(t, s, r, 1, 1) },
-		"rdma-write": func() { x.roundTrip(t, w, nil, 1, 0) },
-		"rdma-read":  func() { x.roundTrip(t, rd, nil, 1, 0) },
-	} {
-		f() // warm up staging buffers
-		if a := testing.AllocsPerRun(200, f); a != 0 {
-			t.Errorf("%s: %.1f allocations per work request, want 0", name, a)
-		}
+	for _, wire := range []string{WireLoop, WireShm} {
+		t.Run(wire, func(t *testing.T) {
+			x := newPair(t, Config{Wire: wire}, 1<<20)
+			s, r := sendWR(x, 64), recvWR(x)
+			w, rd := rdmaWR(x, transport.OpRDMAWrite, 4096), rdmaWR(x, transport.OpRDMARead, 4096)
+			for name, f := range map[string]func(){
+				"send-recv":  func() { x.roundTrip(t, s, r, 1, 1) },
+				"rdma-write": func() { x.roundTrip(t, w, nil, 1, 0) },
+				"rdma-read":  func() { x.roundTrip(t, rd, nil, 1, 0) },
+			} {
+				f() // warm up staging buffers (and hand the arenas over on shm)
+				if a := testing.AllocsPerRun(200, f); a != 0 {
+					t.Errorf("%s: %.1f allocations per work request, want 0", name, a)
+				}
+			}
+		})
 	}
 }
 
@@ -126,27 +131,29 @@ func BenchmarkRDMA4K(b *testing.B) {
 	}
 }
 
-// BenchmarkStream64K compares a stream of 64 KiB RDMA WRITEs on the tcp
-// wire (16 in flight, every 16th signaled) with a raw TCP loopback copy of
-// the same bytes, in the same run.
+// BenchmarkStream64K streams 64 KiB RDMA WRITEs (16 in flight, every 16th
+// signaled) on every wire and compares them with a raw TCP loopback copy
+// of the same bytes, in the same run.
 func BenchmarkStream64K(b *testing.B) {
 	const size, depth = 64 << 10, 16
-	b.Run("rdma-write/wire=tcp", func(b *testing.B) {
-		x := newPair(b, Config{Wire: WireTCP}, 4<<20)
-		wrs := make([]transport.SendWR, depth)
-		for i := range wrs {
-			wrs[i] = rdmaWR(x, transport.OpRDMAWrite, size)[0]
-			wrs[i].SGL[0].Addr += uint64(i * size)
-			wrs[i].RemoteAddr += uint64(i * size)
-			wrs[i].Flags = 0
-		}
-		wrs[depth-1].Flags = transport.FlagSignaled
-		b.SetBytes(size * depth)
-		b.ReportAllocs()
-		for b.Loop() {
-			x.roundTrip(b, wrs, nil, 1, 0)
-		}
-	})
+	for _, wire := range Wires() {
+		b.Run("rdma-write/wire="+wire, func(b *testing.B) {
+			x := newPair(b, Config{Wire: wire}, 4<<20)
+			wrs := make([]transport.SendWR, depth)
+			for i := range wrs {
+				wrs[i] = rdmaWR(x, transport.OpRDMAWrite, size)[0]
+				wrs[i].SGL[0].Addr += uint64(i * size)
+				wrs[i].RemoteAddr += uint64(i * size)
+				wrs[i].Flags = 0
+			}
+			wrs[depth-1].Flags = transport.FlagSignaled
+			b.SetBytes(size * depth)
+			b.ReportAllocs()
+			for b.Loop() {
+				x.roundTrip(b, wrs, nil, 1, 0)
+			}
+		})
+	}
 	b.Run("raw-tcp", func(b *testing.B) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -237,6 +237,8 @@ type loopEnd struct {
 	peer *qp
 }
 
+func (e *loopEnd) direct() bool           { return false }
+func (e *loopEnd) closeSinks()            {}
 func (e *loopEnd) sendRequest(p *packet)  { e.peer.onRequest(p) }
 func (e *loopEnd) sendResponse(p *packet) { e.peer.onResponse(p) }
 func (e *loopEnd) disconnect(err error) {
@@ -272,8 +274,11 @@ func (e *endpoint) Connect(ctx context.Context, x transport.QP, priv []byte) (tr
 		return nil, fmt.Errorf("emu: endpoint already used: %w", transport.ErrInvalidState)
 	}
 	e.used = true
-	if e.p.cfg.Wire == WireTCP {
+	switch e.p.cfg.Wire {
+	case WireTCP:
 		return e.p.connectTCP(ctx, e.addr, q, priv)
+	case WireShm:
+		return e.p.connectShm(ctx, e.addr, q, priv)
 	}
 	loopRegistry.mu.Lock()
 	l := loopRegistry.listeners[e.addr]

@@ -13,10 +13,11 @@ import (
 const (
 	WireLoop = "loop"
 	WireTCP  = "tcp"
+	WireShm  = "shm"
 )
 
 // Wires lists the wires this build supports.
-func Wires() []string { return []string{WireLoop, WireTCP} }
+func Wires() []string { return []string{WireLoop, WireTCP, WireShm} }
 
 // Config configures a software NIC.
 type Config struct {
@@ -24,7 +25,7 @@ type Config struct {
 	Profile string
 	// Quirks, if set, replaces the profile's quirks knob by knob.
 	Quirks *transport.Quirks
-	// Wire is loop (default) or tcp.
+	// Wire is loop (default), tcp or shm.
 	Wire string
 	// Seed makes fault injection and generated keys reproducible. Zero
 	// picks a seed from the clock; Provider.Seed reports it.

@@ -366,47 +366,65 @@ func (d *device) invalidateLocked(q *qp, key transport.Key, remote bool) *opErro
 // checkRemote validates a peer's access of n bytes at (rkey, va) arriving
 // on QP q and returns the bytes. REQUIRES: d.mem held.
 func (d *device) checkRemoteLocked(q *qp, rkey transport.Key, va, n uint64, need transport.Access) ([]byte, string) {
+	a, start, bad := d.remoteRangeLocked(q, rkey, va, n, need)
+	if bad != "" {
+		return nil, bad
+	}
+	return a.Bytes()[start : start+int(n) : start+int(n)], ""
+}
+
+// remoteRange is checkRemote returning the arena and offset of the bytes.
+// REQUIRES: d.mem held.
+func (d *device) remoteRangeLocked(q *qp, rkey transport.Key, va, n uint64, need transport.Access) (*transport.Arena, int, string) {
 	o := d.objLocked(rkey)
 	switch {
 	case o == nil:
-		return nil, fmt.Sprintf("rkey %s: no such memory object", rkey)
+		return nil, 0, fmt.Sprintf("rkey %s: no such memory object", rkey)
 	case o.state != stateValid:
 		d.p.counters.accessAfterInvalidate.Add(1)
-		return nil, fmt.Sprintf("rkey %s: object is FREE (invalidated)", rkey)
+		return nil, 0, fmt.Sprintf("rkey %s: object is FREE (invalidated)", rkey)
 	case o.key != rkey:
 		d.p.counters.accessAfterInvalidate.Add(1)
-		return nil, fmt.Sprintf("rkey %s: device key is %s", rkey, o.key)
+		return nil, 0, fmt.Sprintf("rkey %s: device key is %s", rkey, o.key)
 	case o.pd != q.pd:
-		return nil, fmt.Sprintf("rkey %s: object on another PD", rkey)
+		return nil, 0, fmt.Sprintf("rkey %s: object on another PD", rkey)
 	case o.kind == kindMW && o.bindQP != q.num:
-		return nil, fmt.Sprintf("rkey %s: window bound to QP %d, access on QP %d", rkey, o.bindQP, q.num)
+		return nil, 0, fmt.Sprintf("rkey %s: window bound to QP %d, access on QP %d", rkey, o.bindQP, q.num)
 	case o.access&need != need:
-		return nil, fmt.Sprintf("rkey %s: access %s lacks %s", rkey, o.access, need)
+		return nil, 0, fmt.Sprintf("rkey %s: access %s lacks %s", rkey, o.access, need)
 	case va < o.m.iova || n > o.m.length || va-o.m.iova > o.m.length-n:
-		return nil, fmt.Sprintf("rkey %s: [%#x,+%d) outside [%#x,+%d)", rkey, va, n, o.m.iova, o.m.length)
+		return nil, 0, fmt.Sprintf("rkey %s: [%#x,+%d) outside [%#x,+%d)", rkey, va, n, o.m.iova, o.m.length)
 	}
-	start := o.m.off + int(va-o.m.iova)
-	return o.m.arena.Bytes()[start : start+int(n) : start+int(n)], ""
+	return o.m.arena, o.m.off + int(va-o.m.iova), ""
 }
 
 // checkLocal validates a local SGE and returns its bytes.
 // REQUIRES: d.mem held.
 func (d *device) checkLocalLocked(q *qp, s transport.SGE, write bool) ([]byte, string) {
+	a, start, bad := d.localRangeLocked(q, s, write)
+	if bad != "" {
+		return nil, bad
+	}
+	return a.Bytes()[start : start+int(s.Length) : start+int(s.Length)], ""
+}
+
+// localRange is checkLocal returning the arena and offset of the bytes.
+// REQUIRES: d.mem held.
+func (d *device) localRangeLocked(q *qp, s transport.SGE, write bool) (*transport.Arena, int, string) {
 	o := d.objLocked(s.LKey)
 	switch {
 	case o == nil:
-		return nil, fmt.Sprintf("lkey %s: no such memory object", s.LKey)
+		return nil, 0, fmt.Sprintf("lkey %s: no such memory object", s.LKey)
 	case o.kind == kindMW:
-		return nil, fmt.Sprintf("lkey %s names a memory window", s.LKey)
+		return nil, 0, fmt.Sprintf("lkey %s names a memory window", s.LKey)
 	case o.state != stateValid || o.key != s.LKey:
-		return nil, fmt.Sprintf("lkey %s: device state %s key %s", s.LKey, o.state, o.key)
+		return nil, 0, fmt.Sprintf("lkey %s: device state %s key %s", s.LKey, o.state, o.key)
 	case o.pd != q.pd:
-		return nil, fmt.Sprintf("lkey %s: MR on another PD", s.LKey)
+		return nil, 0, fmt.Sprintf("lkey %s: MR on another PD", s.LKey)
 	case write && o.access&transport.AccessLocalWrite == 0:
-		return nil, fmt.Sprintf("lkey %s: sink without LOCAL_WRITE", s.LKey)
+		return nil, 0, fmt.Sprintf("lkey %s: sink without LOCAL_WRITE", s.LKey)
 	case s.Addr < o.m.iova || uint64(s.Length) > o.m.length || s.Addr-o.m.iova > o.m.length-uint64(s.Length):
-		return nil, fmt.Sprintf("lkey %s: [%#x,+%d) outside [%#x,+%d)", s.LKey, s.Addr, s.Length, o.m.iova, o.m.length)
+		return nil, 0, fmt.Sprintf("lkey %s: [%#x,+%d) outside [%#x,+%d)", s.LKey, s.Addr, s.Length, o.m.iova, o.m.length)
 	}
-	start := o.m.off + int(s.Addr-o.m.iova)
-	return o.m.arena.Bytes()[start : start+int(s.Length) : start+int(s.Length)], ""
+	return o.m.arena, o.m.off + int(s.Addr-o.m.iova), ""
 }

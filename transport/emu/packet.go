@@ -44,6 +44,53 @@ type packet struct {
 	va      uint64
 	length  uint32 // READ length
 	payload []byte
+
+	// On the shm wire payload bytes never travel: a sender names the
+	// memory (segs) and the receiving NIC copies straight out of the
+	// peer's mapped arena (pieces) into its own memory, one copy per
+	// transfer, as a NIC's DMA.
+	//
+	// segs is set instead of payload by a requester whose link is direct
+	// (SEND and WRITE sources, READ sinks; lkey-checked) and by a
+	// responder answering a duplicate READ (the rkey-checked source).
+	segs []seg
+	// pieces is set instead of payload by the shm link on delivery: the
+	// memory the peer named in segs, mapped here and bounded by the link
+	// against the mapped size.
+	pieces [][]byte
+	// placed marks a READ response whose data the responder's NIC has
+	// already written into the requester's sinks (shm).
+	placed bool
+}
+
+// seg is a range of local arena memory a peer NIC may read.
+type seg struct {
+	arena *transport.Arena
+	off   int
+	n     int
+}
+
+// dataLen is the number of message bytes the packet carries.
+func (p *packet) dataLen() int {
+	if p.pieces == nil {
+		return len(p.payload)
+	}
+	n := 0
+	for _, b := range p.pieces {
+		n += len(b)
+	}
+	return n
+}
+
+// gather copies the message bytes into dst (at most len(dst) bytes).
+func (p *packet) gather(dst []byte) {
+	if p.pieces == nil {
+		copy(dst, p.payload)
+		return
+	}
+	for _, b := range p.pieces {
+		dst = dst[copy(dst, b):]
+	}
 }
 
 // link is one end of a connection's wire.
@@ -54,4 +101,12 @@ type link interface {
 	sendResponse(p *packet)
 	// disconnect ends the connection on both sides (DREQ, link cut).
 	disconnect(err error)
+	// direct reports whether the wire reaches the peer's memory itself
+	// (shm): requests and duplicate READ responses then name memory with
+	// segs instead of staging bytes in payload.
+	direct() bool
+	// closeSinks makes sure no READ data lands in this side's sinks any
+	// more: called when the QP goes to ERR, before its WRs are flushed and
+	// their buffers handed back. REQUIRES: q.mu (it never takes it).
+	closeSinks()
 }

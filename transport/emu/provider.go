@@ -43,7 +43,7 @@ func New(cfg Config) (*Provider, error) {
 	switch cfg.Wire {
 	case "":
 		cfg.Wire = WireLoop
-	case WireLoop, WireTCP:
+	case WireLoop, WireTCP, WireShm:
 	default:
 		return nil, fmt.Errorf("emu: unknown wire %q (have %v): %w", cfg.Wire, Wires(), transport.ErrNotFound)
 	}
@@ -167,8 +167,11 @@ func (p *Provider) Listen(ctx context.Context, addr string) (transport.Listener,
 	if p.isClosed() {
 		return nil, fmt.Errorf("emu: listen: %w", transport.ErrClosed)
 	}
-	if p.cfg.Wire == WireTCP {
+	switch p.cfg.Wire {
+	case WireTCP:
 		return p.listenTCP(ctx, addr)
+	case WireShm:
+		return p.listenShm(ctx, addr)
 	}
 	return p.listenLoop(addr)
 }

@@ -80,8 +80,10 @@ type qp struct {
 	// responder
 	expPSN  uint32
 	respBuf []byte
+	respSeg [1]seg // READ response source on a direct (shm) link
 	// requester staging buffer for outgoing payloads
 	txBuf   []byte
+	txSegs  []seg // SEND/WRITE sources on a direct (shm) link
 	txPkt   packet
 	respPkt packet
 
@@ -516,6 +518,9 @@ func (q *qp) toErrLocked(status transport.Status, reason string) {
 	}
 	prev := q.state
 	q.state = transport.QPErr
+	if q.link != nil {
+		q.link.closeSinks()
+	}
 	if status != transport.StatusSuccess || reason != "" {
 		q.dev.p.log.Debug("qp to ERR", "qp", q.num, "from", prev, "status", status, "reason", reason)
 	}
@@ -617,10 +622,14 @@ func (q *qp) Close() error {
 	close(q.stop)
 	<-q.stopped
 	q.timer.Stop()
+	err := fmt.Errorf("emu: qp %d destroyed: %w", q.num, transport.ErrDisconnected)
 	if c != nil {
-		c.fail(fmt.Errorf("emu: qp %d destroyed: %w", q.num, transport.ErrDisconnected), false)
-	} else if l != nil {
-		l.disconnect(fmt.Errorf("emu: qp %d destroyed: %w", q.num, transport.ErrDisconnected))
+		c.fail(err, false)
+	}
+	if l != nil {
+		// Destroying a connected QP disconnects it (rdma_destroy_id
+		// sends a DREQ): the peer sees Done and the wire is released.
+		l.disconnect(err)
 	}
 	q.sendCQ.detach(q)
 	q.recvCQ.detach(q)

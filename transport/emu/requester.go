@@ -227,6 +227,12 @@ func (q *qp) buildRequestLocked(w *wqe) (*packet, string) {
 		n := transport.SGLLen(wr.SGL)
 		pkt.length = uint32(n)
 		// Check the sinks now so a bad lkey fails before the peer is asked.
+		if q.link.direct() {
+			// The responder's NIC places the data itself: name the sinks.
+			segs, bad := q.segsLocked(wr.SGL, true)
+			pkt.segs = segs
+			return pkt, bad
+		}
 		d := q.dev
 		d.mem.RLock()
 		defer d.mem.RUnlock()
@@ -243,6 +249,12 @@ func (q *qp) buildRequestLocked(w *wqe) (*packet, string) {
 	if wr.Flags&transport.FlagInline != 0 {
 		pkt.payload = w.inline
 		return pkt, ""
+	}
+	if q.link.direct() {
+		// The peer's NIC reads the sources itself: name them.
+		segs, bad := q.segsLocked(wr.SGL, false)
+		pkt.segs = segs
+		return pkt, bad
 	}
 	n := int(transport.SGLLen(wr.SGL))
 	if cap(q.txBuf) < n {
@@ -262,6 +274,33 @@ func (q *qp) buildRequestLocked(w *wqe) (*packet, string) {
 	}
 	pkt.payload = buf
 	return pkt, ""
+}
+
+// segsLocked checks an SGL and names its memory for a direct link, merging
+// SGEs that are contiguous in one arena. REQUIRES: q.mu.
+func (q *qp) segsLocked(sgl []transport.SGE, write bool) ([]seg, string) {
+	d := q.dev
+	d.mem.RLock()
+	defer d.mem.RUnlock()
+	if q.txSegs == nil {
+		q.txSegs = make([]seg, 0, maxSGE)
+	}
+	segs := q.txSegs[:0]
+	for _, s := range sgl {
+		a, off, bad := d.localRangeLocked(q, s, write)
+		if bad != "" {
+			return nil, bad
+		}
+		if s.Length == 0 {
+			continue
+		}
+		if k := len(segs) - 1; k >= 0 && segs[k].arena == a && segs[k].off+segs[k].n == off {
+			segs[k].n += int(s.Length)
+			continue
+		}
+		segs = append(segs, seg{arena: a, off: off, n: int(s.Length)})
+	}
+	return segs, ""
 }
 
 // execLocal runs a memory operation on the device.
@@ -304,10 +343,15 @@ func (q *qp) onResponse(pkt *packet) {
 	case pktAck:
 		w.byteLen = uint32(transport.SGLLen(w.wr.SGL))
 	case pktReadResp:
-		if bad := q.scatter(w.wr.SGL, pkt.payload); bad != "" {
+		if pkt.placed {
+			// The responder's NIC wrote the sinks before answering.
+			w.byteLen = uint32(transport.SGLLen(w.wr.SGL))
+			break
+		}
+		if bad := q.scatter(w.wr.SGL, pkt); bad != "" {
 			status, reason = transport.StatusLocProtErr, bad
 		}
-		w.byteLen = uint32(len(pkt.payload))
+		w.byteLen = uint32(pkt.dataLen())
 	case pktNak:
 		switch pkt.nak {
 		case nakRNR:
@@ -345,20 +389,35 @@ func (q *qp) onResponse(pkt *packet) {
 	q.kick()
 }
 
-// scatter copies data into local sinks, checking each. REQUIRES: q.mu.
-func (q *qp) scatter(sgl []transport.SGE, data []byte) string {
+// scatter copies a message's bytes into local sinks, checking each sink
+// it reaches. REQUIRES: q.mu.
+func (q *qp) scatter(sgl []transport.SGE, p *packet) string {
 	d := q.dev
 	d.mem.RLock()
 	defer d.mem.RUnlock()
+	src, rest := p.payload, p.pieces
 	for _, s := range sgl {
-		if len(data) == 0 {
+		for len(src) == 0 && len(rest) > 0 {
+			src, rest = rest[0], rest[1:]
+		}
+		if len(src) == 0 {
 			break
 		}
 		dst, bad := d.checkLocalLocked(q, s, true)
 		if bad != "" {
 			return bad
 		}
-		data = data[copy(dst, data):]
+		for len(dst) > 0 {
+			if len(src) == 0 {
+				if len(rest) == 0 {
+					break
+				}
+				src, rest = rest[0], rest[1:]
+				continue
+			}
+			n := copy(dst, src)
+			dst, src = dst[n:], src[n:]
+		}
 	}
 	return ""
 }

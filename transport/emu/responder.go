@@ -102,7 +102,7 @@ func (q *qp) sendLocked(pkt *packet, resp *packet) bool {
 	if !ok {
 		return false
 	}
-	n := len(pkt.payload)
+	n := pkt.dataLen()
 	if uint64(n) > transport.SGLLen(r.sgl) {
 		q.recvDoneLocked(r, &transport.WC{Status: transport.StatusLocLenErr})
 		resp.kind, resp.nak = pktNak, nakInvReq
@@ -110,7 +110,7 @@ func (q *qp) sendLocked(pkt *packet, resp *packet) bool {
 			fmt.Sprintf("SEND of %d bytes into a %d-byte receive", n, transport.SGLLen(r.sgl)))
 		return true
 	}
-	if bad := q.scatter(r.sgl, pkt.payload); bad != "" {
+	if bad := q.scatter(r.sgl, pkt); bad != "" {
 		q.recvDoneLocked(r, &transport.WC{Status: transport.StatusLocProtErr})
 		resp.kind, resp.nak = pktNak, nakRemOp
 		q.responderErrLocked(transport.EventQPFatal, transport.StatusLocProtErr, "receive buffer: "+bad)
@@ -150,12 +150,12 @@ func (q *qp) writeLocked(pkt *packet, resp *packet) bool {
 			return false
 		}
 	}
-	n := uint64(len(pkt.payload))
+	n := uint64(pkt.dataLen())
 	if n > 0 {
 		d.mem.RLock()
 		dst, bad := d.checkRemoteLocked(q, pkt.key, pkt.va, n, transport.AccessRemoteWrite)
 		if bad == "" {
-			copy(dst, pkt.payload)
+			pkt.gather(dst)
 		}
 		d.mem.RUnlock()
 		if bad != "" {
@@ -179,22 +179,43 @@ func (q *qp) readLocked(pkt *packet, resp *packet, dup bool) {
 	d := q.dev
 	n := uint64(pkt.length)
 	resp.kind = pktReadResp
-	if cap(q.respBuf) < int(n) {
-		q.respBuf = make([]byte, n)
-	}
-	resp.payload = q.respBuf[:n]
 	if n == 0 {
 		return
 	}
-	d.mem.RLock()
-	src, bad := d.checkRemoteLocked(q, pkt.key, pkt.va, n, transport.AccessRemoteRead)
-	if bad == "" {
-		copy(resp.payload, src)
+	var bad string
+	if sl, ok := q.link.(*shmLink); ok {
+		d.mem.RLock()
+		a, off, why := d.remoteRangeLocked(q, pkt.key, pkt.va, n, transport.AccessRemoteRead)
+		if bad = why; bad == "" {
+			if dup {
+				// The requester may be done with this READ and its
+				// sinks: it copies the bytes itself if it still
+				// waits for them (its PSN check).
+				q.respSeg[0] = seg{arena: a, off: off, n: int(n)}
+				resp.segs = q.respSeg[:]
+			} else {
+				// Place the data now, as it is at execution time.
+				sl.place(pkt.pieces, a.Bytes()[off:off+int(n)])
+				resp.placed = true
+				resp.length = uint32(n)
+			}
+		}
+		d.mem.RUnlock()
+	} else {
+		if cap(q.respBuf) < int(n) {
+			q.respBuf = make([]byte, n)
+		}
+		resp.payload = q.respBuf[:n]
+		d.mem.RLock()
+		src, why := d.checkRemoteLocked(q, pkt.key, pkt.va, n, transport.AccessRemoteRead)
+		if bad = why; bad == "" {
+			copy(resp.payload, src)
+		}
+		d.mem.RUnlock()
 	}
-	d.mem.RUnlock()
 	if bad != "" {
 		d.p.counters.remoteAccessErrors.Add(1)
-		resp.kind, resp.nak, resp.payload = pktNak, nakAccess, nil
+		resp.kind, resp.nak, resp.payload, resp.segs, resp.placed = pktNak, nakAccess, nil, nil, false
 		if dup {
 			bad = "duplicate " + bad
 		}

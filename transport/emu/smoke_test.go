@@ -32,7 +32,14 @@ func newPair(tb testing.TB, cfg Config, size int) *pair {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	x := &pair{pa: pa, pb: pb, wcs: make([]transport.WC, 64)}
-	tb.Cleanup(func() { pa.Close() })
+	var arenas []*transport.Arena
+	tb.Cleanup(func() {
+		// The NIC may address the arenas until it is closed.
+		pa.Close()
+		for _, a := range arenas {
+			a.Close()
+		}
+	})
 	mk := func(p *Provider) (transport.PD, transport.CQ, transport.QP, *transport.Arena, transport.MR) {
 		d, _ := p.OpenDevice("")
 		pd, err := d.AllocPD()
@@ -51,7 +58,7 @@ func newPair(tb testing.TB, cfg Config, size int) *pair {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tb.Cleanup(func() { a.Close() })
+		arenas = append(arenas, a)
 		m, err := pd.RegMR(a, 0, a.Len(), transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead|transport.AccessMWBind)
 		if err != nil {
 			tb.Fatal(err)

@@ -290,6 +290,8 @@ func (l *tcpLink) enqueue(p *packet) {
 	}
 }
 
+func (l *tcpLink) direct() bool           { return false }
+func (l *tcpLink) closeSinks()            {}
 func (l *tcpLink) sendRequest(p *packet)  { l.enqueue(p) }
 func (l *tcpLink) sendResponse(p *packet) { l.enqueue(p) }
 

@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/cli"
+)
+
+type copyFlags struct {
+	conn   connFlags
+	offset cli.SizeFlag
+	length cli.SizeFlag
+	qd     int
+	quiet  bool
+}
+
+func (c *copyFlags) register(fs *flag.FlagSet, withLength bool) {
+	c.conn.register(fs)
+	fs.Var(&c.offset, "offset", "start at byte `OFFSET` of the volume (a multiple of its block size; KiB, MiB… allowed)")
+	if withLength {
+		fs.Var(&c.length, "length", "copy `LENGTH` bytes (default: to the end of the volume)")
+	}
+	fs.IntVar(&c.qd, "qd", 32, "queue depth: `N` requests of up to 1 MiB in flight")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar (there is none anyway when stderr is not a terminal)")
+}
+
+func (c *copyFlags) bar(total int64, what string) *progressbar.ProgressBar {
+	if c.quiet || !term.IsTerminal(int(os.Stderr.Fd())) {
+		return nil
+	}
+	return progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(os.Stderr),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionShowTotalBytes(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionShowElapsedTimeOnFinish(),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }),
+	)
+}
+
+// signalContext is cancelled by SIGINT or SIGTERM; a second signal exits.
+func signalContext(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-ctx.Done():
+			return
+		}
+		<-sigs
+		os.Exit(1)
+	}()
+	return ctx, func() { signal.Stop(sigs); cancel() }
+}
+
+// pipeline keeps up to qd requests of one volume in flight, each with its
+// own registered buffer.
+type pipeline struct {
+	vol  *initiator.Volume
+	reqs []*initiator.Request
+	done chan *initiator.Request
+}
+
+func newPipeline(s *session, v *initiator.Volume, qd int) (*pipeline, int, error) {
+	chunk := min(s.MaxTransfer(), 1<<20) / v.BlockSize() * v.BlockSize()
+	if chunk <= 0 {
+		return nil, 0, fmt.Errorf("target's max transfer %d is below the block size %d", s.MaxTransfer(), v.BlockSize())
+	}
+	p := &pipeline{vol: v, done: make(chan *initiator.Request, qd)}
+	for range qd {
+		buf, err := s.AllocBuffer(chunk)
+		if err != nil {
+			buf = make([]byte, chunk) // bounce-buffered
+		}
+		p.reqs = append(p.reqs, &initiator.Request{Buf: buf, Done: p.done})
+	}
+	return p, chunk, nil
+}
+
+func openVolume(ctx context.Context, s *session, name string, ro bool) (*initiator.Volume, error) {
+	v, err := s.Open(ctx, name, initiator.OpenOptions{ReadOnly: ro})
+	if err != nil {
+		if errors.Is(err, initiator.ErrReadOnly) {
+			return nil, fmt.Errorf("volume %q is read-only for this initiator", name)
+		}
+		return nil, fmt.Errorf("cannot open volume %q: %v (srpc list shows what you may open)", name, ioError(err))
+	}
+	return v, nil
+}
+
+func importCommand() *cli.Command {
+	var cf copyFlags
+	return &cli.Command{
+		Name: "import", Args: "VOLUME FILE|-", Short: "copy a file or stdin into a volume",
+		Long: `Copy FILE (or stdin for -) into VOLUME at --offset, with up to --qd writes
+in flight, then flush: when srpc exits 0 the data is durable on the target.
+A file whose size is not a multiple of the block size has its last block
+completed with the volume's existing bytes.`,
+		SetFlags: func(fs *flag.FlagSet) { cf.register(fs, false) },
+		Run: func(ctx context.Context, args []string) error {
+			if err := cli.NArgs(args, 2, 2, "VOLUME FILE|-"); err != nil {
+				return err
+			}
+			if cf.qd < 1 || cf.qd > 1024 {
+				return cli.Usagef("--qd %d: want 1..1024", cf.qd)
+			}
+			var in io.Reader = os.Stdin
+			total := int64(-1)
+			if args[1] != "-" {
+				f, err := os.Open(args[1])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+					total = st.Size()
+				}
+				in = f
+			}
+			ctx, stop := signalContext(ctx)
+			defer stop()
+			s, err := cf.conn.dial(ctx, cf.qd, cf.qd<<20)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			v, err := openVolume(ctx, s, args[0], false)
+			if err != nil {
+				return err
+			}
+			defer v.Close()
+			off := cf.offset.N
+			if off%int64(v.BlockSize()) != 0 || off > v.Size() {
+				return cli.Usagef("--offset %d must be a multiple of the block size %d and inside the volume (%d bytes)", off, v.BlockSize(), v.Size())
+			}
+			if total >= 0 && off+total > v.Size() {
+				return fmt.Errorf("%s (%d bytes) does not fit in %s at offset %d (%d bytes)", args[1], total, v.Name(), off, v.Size())
+			}
+			start := time.Now()
+			n, err := importData(ctx, s, v, in, off, total, &cf)
+			if err != nil {
+				return err
+			}
+			if !cf.quiet && term.IsTerminal(int(os.Stderr.Fd())) {
+				fmt.Fprintf(os.Stderr, "imported %s into %s in %s (%s/s), flushed\n", cli.FormatSize(n), v.Name(),
+					time.Since(start).Round(time.Millisecond), cli.FormatSize(int64(float64(n)/max(time.Since(start).Seconds(), 1e-3))))
+			}
+			return nil
+		},
+	}
+}
+
+func importData(ctx context.Context, s *session, v *initiator.Volume, in io.Reader, off, total int64, cf *copyFlags) (int64, error) {
+	p, chunk, err := newPipeline(s, v, cf.qd)
+	if err != nil {
+		return 0, err
+	}
+	bar := cf.bar(total, "import "+v.Name())
+	free := append([]*initiator.Request(nil), p.reqs...)
+	inflight := 0
+	var firstErr error
+	reap := func() {
+		r := <-p.done
+		inflight--
+		if r.Err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("write of %d bytes at %d: %v", len(r.Buf), r.Offset, ioError(r.Err))
+		}
+		if bar != nil && r.Err == nil {
+			bar.Add(len(r.Buf))
+		}
+		r.Buf = r.Buf[:cap(r.Buf)]
+		free = append(free, r)
+	}
+	drain := func() {
+		for inflight > 0 {
+			reap()
+		}
+	}
+	pos := off
+	var tail []byte
+	for firstErr == nil {
+		if ctx.Err() != nil {
+			firstErr = fmt.Errorf("interrupted after %d bytes", pos-off)
+			break
+		}
+		if len(free) == 0 {
+			reap()
+			continue
+		}
+		r := free[len(free)-1]
+		buf := r.Buf[:chunk]
+		n, rerr := io.ReadFull(in, buf)
+		if n > 0 {
+			if pos+int64(n) > v.Size() {
+				firstErr = fmt.Errorf("input is larger than %s past offset %d (%d bytes)", v.Name(), off, v.Size())
+				break
+			}
+			if n%v.BlockSize() != 0 {
+				tail = append([]byte(nil), buf[:n]...)
+			} else {
+				free = free[:len(free)-1]
+				r.Op, r.Buf, r.Offset, r.FUA = initiator.OpWrite, buf[:n], pos, false
+				if err := v.Submit(r); err != nil {
+					free = append(free, r)
+					firstErr = ioError(err)
+					break
+				}
+				inflight++
+				pos += int64(n)
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			firstErr = fmt.Errorf("read input: %w", rerr)
+			break
+		}
+	}
+	drain()
+	if firstErr != nil {
+		return pos - off, firstErr
+	}
+	if tail != nil {
+		// The partial last block: read-modify-write keeps the rest of the block.
+		if _, err := v.WriteAtContext(ctx, tail, pos); err != nil {
+			return pos - off, fmt.Errorf("write of the last %d bytes at %d: %v", len(tail), pos, ioError(err))
+		}
+		pos += int64(len(tail))
+		if bar != nil {
+			bar.Add(len(tail))
+		}
+	}
+	if err := v.Flush(ctx); err != nil {
+		return pos - off, fmt.Errorf("flush: %v (the data may not be durable)", ioError(err))
+	}
+	if bar != nil {
+		bar.Finish()
+	}
+	return pos - off, nil
+}
+
+func exportCommand() *cli.Command {
+	var cf copyFlags
+	return &cli.Command{
+		Name: "export", Args: "VOLUME FILE|-", Short: "copy a volume (or a range of it) to a file or stdout",
+		Long: `Copy VOLUME from --offset for --length bytes (default: to the end) to FILE,
+or to stdout for -, with up to --qd reads in flight. FILE is created or
+truncated. Snapshots export as VOLUME@SNAPSHOT.`,
+		SetFlags: func(fs *flag.FlagSet) { cf.register(fs, true) },
+		Run: func(ctx context.Context, args []string) error {
+			if err := cli.NArgs(args, 2, 2, "VOLUME FILE|-"); err != nil {
+				return err
+			}
+			if cf.qd < 1 || cf.qd > 1024 {
+				return cli.Usagef("--qd %d: want 1..1024", cf.qd)
+			}
+			ctx, stop := signalContext(ctx)
+			defer stop()
+			s, err := cf.conn.dial(ctx, cf.qd, cf.qd<<20)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			v, err := openVolume(ctx, s, args[0], true)
+			if err != nil {
+				return err
+			}
+			defer v.Close()
+			off, length := cf.offset.N, cf.length.N
+			if off%int64(v.BlockSize()) != 0 || off > v.Size() {
+				return cli.Usagef("--offset %d must be a multiple of the block size %d and inside the volume (%d bytes)", off, v.BlockSize(), v.Size())
+			}
+			if length == 0 {
+				length = v.Size() - off
+			}
+			if off+length > v.Size() {
+				return cli.Usagef("--offset %d --length %d reaches past the end of %s (%d bytes)", off, length, v.Name(), v.Size())
+			}
+			var out io.Writer = os.Stdout
+			var f *os.File
+			if args[1] != "-" {
+				if f, err = os.Create(args[1]); err != nil {
+					return err
+				}
+				defer f.Close()
+				out = f
+			}
+			start := time.Now()
+			if err := exportData(ctx, s, v, out, off, length, &cf); err != nil {
+				return err
+			}
+			if f != nil {
+				if err := f.Close(); err != nil {
+					return err
+				}
+			}
+			if !cf.quiet && term.IsTerminal(int(os.Stderr.Fd())) {
+				fmt.Fprintf(os.Stderr, "exported %s from %s in %s\n", cli.FormatSize(length), v.Name(), time.Since(start).Round(time.Millisecond))
+			}
+			return nil
+		},
+	}
+}
+
+func exportData(ctx context.Context, s *session, v *initiator.Volume, out io.Writer, off, length int64, cf *copyFlags) error {
+	p, chunk, err := newPipeline(s, v, cf.qd)
+	if err != nil {
+		return err
+	}
+	bar := cf.bar(length, "export "+v.Name())
+	bs := int64(v.BlockSize())
+	end := off + length
+	next := off // next offset to submit
+	// want[i] is how many bytes of request i's buffer go to the output.
+	want := make([]int, len(p.reqs))
+	dones := make([]chan *initiator.Request, len(p.reqs))
+	submit := func(i int) error {
+		r := p.reqs[i]
+		n := min(int64(chunk), end-next)
+		aligned := (n + bs - 1) / bs * bs
+		r.Op, r.Buf, r.Offset = initiator.OpRead, r.Buf[:aligned], next
+		want[i] = int(n)
+		next += n
+		return v.Submit(r)
+	}
+	for i, r := range p.reqs {
+		dones[i] = make(chan *initiator.Request, 1)
+		r.Done = dones[i]
+	}
+	inflight := 0
+	var firstErr error
+	for i := 0; i < len(p.reqs) && next < end; i++ {
+		if err := submit(i); err != nil {
+			return ioError(err)
+		}
+		inflight++
+	}
+	for i := 0; inflight > 0; i = (i + 1) % len(p.reqs) {
+		r := <-dones[i]
+		inflight--
+		if firstErr == nil {
+			switch {
+			case r.Err != nil:
+				firstErr = fmt.Errorf("read of %d bytes at %d: %v", len(r.Buf), r.Offset, ioError(r.Err))
+			case ctx.Err() != nil:
+				firstErr = fmt.Errorf("interrupted at offset %d", r.Offset)
+			default:
+				if _, err := out.Write(r.Buf[:want[i]]); err != nil {
+					firstErr = fmt.Errorf("write output: %w", err)
+				} else if bar != nil {
+					bar.Add(want[i])
+				}
+			}
+		}
+		if firstErr == nil && next < end {
+			if err := submit(i); err != nil {
+				firstErr = ioError(err)
+			} else {
+				inflight++
+			}
+		}
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	if bar != nil {
+		bar.Finish()
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+// Command srpc is the gosrp block client: it lists a target's volumes,
+// imports and exports images with a progress bar, and mounts a volume as a
+// file (DIR/disk) through FUSE so that losetup, mkfs and mount work on it.
+//
+//	srpc list
+//	srpc import vol0 disk.img
+//	srpc export vol0 - | sha256sum
+//	srpc mount vol0 /mnt/srpc   # then: losetup --direct-io=on -f --show /mnt/srpc/disk
+//
+// Exit codes: 0 success, 1 I/O or connection failure (one line on stderr),
+// 2 usage. Run 'srpc COMMAND --help' for every flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/cli"
+	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"       // the software NIC: --provider emu
+	_ "github.com/gosrp/gosrp/transport/ibverbs" // RDMA hardware, or a hint on how to build it
+)
+
+func main() {
+	cli.Main(context.Background(), rootCommand())
+}
+
+func rootCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "srpc",
+		Short: "the gosrp block client",
+		Long: `srpc talks to a gosrp target (srpd): it lists volumes, copies images in
+and out, and mounts a volume as a file for losetup.
+
+The target, initiator name and secret come from flags or from the
+environment: SRPC_TARGET, SRPC_NAME, SRPC_SECRET.`,
+		Sub: []*cli.Command{listCommand(), infoCommand(), importCommand(), exportCommand(), mountCommand()},
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// connFlags are the connection flags every command takes.
+type connFlags struct {
+	target, name, secret, secretFile string
+	provider, profile, wire          string
+	providerOpts                     []string
+	channels                         int
+	timeout                          time.Duration
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "srpc"
+	}
+	fs.StringVar(&c.target, "target", envOr("SRPC_TARGET", "127.0.0.1:4420"), "target `HOST:PORT` (env SRPC_TARGET)")
+	fs.StringVar(&c.name, "name", envOr("SRPC_NAME", host), "initiator `NAME` the target's ACL and secrets know (env SRPC_NAME; default the host name)")
+	fs.StringVar(&c.secret, "secret", "", "shared `SECRET` for authentication (visible in ps; prefer --secret-file or SRPC_SECRET)")
+	fs.StringVar(&c.secretFile, "secret-file", "", "read the shared secret from `FILE` (one line)")
+	fs.StringVar(&c.provider, "provider", "emu", "verbs `PROVIDER`: emu (software NIC) or ibverbs (RDMA hardware; needs a build with -tags ibverbs)")
+	fs.StringVar(&c.profile, "profile", "strict", "emu device quirk `PROFILE`: strict, ib, iwarp or rxe")
+	fs.StringVar(&c.wire, "wire", "tcp", "emu `WIRE`: tcp (to another process or host)")
+	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable)", func(s string) error {
+		if !strings.Contains(s, "=") {
+			return fmt.Errorf("want KEY=VALUE, got %q", s)
+		}
+		c.providerOpts = append(c.providerOpts, s)
+		return nil
+	})
+	fs.IntVar(&c.channels, "channels", 1, "`N` connections (queue pairs) to spread I/O over")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up on a lost or unreachable target after `DURATION`")
+}
+
+// session is a logged-in session and its provider.
+type session struct {
+	*initiator.Session
+	prov transport.Provider
+}
+
+func (s *session) Close() error {
+	err := s.Session.Close()
+	s.prov.Close()
+	return err
+}
+
+func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error) {
+	opts := transport.Options{}
+	if c.provider == "emu" {
+		opts["wire"], opts["profile"] = c.wire, c.profile
+	}
+	for _, kv := range c.providerOpts {
+		k, v, _ := strings.Cut(kv, "=")
+		opts[k] = v
+	}
+	prov, err := openProvider(c.provider, opts, quietLogger())
+	if err != nil {
+		return nil, err
+	}
+	secret := c.secret
+	if secret == "" && c.secretFile != "" {
+		b, err := os.ReadFile(c.secretFile)
+		if err != nil {
+			prov.Close()
+			return nil, fmt.Errorf("--secret-file: %w", err)
+		}
+		secret = strings.TrimRight(string(b), "\r\n")
+	}
+	if secret == "" {
+		secret = os.Getenv("SRPC_SECRET")
+	}
+	cfg := initiator.Config{
+		Provider: prov, Addr: c.target, Name: c.name, Channels: c.channels, Credits: qd,
+		MaxTransfer: 1 << 20, BufferBytes: bufBytes,
+		ConnectTimeout: c.timeout, LossTimeout: c.timeout,
+		Logger: quietLogger(),
+	}
+	if secret != "" {
+		cfg.Secret = []byte(secret)
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	s, err := initiator.Dial(dctx, cfg)
+	if err != nil {
+		prov.Close()
+		return nil, dialError(c.target, c.name, secret != "", err)
+	}
+	return &session{Session: s, prov: prov}, nil
+}
+
+func dialError(target, name string, haveSecret bool, err error) error {
+	var le *initiator.LoginError
+	switch {
+	case errors.As(err, &le):
+		why := le.Reason.String()
+		if le.Message != "" && le.Message != why {
+			why += ": " + le.Message
+		}
+		return fmt.Errorf("target %s refused the login of initiator %q: %s", target, name, why)
+	case errors.Is(err, initiator.ErrAuth) && !haveSecret:
+		return fmt.Errorf("target %s wants initiator %q to authenticate: pass its secret with --secret-file or SRPC_SECRET", target, name)
+	case errors.Is(err, initiator.ErrAuth):
+		return fmt.Errorf("target %s failed to prove it knows the shared secret", target)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("cannot reach a target at %s: timed out", target)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "connection refused") {
+		return fmt.Errorf("cannot reach a target at %s: connection refused (is srpd running? --target or SRPC_TARGET)", target)
+	}
+	return fmt.Errorf("cannot connect to %s: %s", target, strings.TrimPrefix(msg, "initiator: "))
+}
+
+// ioError shortens an initiator error to one line a user can act on.
+func ioError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "initiator: "))
+}
+
+// openProvider opens the verbs provider; the software NIC gets the
+// programs' retry settings (see cli.EmuRetryTimeoutMS).
+func openProvider(name string, o transport.Options, log *slog.Logger) (transport.Provider, error) {
+	if name != "emu" {
+		return cli.OpenProvider(name, o)
+	}
+	c, err := emu.ConfigFromOptions(o)
+	if err != nil {
+		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
+	}
+	c.RetryTimeout, c.RetryCount = cli.EmuRetryTimeoutMS*time.Millisecond, cli.EmuRetryCount
+	c.Logger = log
+	p, err := emu.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
+	}
+	return p, nil
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/cli"
+	"github.com/gosrp/gosrp/internal/fusedisk"
+)
+
+// fuseVolume adapts an initiator.Volume to fusedisk.Device.
+type fuseVolume struct{ v *initiator.Volume }
+
+func (f fuseVolume) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return f.v.ReadAtContext(ctx, p, off)
+}
+func (f fuseVolume) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return f.v.WriteAtContext(ctx, p, off)
+}
+func (f fuseVolume) Flush(ctx context.Context) error { return f.v.Flush(ctx) }
+func (f fuseVolume) Discard(ctx context.Context, off, n int64) error {
+	return f.v.Discard(ctx, off, n)
+}
+func (f fuseVolume) WriteZeroes(ctx context.Context, off, n int64) error {
+	return f.v.WriteZeroes(ctx, off, n)
+}
+func (f fuseVolume) Size() int64    { return f.v.Size() }
+func (f fuseVolume) BlockSize() int { return f.v.BlockSize() }
+func (f fuseVolume) ReadOnly() bool { return f.v.ReadOnly() }
+
+const mountLong = `Mount VOLUME as a FUSE file system at DIR holding one file, DIR/disk, the
+size of the volume, with direct I/O. Make it a block device with loop:
+
+    srpc mount vol0 /mnt/vol0 &
+    dev=$(losetup --direct-io=on -f --show /mnt/vol0/disk)
+    mkfs.ext4 $dev && mkdir -p /mnt/fs && mount $dev /mnt/fs
+    ...
+    umount /mnt/fs && losetup -d $dev && kill %1   # in this order
+
+fsync on DIR/disk flushes the volume; discard (fallocate PUNCH_HOLE) and
+write-zeroes (ZERO_RANGE) reach the target as DISCARD and WRITE_ZEROES.
+srpc stays in the foreground; SIGTERM or SIGINT flushes and unmounts (it
+retries while a loop device still holds DIR/disk; a second signal exits at
+once). Needs root (or fusermount3). If srpc is killed, clean up with
+'umount -l DIR'.`
+
+func mountCommand() *cli.Command {
+	var cf connFlags
+	var ro, debug bool
+	var qd int
+	return &cli.Command{
+		Name: "mount", Args: "VOLUME DIR", Short: "mount a volume as DIR/disk through FUSE (for losetup)",
+		Long: mountLong,
+		SetFlags: func(fs *flag.FlagSet) {
+			cf.register(fs)
+			fs.BoolVar(&ro, "read-only", false, "open the volume read-only")
+			fs.IntVar(&qd, "qd", 64, "`N` requests in flight to the target")
+			fs.BoolVar(&debug, "fuse-debug", false, "log every FUSE request")
+		},
+		Run: func(ctx context.Context, args []string) error {
+			if err := cli.NArgs(args, 2, 2, "VOLUME DIR"); err != nil {
+				return err
+			}
+			dir := args[1]
+			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+				return fmt.Errorf("mount point %s is not a directory", dir)
+			}
+			s, err := cf.dial(ctx, qd, 0)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			v, err := openVolume(ctx, s, args[0], ro)
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			srv, err := fusedisk.Mount(dir, fuseVolume{v}, fusedisk.Options{FsName: "srpc:" + v.Name(), Debug: debug, Logger: log})
+			if err != nil {
+				v.Close()
+				return err
+			}
+			disk := filepath.Join(dir, fusedisk.FileName)
+			fmt.Fprintf(os.Stderr, "srpc: mounted %s (%s) at %s; SIGTERM or Ctrl-C unmounts\n", v.Name(), cli.FormatSize(v.Size()), disk)
+
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			served := make(chan struct{})
+			go func() { srv.Wait(); close(served) }()
+			select {
+			case <-served: // unmounted from outside (umount DIR)
+			case <-sigs:
+				unmount(srv.Unmount, dir, disk, sigs, served)
+			}
+			<-served
+			fctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
+			defer cancel()
+			ferr := v.Flush(fctx)
+			v.Close()
+			if ferr != nil {
+				return fmt.Errorf("unmounted %s, but the final flush failed: %v", dir, ioError(ferr))
+			}
+			fmt.Fprintf(os.Stderr, "srpc: unmounted %s; %s flushed\n", dir, v.Name())
+			return nil
+		},
+	}
+}
+
+// unmount retries while the mount is busy (a loop device or an open file
+// still holds DIR/disk); a second signal exits at once.
+func unmount(do func() error, dir, disk string, sigs <-chan os.Signal, served <-chan struct{}) {
+	warned := false
+	for {
+		err := do()
+		if err == nil {
+			return
+		}
+		if !warned {
+			fmt.Fprintf(os.Stderr, "srpc: %s is busy (%v): detach its loop device first (losetup -j %s; losetup -d /dev/loopN); retrying, a second signal exits at once\n", dir, err, disk)
+			warned = true
+		}
+		select {
+		case <-served:
+			return
+		case <-sigs:
+			fmt.Fprintf(os.Stderr, "srpc: exiting without unmounting %s (clean up with: umount -l %s)\n", dir, dir)
+			os.Exit(cli.ExitFailure)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

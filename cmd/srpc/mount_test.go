@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/admin"
+	"github.com/gosrp/gosrp/internal/e2etest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	e2etest.Cleanup()
+	os.Exit(code)
+}
+
+// mountProc is a running 'srpc mount'.
+type mountProc struct {
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	exited chan struct{}
+}
+
+func startMount(t *testing.T, srpc, addr, vol, dir string) *mountProc {
+	t.Helper()
+	m := &mountProc{exited: make(chan struct{})}
+	m.cmd = exec.Command(srpc, "mount", "--target", addr, vol, dir)
+	m.cmd.Stdout, m.cmd.Stderr = &m.out, &m.out
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.cmd.Wait(); close(m.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-m.exited:
+		default:
+			m.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-m.exited:
+			case <-time.After(10 * time.Second):
+				m.cmd.Process.Kill()
+				<-m.exited
+				exec.Command("umount", "-l", dir).Run()
+			}
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if mounted(dir) {
+			if _, err := os.Stat(filepath.Join(dir, "disk")); err == nil {
+				return m
+			}
+		}
+		select {
+		case <-m.exited:
+			t.Fatalf("srpc mount exited: %s", m.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount not ready after 30s: %s", m.out.String())
+		}
+	}
+}
+
+func (m *mountProc) stop(t *testing.T) {
+	t.Helper()
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("srpc mount did not exit after SIGTERM: %s", m.out.String())
+	}
+	if code := m.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("srpc mount exit %d: %s", code, m.out.String())
+	}
+}
+
+func mounted(dir string) bool {
+	b, _ := os.ReadFile("/proc/self/mounts")
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// attach makes a loop device over DIR/disk and mounts an ext4 on it
+// (making the file system first when mkfs is set).
+func attach(t *testing.T, disk, fsDir string, mkfs bool) (dev string, detach func()) {
+	t.Helper()
+	dev = run(t, "losetup", "--direct-io=on", "-f", "--show", disk)
+	detached := false
+	detach = func() {
+		if !detached {
+			detached = true
+			run(t, "losetup", "-d", dev)
+		}
+	}
+	t.Cleanup(func() {
+		if mounted(fsDir) {
+			exec.Command("umount", fsDir).Run()
+		}
+		if !detached {
+			exec.Command("losetup", "-d", dev).Run()
+		}
+	})
+	if mkfs {
+		run(t, "mkfs.ext4", "-q", "-F", dev)
+	}
+	run(t, "mount", dev, fsDir)
+	return dev, detach
+}
+
+func volumeStats(t *testing.T, srpd, data, vol string) admin.VolumeStats {
+	t.Helper()
+	r := e2etest.MustRun(t, srpd, "status", "--data", data, "--json")
+	var st admin.Status
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range st.VolumeStats {
+		if v.Name == vol {
+			return v
+		}
+	}
+	return admin.VolumeStats{Name: vol}
+}
+
+// TestMountLoopExt4: srpc mount, losetup, mkfs.ext4, mount, files, umount,
+// detach, SIGTERM; again and read the files back; then discard and
+// write-zeroes through the loop device reach the volume.
+func TestMountLoopExt4(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: FUSE direct mount, losetup and mount")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("needs /dev/fuse")
+	}
+	for _, tool := range []string{"losetup", "mkfs.ext4", "mount", "umount", "blkdiscard"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (util-linux, e2fsprogs)", tool)
+		}
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("needs loop devices (/dev/loop-control)")
+	}
+	srpd, srpc := e2etest.Binaries(t)
+	dir := t.TempDir()
+	data, mnt, fsDir := filepath.Join(dir, "data"), filepath.Join(dir, "mnt"), filepath.Join(dir, "fs")
+	os.Mkdir(mnt, 0o755)
+	os.Mkdir(fsDir, 0o755)
+	addr := e2etest.FreeAddr(t)
+	e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "256MiB")
+	disk := filepath.Join(mnt, "disk")
+
+	// First mount: make a file system and write files.
+	m := startMount(t, srpc, addr, "vol0", mnt)
+	if st, err := os.Stat(disk); err != nil || st.Size() != 256<<20 {
+		t.Fatalf("disk: %v, size %d", err, st.Size())
+	}
+	_, detach := attach(t, disk, fsDir, true)
+	big := make([]byte, 3<<20+123)
+	rand.Read(big)
+	files := map[string][]byte{"hello.txt": []byte("hello, gosrp\n"), "sub/big.bin": big}
+	for name, b := range files {
+		p := filepath.Join(fsDir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, "sync")
+	run(t, "umount", fsDir)
+	detach()
+	m.stop(t)
+	if mounted(mnt) {
+		t.Fatal("still mounted after SIGTERM")
+	}
+
+	// Second mount: the files are intact.
+	m = startMount(t, srpc, addr, "vol0", mnt)
+	dev, detach := attach(t, disk, fsDir, false)
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(fsDir, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s after remount: %v (%d bytes, want %d)", name, err, len(got), len(want))
+		}
+	}
+	run(t, "umount", fsDir)
+
+	// Discard and write-zeroes through the loop device.
+	const off, n = 200 << 20, 1 << 20
+	pattern := bytes.Repeat([]byte{0xab}, 2*n)
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(pattern, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	export := func(o int) []byte {
+		r := e2etest.MustRun(t, srpc, "export", "--target", addr, "--offset", itoa(o), "--length", itoa(n), "vol0", "-")
+		return []byte(r.Stdout)
+	}
+	if !bytes.Equal(export(off), pattern[:n]) || !bytes.Equal(export(off+n), pattern[:n]) {
+		t.Fatal("pattern written through the loop device did not reach the volume")
+	}
+	before := volumeStats(t, srpd, data, "vol0")
+	run(t, "blkdiscard", "-o", itoa(off), "-l", itoa(n), dev)
+	run(t, "blkdiscard", "-z", "-o", itoa(off+n), "-l", itoa(n), dev)
+	zeros := make([]byte, n)
+	if !bytes.Equal(export(off), zeros) {
+		t.Error("discarded range does not read as zeros")
+	}
+	if !bytes.Equal(export(off+n), zeros) {
+		t.Error("write-zeroes range does not read as zeros")
+	}
+	after := volumeStats(t, srpd, data, "vol0")
+	if after.Discard.Ops <= before.Discard.Ops {
+		t.Errorf("blkdiscard did not reach the volume as DISCARD: %+v -> %+v", before.Discard, after.Discard)
+	}
+	if after.WriteZeroes.Ops <= before.WriteZeroes.Ops {
+		t.Errorf("blkdiscard -z did not reach the volume as WRITE_ZEROES: %+v -> %+v", before.WriteZeroes, after.WriteZeroes)
+	}
+	detach()
+	m.stop(t)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/gosrp/gosrp/internal/cli"
+)
+
+// Defaults of the daemon.
+const (
+	DefaultListen     = "127.0.0.1:4420"
+	DefaultData       = "./srpd-data"
+	DefaultVolume     = "vol0"
+	DefaultVolumeSize = 1 << 30
+	DefaultBlockSize  = 4096
+)
+
+// Config is srpd's configuration: the --config file (JSON or TOML, keys as
+// below) with command-line flags layered on top.
+type Config struct {
+	Listen          string            `json:"listen" toml:"listen"`
+	Data            string            `json:"data" toml:"data"`
+	Backend         string            `json:"backend" toml:"backend"`
+	Provider        string            `json:"provider" toml:"provider"`
+	Profile         string            `json:"profile" toml:"profile"`
+	Wire            string            `json:"wire" toml:"wire"`
+	ProviderOptions map[string]string `json:"provider_options" toml:"provider_options"`
+	Metrics         string            `json:"metrics" toml:"metrics"`
+	LogLevel        string            `json:"log_level" toml:"log_level"`
+	LogFormat       string            `json:"log_format" toml:"log_format"`
+	Name            string            `json:"name" toml:"name"`
+	NoDefaultVolume bool              `json:"no_default_volume" toml:"no_default_volume"`
+	DefaultSize     Size              `json:"default_volume_size" toml:"default_volume_size"`
+	Credits         int               `json:"credits" toml:"credits"`
+	MaxTransfer     Size              `json:"max_transfer" toml:"max_transfer"`
+	LoginTimeout    Duration          `json:"login_timeout" toml:"login_timeout"`
+	ShutdownTimeout Duration          `json:"shutdown_timeout" toml:"shutdown_timeout"`
+}
+
+func defaultConfig() Config {
+	return Config{
+		Listen: DefaultListen, Data: DefaultData, Backend: "pebble", Provider: "emu", Profile: "strict",
+		Wire: "tcp", LogLevel: "info", LogFormat: "text", Name: "gosrp",
+		DefaultSize: Size(DefaultVolumeSize), ShutdownTimeout: Duration(30 * time.Second),
+		LoginTimeout: Duration(10 * time.Second),
+	}
+}
+
+// register binds the serve flags to c.
+func (c *Config) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "serve initiators on `HOST:PORT`")
+	fs.StringVar(&c.Data, "data", c.Data, "`DIR` holding the volume store, the admin socket srpd.sock and access.json")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "volume store `KIND`: pebble, file or memory (memory forgets everything at exit)")
+	fs.StringVar(&c.Provider, "provider", c.Provider, "verbs `PROVIDER`: emu (software NIC) or ibverbs (RDMA hardware; needs a build with -tags ibverbs)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "emu device quirk `PROFILE`: strict, ib, iwarp or rxe")
+	fs.StringVar(&c.Wire, "wire", c.Wire, "emu `WIRE` between the hosts: tcp (between processes) or loop (in-process only)")
+	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable), e.g. seed=1", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want KEY=VALUE, got %q", s)
+		}
+		if c.ProviderOptions == nil {
+			c.ProviderOptions = map[string]string{}
+		}
+		c.ProviderOptions[k] = v
+		return nil
+	})
+	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "serve Prometheus /metrics on `HOST:PORT` (off when empty)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log `LEVEL`: debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `FORMAT`: text or json")
+	fs.StringVar(&c.Name, "name", c.Name, "target `NAME` reported to initiators at login")
+	fs.BoolVar(&c.NoDefaultVolume, "no-default-volume", c.NoDefaultVolume, "do not create vol0 when the store has no volumes")
+	fs.Var(&c.DefaultSize, "default-volume-size", "`SIZE` of the default volume vol0 (KiB, MiB, GiB, TiB)")
+	fs.IntVar(&c.Credits, "credits", c.Credits, "`N` requests one connection may have outstanding (0: the target default, 32)")
+	fs.Var(&c.MaxTransfer, "max-transfer", "largest transfer of one command, a `SIZE` (0: the target default, 1MiB)")
+	fs.Var(&c.LoginTimeout, "login-timeout", "`DURATION` a new connection has to log in")
+	fs.Var(&c.ShutdownTimeout, "shutdown-timeout", "on SIGTERM, the `DURATION` in-flight I/O may take to drain")
+}
+
+// loadConfig reads a JSON (.json) or TOML (anything else) config file over
+// the defaults; unknown keys are an error.
+func loadConfig(path string) (Config, error) {
+	c := defaultConfig()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	if strings.EqualFold(filepath.Ext(path), ".json") {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+		return c, nil
+	}
+	md, err := toml.Decode(string(b), &c)
+	if err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return c, fmt.Errorf("config %s: unknown key %q", path, und[0].String())
+	}
+	return c, nil
+}
+
+// applyFlags copies the flags set on the command line (fs, bound to
+// another Config) onto c, so that flags override the file.
+func (c *Config) applyFlags(fs *flag.FlagSet) error {
+	over := flag.NewFlagSet("config", flag.ContinueOnError)
+	c.register(over)
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "config" || err != nil {
+			return
+		}
+		if f.Name == "provider-option" {
+			return // accumulated into the flag-bound map; merged below
+		}
+		if over.Lookup(f.Name) != nil {
+			err = over.Set(f.Name, f.Value.String())
+		}
+	})
+	return err
+}
+
+// Size is a byte count that reads "256MiB" or a plain number.
+type Size int64
+
+func (s *Size) String() string { return (&cli.SizeFlag{N: int64(*s)}).String() }
+
+// Set implements flag.Value.
+func (s *Size) Set(v string) error {
+	n, err := cli.ParseSize(v)
+	*s = Size(n)
+	return err
+}
+
+// UnmarshalText reads a size string.
+func (s *Size) UnmarshalText(b []byte) error { return s.Set(string(b)) }
+
+// UnmarshalJSON reads a number or a size string.
+func (s *Size) UnmarshalJSON(b []byte) error {
+	if n, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+		*s = Size(n)
+		return nil
+	}
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return fmt.Errorf("size: want a number or a string like \"1GiB\"")
+	}
+	return s.Set(str)
+}
+
+// UnmarshalTOML reads an integer or a size string.
+func (s *Size) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		*s = Size(x)
+		return nil
+	case string:
+		return s.Set(x)
+	}
+	return fmt.Errorf("size: want an integer or a string like \"1GiB\"")
+}
+
+// Duration is a time.Duration that reads "30s".
+type Duration time.Duration
+
+func (d *Duration) String() string { return time.Duration(*d).String() }
+
+// Set implements flag.Value.
+func (d *Duration) Set(v string) error {
+	x, err := time.ParseDuration(v)
+	*d = Duration(x)
+	return err
+}
+
+// UnmarshalText reads a duration string.
+func (d *Duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestConfigFileAndFlags(t *testing.T) {
+	dir := t.TempDir()
+	toml := filepath.Join(dir, "srpd.toml")
+	os.WriteFile(toml, []byte("listen = \"127.0.0.1:5000\"\nmetrics = \"127.0.0.1:9000\"\ndefault_volume_size = \"64MiB\"\nshutdown_timeout = \"5s\"\n"), 0o644)
+	js := filepath.Join(dir, "srpd.json")
+	os.WriteFile(js, []byte(`{"listen": "127.0.0.1:5001", "default_volume_size": 1048576, "log_format": "json"}`), 0o644)
+
+	c, err := loadConfig(toml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:5000" || c.DefaultSize != 64<<20 || time.Duration(c.ShutdownTimeout) != 5*time.Second || c.Data != DefaultData {
+		t.Fatalf("toml: %+v", c)
+	}
+	// A flag given on the command line overrides the file; others do not.
+	fc := defaultConfig()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fc.register(fs)
+	if err := fs.Parse([]string{"--listen", "127.0.0.1:6000"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.applyFlags(fs); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:6000" || c.Metrics != "127.0.0.1:9000" {
+		t.Fatalf("after flags: %+v", c)
+	}
+	c, err = loadConfig(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:5001" || c.DefaultSize != 1<<20 || c.LogFormat != "json" {
+		t.Fatalf("json: %+v", c)
+	}
+	os.WriteFile(toml, []byte("lisen = \"x\"\n"), 0o644)
+	if _, err := loadConfig(toml); err == nil {
+		t.Fatal("unknown key accepted")
+	}
+	// The example config in contrib/ parses.
+	if _, err := loadConfig("../../contrib/srpd.toml"); err != nil {
+		t.Fatal(err)
+	}
+}

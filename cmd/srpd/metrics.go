@@ -1,0 +1,122 @@
+package main
+
+import (
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/target"
+)
+
+// collector exports target.Stats (read on each scrape) and the store's
+// volume sizes as Prometheus metrics; nothing is updated per I/O.
+type collector struct {
+	tgt   *target.Target
+	store block.Store
+
+	conns, accepted, rejected, violations, credits *prometheus.Desc
+	ops, bytes, errors, latency, size, connCredits *prometheus.Desc
+}
+
+func newCollector(t *target.Target, s block.Store) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("srpd_"+name, help, labels, nil)
+	}
+	return &collector{
+		tgt: t, store: s,
+		conns:       d("connections", "Live initiator connections."),
+		accepted:    d("connections_accepted_total", "Connections accepted since start."),
+		rejected:    d("connections_rejected_total", "Connection requests or logins refused since start."),
+		violations:  d("protocol_violations_total", "Connections closed for a protocol violation or transfer error."),
+		credits:     d("credits_in_use", "Commands received and not yet answered, over all connections."),
+		connCredits: d("connection_credits", "Credits granted to a connection and in use.", "conn", "initiator", "kind"),
+		ops:         d("volume_ops_total", "Commands completed per volume and operation.", "volume", "op"),
+		bytes:       d("volume_bytes_total", "Bytes moved (or discarded / zeroed) by successful commands.", "volume", "op"),
+		errors:      d("volume_errors_total", "Commands that failed, per volume and operation.", "volume", "op"),
+		latency:     d("volume_latency_seconds", "Command latency from arrival to response (log2 buckets; the sum is estimated from bucket midpoints).", "volume"),
+		size:        d("volume_size_bytes", "Size of each volume in the store.", "volume"),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.conns, c.accepted, c.rejected, c.violations, c.credits, c.connCredits,
+		c.ops, c.bytes, c.errors, c.latency, c.size} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.tgt.Stats()
+	ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(st.Connections))
+	ch <- prometheus.MustNewConstMetric(c.accepted, prometheus.CounterValue, float64(st.Accepted))
+	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(st.Rejected))
+	ch <- prometheus.MustNewConstMetric(c.violations, prometheus.CounterValue, float64(st.Violations))
+	ch <- prometheus.MustNewConstMetric(c.credits, prometheus.GaugeValue, float64(st.CreditsInUse))
+	for _, cn := range st.Conns {
+		id := uitoa(cn.ID)
+		ch <- prometheus.MustNewConstMetric(c.connCredits, prometheus.GaugeValue, float64(cn.Credits), id, cn.Initiator, "granted")
+		ch <- prometheus.MustNewConstMetric(c.connCredits, prometheus.GaugeValue, float64(cn.CreditsInUse), id, cn.Initiator, "in_use")
+	}
+	for _, v := range st.Volumes {
+		for _, o := range []struct {
+			name string
+			s    target.OpStats
+		}{{"read", v.Read}, {"write", v.Write}, {"flush", v.Flush}, {"discard", v.Discard}, {"write_zeroes", v.WriteZeroes}} {
+			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(o.s.Ops), v.Name, o.name)
+			ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(o.s.Bytes), v.Name, o.name)
+			ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(o.s.Errors), v.Name, o.name)
+		}
+		count, sum, buckets := promHistogram(&v.Latency)
+		ch <- prometheus.MustNewConstHistogram(c.latency, count, sum, buckets, v.Name)
+	}
+	if vols, err := c.store.List(); err == nil {
+		for _, v := range vols {
+			ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(v.Size), v.Name)
+		}
+	}
+}
+
+// promHistogram converts the target's log2 microsecond histogram (bucket 0
+// under 1µs, bucket i in [2^(i-1), 2^i) µs, the last one open-ended) to
+// cumulative Prometheus buckets in seconds.
+func promHistogram(h *target.Histogram) (uint64, float64, map[float64]uint64) {
+	buckets := make(map[float64]uint64, target.HistogramBuckets-1)
+	var cum uint64
+	var sum float64
+	for i, n := range h.Buckets {
+		lo, hi := 0.0, 1e-6
+		if i > 0 {
+			lo, hi = math.Ldexp(1e-6, i-1), math.Ldexp(1e-6, i)
+		}
+		cum += n
+		if i < target.HistogramBuckets-1 {
+			buckets[hi] = cum
+			sum += float64(n) * (lo + hi) / 2
+		} else {
+			sum += float64(n) * lo
+		}
+	}
+	return cum, sum, buckets
+}
+
+func uitoa(n uint64) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return string(b[i:])
+}
+
+func newRegistry(t *target.Target, s block.Store) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(t, s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/internal/admin"
+	"github.com/gosrp/gosrp/internal/cli"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"       // the software NIC: --provider emu
+	_ "github.com/gosrp/gosrp/transport/ibverbs" // RDMA hardware, or a hint on how to build it
+)
+
+var (
+	serveFlags = defaultConfig()
+	configPath string
+)
+
+func setServeFlags(fs *flag.FlagSet) {
+	fs.StringVar(&configPath, "config", "", "read settings from `FILE` (JSON if it ends in .json, TOML otherwise); flags override it")
+	serveFlags.register(fs)
+}
+
+const serveLong = `Serve the volumes of a data directory to initiators (the default command).
+
+On a data directory with no volumes, srpd creates vol0 (1 GiB, 4096-byte
+blocks) unless --no-default-volume is given. The admin socket DIR/srpd.sock
+answers 'srpd volume', 'srpd snapshot', 'srpd acl', 'srpd secret' and
+'srpd status'. SIGTERM or SIGINT stops accepting, drains in-flight I/O for
+at most --shutdown-timeout, flushes the store and exits 0; a second signal
+exits at once.`
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, cli.Usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, cli.Usagef("--log-format %q: want text or json", format)
+}
+
+func providerOptions(c *Config) transport.Options {
+	o := transport.Options{}
+	if c.Provider == "emu" {
+		o["wire"] = c.Wire
+		o["profile"] = c.Profile
+	}
+	for k, v := range c.ProviderOptions {
+		o[k] = v
+	}
+	return o
+}
+
+// openStore opens the data directory's store with a logger for pebble's
+// errors and a clear message when another srpd holds it.
+func openStore(backend, dir string, log *slog.Logger) (block.Store, error) {
+	if backend == "" || backend == "pebble" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		s, err := block.OpenPebbleStore(dir, &block.PebbleOptions{Logger: slog.NewLogLogger(log.Handler(), slog.LevelError)})
+		if err != nil && strings.Contains(err.Error(), "lock") {
+			return nil, fmt.Errorf("data directory %s is in use by another srpd (%v)", dir, err)
+		}
+		return s, err
+	}
+	if backend == "file" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return block.OpenStore(backend, dir)
+}
+
+func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	if len(args) > 0 {
+		return cli.Usagef("unexpected argument %q (serve takes only flags; see --help)", args[0])
+	}
+	cfg := serveFlags
+	if configPath != "" {
+		var err error
+		if cfg, err = loadConfig(configPath); err != nil {
+			return err
+		}
+		if err := cfg.applyFlags(fs); err != nil {
+			return err
+		}
+		for k, v := range serveFlags.ProviderOptions {
+			if cfg.ProviderOptions == nil {
+				cfg.ProviderOptions = map[string]string{}
+			}
+			cfg.ProviderOptions[k] = v
+		}
+	}
+	log, err := newLogger(cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	return serve(ctx, cfg, log)
+}
+
+func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	prov, err := openProvider(cfg.Provider, providerOptions(&cfg), log)
+	if err != nil {
+		return err
+	}
+	defer prov.Close()
+
+	store, err := openStore(cfg.Backend, cfg.Data, log)
+	if err != nil {
+		return err
+	}
+	storeClosed := false
+	defer func() {
+		if !storeClosed {
+			store.Close()
+		}
+	}()
+	if cfg.Backend == "memory" || cfg.Backend == "mem" {
+		if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
+			return err
+		}
+	}
+	acc, err := loadAccess(cfg.Data)
+	if err != nil {
+		return err
+	}
+	vols, err := store.List()
+	if err != nil {
+		return err
+	}
+	if len(vols) == 0 && !cfg.NoDefaultVolume {
+		v, err := store.Create(DefaultVolume, int64(cfg.DefaultSize), DefaultBlockSize)
+		if err != nil {
+			return fmt.Errorf("create default volume %s: %w", DefaultVolume, err)
+		}
+		v.Close()
+		log.Info("created default volume", "volume", DefaultVolume, "size", cli.FormatSize(int64(cfg.DefaultSize)),
+			"block_size", DefaultBlockSize, "data", cfg.Data)
+	}
+
+	tgt, err := target.New(target.Config{
+		Name: cfg.Name, Catalog: catalog{store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
+		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	aclLive := setLiveACL(tgt, acc, log)
+
+	ln, err := prov.Listen(ctx, cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	serveErr := make(chan error, 3)
+	go func() { serveErr <- tgt.Serve(context.Background(), ln) }()
+
+	svc := &service{store: store, access: acc, tgt: tgt, status: admin.Status{
+		Target: cfg.Name, Listen: ln.Addr(), Provider: cfg.Provider, Metrics: cfg.Metrics, Data: cfg.Data, Started: time.Now(), ACLLive: aclLive,
+	}}
+	sockPath := filepath.Join(cfg.Data, admin.SocketName)
+	// The store is ours (pebble's lock), so a socket file left here is stale.
+	os.Remove(sockPath)
+	adminLn, err := net.Listen("unix", sockPath)
+	if err != nil {
+		tgt.Shutdown(context.Background())
+		return fmt.Errorf("admin socket: %w", err)
+	}
+	os.Chmod(sockPath, 0o600)
+	adminSrv := &http.Server{Handler: admin.Handler(svc), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := adminSrv.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- fmt.Errorf("admin socket: %w", err)
+		}
+	}()
+
+	var metricsSrv *http.Server
+	if cfg.Metrics != "" {
+		mln, err := net.Listen("tcp", cfg.Metrics)
+		if err != nil {
+			adminSrv.Close()
+			tgt.Shutdown(context.Background())
+			return fmt.Errorf("metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(tgt, store), promhttp.HandlerOpts{}))
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+		svc.status.Metrics = mln.Addr().String()
+	}
+	vols, _ = store.List()
+	names := make([]string, len(vols))
+	for i, v := range vols {
+		names[i] = v.Name
+	}
+	log.Info("serving", "listen", ln.Addr(), "provider", cfg.Provider, "data", cfg.Data,
+		"volumes", strings.Join(names, ","), "admin", sockPath, "metrics", svc.status.Metrics)
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var runErr error
+	select {
+	case s := <-sigs:
+		log.Info("shutting down", "signal", s.String(), "deadline", time.Duration(cfg.ShutdownTimeout).String())
+		go func() {
+			s := <-sigs
+			log.Error("second signal: exiting at once", "signal", s.String())
+			os.Exit(1)
+		}()
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+		log.Error("serve failed", "err", runErr)
+	}
+
+	adminSrv.Close()
+	os.Remove(sockPath)
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
+	defer cancel()
+	if err := tgt.Shutdown(sctx); err != nil {
+		log.Warn("in-flight I/O did not drain before the deadline; connections were cut", "err", err)
+	}
+	if metricsSrv != nil {
+		metricsSrv.Close()
+	}
+	storeClosed = true
+	if err := store.Close(); err != nil {
+		log.Error("closing the store", "err", err)
+		if runErr == nil {
+			runErr = err
+		}
+	} else {
+		log.Info("stopped; the store is flushed", "data", cfg.Data)
+	}
+	return runErr
+}
+
+// openProvider opens the verbs provider; the software NIC gets the
+// programs' retry settings (see cli.EmuRetryTimeoutMS).
+func openProvider(name string, o transport.Options, log *slog.Logger) (transport.Provider, error) {
+	if name != "emu" {
+		return cli.OpenProvider(name, o)
+	}
+	c, err := emu.ConfigFromOptions(o)
+	if err != nil {
+		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
+	}
+	c.RetryTimeout, c.RetryCount = cli.EmuRetryTimeoutMS*time.Millisecond, cli.EmuRetryCount
+	c.Logger = log
+	p, err := emu.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
+	}
+	return p, nil
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/internal/admin"
+	"github.com/gosrp/gosrp/target"
+)
+
+// service implements admin.Service over a store and an access file; with
+// a target (a running daemon) it also reports live statistics.
+type service struct {
+	store  block.Store
+	access *access
+	tgt    *target.Target // nil when offline
+	status admin.Status   // static part of Status (daemon only)
+}
+
+// blockErr maps a block error to the admin kinds, with a short message.
+func blockErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var kind error
+	switch {
+	case errors.Is(err, block.ErrNotFound):
+		return admin.Errorf(admin.ErrNotFound, "%s does not exist", what)
+	case errors.Is(err, block.ErrExists):
+		return admin.Errorf(admin.ErrExists, "%s already exists", what)
+	case errors.Is(err, block.ErrBusy):
+		return admin.Errorf(admin.ErrBusy, "%s is in use (open by an initiator, or has an open snapshot)", what)
+	case errors.Is(err, block.ErrInvalid), errors.Is(err, block.ErrMisaligned), errors.Is(err, block.ErrOutOfRange):
+		kind = admin.ErrInvalid
+	case errors.Is(err, block.ErrUnsupported):
+		return admin.Errorf(admin.ErrInvalid, "%s: not supported by this backend", what)
+	}
+	msg := strings.TrimPrefix(err.Error(), "block: ")
+	if kind != nil {
+		return admin.Errorf(kind, "%s: %s", what, msg)
+	}
+	return fmt.Errorf("%s: %s", what, msg)
+}
+
+func (s *service) snapper() (block.Snapshotter, error) {
+	sn, ok := s.store.(block.Snapshotter)
+	if !ok {
+		return nil, admin.Errorf(admin.ErrInvalid, "this backend has no snapshots (use pebble)")
+	}
+	return sn, nil
+}
+
+func (s *service) Volumes() ([]admin.Volume, error) {
+	infos, err := s.store.List()
+	if err != nil {
+		return nil, blockErr("list volumes", err)
+	}
+	sn, _ := s.store.(block.Snapshotter)
+	out := make([]admin.Volume, 0, len(infos))
+	for _, v := range infos {
+		av := admin.Volume{Name: v.Name, Size: v.Size, BlockSize: v.BlockSize, Created: v.Created}
+		if sn != nil {
+			if snaps, err := sn.Snapshots(v.Name); err == nil {
+				av.Snapshots = len(snaps)
+			}
+		}
+		out = append(out, av)
+	}
+	return out, nil
+}
+
+func (s *service) volume(name string) (admin.Volume, error) {
+	vols, err := s.Volumes()
+	if err != nil {
+		return admin.Volume{}, err
+	}
+	for _, v := range vols {
+		if v.Name == name {
+			return v, nil
+		}
+	}
+	return admin.Volume{}, admin.Errorf(admin.ErrNotFound, "volume %q does not exist", name)
+}
+
+func (s *service) CreateVolume(req admin.CreateVolume) (admin.Volume, error) {
+	if req.Name == "" {
+		return admin.Volume{}, admin.Errorf(admin.ErrInvalid, "a volume needs a name")
+	}
+	if strings.Contains(req.Name, "@") {
+		return admin.Volume{}, admin.Errorf(admin.ErrInvalid, "volume name %q: '@' separates volume and snapshot names", req.Name)
+	}
+	if req.Size <= 0 {
+		return admin.Volume{}, admin.Errorf(admin.ErrInvalid, "volume %q needs a size > 0 (e.g. --size 256MiB)", req.Name)
+	}
+	bs := req.BlockSize
+	if bs == 0 {
+		bs = DefaultBlockSize
+	}
+	if req.Size%int64(bs) != 0 {
+		return admin.Volume{}, admin.Errorf(admin.ErrInvalid, "volume %q: size %d is not a multiple of the block size %d", req.Name, req.Size, bs)
+	}
+	v, err := s.store.Create(req.Name, req.Size, bs)
+	if err != nil {
+		return admin.Volume{}, blockErr(fmt.Sprintf("volume %q", req.Name), err)
+	}
+	if err := v.Close(); err != nil {
+		return admin.Volume{}, blockErr(fmt.Sprintf("volume %q", req.Name), err)
+	}
+	return s.volume(req.Name)
+}
+
+func (s *service) ResizeVolume(name string, size int64) (admin.Volume, error) {
+	what := fmt.Sprintf("volume %q", name)
+	v, err := s.store.Open(name)
+	if err != nil {
+		return admin.Volume{}, blockErr(what, err)
+	}
+	if size <= 0 || size%int64(v.BlockSize()) != 0 {
+		v.Close()
+		return admin.Volume{}, admin.Errorf(admin.ErrInvalid, "%s: size %d must be > 0 and a multiple of the block size %d", what, size, v.BlockSize())
+	}
+	err = v.Resize(size)
+	if cerr := v.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return admin.Volume{}, blockErr(what, err)
+	}
+	return s.volume(name)
+}
+
+func (s *service) DeleteVolume(name string) error {
+	if strings.Contains(name, "@") {
+		return admin.Errorf(admin.ErrInvalid, "%q is a snapshot: use 'srpd snapshot delete'", name)
+	}
+	return blockErr(fmt.Sprintf("volume %q", name), s.store.Delete(name))
+}
+
+func (s *service) Snapshots(volume string) ([]admin.Snapshot, error) {
+	sn, err := s.snapper()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	if volume == "" {
+		vols, err := s.store.List()
+		if err != nil {
+			return nil, blockErr("list volumes", err)
+		}
+		for _, v := range vols {
+			names = append(names, v.Name)
+		}
+	} else {
+		names = []string{volume}
+	}
+	out := []admin.Snapshot{}
+	for _, n := range names {
+		snaps, err := sn.Snapshots(n)
+		if err != nil {
+			return nil, blockErr(fmt.Sprintf("volume %q", n), err)
+		}
+		for _, x := range snaps {
+			out = append(out, admin.Snapshot{Volume: x.Volume, Name: x.Name, Size: x.Size, BlockSize: x.BlockSize, Created: x.Created})
+		}
+	}
+	return out, nil
+}
+
+func (s *service) CreateSnapshot(volume, name string) (admin.Snapshot, error) {
+	sn, err := s.snapper()
+	if err != nil {
+		return admin.Snapshot{}, err
+	}
+	x, err := sn.Snapshot(volume, name)
+	if err != nil {
+		return admin.Snapshot{}, blockErr(fmt.Sprintf("snapshot %s@%s", volume, name), err)
+	}
+	return admin.Snapshot{Volume: x.Volume, Name: x.Name, Size: x.Size, BlockSize: x.BlockSize, Created: x.Created}, nil
+}
+
+func (s *service) DeleteSnapshot(volume, name string) error {
+	sn, err := s.snapper()
+	if err != nil {
+		return err
+	}
+	return blockErr(fmt.Sprintf("snapshot %s@%s", volume, name), sn.DeleteSnapshot(volume, name))
+}
+
+func (s *service) CloneSnapshot(volume, snap, name string) (admin.Volume, error) {
+	sn, err := s.snapper()
+	if err != nil {
+		return admin.Volume{}, err
+	}
+	v, err := sn.Clone(volume, snap, name)
+	if err != nil {
+		return admin.Volume{}, blockErr(fmt.Sprintf("clone of %s@%s as %q", volume, snap, name), err)
+	}
+	v.Close()
+	return s.volume(name)
+}
+
+func (s *service) ACL() (admin.ACL, error)              { return s.access.ACL(), nil }
+func (s *service) SetACLRule(r admin.ACLRule) error     { return s.access.SetRule(r) }
+func (s *service) SetACLDefault(deny bool) error        { return s.access.SetDefault(deny) }
+func (s *service) Secrets() ([]admin.SecretInfo, error) { return s.access.Secrets(), nil }
+func (s *service) DeleteACLRule(initiator, volume string) error {
+	return s.access.DeleteRule(initiator, volume)
+}
+func (s *service) SetSecret(initiator string, x admin.SetSecret) error {
+	return s.access.SetSecret(initiator, x)
+}
+func (s *service) DeleteSecret(initiator string) error { return s.access.DeleteSecret(initiator) }
+
+func ioStats(s target.IOStats) admin.IOStats {
+	op := func(o target.OpStats) admin.OpStats {
+		return admin.OpStats{Ops: o.Ops, Bytes: o.Bytes, Errors: o.Errors}
+	}
+	return admin.IOStats{Read: op(s.Read), Write: op(s.Write), Flush: op(s.Flush), Discard: op(s.Discard),
+		WriteZeroes: op(s.WriteZeroes), P50us: s.Latency.Quantile(0.5), P99us: s.Latency.Quantile(0.99)}
+}
+
+func (s *service) Status() (admin.Status, error) {
+	st := s.status
+	st.PID = os.Getpid()
+	vols, err := s.Volumes()
+	if err != nil {
+		return st, err
+	}
+	st.Volumes = vols
+	st.VolumeStats = []admin.VolumeStats{}
+	st.Conns = []admin.Conn{}
+	if s.tgt == nil {
+		return st, nil
+	}
+	ts := s.tgt.Stats()
+	st.Connections, st.Accepted, st.Rejected, st.Violations, st.CreditsInUse = ts.Connections, ts.Accepted, ts.Rejected, ts.Violations, ts.CreditsInUse
+	for _, v := range ts.Volumes {
+		st.VolumeStats = append(st.VolumeStats, admin.VolumeStats{Name: v.Name, IOStats: ioStats(v.IOStats)})
+	}
+	for _, c := range ts.Conns {
+		st.Conns = append(st.Conns, admin.Conn{ID: c.ID, Remote: c.Remote, Initiator: c.Initiator, State: c.State,
+			Credits: c.Credits, CreditsInUse: c.CreditsInUse, OpenVolumes: c.OpenVolumes, IOStats: ioStats(c.IOStats)})
+	}
+	return st, nil
+}
+
+var _ admin.Service = (*service)(nil)

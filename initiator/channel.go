@@ -1,0 +1,480 @@
+package initiator
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport"
+)
+
+// tick is the channel's clock for the pool's deadlines and I/O timeouts.
+const tick = 100 * time.Millisecond
+
+// wr_id tags of the channel's own work requests; the pool uses 0xF7.
+const (
+	idRecv = 0xE1
+	idSend = 0xE2
+)
+
+func sendID(slot int, gen uint32) uint64 { return idSend<<56 | uint64(gen)<<24 | uint64(slot) }
+func recvID(i int) uint64                { return idRecv<<56 | uint64(i) }
+
+type slotState uint8
+
+const (
+	slotFree      slotState = iota
+	slotSent                // command posted, response outstanding
+	slotResponded           // response in; waiting for the MR to be proven FREE
+)
+
+func (s slotState) String() string {
+	return [...]string{"FREE", "SENT", "RESPONDED"}[s]
+}
+
+// ioSlot is one credit: a send buffer, a bounce buffer and the request
+// using them.
+type ioSlot struct {
+	state   slotState
+	gen     uint32
+	req     *Request
+	reg     frmr.Reg
+	hasReg  bool
+	inv     bool // a LOCAL_INV still has to be posted
+	rsp     wire.Response
+	bounce  int // offset of the bounce buffer in the session arena
+	sendOff int // offset of the send buffer in the channel arena
+	started time.Time
+}
+
+// channel is one connection of a session: a QP, its CQ, its FRMR pool and
+// the credit slots. Everything below mu is owned by the loop goroutine.
+type channel struct {
+	s   *Session
+	id  int
+	log *slog.Logger
+
+	mu      sync.Mutex
+	q       queue
+	down    bool      // connection lost, reconnecting
+	downAt  time.Time // when it was lost
+	closing bool
+	// pendingHandles are volume handles learned outside the loop (Open).
+	pendingHandles []handleUpdate
+	// epoch counts successful connections; a handle is valid only on the
+	// connection that issued it.
+	epoch    uint64
+	doorbell chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+
+	// loop-owned
+	arena       *transport.Arena // send and receive buffers
+	mr          transport.MR
+	pool        *frmr.Pool
+	cq          transport.CQ
+	qp          transport.QP
+	conn        transport.Conn
+	waitCancel  context.CancelFunc
+	waitDone    chan struct{}
+	cqReady     chan struct{}
+	cqAck       chan struct{}
+	credits     int // granted
+	avail       int
+	maxTransfer int
+	remoteInv   bool
+	handles     map[*Volume]uint32
+	slots       []ioSlot
+	free        []int
+	waiting     []int // slots in slotResponded
+	invPending  []int // slots whose LOCAL_INV could not be posted yet
+	recvWRs     []transport.RecvWR
+	recvSGE     []transport.SGE
+	chain       [2]transport.SendWR
+	sendSGE     [1]transport.SGE
+	wcs         [64]transport.WC
+	cmd         wire.Command
+	sqDepth     int
+	rqDepth     int
+}
+
+func newChannel(s *Session, id int) *channel {
+	return &channel{
+		s: s, id: id,
+		log:      s.cfg.Logger.With("channel", id, "target", s.cfg.Addr),
+		doorbell: make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		handles:  map[*Volume]uint32{},
+	}
+}
+
+func (c *channel) ring() {
+	select {
+	case c.doorbell <- struct{}{}:
+	default:
+	}
+}
+
+// submit queues r for this channel.
+func (c *channel) submit(r *Request) error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if c.down && time.Since(c.downAt) > c.s.cfg.LossTimeout {
+		c.mu.Unlock()
+		return fmt.Errorf("initiator: channel %d down since %s: %w", c.id, c.downAt.Format(time.RFC3339), ErrConnectionLost)
+	}
+	c.q.push(r)
+	c.mu.Unlock()
+	c.ring()
+	return nil
+}
+
+// setup allocates what survives reconnects: the message arena and its MR
+// and the FRMR pool.
+func (c *channel) setup(dev transport.Device) error {
+	s := c.s
+	cr := s.cfg.Credits
+	c.sqDepth = 3*cr + 8 // REG + SEND + LOCAL_INV per credit, a drain marker, slack
+	c.rqDepth = cr + 1
+	size := c.rqDepth*recvIU + (cr+1)*sendIU
+	a, err := transport.NewArena(size, transport.ArenaOptions{})
+	if err != nil {
+		return err
+	}
+	m, err := s.pd.RegMR(a, 0, a.Len(), transport.AccessLocalWrite)
+	if err != nil {
+		a.Close()
+		return fmt.Errorf("initiator: register message buffers: %w", err)
+	}
+	pages := s.cfg.MaxTransfer/transport.PageSize + 1
+	pool, err := frmr.New(frmr.Config{
+		PD: s.pd, Caps: dev.Attr().Caps, Mechanism: s.cfg.Mechanism, Size: cr, MaxPages: pages,
+		BaseMR: s.dataMR, SQDepth: c.sqDepth, IOVATag: true,
+		DeadlineTicks: int(s.cfg.IOTimeout / tick),
+	})
+	if err != nil {
+		m.Close()
+		a.Close()
+		return err
+	}
+	c.arena, c.mr, c.pool = a, m, pool
+	c.slots = make([]ioSlot, cr)
+	c.free = make([]int, 0, cr)
+	for i := range c.slots {
+		c.slots[i].bounce = s.bounceOff(c.id, i)
+		c.slots[i].sendOff = c.rqDepth*recvIU + (i+1)*sendIU
+		c.free = append(c.free, i)
+	}
+	c.recvWRs = make([]transport.RecvWR, c.rqDepth)
+	c.recvSGE = make([]transport.SGE, c.rqDepth)
+	for i := range c.recvWRs {
+		c.recvSGE[i] = transport.SGE{Addr: m.Addr() + uint64(i*recvIU), Length: recvIU, LKey: m.LKey()}
+		c.recvWRs[i] = transport.RecvWR{ID: recvID(i), SGL: c.recvSGE[i : i+1]}
+	}
+	c.waiting = make([]int, 0, cr)
+	c.invPending = make([]int, 0, cr)
+	return nil
+}
+
+// connect builds a QP, connects it and logs in. On failure everything it
+// created is gone again.
+func (c *channel) connect(ctx context.Context) (err error) {
+	s := c.s
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	defer cancel()
+	ep, err := s.cfg.Provider.Resolve(ctx, s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("initiator: resolve %s: %w", s.cfg.Addr, err)
+	}
+	defer ep.Close()
+	if ep.Device() != s.dev {
+		return fmt.Errorf("initiator: %s is now reached through another device: %w", s.cfg.Addr, transport.ErrNotFound)
+	}
+	cq, err := s.dev.CreateCQ(frmr.CQDepth(c.sqDepth, c.rqDepth))
+	if err != nil {
+		return err
+	}
+	qp, err := s.pd.CreateQP(transport.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: c.sqDepth, MaxRecvWR: c.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1})
+	if err != nil {
+		cq.Close()
+		return err
+	}
+	c.cq, c.qp = cq, qp
+	defer func() {
+		if err != nil {
+			c.teardown()
+		}
+	}()
+	if err := qp.Modify(transport.QPInit); err != nil {
+		return err
+	}
+	if _, err := qp.PostRecv(c.recvWRs); err != nil {
+		return fmt.Errorf("initiator: post receives: %w", err)
+	}
+	conn, err := ep.Connect(ctx, qp, wire.Hello{Version: wire.Version}.Encode())
+	if err != nil {
+		var rej *transport.RejectError
+		if errors.As(err, &rej) {
+			if h, herr := wire.DecodeHello(rej.PrivateData); herr == nil {
+				return &LoginError{Reason: wire.RejectVersion, Message: fmt.Sprintf("target speaks version %d, we speak %d", h.Version, wire.Version)}
+			}
+		}
+		return fmt.Errorf("initiator: connect to %s: %w", s.cfg.Addr, err)
+	}
+	c.conn = conn
+	if err := c.login(ctx); err != nil {
+		return err
+	}
+	// Re-open the session's volumes on the new connection.
+	for _, v := range s.openVolumes() {
+		rsp, err := c.controlSync(ctx, &wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly})
+		if err != nil {
+			return err
+		}
+		if rsp.Error != "" {
+			return fmt.Errorf("initiator: re-open %q: %s", v.name, rsp.Error)
+		}
+		c.handles[v] = rsp.Handle
+	}
+	c.mu.Lock()
+	c.epoch++
+	c.mu.Unlock()
+	// Only now may the waiter compete for CQ events: login and re-open
+	// wait on the CQ themselves.
+	c.startWaiter()
+	return nil
+}
+
+// teardown destroys the QP and CQ of the current connection.
+func (c *channel) teardown() {
+	if c.waitCancel != nil {
+		c.waitCancel()
+		<-c.waitDone
+		c.waitCancel = nil
+	}
+	if c.conn != nil {
+		c.conn.Disconnect()
+		c.conn = nil
+	}
+	if c.qp != nil {
+		c.qp.Close()
+		c.qp = nil
+	}
+	if c.cq != nil {
+		c.cq.Close()
+		c.cq = nil
+	}
+	clear(c.handles)
+}
+
+// startWaiter runs the goroutine that turns CQ events into cqReady, so the
+// loop can wait for completions and submissions at once.
+func (c *channel) startWaiter() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.waitCancel = cancel
+	c.waitDone = make(chan struct{})
+	c.cqReady = make(chan struct{})
+	c.cqAck = make(chan struct{}, 1)
+	cq := c.cq
+	go func() {
+		defer close(c.waitDone)
+		for {
+			if err := cq.Wait(ctx); err != nil {
+				return
+			}
+			select {
+			case c.cqReady <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case <-c.cqAck:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// postChain admits, posts and records a chain.
+func (c *channel) postChain(chain []transport.SendWR) (int, error) {
+	if err := c.pool.Admit(chain); err != nil {
+		return 0, err
+	}
+	n, err := c.qp.PostSend(chain)
+	c.pool.Posted(chain, n)
+	return n, err
+}
+
+// sendIUSync posts one control IU from the spare send buffer (login only).
+func (c *channel) sendIUSync(iu []byte) error {
+	if len(iu) > sendIU {
+		return fmt.Errorf("initiator: %d-byte IU: %w", len(iu), wire.ErrTooLarge)
+	}
+	buf := c.arena.Bytes()[c.rqDepth*recvIU:]
+	copy(buf, iu)
+	c.sendSGE[0] = transport.SGE{Addr: c.mr.Addr() + uint64(c.rqDepth*recvIU), Length: uint32(len(iu)), LKey: c.mr.LKey()}
+	c.chain[0] = transport.SendWR{ID: sendID(0xfffff, 0), Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: c.sendSGE[:]}
+	if _, err := c.postChain(c.chain[:1]); err != nil {
+		return fmt.Errorf("initiator: send %s: %w", wire.Opcode(iu[0]), err)
+	}
+	return nil
+}
+
+// recvIUSync polls until a receive arrives (login only) and returns its
+// bytes and index.
+func (c *channel) recvIUSync(ctx context.Context) ([]byte, int, error) {
+	for {
+		n, err := c.cq.Poll(c.wcs[:])
+		if err != nil {
+			return nil, 0, err
+		}
+		for i := 0; i < n; i++ {
+			wc := &c.wcs[i]
+			if wc.ID>>56 != idRecv {
+				c.pool.OnSendCompletion(wc)
+				if wc.Status != transport.StatusSuccess {
+					return nil, 0, fmt.Errorf("initiator: login send failed: %s: %w", wc.Status, transport.ErrDisconnected)
+				}
+				continue
+			}
+			if wc.Status != transport.StatusSuccess {
+				return nil, 0, fmt.Errorf("initiator: login receive failed: %s: %w", wc.Status, transport.ErrDisconnected)
+			}
+			idx := int(wc.ID & 0xffffff)
+			b := c.arena.Bytes()[idx*recvIU : idx*recvIU+int(wc.ByteLen)]
+			// Remaining completions of this batch are sends; handle them
+			// before returning so none is lost.
+			for j := i + 1; j < n; j++ {
+				if c.wcs[j].ID>>56 == idRecv {
+					return nil, 0, fmt.Errorf("initiator: unexpected IU during login: %w", ErrProtocol)
+				}
+				c.pool.OnSendCompletion(&c.wcs[j])
+			}
+			return b, idx, nil
+		}
+		if n == 0 {
+			if err := c.cq.Wait(ctx); err != nil {
+				return nil, 0, fmt.Errorf("initiator: login: %w", err)
+			}
+		}
+	}
+}
+
+func (c *channel) repost(idx int) error {
+	_, err := c.qp.PostRecv(c.recvWRs[idx : idx+1])
+	return err
+}
+
+func (c *channel) login(ctx context.Context) error {
+	s := c.s
+	var nonce [32]byte
+	rand.Read(nonce[:])
+	req := wire.LoginRequest{Version: wire.Version, Initiator: s.cfg.Name, Credits: uint32(s.cfg.Credits),
+		MaxIU: wire.MaxCommandLen, MaxRecvIU: recvIU, MaxTransfer: uint32(s.cfg.MaxTransfer), MaxDesc: 1,
+		RemoteInvalidate: !s.cfg.NoRemoteInvalidate, Nonce: nonce[:], Session: s.id, Channel: uint16(c.id)}
+	iu, err := wire.EncodeControl(nil, wire.OpLogin, &req)
+	if err != nil {
+		return err
+	}
+	if err := c.sendIUSync(iu); err != nil {
+		return err
+	}
+	var targetNonce []byte
+	for {
+		b, idx, err := c.recvIUSync(ctx)
+		if err != nil {
+			return err
+		}
+		op, _ := wire.PeekOpcode(b)
+		switch op {
+		case wire.OpLoginChallenge:
+			var ch wire.LoginChallenge
+			if err := wire.DecodeControl(b, op, &ch); err != nil {
+				return fmt.Errorf("initiator: %w: %w", ErrProtocol, err)
+			}
+			if s.cfg.Secret == nil {
+				return fmt.Errorf("initiator: target %s demands authentication and no secret is configured: %w", s.cfg.Addr, ErrAuth)
+			}
+			if ch.Method != "hmac-sha256" {
+				return fmt.Errorf("initiator: unknown authentication method %q: %w", ch.Method, ErrAuth)
+			}
+			targetNonce = append([]byte(nil), ch.Nonce...)
+			proof := wire.LoginProofFor(s.cfg.Secret, "initiator", s.cfg.Name, "", nonce[:], targetNonce)
+			iu, err := wire.EncodeControl(nil, wire.OpLoginProof, &wire.LoginProof{Proof: proof})
+			if err != nil {
+				return err
+			}
+			if err := c.repost(idx); err != nil {
+				return err
+			}
+			if err := c.sendIUSync(iu); err != nil {
+				return err
+			}
+		case wire.OpLoginReject:
+			var rej wire.LoginReject
+			if err := wire.DecodeControl(b, op, &rej); err != nil {
+				return fmt.Errorf("initiator: %w: %w", ErrProtocol, err)
+			}
+			return &LoginError{Reason: rej.Reason, Message: rej.Message}
+		case wire.OpLoginResponse:
+			var rsp wire.LoginResponse
+			if err := wire.DecodeControl(b, op, &rsp); err != nil {
+				return fmt.Errorf("initiator: %w: %w", ErrProtocol, err)
+			}
+			if s.cfg.Secret != nil {
+				want := wire.LoginProofFor(s.cfg.Secret, "target", s.cfg.Name, "", nonce[:], targetNonce)
+				if targetNonce == nil || !hmac.Equal(rsp.Proof, want) {
+					return fmt.Errorf("initiator: target %q did not prove the shared secret: %w", rsp.Target, ErrAuth)
+				}
+			}
+			if err := c.repost(idx); err != nil {
+				return err
+			}
+			if rsp.Credits == 0 || rsp.MaxTransfer < uint32(transport.PageSize) {
+				return fmt.Errorf("initiator: target granted %d credits, %d-byte transfers: %w", rsp.Credits, rsp.MaxTransfer, ErrProtocol)
+			}
+			c.credits = min(int(rsp.Credits), s.cfg.Credits)
+			c.avail = c.credits
+			c.maxTransfer = min(int(rsp.MaxTransfer), s.cfg.MaxTransfer)
+			c.remoteInv = rsp.RemoteInvalidate && !s.cfg.NoRemoteInvalidate
+			s.noteLogin(c.id, rsp.Target, c.maxTransfer)
+			return nil
+		default:
+			return fmt.Errorf("initiator: %s during login: %w", op, ErrProtocol)
+		}
+	}
+}
+
+// controlSync runs a control request on a channel that is not yet
+// looping (reconnect); it uses slot 0.
+func (c *channel) controlSync(ctx context.Context, req *wire.ControlRequest) (*wire.ControlResponse, error) {
+	req.Tag = 0
+	iu, err := wire.EncodeControl(nil, wire.OpControl, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.sendIUSync(iu); err != nil {
+		return nil, err
+	}
+	b, idx, err := c.recvIUSync(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rsp wire.ControlResponse
+	if err := wire.DecodeControl(b, wire.OpControlResp, &rsp); err != nil {
+		return nil, fmt.Errorf("initiator: %w: %w", ErrProtocol, err)
+	}
+	return &rsp, c.repost(idx)
+}

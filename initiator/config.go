@@ -1,0 +1,93 @@
+package initiator
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/transport"
+)
+
+// Config configures a session.
+type Config struct {
+	// Provider is the verbs provider to connect through.
+	Provider transport.Provider
+	// Addr is the target's address, in the provider's syntax.
+	Addr string
+	// Name is the initiator name the target's ACLs and secrets know.
+	Name string
+	// Secret, if set, answers the target's authentication challenge; a
+	// target that does not prove it knows the same secret is refused.
+	Secret []byte
+	// Channels is the number of connections (QPs) in the session; I/O is
+	// spread over them. Default 1.
+	Channels int
+	// Credits is the number of requests to ask for per channel (the
+	// target may grant fewer). Default 32.
+	Credits int
+	// MaxTransfer is the largest data transfer per command; larger I/Os
+	// are split. Default 1 MiB, and at most what the target grants.
+	MaxTransfer int
+	// Mechanism selects FRMR or memory windows; default: what the device
+	// offers (frmr.Auto).
+	Mechanism frmr.Mechanism
+	// NoRemoteInvalidate stops the initiator from asking the target to
+	// invalidate keys with SEND_WITH_INV; every I/O then ends with a
+	// signaled LOCAL_INV.
+	NoRemoteInvalidate bool
+	// IOTimeout bounds one command on the wire; past it the channel is
+	// torn down and reconnected (an RDMA operation cannot be aborted any
+	// other way). Default 30 s.
+	IOTimeout time.Duration
+	// LossTimeout bounds how long I/O waits for a lost connection to come
+	// back before failing with ErrConnectionLost. Default 60 s.
+	LossTimeout time.Duration
+	// ConnectTimeout bounds one connection attempt. Default 10 s.
+	ConnectTimeout time.Duration
+	// BufferBytes sizes the session's registered buffer pool
+	// (Session.AllocBuffer); I/O on its buffers needs no bounce copy.
+	// Default 0: every I/O goes through a per-credit bounce buffer.
+	BufferBytes int
+	// Logger receives the session's log. Default slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	maxCredits = 1024
+	recvIU     = 4096 // receive buffer per credit: control IUs are msgpack
+	sendIU     = 4096
+)
+
+func (c *Config) setDefaults() error {
+	if c.Provider == nil || c.Addr == "" {
+		return fmt.Errorf("initiator: config needs a Provider and an Addr: %w", transport.ErrInvalidArgument)
+	}
+	if c.Name == "" {
+		c.Name = "gosrp-initiator"
+	}
+	if c.Channels <= 0 {
+		c.Channels = 1
+	}
+	if c.Credits <= 0 {
+		c.Credits = 32
+	}
+	c.Credits = min(c.Credits, maxCredits)
+	if c.MaxTransfer <= 0 {
+		c.MaxTransfer = 1 << 20
+	}
+	c.MaxTransfer = (c.MaxTransfer + transport.PageSize - 1) &^ (transport.PageSize - 1)
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = 30 * time.Second
+	}
+	if c.LossTimeout <= 0 {
+		c.LossTimeout = 60 * time.Second
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}

@@ -1,0 +1,375 @@
+package initiator_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+var seedFlag = flag.Int64("e2e.seed", 0, "seed for the randomized end-to-end tests (0: from the clock)")
+
+func testSeed(t *testing.T) int64 {
+	s := *seedFlag
+	if s == 0 {
+		s = time.Now().UnixNano()
+	}
+	t.Logf("seed %d (replay with -e2e.seed=%d)", s, s)
+	return s
+}
+
+// storeCatalog serves a block.Store's volumes.
+type storeCatalog struct{ s block.Store }
+
+func (c storeCatalog) List() ([]target.VolumeInfo, error) {
+	vs, err := c.s.List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]target.VolumeInfo, len(vs))
+	for i, v := range vs {
+		out[i] = target.VolumeInfo{Name: v.Name, Size: v.Size, BlockSize: v.BlockSize}
+	}
+	return out, nil
+}
+
+func (c storeCatalog) OpenVolume(name string) (target.Volume, error) { return c.s.Open(name) }
+
+// rig is a target serving one memory-backed volume and a provider for
+// initiators, on one software NIC (loop wire) or two (tcp wire).
+type rig struct {
+	tp, ip *emu.Provider
+	tgt    *target.Target
+	addr   string
+	store  block.Store
+}
+
+func newRig(t testing.TB, cfg emu.Config, volSize int64, tcfg target.Config) *rig {
+	t.Helper()
+	tp, err := emu.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := tp
+	if cfg.Wire == emu.WireTCP {
+		if ip, err = emu.New(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := block.NewMemStore()
+	if _, err := st.Create("vol0", volSize, 4096); err != nil {
+		t.Fatal(err)
+	}
+	tcfg.Catalog = storeCatalog{st}
+	if tcfg.Name == "" {
+		tcfg.Name = "test-target"
+	}
+	tgt, err := target.New(tcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := tp.Listen(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- tgt.Serve(ctx, l) }()
+	r := &rig{tp: tp, ip: ip, tgt: tgt, addr: l.Addr(), store: st}
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		tgt.Shutdown(sctx)
+		cancel()
+		<-served
+		l.Close()
+		if ip != tp {
+			ip.Close()
+		}
+		tp.Close()
+		st.Close()
+	})
+	return r
+}
+
+func (r *rig) dial(t testing.TB, cfg initiator.Config) *initiator.Session {
+	t.Helper()
+	cfg.Provider, cfg.Addr = r.ip, r.addr
+	if cfg.Name == "" {
+		cfg.Name = "test-initiator"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := initiator.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// pattern fills a block with its LBA, a write generation and a checksum,
+// so a misplaced, stale or torn block is recognised.
+func pattern(b []byte, lba uint64, gen uint32, seed uint64) {
+	binary.LittleEndian.PutUint64(b[0:], lba)
+	binary.LittleEndian.PutUint32(b[8:], gen)
+	x := seed ^ lba*0x9e3779b97f4a7c15 ^ uint64(gen)<<32
+	for i := 16; i+8 <= len(b)-4; i += 8 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		binary.LittleEndian.PutUint64(b[i:], x)
+	}
+	binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.ChecksumIEEE(b[:len(b)-4]))
+}
+
+// check verifies a block against the generation the model expects.
+func check(b []byte, lba uint64, gen uint32) error {
+	if gen == 0 {
+		for i, c := range b {
+			if c != 0 {
+				return fmt.Errorf("lba %d: never written but byte %d is %#x", lba, i, c)
+			}
+		}
+		return nil
+	}
+	if crc32.ChecksumIEEE(b[:len(b)-4]) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		return fmt.Errorf("lba %d: torn or corrupt block (checksum)", lba)
+	}
+	if got := binary.LittleEndian.Uint64(b); got != lba {
+		return fmt.Errorf("lba %d: holds block %d", lba, got)
+	}
+	if got := binary.LittleEndian.Uint32(b[8:]); got != gen {
+		return fmt.Errorf("lba %d: generation %d, want %d", lba, got, gen)
+	}
+	return nil
+}
+
+// workload runs random reads and writes of 1..8 blocks at queue depth qd
+// against v, checking every read against a model of acknowledged writes.
+// Blocks with a write in flight are locked so reads see a definite
+// generation. It returns the model.
+func workload(t *testing.T, v *initiator.Volume, seed int64, qd, ops int) []uint32 {
+	t.Helper()
+	const bs = 4096
+	nblocks := int(v.Size() / bs)
+	gens := make([]uint32, nblocks)
+	locks := make([]sync.Mutex, nblocks)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errc := make(chan error, qd)
+	for w := 0; w < qd; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
+			buf := make([]byte, 8*bs)
+			for i := 0; i < ops/qd; i++ {
+				n := 1 + rng.IntN(8)
+				lba := rng.IntN(nblocks - n + 1)
+				for k := lba; k < lba+n; k++ {
+					locks[k].Lock()
+				}
+				b := buf[:n*bs]
+				var err error
+				if rng.IntN(2) == 0 {
+					mu.Lock()
+					g := make([]uint32, n)
+					for k := range g {
+						gens[lba+k]++
+						g[k] = gens[lba+k]
+					}
+					mu.Unlock()
+					for k := 0; k < n; k++ {
+						pattern(b[k*bs:(k+1)*bs], uint64(lba+k), g[k], uint64(seed))
+					}
+					_, err = v.WriteAt(b, int64(lba)*bs)
+				} else {
+					if _, err = v.ReadAt(b, int64(lba)*bs); err == nil {
+						mu.Lock()
+						for k := 0; k < n && err == nil; k++ {
+							err = check(b[k*bs:(k+1)*bs], uint64(lba+k), gens[lba+k])
+						}
+						mu.Unlock()
+					}
+				}
+				for k := lba; k < lba+n; k++ {
+					locks[k].Unlock()
+				}
+				if err != nil {
+					errc <- fmt.Errorf("worker %d op %d: %w", w, i, err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	return gens
+}
+
+// verifyAll reads the whole volume back and checks it against the model.
+func verifyAll(t *testing.T, v *initiator.Volume, gens []uint32, seed int64) {
+	t.Helper()
+	const bs = 4096
+	buf := make([]byte, 64*bs)
+	for lba := 0; lba < len(gens); lba += 64 {
+		n := min(64, len(gens)-lba)
+		if _, err := v.ReadAt(buf[:n*bs], int64(lba)*bs); err != nil {
+			t.Fatalf("seed %d: read back %d: %v", seed, lba, err)
+		}
+		for k := 0; k < n; k++ {
+			if err := check(buf[k*bs:(k+1)*bs], uint64(lba+k), gens[lba+k]); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+		}
+	}
+}
+
+func TestEndToEnd(t *testing.T) {
+	for _, prof := range emu.Profiles() {
+		for _, wire := range emu.Wires() {
+			t.Run("profile="+prof+"/wire="+wire, func(t *testing.T) {
+				seed := testSeed(t)
+				r := newRig(t, emu.Config{Profile: prof, Wire: wire, Seed: seed}, 16<<20, target.Config{})
+				s := r.dial(t, initiator.Config{Credits: 32, Channels: 2})
+				ctx := context.Background()
+				vols, err := s.Volumes(ctx)
+				if err != nil || len(vols) != 1 || vols[0].Name != "vol0" || vols[0].Size != 16<<20 {
+					t.Fatalf("volumes %+v, %v", vols, err)
+				}
+				v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				gens := workload(t, v, seed, 32, 2000)
+				if err := v.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				verifyAll(t, v, gens, seed)
+				st := s.Stats()
+				if st.Read.Errors+st.Write.Errors != 0 || st.ConnectionsLost != 0 {
+					t.Fatalf("stats %+v", st)
+				}
+			})
+		}
+	}
+}
+
+func TestUnalignedAndCommands(t *testing.T) {
+	r := newRig(t, emu.Config{Seed: 1}, 4<<20, target.Config{})
+	s := r.dial(t, initiator.Config{})
+	ctx := context.Background()
+	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Unaligned write spanning three blocks, then read back unaligned.
+	msg := []byte("gosrp writes any alignment; the initiator reads, merges and writes whole blocks")
+	data := make([]byte, 9000)
+	for i := range data {
+		data[i] = msg[i%len(msg)]
+	}
+	if _, err := v.WriteAt(data, 1000); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data)+200)
+	if _, err := v.ReadAt(got, 900); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if got[i] != 0 {
+			t.Fatalf("byte %d before the write is %#x", 900+i, got[i])
+		}
+	}
+	if string(got[100:100+len(data)]) != string(data) {
+		t.Fatal("unaligned write/read mismatch")
+	}
+	// Discard and write-zeroes read back as zeros.
+	if err := v.Discard(ctx, 0, 8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WriteZeroes(ctx, 8192, 4096); err != nil {
+		t.Fatal(err)
+	}
+	z := make([]byte, 12288)
+	if _, err := v.ReadAt(z, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range z {
+		if c != 0 {
+			t.Fatalf("byte %d is %#x after discard/write-zeroes", i, c)
+		}
+	}
+	// FUA write, flush.
+	if _, err := v.WriteAtFUA(ctx, data[:4096], 4<<20-4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Out of range is refused locally; the target never sees it.
+	if _, err := v.WriteAt(data[:4096], 4<<20); !errors.Is(err, initiator.ErrInvalid) {
+		t.Fatalf("write past the end: %v", err)
+	}
+	if err := v.Discard(ctx, 1, 4096); !errors.Is(err, initiator.ErrInvalid) {
+		t.Fatalf("misaligned discard: %v", err)
+	}
+	// A large read is split at MaxTransfer and lands in order.
+	big := make([]byte, 3<<20)
+	if _, err := v.ReadAt(big, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A read-only open refuses writes.
+	ro, err := s.Open(ctx, "vol0", initiator.OpenOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ro.WriteAt(data[:4096], 0); !errors.Is(err, initiator.ErrReadOnly) {
+		t.Fatalf("write to read-only: %v", err)
+	}
+	if _, err := s.Open(ctx, "nope", initiator.OpenOptions{}); err == nil {
+		t.Fatal("opened a volume that does not exist")
+	}
+}
+
+// TestFaults injects transport faults (QP errors, link cuts, lost and
+// corrupted completions) at random while a workload runs: the session
+// reconnects, re-issues what had not completed, and every acknowledged
+// write is present afterwards.
+func TestFaults(t *testing.T) {
+	for _, prof := range emu.Profiles() {
+		for _, wire := range emu.Wires() {
+			t.Run("profile="+prof+"/wire="+wire, func(t *testing.T) {
+				seed := testSeed(t)
+				f := emu.Faults{QPError: 0.002, LinkCut: 0.001, Duplicate: 0.01, CorruptCQE: 0.001}
+				r := newRig(t, emu.Config{Profile: prof, Wire: wire, Seed: seed, Faults: f}, 8<<20, target.Config{})
+				s := r.dial(t, initiator.Config{Credits: 16, IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second, LossTimeout: 30 * time.Second})
+				v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				gens := workload(t, v, seed, 16, 1500)
+				verifyAll(t, v, gens, seed)
+				t.Logf("connections lost %d, reconnects %d, emu %+v", s.Stats().ConnectionsLost, s.Stats().Reconnects, r.ip.Counters())
+			})
+		}
+	}
+}
+
+var _ = transport.ErrClosed

@@ -1,0 +1,182 @@
+package initiator
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+// Op is a block operation.
+type Op uint8
+
+// Operations.
+const (
+	OpRead Op = iota + 1
+	OpWrite
+	OpFlush
+	OpDiscard
+	OpWriteZeroes
+	opControl
+)
+
+func (o Op) String() string {
+	switch o {
+	case opControl:
+		return "CONTROL"
+	}
+	return wire.Op(o).String()
+}
+
+// Sentinel errors callers act on.
+var (
+	// ErrClosed: the session or volume is closed.
+	ErrClosed = errors.New("initiator: closed")
+	// ErrConnectionLost: the connection stayed down past the loss timeout.
+	ErrConnectionLost = errors.New("initiator: connection lost")
+	// ErrRejected: the target refused the login; see *LoginError.
+	ErrRejected = errors.New("initiator: login rejected")
+	// ErrAuth: the target failed to prove it knows the shared secret.
+	ErrAuth = errors.New("initiator: target authentication failed")
+	// ErrInvalid: a request is malformed (alignment, size, range).
+	ErrInvalid = errors.New("initiator: invalid request")
+	// ErrReadOnly: a write to a volume opened read-only.
+	ErrReadOnly = errors.New("initiator: volume is read-only")
+	// ErrProtocol: the target broke the protocol; the connection is reset.
+	ErrProtocol = errors.New("initiator: protocol violation by the target")
+)
+
+// IOError is a command the target failed, with its sense code.
+type IOError struct {
+	Op    Op
+	Off   int64
+	Len   int64
+	Sense wire.Sense
+}
+
+func (e *IOError) Error() string {
+	return fmt.Sprintf("initiator: %s of %d bytes at %d: target: %s", e.Op, e.Len, e.Off, e.Sense)
+}
+
+// LoginError is a login the target rejected.
+type LoginError struct {
+	Reason  wire.RejectReason
+	Message string
+}
+
+func (e *LoginError) Error() string {
+	if e.Message != "" {
+		return fmt.Sprintf("initiator: login rejected: %s: %s", e.Reason, e.Message)
+	}
+	return fmt.Sprintf("initiator: login rejected: %s", e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrRejected) true.
+func (e *LoginError) Unwrap() error { return ErrRejected }
+
+// Request is one asynchronous block operation (Volume.Submit). Buf is
+// read into or written from; Offset and, for DISCARD and WRITE_ZEROES,
+// Length say where. Offsets and lengths must be multiples of the block
+// size and a transfer at most Session.MaxTransfer bytes. When the request
+// completes, Err is set and the request is sent on Done, which must have
+// room for it: the channel's poller blocks until it is taken.
+//
+// A Request may be reused after it has come back on Done.
+type Request struct {
+	Op     Op
+	Buf    []byte
+	Offset int64
+	Length int64
+	FUA    bool
+	Done   chan<- *Request
+	Err    error
+
+	vol     *Volume
+	next    *Request
+	start   time.Time
+	state   atomic.Uint32 // reqPending, reqClaimed, reqAbandoned
+	ctrl    *wire.ControlRequest
+	ctrlRsp wire.ControlResponse
+	epoch   uint64        // connection the response came from (control requests)
+	sync    chan *Request // the synchronous API's own completion channel
+}
+
+func (r *Request) length() int64 {
+	if r.Op == OpRead || r.Op == OpWrite {
+		return int64(len(r.Buf))
+	}
+	return r.Length
+}
+
+const (
+	reqPending uint32 = iota
+	reqClaimed
+	reqAbandoned
+)
+
+// claim makes the poller the request's owner until it is delivered; it
+// fails if the synchronous caller gave up on the request first (then only
+// a bounce buffer was exposed, and nobody waits for it).
+func (r *Request) claim() bool { return r.state.CompareAndSwap(reqPending, reqClaimed) }
+
+// abandon is the caller giving up; false if the poller already claimed it.
+func (r *Request) abandon() bool { return r.state.CompareAndSwap(reqPending, reqAbandoned) }
+
+func (r *Request) abandoned() bool { return r.state.Load() == reqAbandoned }
+
+// deliver reports a claimed request.
+func (r *Request) deliver(err error) {
+	r.Err = err
+	if r.Done != nil {
+		r.Done <- r
+	}
+}
+
+// finish claims and reports the request.
+func (r *Request) finish(err error) {
+	if r.claim() {
+		r.deliver(err)
+	}
+}
+
+// queue is an intrusive FIFO of requests.
+type queue struct {
+	head, tail *Request
+	n          int
+}
+
+func (q *queue) push(r *Request) {
+	r.next = nil
+	if q.tail == nil {
+		q.head = r
+	} else {
+		q.tail.next = r
+	}
+	q.tail = r
+	q.n++
+}
+
+func (q *queue) pushFront(r *Request) {
+	r.next = q.head
+	q.head = r
+	if q.tail == nil {
+		q.tail = r
+	}
+	q.n++
+}
+
+func (q *queue) pop() *Request {
+	r := q.head
+	if r == nil {
+		return nil
+	}
+	q.head = r.next
+	if q.head == nil {
+		q.tail = nil
+	}
+	r.next = nil
+	q.n--
+	return r
+}

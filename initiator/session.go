@@ -1,0 +1,368 @@
+package initiator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport"
+)
+
+// Session is a logged-in connection to a target, over one or more
+// channels (QPs). It is safe for concurrent use.
+type Session struct {
+	cfg    Config
+	dev    transport.Device
+	pd     transport.PD
+	data   *transport.Arena // bounce buffers, then the application's pool
+	dataMR transport.MR
+	bufOff int // where the application's buffer pool starts
+
+	chans []*channel
+	next  atomic.Uint32
+	id    uint64 // names the session's channels to the target (reinstatement)
+
+	mu          sync.Mutex
+	vols        map[*Volume]struct{}
+	target      string
+	maxTransfer int
+	bufFree     []bufRange
+	closed      bool
+
+	stats stats
+}
+
+type bufRange struct{ off, n int }
+
+// Dial connects to a target and logs in on every channel.
+func Dial(ctx context.Context, cfg Config) (*Session, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Session{cfg: cfg, vols: map[*Volume]struct{}{}, maxTransfer: cfg.MaxTransfer}
+	s.stats.init()
+	var idb [8]byte
+	rand.Read(idb[:])
+	s.id = binary.LittleEndian.Uint64(idb[:])
+	ep, err := cfg.Provider.Resolve(ctx, cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("initiator: resolve %s: %w", cfg.Addr, err)
+	}
+	s.dev = ep.Device()
+	ep.Close()
+	if s.pd, err = s.dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	bounce := cfg.Channels * cfg.Credits * cfg.MaxTransfer
+	s.bufOff = bounce
+	size := bounce + cfg.BufferBytes
+	if s.data, err = transport.NewArena(size, transport.ArenaOptions{}); err != nil {
+		s.pd.Close()
+		return nil, err
+	}
+	if cfg.BufferBytes > 0 {
+		s.bufFree = []bufRange{{s.bufOff, s.data.Len() - s.bufOff}}
+	}
+	// The data MR is the base for memory windows; its own rkey is never
+	// sent to the target (only window keys are).
+	if s.dataMR, err = s.pd.RegMR(s.data, 0, s.data.Len(), transport.AccessLocalWrite|transport.AccessMWBind); err != nil {
+		s.data.Close()
+		s.pd.Close()
+		return nil, fmt.Errorf("initiator: register data buffers: %w", err)
+	}
+	for i := 0; i < cfg.Channels; i++ {
+		c := newChannel(s, i)
+		if err := c.setup(s.dev); err != nil {
+			s.abort()
+			return nil, err
+		}
+		s.chans = append(s.chans, c)
+		if err := c.connectRetry(ctx); err != nil {
+			s.abort()
+			return nil, err
+		}
+	}
+	for _, c := range s.chans {
+		go c.run()
+	}
+	return s, nil
+}
+
+// dialAttempts bounds Dial's attempts at each channel's first connection;
+// a refused login or failed authentication is not retried.
+const dialAttempts = 3
+
+func (c *channel) connectRetry(ctx context.Context) error {
+	var err error
+	for i := 0; i < dialAttempts; i++ {
+		if err = c.connect(ctx); err == nil {
+			return nil
+		}
+		var le *LoginError
+		if errors.As(err, &le) || errors.Is(err, ErrAuth) || ctx.Err() != nil {
+			return err
+		}
+		c.log.Debug("connect failed; retrying", "attempt", i+1, "err", err)
+		c.pool.Reset()
+		c.pool.Recover()
+	}
+	return err
+}
+
+// abort releases what Dial built before the loops started.
+func (s *Session) abort() {
+	for _, c := range s.chans {
+		c.teardown()
+		c.shutdown()
+	}
+	s.dataMR.Close()
+	s.data.Close()
+	s.pd.Close()
+}
+
+func (s *Session) noteLogin(ch int, target string, maxTransfer int) {
+	s.mu.Lock()
+	s.target = target
+	s.maxTransfer = min(s.maxTransfer, maxTransfer)
+	s.mu.Unlock()
+}
+
+// Target is the target's name from the login.
+func (s *Session) Target() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.target
+}
+
+// MaxTransfer is the largest transfer one command carries; Volume splits
+// larger I/O.
+func (s *Session) MaxTransfer() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxTransfer
+}
+
+func (s *Session) bounceOff(ch, slot int) int {
+	return (ch*s.cfg.Credits + slot) * s.cfg.MaxTransfer
+}
+
+// segmentFor reports whether b lies in the session's buffer pool, and
+// where: such buffers are registered in place (zero copy).
+func (s *Session) segmentFor(b []byte) (frmr.Segment, bool) {
+	if len(b) == 0 || s.data.Len() == s.bufOff {
+		return frmr.Segment{}, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(s.data.Bytes())))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if p < base+uintptr(s.bufOff) || p+uintptr(len(b)) > base+uintptr(s.data.Len()) {
+		return frmr.Segment{}, false
+	}
+	return frmr.Segment{Arena: s.data, Off: int(p - base), Len: len(b)}, true
+}
+
+// AllocBuffer returns n bytes (rounded up to the page size) of the
+// session's registered buffer pool (Config.BufferBytes). I/O on such
+// buffers is registered in place instead of going through a bounce
+// buffer. Return it with FreeBuffer.
+func (s *Session) AllocBuffer(n int) ([]byte, error) {
+	n = (n + transport.PageSize - 1) &^ (transport.PageSize - 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range s.bufFree {
+		if r.n >= n {
+			s.bufFree[i] = bufRange{r.off + n, r.n - n}
+			if s.bufFree[i].n == 0 {
+				s.bufFree = append(s.bufFree[:i], s.bufFree[i+1:]...)
+			}
+			return s.data.Bytes()[r.off : r.off+n : r.off+n], nil
+		}
+	}
+	return nil, fmt.Errorf("initiator: no %d bytes left in the %d-byte buffer pool (Config.BufferBytes): %w", n, s.cfg.BufferBytes, transport.ErrNoMemory)
+}
+
+// FreeBuffer returns a buffer from AllocBuffer.
+func (s *Session) FreeBuffer(b []byte) {
+	seg, ok := s.segmentFor(b[:cap(b)])
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bufFree = append(s.bufFree, bufRange{seg.Off, seg.Len})
+	// Coalesce neighbours so the pool does not fragment for good.
+	for i := 0; i < len(s.bufFree); i++ {
+		for j := 0; j < len(s.bufFree); j++ {
+			if i != j && s.bufFree[i].off+s.bufFree[i].n == s.bufFree[j].off {
+				s.bufFree[i].n += s.bufFree[j].n
+				s.bufFree = append(s.bufFree[:j], s.bufFree[j+1:]...)
+				i, j = -1, len(s.bufFree)
+			}
+		}
+		if i < 0 {
+			continue
+		}
+	}
+}
+
+func (s *Session) pick() *channel {
+	return s.chans[int(s.next.Add(1))%len(s.chans)]
+}
+
+func (s *Session) openVolumes() []*Volume {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vs := make([]*Volume, 0, len(s.vols))
+	for v := range s.vols {
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// control runs a control request on channel c and waits for its answer.
+func (s *Session) control(ctx context.Context, c *channel, req *wire.ControlRequest) (*wire.ControlResponse, error) {
+	return s.controlReq(ctx, c, &Request{Op: opControl, ctrl: req})
+}
+
+func (s *Session) controlReq(ctx context.Context, c *channel, r *Request) (*wire.ControlResponse, error) {
+	done := make(chan *Request, 1)
+	r.Done = done
+	r.start = timeNow()
+	if err := c.submit(r); err != nil {
+		return nil, err
+	}
+	select {
+	case <-done:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return &r.ctrlRsp, nil
+	case <-ctx.Done():
+		if !r.abandon() {
+			<-done
+			return &r.ctrlRsp, r.Err
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// VolumeInfo describes a volume the target offers this initiator.
+type VolumeInfo struct {
+	Name      string
+	Size      int64
+	BlockSize int
+	ReadOnly  bool
+}
+
+// Volumes lists the volumes this initiator may open.
+func (s *Session) Volumes(ctx context.Context) ([]VolumeInfo, error) {
+	rsp, err := s.control(ctx, s.chans[0], &wire.ControlRequest{Op: wire.ControlList})
+	if err != nil {
+		return nil, fmt.Errorf("initiator: list volumes: %w", err)
+	}
+	if rsp.Error != "" {
+		return nil, fmt.Errorf("initiator: list volumes: %s", rsp.Error)
+	}
+	out := make([]VolumeInfo, len(rsp.Volumes))
+	for i, v := range rsp.Volumes {
+		out[i] = VolumeInfo{Name: v.Name, Size: int64(v.Size), BlockSize: int(v.BlockSize), ReadOnly: v.ReadOnly}
+	}
+	return out, nil
+}
+
+// OpenOptions modify Open.
+type OpenOptions struct {
+	ReadOnly bool
+}
+
+// Open opens a volume on every channel of the session.
+func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Volume, error) {
+	v := &Volume{s: s, name: name, readOnly: opts.ReadOnly}
+	// Known to the session first, so a reconnect in the middle re-opens it.
+	s.mu.Lock()
+	s.vols[v] = struct{}{}
+	s.mu.Unlock()
+	fail := func(err error) (*Volume, error) {
+		s.mu.Lock()
+		delete(s.vols, v)
+		s.mu.Unlock()
+		return nil, err
+	}
+	for _, c := range s.chans {
+		r := &Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlOpen, Volume: name, ReadOnly: opts.ReadOnly}}
+		rsp, err := s.controlReq(ctx, c, r)
+		if err != nil {
+			return fail(fmt.Errorf("initiator: open %q: %w", name, err))
+		}
+		if rsp.Error != "" {
+			return fail(fmt.Errorf("initiator: open %q: %s: %w", name, rsp.Error, errNoVolume(rsp.Sense)))
+		}
+		v.size, v.bs, v.readOnly, v.caps = int64(rsp.Size), int(rsp.BlockSize), rsp.ReadOnly || opts.ReadOnly, rsp.Caps
+		c.setHandle(v, rsp.Handle, r.epoch)
+	}
+	if v.bs <= 0 || v.bs&(v.bs-1) != 0 {
+		return fail(fmt.Errorf("initiator: open %q: target reports block size %d: %w", name, v.bs, ErrProtocol))
+	}
+	return v, nil
+}
+
+func errNoVolume(s wire.Sense) error {
+	if s == wire.SenseWriteProtected {
+		return ErrReadOnly
+	}
+	return ErrInvalid
+}
+
+// setHandle records a volume's handle; the loop reads handles only while
+// dispatching, so the update goes through the channel's mutex.
+func (c *channel) setHandle(v *Volume, h uint32, epoch uint64) {
+	c.mu.Lock()
+	c.pendingHandles = append(c.pendingHandles, handleUpdate{v: v, h: h, epoch: epoch})
+	c.mu.Unlock()
+	c.ring()
+}
+
+type handleUpdate struct {
+	v      *Volume
+	h      uint32
+	epoch  uint64
+	remove bool
+}
+
+// Close finishes the I/O already submitted (bounded by the I/O timeout),
+// then disconnects every channel and releases the session's memory.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	for _, c := range s.chans {
+		c.mu.Lock()
+		c.closing = true
+		c.mu.Unlock()
+		close(c.stop)
+	}
+	for _, c := range s.chans {
+		<-c.done
+	}
+	var errs []error
+	if err := s.dataMR.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.pd.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.data.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,268 @@
+package initiator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+func timeNow() time.Time { return time.Now() }
+
+// Volume is an open remote volume. ReadAt and WriteAt take any offset and
+// length; the Context variants bound the wait; Submit is the asynchronous,
+// allocation-free form for aligned I/O. It is safe for concurrent use.
+type Volume struct {
+	s        *Session
+	name     string
+	size     int64
+	bs       int
+	readOnly bool
+	caps     uint32
+	rmw      sync.Mutex // serializes read-modify-write of partial blocks
+	closed   bool
+}
+
+// Name is the volume's name on the target.
+func (v *Volume) Name() string { return v.name }
+
+// Size is the volume's size in bytes.
+func (v *Volume) Size() int64 { return v.size }
+
+// BlockSize is the volume's block size in bytes.
+func (v *Volume) BlockSize() int { return v.bs }
+
+// ReadOnly reports whether the volume was opened (or is) read-only.
+func (v *Volume) ReadOnly() bool { return v.readOnly }
+
+var reqPool = sync.Pool{New: func() any {
+	ch := make(chan *Request, 1)
+	return &Request{sync: ch, Done: ch}
+}}
+
+// Submit starts an asynchronous request; it is sent on r.Done when it
+// completes. Offsets and lengths must be block aligned and a transfer at
+// most MaxTransfer bytes.
+func (v *Volume) Submit(r *Request) error {
+	if err := v.check(r.Op, r.Offset, r.length()); err != nil {
+		return err
+	}
+	if (r.Op == OpRead || r.Op == OpWrite) && len(r.Buf) > v.s.MaxTransfer() {
+		return fmt.Errorf("initiator: %d-byte transfer, max %d: %w", len(r.Buf), v.s.MaxTransfer(), ErrInvalid)
+	}
+	r.vol = v
+	r.Err = nil
+	r.state.Store(reqPending)
+	r.start = time.Now()
+	return v.s.pick().submit(r)
+}
+
+func (v *Volume) check(op Op, off, n int64) error {
+	bs := int64(v.bs)
+	switch {
+	case v.closed:
+		return fmt.Errorf("initiator: volume %q: %w", v.name, ErrClosed)
+	case op == OpFlush:
+		return nil
+	case op != OpRead && v.readOnly:
+		return fmt.Errorf("initiator: %s on %q: %w", op, v.name, ErrReadOnly)
+	case n <= 0 || off < 0 || off%bs != 0 || n%bs != 0:
+		return fmt.Errorf("initiator: %s of %d bytes at %d on %q (block size %d): %w", op, n, off, v.name, bs, ErrInvalid)
+	case off > v.size || n > v.size-off:
+		return fmt.Errorf("initiator: %s of %d bytes at %d beyond the end of %q (%d bytes): %w", op, n, off, v.name, v.size, ErrInvalid)
+	}
+	return nil
+}
+
+// do runs an aligned operation, split into commands of at most
+// MaxTransfer bytes (1 GiB for DISCARD and WRITE_ZEROES) that run in
+// parallel across credits and channels.
+func (v *Volume) do(ctx context.Context, op Op, buf []byte, off, n int64, fua bool) error {
+	if err := v.check(op, off, n); err != nil {
+		return err
+	}
+	chunk := int64(v.s.MaxTransfer())
+	if op == OpDiscard || op == OpWriteZeroes {
+		chunk = 1 << 30
+	}
+	if op == OpFlush {
+		chunk, n = 1, 1
+	}
+	var inline [8]*Request
+	reqs := inline[:0]
+	var err error
+	for done := int64(0); done < n; done += chunk {
+		k := min(chunk, n-done)
+		r := reqPool.Get().(*Request)
+		r.Op, r.Offset, r.FUA, r.Buf, r.Length = op, off+done, fua, nil, 0
+		switch op {
+		case OpRead, OpWrite:
+			r.Buf = buf[done : done+k]
+		case OpDiscard, OpWriteZeroes:
+			r.Length = k
+		}
+		r.vol = v
+		r.state.Store(reqPending)
+		r.start = time.Now()
+		if err = v.s.pick().submit(r); err != nil {
+			reqPool.Put(r)
+			break
+		}
+		reqs = append(reqs, r)
+	}
+	for _, r := range reqs {
+		select {
+		case <-r.sync:
+		case <-ctx.Done():
+			_, zc := v.s.segmentFor(r.Buf)
+			if !zc && r.abandon() {
+				// Only a bounce buffer is exposed; the poller drops the
+				// request when it completes.
+				err = ctx.Err()
+				continue
+			}
+			<-r.sync // claimed by the poller, or the buffer itself is registered
+		}
+		if r.Err != nil && err == nil {
+			err = r.Err
+		}
+		reqPool.Put(r)
+	}
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("initiator: %s of %d bytes at %d on %q: %w", op, n, off, v.name, ctx.Err())
+	}
+	return err
+}
+
+// ReadAt reads len(p) bytes at off; see ReadAtContext.
+func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
+	return v.ReadAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext reads len(p) bytes at off, any alignment. Like
+// io.ReaderAt it returns io.EOF with fewer bytes at the end of the volume.
+func (v *Volume) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("initiator: read at %d: %w", off, ErrInvalid)
+	}
+	if off >= v.size {
+		return 0, io.EOF
+	}
+	n := int64(len(p))
+	var eof error
+	if n > v.size-off {
+		n, eof = v.size-off, io.EOF
+	}
+	if n == 0 {
+		return 0, eof
+	}
+	bs := int64(v.bs)
+	start, end := off&^(bs-1), (off+n+bs-1)&^(bs-1)
+	if start == off && end == off+n {
+		if err := v.do(ctx, OpRead, p[:n], off, n, false); err != nil {
+			return 0, err
+		}
+		return int(n), eof
+	}
+	tmp := make([]byte, end-start)
+	if err := v.do(ctx, OpRead, tmp, start, end-start, false); err != nil {
+		return 0, err
+	}
+	copy(p, tmp[off-start:off-start+n])
+	return int(n), eof
+}
+
+// WriteAt writes p at off; see WriteAtContext.
+func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
+	return v.writeAt(context.Background(), p, off, false)
+}
+
+// WriteAtContext writes p at off, any alignment: partial blocks are read,
+// merged and written back.
+func (v *Volume) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	return v.writeAt(ctx, p, off, false)
+}
+
+// WriteAtFUA writes p at off and returns only when the data is durable on
+// the target (Force Unit Access).
+func (v *Volume) WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error) {
+	return v.writeAt(ctx, p, off, true)
+}
+
+func (v *Volume) writeAt(ctx context.Context, p []byte, off int64, fua bool) (int, error) {
+	n := int64(len(p))
+	if n == 0 {
+		return 0, nil
+	}
+	if off < 0 || off > v.size || n > v.size-off {
+		return 0, fmt.Errorf("initiator: write of %d bytes at %d beyond the end of %q (%d bytes): %w", n, off, v.name, v.size, ErrInvalid)
+	}
+	bs := int64(v.bs)
+	start, end := off&^(bs-1), (off+n+bs-1)&^(bs-1)
+	if start == off && end == off+n {
+		if err := v.do(ctx, OpWrite, p, off, n, fua); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	v.rmw.Lock()
+	defer v.rmw.Unlock()
+	tmp := make([]byte, end-start)
+	if off != start {
+		if err := v.do(ctx, OpRead, tmp[:bs], start, bs, false); err != nil {
+			return 0, err
+		}
+	}
+	if (off+n)%bs != 0 && (end-bs != start || off == start) {
+		if err := v.do(ctx, OpRead, tmp[len(tmp)-int(bs):], end-bs, bs, false); err != nil {
+			return 0, err
+		}
+	}
+	copy(tmp[off-start:], p)
+	if err := v.do(ctx, OpWrite, tmp, start, end-start, fua); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush makes every write that has completed durable on the target.
+func (v *Volume) Flush(ctx context.Context) error {
+	return v.do(ctx, OpFlush, nil, 0, 0, false)
+}
+
+// Discard tells the target the range's contents are no longer needed;
+// later reads return zeros. Offset and length must be block aligned.
+func (v *Volume) Discard(ctx context.Context, off, n int64) error {
+	return v.do(ctx, OpDiscard, nil, off, n, false)
+}
+
+// WriteZeroes zeroes the range without sending zeros over the wire.
+func (v *Volume) WriteZeroes(ctx context.Context, off, n int64) error {
+	return v.do(ctx, OpWriteZeroes, nil, off, n, false)
+}
+
+// Close closes the volume on the target.
+func (v *Volume) Close() error {
+	s := v.s
+	s.mu.Lock()
+	if v.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	v.closed = true
+	delete(s.vols, v)
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.IOTimeout)
+	defer cancel()
+	var first error
+	for _, c := range s.chans {
+		r := &Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlClose}, vol: v}
+		if _, err := s.controlReq(ctx, c, r); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "4096": 4096, "256MiB": 256 << 20, "1GiB": 1 << 30, "1 GiB": 1 << 30,
+		"2TiB": 2 << 40, "4KiB": 4096, "1.5GiB": 3 << 29, "10MB": 10e6, "64M": 64 << 20, "0x1000": 4096,
+	} {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1", "1.3B", "9999999TiB", "GiB"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) succeeded", in)
+		}
+	}
+	if s := FormatSize(1 << 30); s != "1 GiB" {
+		t.Errorf("FormatSize = %q", s)
+	}
+	if s := FormatSize(3 << 19); s != "1.5 MiB" {
+		t.Errorf("FormatSize = %q", s)
+	}
+}
+
+func TestExecute(t *testing.T) {
+	var got []string
+	var size SizeFlag
+	var quiet bool
+	root := &Command{Name: "prog", Sub: []*Command{{
+		Name: "do", Args: "A B", Short: "does it",
+		SetFlags: func(fs *flag.FlagSet) {
+			fs.Var(&size, "size", "the `SIZE`")
+			fs.BoolVar(&quiet, "quiet", false, "be quiet")
+		},
+		Run: func(_ context.Context, args []string) error {
+			if err := NArgs(args, 2, 2, "A B"); err != nil {
+				return err
+			}
+			got = args
+			return nil
+		},
+	}}}
+	var out, errb bytes.Buffer
+	if code := Execute(context.Background(), root, []string{"do", "a", "--size", "1MiB", "-", "--quiet"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if len(got) != 2 || got[0] != "a" || got[1] != "-" || size.N != 1<<20 || !quiet {
+		t.Fatalf("got %v size %d quiet %v", got, size.N, quiet)
+	}
+	if code := Execute(context.Background(), root, []string{"do", "a"}, &out, &errb); code != ExitUsage {
+		t.Fatalf("missing arg: exit %d", code)
+	}
+	if code := Execute(context.Background(), root, []string{"nope"}, &out, &errb); code != ExitUsage {
+		t.Fatalf("unknown command: exit %d", code)
+	}
+	if code := Execute(context.Background(), root, []string{"do", "--bogus"}, &out, &errb); code != ExitUsage {
+		t.Fatalf("bad flag: exit %d", code)
+	}
+	out.Reset()
+	if code := Execute(context.Background(), root, []string{"do", "--help"}, &out, &errb); code != 0 {
+		t.Fatalf("help: exit %d", code)
+	}
+	for _, w := range []string{"Usage: prog do [flags] A B", "--size SIZE", "--quiet"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("help lacks %q:\n%s", w, out.String())
+		}
+	}
+}

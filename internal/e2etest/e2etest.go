@@ -1,0 +1,209 @@
+// Package e2etest runs srpd and srpc as a user would, for the black-box
+// tests of cmd/srpd and cmd/srpc: it builds the binaries (without -race,
+// whatever the test binary was built with), picks free ports, starts the
+// daemon and waits until it answers.
+package e2etest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/admin"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// Cleanup removes the built binaries; call it from TestMain after m.Run.
+func Cleanup() {
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
+// Binaries builds srpd and srpc once per test process and returns their paths.
+func Binaries(t testing.TB) (srpd, srpc string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "gosrp-e2e-")
+		if buildErr != nil {
+			return
+		}
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(gobin); err != nil {
+			gobin = "go"
+		}
+		cmd := exec.Command(gobin, "build", "-o", binDir+"/",
+			"github.com/gosrp/gosrp/cmd/srpd", "github.com/gosrp/gosrp/cmd/srpc")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "srpd"), filepath.Join(binDir, "srpc")
+}
+
+// FreeAddr returns a loopback address with a port nobody listens on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// Result is a finished command.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// Run runs a binary to completion (bounded by two minutes).
+func Run(t testing.TB, env []string, bin string, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := Result{Stdout: out.String(), Stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	default:
+		t.Fatalf("%s %v: %v", filepath.Base(bin), args, err)
+	}
+	return r
+}
+
+// MustRun runs a binary and fails the test unless it exits 0.
+func MustRun(t testing.TB, bin string, args ...string) Result {
+	t.Helper()
+	r := Run(t, nil, bin, args...)
+	if r.Code != 0 {
+		t.Fatalf("%s %s: exit %d\nstdout: %s\nstderr: %s", filepath.Base(bin), strings.Join(args, " "), r.Code, r.Stdout, r.Stderr)
+	}
+	return r
+}
+
+// Daemon is a running srpd.
+type Daemon struct {
+	Cmd     *exec.Cmd
+	Data    string
+	Addr    string
+	Metrics string
+	log     *syncBuffer
+	exited  chan struct{}
+	waitErr error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Log is what the daemon has written to stderr so far.
+func (d *Daemon) Log() string { return d.log.String() }
+
+// StartDaemon starts srpd on data and addr (plus extra flags) and waits
+// until its admin socket answers.
+func StartDaemon(t testing.TB, srpd, data, addr, metrics string, extra ...string) *Daemon {
+	t.Helper()
+	args := []string{"--data", data, "--listen", addr}
+	if metrics != "" {
+		args = append(args, "--metrics", metrics)
+	}
+	args = append(args, extra...)
+	d := &Daemon{Data: data, Addr: addr, Metrics: metrics, log: &syncBuffer{}, exited: make(chan struct{})}
+	d.Cmd = exec.Command(srpd, args...)
+	d.Cmd.Stdout, d.Cmd.Stderr = d.log, d.log
+	if err := d.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.waitErr = d.Cmd.Wait(); close(d.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-d.exited:
+		default:
+			d.Cmd.Process.Kill()
+			<-d.exited
+		}
+	})
+	c := admin.NewClient(filepath.Join(data, admin.SocketName))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx)
+		cancel()
+		if err == nil {
+			return d
+		}
+		select {
+		case <-d.exited:
+			t.Fatalf("srpd exited before it was ready: %v\n%s", d.waitErr, d.Log())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("srpd not ready after 60s: %v\n%s", err, d.Log())
+		}
+	}
+}
+
+// Kill sends SIGKILL and waits.
+func (d *Daemon) Kill(t testing.TB) {
+	t.Helper()
+	d.Cmd.Process.Kill()
+	<-d.exited
+}
+
+// Stop sends SIGTERM and returns the exit code.
+func (d *Daemon) Stop(t testing.TB) int {
+	t.Helper()
+	d.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("srpd did not exit 60s after SIGTERM\n%s", d.Log())
+	}
+	return d.Cmd.ProcessState.ExitCode()
+}
+
+// Exited is closed when the daemon process has exited.
+func (d *Daemon) Exited() <-chan struct{} { return d.exited }

@@ -1,0 +1,208 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+// Volume is what the target serves. *block.Volume values (block.Volume
+// implementations) satisfy it; the target never imports block.
+//
+// Requests the target passes on are already validated: block-aligned,
+// non-empty and inside Size. A Volume must be safe for concurrent use: the
+// target runs requests of one connection in parallel.
+type Volume interface {
+	ReadAt(p []byte, off int64) (int, error)
+	WriteAt(p []byte, off int64) (int, error)
+	WriteAtFUA(p []byte, off int64) (int, error)
+	Flush() error
+	Discard(off, length int64) error
+	WriteZeroes(off, length int64) error
+	Size() int64
+	BlockSize() int
+}
+
+// VolumeInfo describes a servable volume.
+type VolumeInfo struct {
+	Name      string
+	Size      int64
+	BlockSize int
+	// ReadOnly volumes (snapshots, say) are opened read-only whatever the
+	// initiator asks: writes are answered WriteProtected by the target
+	// itself, before the volume sees them.
+	ReadOnly bool
+}
+
+// Catalog finds volumes by name. cmd/srpd adapts a block.Store to it.
+//
+// OpenVolume returns a handle private to one OPEN: the target closes it with
+// Close when the initiator closes the handle or the connection ends, if the
+// handle implements io.Closer. Both methods may block (they run on the
+// target's worker goroutines, never on a poller).
+type Catalog interface {
+	List() ([]VolumeInfo, error)
+	OpenVolume(name string) (Volume, error)
+}
+
+// Access is what an initiator may do with a volume.
+type Access uint8
+
+// Access levels, ordered: a higher level includes the lower.
+const (
+	AccessNone Access = iota
+	AccessReadOnly
+	AccessReadWrite
+)
+
+func (a Access) String() string {
+	switch a {
+	case AccessNone:
+		return "none"
+	case AccessReadOnly:
+		return "read-only"
+	case AccessReadWrite:
+		return "read-write"
+	}
+	return fmt.Sprintf("Access(%d)", uint8(a))
+}
+
+// ACLRule grants Access on Volume to Initiator. "*" in either name matches
+// anything.
+type ACLRule struct {
+	Initiator string
+	Volume    string
+	Access    Access
+}
+
+// ACL maps (initiator, volume) to an Access. The most specific matching
+// rule wins: an exact initiator beats "*", then an exact volume beats "*";
+// with no matching rule the answer is AccessReadWrite, or AccessNone with
+// DenyByDefault. The zero value, and a nil *ACL, allow everything
+// read-write.
+type ACL struct {
+	Rules []ACLRule
+	// DenyByDefault makes the answer AccessNone when no rule matches. When
+	// false (the zero value) an unmatched pair gets AccessReadWrite, so an
+	// empty ACL allows all.
+	DenyByDefault bool
+}
+
+// Allow returns the access initiator has to volume.
+func (a *ACL) Allow(initiator, volume string) Access {
+	if a == nil {
+		return AccessReadWrite
+	}
+	best, bestScore := AccessReadWrite, -1
+	if a.DenyByDefault {
+		best = AccessNone
+	}
+	for _, r := range a.Rules {
+		score := 0
+		switch r.Initiator {
+		case initiator:
+			score += 2
+		case "*":
+		default:
+			continue
+		}
+		switch r.Volume {
+		case volume:
+			score++
+		case "*":
+		default:
+			continue
+		}
+		if score > bestScore {
+			best, bestScore = r.Access, score
+		}
+	}
+	return best
+}
+
+// Config configures a Target. Zero fields take the documented defaults.
+type Config struct {
+	// Name is the target name reported at login; a login naming another
+	// target is rejected. Default "gosrp".
+	Name string
+	// Catalog is the set of volumes served. Required.
+	Catalog Catalog
+	// ACL restricts who may open what; nil lets everyone open everything
+	// read-write.
+	ACL *ACL
+	// Secrets returns an initiator's shared secret and whether it must
+	// authenticate (HMAC-SHA256 challenge, wire.LoginProofFor). nil: no
+	// authentication. A required login with an empty secret is rejected.
+	Secrets func(initiator string) (secret []byte, required bool)
+	// Credits is the most requests one connection may have outstanding
+	// (default 32, max 1024). The initiator gets min(asked, Credits).
+	Credits int
+	// MaxTransfer is the most bytes one command moves (default 1 MiB); the
+	// target registers Credits × MaxTransfer bytes of data buffers per
+	// connection.
+	MaxTransfer int
+	// MaxDesc is the most descriptors per command (default and maximum
+	// wire.MaxDescriptors).
+	MaxDesc int
+	// DisableRemoteInvalidate stops the target from offering SEND_WITH_INV
+	// responses (remote invalidation is offered by default, when the device
+	// can do it and the initiator asks).
+	DisableRemoteInvalidate bool
+	// LoginTimeout bounds the time from connection to a finished login
+	// (default 10s).
+	LoginTimeout time.Duration
+	// Logger receives connection events and protocol violations. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Limits of the configuration.
+const (
+	DefaultCredits      = 32
+	MaxCredits          = 1024
+	DefaultMaxTransfer  = 1 << 20
+	MaxMaxTransfer      = 64 << 20
+	DefaultLoginTimeout = 10 * time.Second
+	// iuSize is the size of every receive buffer and IU send buffer: the
+	// largest IU the target accepts and the largest it sends.
+	iuSize = 4096
+	// maxHandles bounds the volumes one connection may have open.
+	maxHandles = 256
+)
+
+func (c *Config) normalize() error {
+	if c.Catalog == nil {
+		return errors.New("target: Config.Catalog is required")
+	}
+	if c.Name == "" {
+		c.Name = "gosrp"
+	}
+	switch {
+	case c.Credits == 0:
+		c.Credits = DefaultCredits
+	case c.Credits < 1 || c.Credits > MaxCredits:
+		return fmt.Errorf("target: Credits %d outside [1, %d]", c.Credits, MaxCredits)
+	}
+	switch {
+	case c.MaxTransfer == 0:
+		c.MaxTransfer = DefaultMaxTransfer
+	case c.MaxTransfer < 512 || c.MaxTransfer > MaxMaxTransfer:
+		return fmt.Errorf("target: MaxTransfer %d outside [512, %d]", c.MaxTransfer, MaxMaxTransfer)
+	}
+	switch {
+	case c.MaxDesc == 0:
+		c.MaxDesc = wire.MaxDescriptors
+	case c.MaxDesc < 1 || c.MaxDesc > wire.MaxDescriptors:
+		return fmt.Errorf("target: MaxDesc %d outside [1, %d]", c.MaxDesc, wire.MaxDescriptors)
+	}
+	if c.LoginTimeout <= 0 {
+		c.LoginTimeout = DefaultLoginTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}

@@ -1,0 +1,407 @@
+package target
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport"
+)
+
+// conn is the shell around one connection's core: it owns the verbs
+// objects, polls the CQ, posts what the core asks for, and runs backend
+// jobs on a pool of workers so the poller never blocks on a volume.
+type conn struct {
+	t      *Target
+	id     uint64
+	remote string
+	log    *slog.Logger
+
+	pd        transport.PD
+	cq        transport.CQ
+	qp        transport.QP
+	cm        transport.Conn
+	iuArena   *transport.Arena
+	dataArena *transport.Arena
+	iuMR      transport.MR
+	dataMR    transport.MR
+
+	core *core
+	wcs  [64]transport.WC
+
+	jobs    chan int32
+	done    chan int32
+	workers sync.WaitGroup
+	cqReady chan struct{}
+	rearm   chan struct{}
+	waiter  sync.WaitGroup
+	stopW   context.CancelFunc
+
+	drainCh   chan struct{} // closed by Shutdown
+	killCh    chan struct{} // closed when Shutdown's context ends
+	drainOnce sync.Once
+	killOnce  sync.Once
+
+	stats     ioCounters
+	inUse     atomic.Int32
+	stateNum  atomic.Uint32
+	nopen     atomic.Int32
+	creditsGr atomic.Int32
+	iniName   atomic.Pointer[string]
+	// chanKey names the initiator channel this connection serves once
+	// logged in; finished is closed when its teardown (volume I/O
+	// included) is complete.
+	chanKey  atomic.Pointer[string]
+	finished chan struct{}
+}
+
+func (c *conn) drain() { c.drainOnce.Do(func() { close(c.drainCh) }) }
+func (c *conn) kill()  { c.killOnce.Do(func() { close(c.killCh) }) }
+
+// isIWARP guesses whether a device is iWARP, whose RDMA READ sinks need
+// REMOTE_WRITE (READ responses are tagged writes; frmr-semantics §2.4).
+func isIWARP(a transport.DeviceAttr) bool {
+	s := strings.ToLower(a.Name + " " + a.Vendor)
+	for _, w := range []string{"iwarp", "siw", "cxgb", "i40iw"} {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// setup checks the hello, creates the connection's verbs objects and
+// buffers, posts the receives and accepts. It returns false (having
+// rejected and cleaned up) on failure.
+func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
+	t := c.t
+	cfg := &t.cfg
+	h, err := wire.DecodeHello(req.PrivateData())
+	if err != nil {
+		c.log.Info("connection rejected: not a gosrp hello", "remote", c.remote)
+		req.Reject(nil)
+		return false
+	}
+	if h.Version != wire.Version {
+		c.log.Info("connection rejected: protocol version", "remote", c.remote, "version", h.Version, "want", wire.Version)
+		req.Reject(wire.Hello{Version: wire.Version}.Encode())
+		return false
+	}
+	fail := func(what string, err error) bool {
+		c.log.Warn("connection setup failed", "remote", c.remote, "step", what, "err", err)
+		req.Reject(nil)
+		c.release()
+		return false
+	}
+	dev := req.Device()
+	attr := dev.Attr()
+	credits, maxDesc := cfg.Credits, cfg.MaxDesc
+	if attr.MaxQPWR > 0 {
+		credits = min(credits, attr.MaxQPWR-1, (attr.MaxQPWR-2)/(maxDesc+1))
+	}
+	if credits < 1 {
+		return fail("size queues", fmt.Errorf("device queues of %d WRs are too small", attr.MaxQPWR))
+	}
+	sqDepth := credits*(maxDesc+1) + 2
+	nrecv := credits + 1
+	if c.pd, err = dev.AllocPD(); err != nil {
+		return fail("alloc PD", err)
+	}
+	if c.cq, err = dev.CreateCQ(sqDepth + nrecv + 1); err != nil {
+		return fail("create CQ", err)
+	}
+	c.qp, err = c.pd.CreateQP(transport.QPConfig{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: sqDepth,
+		MaxRecvWR: nrecv, MaxSendSGE: 1, MaxRecvSGE: 1})
+	if err != nil {
+		return fail("create QP", err)
+	}
+	iuLen := (nrecv + credits + 1) * iuSize
+	if c.iuArena, err = transport.NewArena(iuLen, transport.ArenaOptions{}); err != nil {
+		return fail("IU arena", err)
+	}
+	if c.iuMR, err = c.pd.RegMR(c.iuArena, 0, iuLen, transport.AccessLocalWrite); err != nil {
+		return fail("register IU buffers", err)
+	}
+	dataLen := credits * cfg.MaxTransfer
+	if c.dataArena, err = transport.NewArena(dataLen, transport.ArenaOptions{}); err != nil {
+		return fail("data arena", err)
+	}
+	access := transport.AccessLocalWrite
+	if isIWARP(attr) {
+		access |= transport.AccessRemoteWrite
+	}
+	if c.dataMR, err = c.pd.RegMR(c.dataArena, 0, dataLen, access); err != nil {
+		return fail("register data buffers", err)
+	}
+	recvLen := nrecv * iuSize
+	c.core = newCore(coreParams{
+		gen: t.gen.Add(1), id: c.id, name: cfg.Name, credits: credits, maxXfer: cfg.MaxTransfer, maxDesc: maxDesc,
+		offerInv: !cfg.DisableRemoteInvalidate && attr.Caps.Has(transport.CapSendWithInv),
+		loginTO:  cfg.LoginTimeout.Nanoseconds(), secrets: cfg.Secrets, acl: cfg.ACL, sqDepth: sqDepth, nrecv: nrecv,
+		recv: c.iuArena.Bytes()[:recvLen], recvAddr: c.iuMR.Addr(),
+		iu: c.iuArena.Bytes()[recvLen:iuLen], iuAddr: c.iuMR.Addr() + uint64(recvLen), iuLKey: c.iuMR.LKey(),
+		data: c.dataArena.Bytes()[:dataLen], dataAddr: c.dataMR.Addr(), dataLKey: c.dataMR.LKey(),
+		rand: func(b []byte) { rand.Read(b) }, volStats: t.volumeCounters, connStats: &c.stats,
+	})
+	c.creditsGr.Store(int32(credits))
+	if err := c.qp.Modify(transport.QPInit); err != nil {
+		return fail("QP to INIT", err)
+	}
+	c.core.start(c.now())
+	if n, err := c.qp.PostRecv(c.core.acts.recv); err != nil {
+		return fail("post receives", fmt.Errorf("%d of %d posted: %w", n, len(c.core.acts.recv), err))
+	}
+	c.core.acts.reset()
+	actx, cancel := context.WithTimeout(ctx, cfg.LoginTimeout)
+	defer cancel()
+	if c.cm, err = req.Accept(actx, c.qp, wire.Hello{Version: wire.Version}.Encode()); err != nil {
+		c.log.Warn("accept failed", "remote", c.remote, "err", err)
+		c.release()
+		return false
+	}
+	return true
+}
+
+func (c *conn) now() int64 { return int64(time.Since(c.t.epoch)) }
+
+// run serves the connection until it ends, then tears it down.
+func (c *conn) run() {
+	n := c.core.credits
+	c.jobs = make(chan int32, n)
+	c.done = make(chan int32, n)
+	for range n {
+		c.workers.Add(1)
+		go c.worker()
+	}
+	c.cqReady = make(chan struct{}, 1)
+	c.rearm = make(chan struct{}, 1)
+	wctx, stop := context.WithCancel(context.Background())
+	c.stopW = stop
+	c.waiter.Add(1)
+	go c.waitCQ(wctx)
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	armed := true // the waiter is waiting on the CQ
+	drainCh := c.drainCh
+	for !c.core.acts.disconnect {
+		progressed := c.pollOnce()
+		for more := true; more && !c.core.acts.disconnect; {
+			select {
+			case idx := <-c.done:
+				c.core.backendDone(idx, c.now())
+				progressed = true
+			case <-drainCh:
+				drainCh = nil
+				c.core.drain(c.now())
+				progressed = true
+			case <-c.killCh:
+				c.core.close("forced shutdown", false)
+			default:
+				more = false
+			}
+		}
+		c.execute()
+		if progressed || c.core.acts.disconnect {
+			continue
+		}
+		if !armed {
+			c.rearm <- struct{}{}
+			armed = true
+		}
+		if d, ok := c.core.nextDeadline(); ok {
+			timer.Reset(time.Duration(max(d-c.now(), 0)))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-c.cqReady:
+			armed = false
+		case idx := <-c.done:
+			c.core.backendDone(idx, c.now())
+		case <-timer.C:
+			c.core.tick(c.now())
+		case <-drainCh:
+			drainCh = nil // handled once
+			c.core.drain(c.now())
+		case <-c.killCh:
+			c.core.close("forced shutdown", false)
+		case <-c.cm.Done():
+			c.core.peerGone("peer disconnected")
+		}
+		c.execute()
+	}
+	c.teardown()
+}
+
+// pollOnce drains the CQ in batches; it reports whether anything arrived.
+func (c *conn) pollOnce() bool {
+	got := false
+	for !c.core.acts.disconnect {
+		n, err := c.cq.Poll(c.wcs[:])
+		if err != nil {
+			c.core.close("poll CQ: "+err.Error(), false)
+			return true
+		}
+		now := c.now()
+		for i := 0; i < n; i++ {
+			c.core.completion(&c.wcs[i], now)
+		}
+		if n > 0 {
+			got = true
+		}
+		if n < len(c.wcs) {
+			return got
+		}
+	}
+	return got
+}
+
+// execute carries out the core's actions: receives, sends, jobs.
+func (c *conn) execute() {
+	a := &c.core.acts
+	if a.loggedIn && !a.disconnect {
+		// Before the login response goes out, retire any older connection
+		// of the same initiator channel, volume I/O and all.
+		key := fmt.Sprintf("%s\x00%d\x00%d", c.core.initiator, c.core.session, c.core.channel)
+		if !c.t.reinstate(c, key) {
+			c.core.close("an older connection of this channel did not finish its I/O in time", false)
+			a.send = a.send[:0]
+		}
+	}
+	if len(a.recv) > 0 && !a.disconnect {
+		if n, err := c.qp.PostRecv(a.recv); err != nil {
+			c.core.postFailed(fmt.Errorf("post %d receives (%d accepted): %w", len(a.recv), n, err))
+		}
+	}
+	if len(a.send) > 0 {
+		// Sends queued before a disconnect (a LoginReject, a last response)
+		// are still posted; the disconnect waits for nothing more.
+		if n, err := c.qp.PostSend(a.send); err != nil {
+			c.core.postFailed(fmt.Errorf("post %d sends (%d accepted): %w", len(a.send), n, err))
+		}
+	}
+	for _, idx := range a.jobs {
+		c.jobs <- idx // never blocks: capacity covers every slot
+	}
+	if a.loggedIn {
+		ini := c.core.initiator
+		c.iniName.Store(&ini)
+		c.creditsGr.Store(int32(c.core.credits))
+		c.log.Debug("login", "remote", c.remote, "initiator", ini, "credits", c.core.credits)
+	}
+	c.inUse.Store(int32(c.core.outstanding))
+	c.stateNum.Store(uint32(c.core.state))
+	c.nopen.Store(int32(c.core.nhandles))
+	a.reset()
+}
+
+func (c *conn) worker() {
+	defer c.workers.Done()
+	cat := c.t.cfg.Catalog
+	for idx := range c.jobs {
+		runJob(&c.core.slots[idx], cat)
+		c.done <- idx
+	}
+}
+
+// waitCQ turns CQ.Wait into channel sends the run loop can select on. After
+// each wake-up it waits to be re-armed, so it never competes with the
+// poller.
+func (c *conn) waitCQ(ctx context.Context) {
+	defer c.waiter.Done()
+	for {
+		if err := c.cq.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// The CQ is unusable; wake the poller so Poll reports why.
+			select {
+			case c.cqReady <- struct{}{}:
+			default:
+			}
+			return
+		}
+		select {
+		case c.cqReady <- struct{}{}:
+		default:
+		}
+		select {
+		case <-c.rearm:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// teardown disconnects, waits for the backend jobs still running, and
+// releases everything.
+func (c *conn) teardown() {
+	a := &c.core.acts
+	ini := c.core.initiator
+	switch {
+	case a.violation:
+		c.t.violations.Add(1)
+		c.log.Warn("connection closed: protocol violation", "reason", a.reason, "remote", c.remote, "initiator", ini, "conn", c.id)
+	case a.rejected:
+		c.t.rejected.Add(1)
+		c.log.Info("connection closed", "reason", a.reason, "remote", c.remote, "initiator", ini, "conn", c.id)
+	default:
+		c.log.Debug("connection closed", "reason", a.reason, "remote", c.remote, "initiator", ini, "conn", c.id)
+	}
+	c.cm.Disconnect()
+	for c.core.jobsInFlight > 0 {
+		idx := <-c.done
+		c.core.backendDone(idx, c.now())
+	}
+	close(c.jobs)
+	c.workers.Wait()
+	c.stopW()
+	c.waiter.Wait()
+	for _, ov := range c.core.openVolumes() {
+		if err := closeVolume(ov.vol); err != nil {
+			c.log.Warn("close volume", "volume", ov.name, "err", err)
+		}
+	}
+	for _, v := range c.core.orphans {
+		closeVolume(v)
+	}
+	c.release()
+}
+
+// release destroys the verbs objects in dependency order: the QP first
+// (no more DMA), then CQ, MRs, arenas, PD.
+func (c *conn) release() {
+	var errs []error
+	if c.qp != nil {
+		errs = append(errs, c.qp.Close())
+	}
+	if c.cq != nil {
+		errs = append(errs, c.cq.Close())
+	}
+	if c.iuMR != nil {
+		errs = append(errs, c.iuMR.Close())
+	}
+	if c.dataMR != nil {
+		errs = append(errs, c.dataMR.Close())
+	}
+	if c.iuArena != nil {
+		errs = append(errs, c.iuArena.Close())
+	}
+	if c.dataArena != nil {
+		errs = append(errs, c.dataArena.Close())
+	}
+	if c.pd != nil {
+		errs = append(errs, c.pd.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		c.log.Warn("releasing connection resources", "conn", c.id, "err", err)
+	}
+}

@@ -1,0 +1,81 @@
+// Package target is the server side of gosrp: it serves block volumes to
+// initiators over a transport.Listener, moving data with RDMA READ and
+// RDMA WRITE through the descriptors each command carries and answering
+// with a response that can invalidate the initiator's key
+// (SEND_WITH_INV), in the style of ib_srpt and nvmet-rdma.
+//
+// Embedding a target takes a few lines (emu is the software NIC; any
+// transport.Provider works, and any Catalog of volumes):
+//
+//	nic, _ := emu.New(emu.Config{})
+//	l, _ := nic.Listen(ctx, "127.0.0.1:4420")
+//	t, err := target.New(target.Config{
+//		Name:    "tgt0",
+//		Catalog: myCatalog, // List + OpenVolume over e.g. a block.Store
+//		ACL:     &target.ACL{Rules: []target.ACLRule{{Initiator: "*", Volume: "*", Access: target.AccessReadOnly}}},
+//	})
+//	if err != nil { ... }
+//	go t.Serve(ctx, l)
+//	defer t.Shutdown(context.Background())
+//
+// # Protocol
+//
+// A connection request must carry a wire.Hello with the right magic and
+// version (otherwise it is rejected, with the target's Hello when only the
+// version is wrong). The target then creates, on the request's device, a
+// PD, one CQ (send depth + receive depth + 1 entries), an RC QP with
+// Credits × (MaxDesc + 1) + 2 send and Credits + 1 receive entries, and
+// two registered arenas: IU buffers (4 KiB each: every receive, one send
+// buffer per request slot, one for login) and data buffers (Credits ×
+// MaxTransfer, local access only; REMOTE_WRITE is added on iWARP-like
+// devices, whose RDMA READ sinks need it). Every receive is posted before
+// the connection is accepted.
+//
+// The first IU must be a LoginRequest, within Config.LoginTimeout. The
+// target checks the version, the target name (when given), the IU sizes
+// (an initiator IU larger than 4 KiB is rejected IUTooLarge) and, when
+// Config.Secrets requires it, runs the HMAC-SHA256 challenge: the proofs
+// bind both nonces, the initiator name and the target name the initiator
+// addressed (LoginRequest.Target, possibly empty). Credits, MaxTransfer
+// and MaxDesc are the minimum of both sides; remote invalidation is used
+// only if both offer it. A refused login is answered with a LoginReject
+// and then disconnected.
+//
+// Control requests (LIST, OPEN, CLOSE) and commands each consume a credit
+// and each response returns one. OPEN checks the ACL (a denied volume is
+// answered SenseNoSuchVolume with an explicit "access denied" Error); a
+// read-only ACL rule, a read-only open or a read-only catalog entry makes
+// the handle read-only. Commands are validated before any data moves: an
+// unknown handle, a transfer over the negotiated limits, a write to a
+// read-only handle, a misaligned or out-of-range request is answered with
+// an error Response and touches neither the volume nor the initiator's
+// memory. A WRITE's data is fetched with one RDMA READ per descriptor; the
+// volume is written only after the last READ completed, so the response,
+// and any SEND_WITH_INV in it, never overtakes a READ of that key. A READ's
+// data is pushed with unsignaled RDMA WRITEs chained in front of the
+// response SEND.
+//
+// Protocol violations (a malformed IU, a wrong opcode, a command before
+// login, more requests than credits, a failed receive) are logged and end
+// that connection only. A failed RDMA READ or WRITE (a bad rkey: the QP is
+// in ERR) ends the connection without a response; the initiator sees its
+// own QP fail and reconnects.
+//
+// # Structure
+//
+// Each connection is a core and a shell. The core (a state machine per
+// connection, with explicit connection and request-slot states) takes
+// events — a work completion, a finished backend job, a tick, a drain
+// request — and returns actions: receives and sends to post, jobs to
+// start, a disconnect. It has no goroutines, reads no clock and makes no
+// provider calls. The shell is one goroutine per connection that polls
+// the CQ in batches, posts the core's work requests, and hands volume and
+// catalog calls to a pool of workers (one per credit), so the poller never
+// blocks on storage. Every wr_id encodes the connection generation, the
+// kind of request (receive, RDMA READ, RDMA WRITE, response, login) and
+// the slot or buffer index. In steady state a command allocates nothing.
+//
+// Shutdown stops accepting, lets each connection finish and answer what is
+// in flight (new commands are answered Busy), disconnects and waits; its
+// context bounds the wait.
+package target

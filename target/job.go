@@ -1,0 +1,91 @@
+package target
+
+import (
+	"fmt"
+	"io"
+)
+
+// runJob does a slot's backend work on a worker goroutine. It reads only
+// the slot's job fields and writes only its result fields.
+func runJob(s *slot, cat Catalog) {
+	isIO := s.job >= jobRead && s.job <= jobWriteZeroes
+	defer func() {
+		if r := recover(); r != nil {
+			s.err = fmt.Errorf("target: %s job panicked: %v", jobName(s.job), r)
+		}
+		if isIO {
+			s.ov.inflight.Done()
+		}
+	}()
+	s.err = nil
+	off, n := int64(s.cmd.Offset), int64(s.cmd.Length)
+	switch s.job {
+	case jobRead:
+		s.err = full(s.ov.vol.ReadAt(s.data[:n], off))
+	case jobWrite:
+		s.err = full(s.ov.vol.WriteAt(s.data[:n], off))
+	case jobWriteFUA:
+		s.err = full(s.ov.vol.WriteAtFUA(s.data[:n], off))
+	case jobFlush:
+		s.err = s.ov.vol.Flush()
+	case jobDiscard:
+		s.err = s.ov.vol.Discard(off, n)
+	case jobWriteZeroes:
+		s.err = s.ov.vol.WriteZeroes(off, n)
+	case jobList:
+		s.list, s.err = cat.List()
+	case jobOpen:
+		s.opened, s.openInfo, s.err = openVolume(cat, s.ctl.Volume)
+	case jobClose:
+		// No new operation can start: the handle left the table before
+		// this job was dispatched.
+		s.ov.inflight.Wait()
+		s.err = closeVolume(s.ov.vol)
+	}
+}
+
+func full(n int, err error) error {
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("target: volume transferred %d bytes", n)
+	}
+	return nil
+}
+
+func openVolume(cat Catalog, name string) (Volume, VolumeInfo, error) {
+	v, err := cat.OpenVolume(name)
+	if err != nil {
+		return nil, VolumeInfo{}, err
+	}
+	info := VolumeInfo{Name: name, Size: v.Size(), BlockSize: v.BlockSize()}
+	if bs := info.BlockSize; bs <= 0 || bs&(bs-1) != 0 || info.Size < 0 || info.Size%int64(bs) != 0 {
+		closeVolume(v)
+		return nil, VolumeInfo{}, fmt.Errorf("volume reports block size %d and size %d", info.BlockSize, info.Size)
+	}
+	if list, err := cat.List(); err == nil {
+		for _, x := range list {
+			if x.Name == name {
+				info.ReadOnly = x.ReadOnly
+				break
+			}
+		}
+	}
+	return v, info, nil
+}
+
+func closeVolume(v Volume) error {
+	if c, ok := v.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+func jobName(j jobKind) string {
+	names := [...]string{"none", "read", "write", "write-fua", "flush", "discard", "write-zeroes", "list", "open", "close"}
+	if int(j) < len(names) {
+		return names[j]
+	}
+	return fmt.Sprintf("job(%d)", uint8(j))
+}

@@ -1,0 +1,152 @@
+package target
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport"
+)
+
+// slotState is the lifecycle of a request slot. A slot carries one command
+// or control request from its arrival to the completion of its response
+// SEND:
+//
+//	FREE → RECEIVED → READING_DATA (WRITE: RDMA READs outstanding)
+//	                → BACKEND      (volume or catalog work on a worker)
+//	                → WRITING_DATA (READ: RDMA WRITEs + response posted)
+//	                → RESPONDING   (response posted)
+//	     → FREE when the response SEND completes.
+type slotState uint8
+
+const (
+	slotFree slotState = iota
+	slotReceived
+	slotReadingData
+	slotBackend
+	slotWritingData
+	slotResponding
+)
+
+var slotStateNames = [...]string{"FREE", "RECEIVED", "READING_DATA", "BACKEND", "WRITING_DATA", "RESPONDING"}
+
+func (s slotState) String() string {
+	if int(s) < len(slotStateNames) {
+		return slotStateNames[s]
+	}
+	return fmt.Sprintf("slotState(%d)", uint8(s))
+}
+
+// connState is the lifecycle of a connection's session.
+type connState uint8
+
+const (
+	connLogin     connState = iota // waiting for the LoginRequest
+	connChallenge                  // challenge sent, waiting for the LoginProof
+	connActive                     // logged in, serving requests
+	connDraining                   // shutting down or logged out: finishing what is in flight
+	connRejecting                  // LoginReject posted; disconnect when it completes
+	connClosed                     // disconnect requested; only backend jobs remain
+)
+
+var connStateNames = [...]string{"LOGIN", "CHALLENGE", "ACTIVE", "DRAINING", "REJECTING", "CLOSED"}
+
+func (s connState) String() string {
+	if int(s) < len(connStateNames) {
+		return connStateNames[s]
+	}
+	return fmt.Sprintf("connState(%d)", uint8(s))
+}
+
+// wrKind is the kind of work request a wr_id names.
+type wrKind uint8
+
+const (
+	kindRecv  wrKind = iota + 1 // receive buffer; index = receive buffer
+	kindRead                    // RDMA READ of WRITE data; index = slot
+	kindWrite                   // RDMA WRITE of READ data; index = slot
+	kindResp                    // response SEND; index = slot
+	kindLogin                   // login-phase IU SEND; index 0
+)
+
+var wrKindNames = [...]string{"?", "RECV", "RDMA_READ", "RDMA_WRITE", "RESPONSE", "LOGIN"}
+
+func (k wrKind) String() string {
+	if int(k) < len(wrKindNames) {
+		return wrKindNames[k]
+	}
+	return fmt.Sprintf("wrKind(%d)", uint8(k))
+}
+
+// wr_id layout: generation (24 bits) << 40 | kind (8 bits) << 32 | index
+// (32 bits). Every completion maps to its slot or receive buffer without a
+// map, and a completion of another connection generation is recognised.
+func makeWRID(gen uint32, k wrKind, idx int) uint64 {
+	return uint64(gen&0xffffff)<<40 | uint64(k)<<32 | uint64(uint32(idx))
+}
+
+func splitWRID(id uint64) (gen uint32, k wrKind, idx uint32) {
+	return uint32(id>>40) & 0xffffff, wrKind(id >> 32), uint32(id)
+}
+
+// jobKind is the backend work a slot hands to a worker.
+type jobKind uint8
+
+const (
+	jobNone jobKind = iota
+	jobRead
+	jobWrite
+	jobWriteFUA
+	jobFlush
+	jobDiscard
+	jobWriteZeroes
+	jobList
+	jobOpen
+	jobClose
+)
+
+// openVol is a volume opened on one connection.
+type openVol struct {
+	handle uint32
+	name   string
+	vol    Volume
+	size   int64
+	bs     int64
+	ro     bool
+	stats  *ioCounters
+	// inflight counts backend operations on vol; a close waits for them.
+	inflight sync.WaitGroup
+}
+
+// slot is a request slot. The core owns it; while it is in BACKEND a
+// worker reads the job fields and writes the result fields, and the core
+// touches neither until the worker reports back.
+type slot struct {
+	idx     int32
+	state   slotState
+	control bool
+	busy    bool // answered Busy (draining): not real work
+	start   int64
+	cmd     wire.Command
+	ctl     wire.ControlRequest
+	ctlRO   bool
+	ov      *openVol
+
+	// job, set by the core before dispatch
+	job jobKind
+	// results, set by the worker
+	err      error
+	list     []VolumeInfo
+	opened   Volume
+	openInfo VolumeInfo
+
+	// registered buffers: an IU send buffer and a data buffer
+	send     []byte
+	sendAddr uint64
+	data     []byte
+	dataAddr uint64
+	sges     [wire.MaxDescriptors + 1]transport.SGE
+	// sigSeq is the send-queue sequence number of the slot's outstanding
+	// signaled WR: its completion frees every SQ entry up to it.
+	sigSeq uint64
+}

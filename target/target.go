@@ -1,0 +1,239 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// ErrClosed is returned by Serve once Shutdown has been called.
+var ErrClosed = errors.New("target: shut down")
+
+// Target serves volumes to initiators over transport listeners.
+type Target struct {
+	cfg   Config
+	log   *slog.Logger
+	epoch time.Time
+	gen   atomic.Uint32
+	ids   atomic.Uint64
+
+	// base is the context of connection setup; cancelled by a forced
+	// shutdown.
+	base     context.Context
+	cancel   context.CancelFunc
+	closedCh chan struct{}
+
+	mu        sync.Mutex
+	shutdown  bool
+	conns     map[uint64]*conn
+	listeners map[transport.Listener]struct{}
+	volStats  map[string]*ioCounters
+	wg        sync.WaitGroup // connection goroutines
+
+	accepted, rejected, violations atomic.Uint64
+}
+
+// New creates a target; it serves nothing until Serve.
+func New(cfg Config) (*Target, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Target{
+		cfg: cfg, log: cfg.Logger, epoch: time.Now(), base: ctx, cancel: cancel,
+		closedCh: make(chan struct{}),
+		conns:    map[uint64]*conn{}, listeners: map[transport.Listener]struct{}{},
+		volStats: map[string]*ioCounters{},
+	}, nil
+}
+
+// Serve accepts connection requests on l until ctx is done, l fails or is
+// closed, or Shutdown is called; it closes l when it returns. Each accepted
+// connection is served by goroutines the Target owns: they outlive Serve
+// and end with the connection or with Shutdown. Serve returns ErrClosed
+// after Shutdown, ctx.Err() when ctx ends, or the listener's error.
+func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
+	t.mu.Lock()
+	if t.shutdown {
+		t.mu.Unlock()
+		l.Close()
+		return ErrClosed
+	}
+	t.listeners[l] = struct{}{}
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.listeners, l)
+		t.mu.Unlock()
+		l.Close()
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-t.closedCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			select {
+			case <-t.closedCh:
+				return ErrClosed
+			default:
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		t.mu.Lock()
+		if t.shutdown {
+			t.mu.Unlock()
+			req.Reject(nil)
+			return ErrClosed
+		}
+		c := &conn{t: t, id: t.ids.Add(1), remote: req.RemoteAddr(), log: t.log,
+			drainCh: make(chan struct{}), killCh: make(chan struct{}), finished: make(chan struct{})}
+		t.conns[c.id] = c
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.serveConn(c, req)
+	}
+}
+
+func (t *Target) serveConn(c *conn, req transport.ConnRequest) {
+	defer t.wg.Done()
+	defer func() {
+		t.mu.Lock()
+		delete(t.conns, c.id)
+		t.mu.Unlock()
+		close(c.finished)
+	}()
+	if !c.setup(t.base, req) {
+		t.rejected.Add(1)
+		return
+	}
+	t.accepted.Add(1)
+	c.log.Debug("connection accepted", "remote", c.remote, "conn", c.id)
+	c.run()
+}
+
+// Shutdown stops accepting connections (closing every listener Serve is
+// using), lets each connection finish and answer the requests it has in
+// flight (new ones are answered Busy, logins in progress are rejected),
+// disconnects them, and waits for their goroutines. When ctx ends first,
+// every connection is disconnected at once and Shutdown returns ctx.Err();
+// their teardown (which waits for running volume calls) finishes in the
+// background.
+func (t *Target) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	if !t.shutdown {
+		t.shutdown = true
+		close(t.closedCh)
+		for l := range t.listeners {
+			l.Close()
+		}
+	}
+	for _, c := range t.conns {
+		c.drain()
+	}
+	t.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		t.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.cancel()
+		return nil
+	case <-ctx.Done():
+	}
+	t.cancel()
+	t.mu.Lock()
+	for _, c := range t.conns {
+		c.kill()
+	}
+	t.mu.Unlock()
+	return ctx.Err()
+}
+
+func (t *Target) volumeCounters(name string) *ioCounters {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.volStats[name]
+	if s == nil {
+		s = &ioCounters{}
+		t.volStats[name] = s
+	}
+	return s
+}
+
+// Stats returns a snapshot of the target's counters.
+func (t *Target) Stats() Stats {
+	var s Stats
+	s.Accepted, s.Rejected, s.Violations = t.accepted.Load(), t.rejected.Load(), t.violations.Load()
+	t.mu.Lock()
+	for name, vc := range t.volStats {
+		s.Volumes = append(s.Volumes, VolumeStats{Name: name, IOStats: vc.load()})
+	}
+	for _, c := range t.conns {
+		cs := ConnStats{ID: c.id, Remote: c.remote, State: connState(c.stateNum.Load()).String(),
+			Credits: int(c.creditsGr.Load()), CreditsInUse: int(c.inUse.Load()), OpenVolumes: int(c.nopen.Load()),
+			IOStats: c.stats.load()}
+		if p := c.iniName.Load(); p != nil {
+			cs.Initiator = *p
+		}
+		s.Conns = append(s.Conns, cs)
+		s.CreditsInUse += cs.CreditsInUse
+	}
+	t.mu.Unlock()
+	s.Connections = len(s.Conns)
+	sort.Slice(s.Volumes, func(i, j int) bool { return s.Volumes[i].Name < s.Volumes[j].Name })
+	sort.Slice(s.Conns, func(i, j int) bool { return s.Conns[i].ID < s.Conns[j].ID })
+	return s
+}
+
+// reinstateTimeout bounds how long a new login waits for the connection it
+// replaces to finish its volume I/O.
+const reinstateTimeout = 30 * time.Second
+
+// reinstate makes c the only connection serving an initiator channel: any
+// other connection logged in under key is ended, and reinstate returns
+// once its teardown, including the volume calls it had started, is done.
+// Without this a write the dead connection had fetched but not yet
+// applied could land after the initiator re-issued it and then wrote
+// newer data. It reports false if the old connection did not finish in
+// time.
+func (t *Target) reinstate(c *conn, key string) bool {
+	t.mu.Lock()
+	var old []*conn
+	for _, o := range t.conns {
+		if k := o.chanKey.Load(); o != c && k != nil && *k == key {
+			old = append(old, o)
+		}
+	}
+	t.mu.Unlock()
+	deadline := time.NewTimer(reinstateTimeout)
+	defer deadline.Stop()
+	for _, o := range old {
+		t.log.Info("login replaces an older connection of the same channel", "conn", c.id, "old", o.id, "remote", c.remote)
+		o.kill()
+		select {
+		case <-o.finished:
+		case <-deadline.C:
+			return false
+		}
+	}
+	c.chanKey.Store(&key)
+	return true
+}

@@ -1,0 +1,1008 @@
+package emu
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// ---- control messages on the unix socket ----
+//
+// Connection management, arena hand-over and disconnect travel on a
+// SOCK_SEQPACKET unix socket, one message per datagram; descriptors travel
+// in the rings. A message is a 24-byte little-endian header, then private
+// data:
+//
+//	0  magic   u16  'g','M'
+//	2  version u8
+//	3  kind    u8
+//	4  privlen u16
+//	6  rsv     u16  zero
+//	8  id      u64  MAP: arena ID
+//	16 size    u64  MAP: arena bytes; REP: region bytes
+//
+// MAP and REP carry one file descriptor (SCM_RIGHTS): the arena's memfd,
+// the connection region's memfd.
+const (
+	ctlMagic   = 0x4d67
+	ctlVersion = 1
+	ctlHdrLen  = 24
+	ctlMaxLen  = ctlHdrLen + transport.MaxAcceptPrivateData
+
+	ctlReq  = 1
+	ctlRep  = 2
+	ctlRej  = 3
+	ctlMap  = 4
+	ctlDisc = 5
+	ctlWake = 6 // doorbell: the peer's ring reader announced it sleeps
+
+	// maxArenaMap bounds the size of a peer arena we agree to map.
+	maxArenaMap = 1 << 40
+)
+
+type ctlMsg struct {
+	kind uint8
+	id   uint64
+	size uint64
+	priv []byte
+}
+
+func putCtl(b []byte, m *ctlMsg) []byte {
+	b = b[:ctlHdrLen+len(m.priv)]
+	binary.LittleEndian.PutUint16(b[0:], ctlMagic)
+	b[2] = ctlVersion
+	b[3] = m.kind
+	binary.LittleEndian.PutUint16(b[4:], uint16(len(m.priv)))
+	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint64(b[8:], m.id)
+	binary.LittleEndian.PutUint64(b[16:], m.size)
+	copy(b[ctlHdrLen:], m.priv)
+	return b
+}
+
+// decodeCtl parses a control message from a peer that may be hostile.
+// priv aliases b.
+func decodeCtl(b []byte, m *ctlMsg) error {
+	if len(b) < ctlHdrLen {
+		return fmt.Errorf("%w: control message of %d bytes", errBadFrame, len(b))
+	}
+	if binary.LittleEndian.Uint16(b[0:]) != ctlMagic || b[2] != ctlVersion || binary.LittleEndian.Uint16(b[6:]) != 0 {
+		return fmt.Errorf("%w: control header %x", errBadFrame, b[:8])
+	}
+	n := int(binary.LittleEndian.Uint16(b[4:]))
+	if n != len(b)-ctlHdrLen {
+		return fmt.Errorf("%w: %d bytes of private data in a %d-byte message", errBadFrame, n, len(b))
+	}
+	*m = ctlMsg{kind: b[3], id: binary.LittleEndian.Uint64(b[8:]), size: binary.LittleEndian.Uint64(b[16:]), priv: b[ctlHdrLen:]}
+	limit := 0
+	switch m.kind {
+	case ctlReq:
+		limit = transport.MaxConnectPrivateData
+	case ctlRep:
+		limit = transport.MaxAcceptPrivateData
+		if m.size != regionLen || m.id != 0 {
+			return fmt.Errorf("%w: accept with a region of %d bytes", errBadFrame, m.size)
+		}
+	case ctlRej:
+		limit = transport.MaxRejectPrivateData
+	case ctlMap:
+		if m.id == 0 || m.size == 0 || m.size > maxArenaMap || m.size%uint64(transport.PageSize) != 0 {
+			return fmt.Errorf("%w: MAP of arena %d, %d bytes", errBadFrame, m.id, m.size)
+		}
+	case ctlDisc, ctlWake:
+	default:
+		return fmt.Errorf("%w: control kind %d", errBadFrame, m.kind)
+	}
+	if n > limit {
+		return fmt.Errorf("%w: control kind %d with %d bytes of private data", errBadFrame, m.kind, n)
+	}
+	if m.kind != ctlMap && m.kind != ctlRep && (m.id != 0 || m.size != 0) {
+		return fmt.Errorf("%w: control kind %d with id/size", errBadFrame, m.kind)
+	}
+	return nil
+}
+
+func writeCtl(uc *net.UnixConn, m *ctlMsg, fd int) error {
+	var b [ctlMaxLen]byte
+	var oob []byte
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
+	}
+	_, _, err := uc.WriteMsgUnix(putCtl(b[:], m), oob, nil)
+	return err
+}
+
+// readCtl reads one control message and the descriptors passed with it.
+// The caller owns (and must close) the descriptors.
+func readCtl(uc *net.UnixConn, buf, oob []byte, m *ctlMsg) ([]int, error) {
+	n, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
+	fds := parseRights(oob[:oobn])
+	if err == nil && n == 0 {
+		err = io.EOF
+	}
+	if err != nil {
+		closeFDs(fds)
+		return nil, err
+	}
+	if flags&(unix.MSG_CTRUNC|unix.MSG_TRUNC) != 0 {
+		closeFDs(fds)
+		return nil, fmt.Errorf("%w: truncated control message", errBadFrame)
+	}
+	if err := decodeCtl(buf[:n], m); err != nil {
+		closeFDs(fds)
+		return nil, err
+	}
+	return fds, nil
+}
+
+func parseRights(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// mapPeerFD maps size bytes of a memfd the peer passed. It must be sealed
+// against shrinking (so the peer cannot make our accesses fault with
+// SIGBUS) and at least size bytes long.
+func mapPeerFD(fd int, size uint64, prot int) ([]byte, error) {
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: passed descriptor is not a memfd: %w", errBadFrame, err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("%w: passed memfd is not sealed against shrinking (seals %#x)", errBadFrame, seals)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("emu: fstat passed memfd: %w", err)
+	}
+	if st.Size < 0 || uint64(st.Size) < size {
+		return nil, fmt.Errorf("%w: memfd of %d bytes announced as %d", errBadFrame, st.Size, size)
+	}
+	m, err := unix.Mmap(fd, 0, int(size), prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("emu: map peer memory of %d bytes: %w", size, err)
+	}
+	return m, nil
+}
+
+// ---- listener ----
+
+var shmListeners atomic.Uint64
+
+type shmListener struct {
+	p    *Provider
+	ln   *net.UnixListener
+	path string
+	reqs chan *shmReq
+	done chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listener, error) {
+	if addr == "" {
+		addr = filepath.Join(os.TempDir(), fmt.Sprintf("gosrp-shm-%d-%d.sock", os.Getpid(), shmListeners.Add(1)))
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "unixpacket", addr)
+	if err != nil {
+		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
+	}
+	l := &shmListener{p: p, ln: ln.(*net.UnixListener), path: addr, reqs: make(chan *shmReq, 64), done: make(chan struct{})}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	p.own(l)
+	return l, nil
+}
+
+func (l *shmListener) Addr() string { return l.path }
+
+func (l *shmListener) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		uc, err := l.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		l.wg.Add(1)
+		go l.handshake(uc)
+	}
+}
+
+func peerPID(uc *net.UnixConn) string {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return "shm:pid=?"
+	}
+	pid := "?"
+	raw.Control(func(fd uintptr) {
+		if cr, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = strconv.Itoa(int(cr.Pid))
+		}
+	})
+	return "shm:pid=" + pid
+}
+
+func (l *shmListener) handshake(uc *net.UnixConn) {
+	defer l.wg.Done()
+	uc.SetReadDeadline(time.Now().Add(cmTimeout))
+	var buf [ctlMaxLen]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	var m ctlMsg
+	fds, err := readCtl(uc, buf[:], oob, &m)
+	closeFDs(fds)
+	if err != nil || m.kind != ctlReq {
+		if err == nil || errors.Is(err, errBadFrame) {
+			l.p.counters.badFrms.Add(1)
+			l.p.log.Warn("dropping connection with a bad connect request", "err", err, "kind", m.kind)
+		}
+		uc.Close()
+		return
+	}
+	uc.SetReadDeadline(time.Time{})
+	r := &shmReq{l: l, uc: uc, priv: append([]byte(nil), m.priv...), from: peerPID(uc)}
+	select {
+	case l.reqs <- r:
+	case <-l.done:
+		r.Reject(nil)
+	}
+}
+
+func (l *shmListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
+	select {
+	case r := <-l.reqs:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.done:
+		return nil, fmt.Errorf("emu: accept on %s: %w", l.path, transport.ErrClosed)
+	}
+}
+
+func (l *shmListener) Close() error {
+	l.once.Do(func() {
+		close(l.done)
+		l.ln.Close()
+		l.wg.Wait()
+		for {
+			select {
+			case r := <-l.reqs:
+				r.Reject(nil)
+			default:
+				return
+			}
+		}
+	})
+	return nil
+}
+
+type shmReq struct {
+	l    *shmListener
+	uc   *net.UnixConn
+	priv []byte
+	from string
+
+	mu       sync.Mutex
+	answered bool
+}
+
+func (r *shmReq) Device() transport.Device { return r.l.p.dev }
+func (r *shmReq) PrivateData() []byte      { return r.priv }
+func (r *shmReq) RemoteAddr() string       { return r.from }
+
+func (r *shmReq) answer() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.answered {
+		return fmt.Errorf("emu: request already answered: %w", transport.ErrInvalidState)
+	}
+	r.answered = true
+	return nil
+}
+
+func (r *shmReq) Accept(ctx context.Context, x transport.QP, priv []byte) (transport.Conn, error) {
+	if err := checkPrivate("accept", priv, transport.MaxAcceptPrivateData); err != nil {
+		return nil, err
+	}
+	q, err := asQP(r.l.p.dev, x)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.answer(); err != nil {
+		return nil, err
+	}
+	fd, err := unix.MemfdCreate("gosrp-shm-conn", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		r.uc.Close()
+		return nil, fmt.Errorf("emu: accept: connection region: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, regionLen); err != nil {
+		r.uc.Close()
+		return nil, fmt.Errorf("emu: accept: connection region: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		r.uc.Close()
+		return nil, fmt.Errorf("emu: accept: seal connection region: %w", err)
+	}
+	region, err := unix.Mmap(fd, 0, regionLen, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		r.uc.Close()
+		return nil, fmt.Errorf("emu: accept: map connection region: %w", err)
+	}
+	initRegion(region)
+	if dl, ok := ctx.Deadline(); ok {
+		r.uc.SetWriteDeadline(dl)
+	}
+	if err := writeCtl(r.uc, &ctlMsg{kind: ctlRep, size: regionLen, priv: priv}, fd); err != nil {
+		unix.Munmap(region)
+		r.uc.Close()
+		return nil, fmt.Errorf("emu: accept: %w", err)
+	}
+	r.uc.SetWriteDeadline(time.Time{})
+	return startShm(r.l.p, q, r.uc, region, 1, r.priv, r.l.path, r.from)
+}
+
+func (r *shmReq) Reject(priv []byte) error {
+	if err := checkPrivate("reject", priv, transport.MaxRejectPrivateData); err != nil {
+		return err
+	}
+	if err := r.answer(); err != nil {
+		return err
+	}
+	r.uc.SetWriteDeadline(time.Now().Add(cmTimeout))
+	err := writeCtl(r.uc, &ctlMsg{kind: ctlRej, priv: priv}, -1)
+	r.uc.Close()
+	if err != nil {
+		return fmt.Errorf("emu: reject: %w", err)
+	}
+	return nil
+}
+
+func (p *Provider) connectShm(ctx context.Context, addr string, q *qp, priv []byte) (transport.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", addr)
+	if err != nil {
+		return nil, fmt.Errorf("emu: connect to %s: %w: %w", addr, transport.ErrNotFound, err)
+	}
+	uc := nc.(*net.UnixConn)
+	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Now()) })
+	defer stop()
+	if err := writeCtl(uc, &ctlMsg{kind: ctlReq, priv: priv}, -1); err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("emu: connect to %s: %w", addr, err)
+	}
+	var buf [ctlMaxLen]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	var m ctlMsg
+	fds, err := readCtl(uc, buf[:], oob, &m)
+	if err != nil {
+		uc.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
+		}
+		if errors.Is(err, errBadFrame) {
+			return nil, fmt.Errorf("emu: connect to %s: bad answer: %w: %w", addr, transport.ErrDisconnected, err)
+		}
+		return nil, fmt.Errorf("emu: connect to %s: no answer: %w: %w", addr, transport.ErrDisconnected, err)
+	}
+	switch {
+	case m.kind == ctlRej && len(fds) == 0:
+		uc.Close()
+		return nil, &transport.RejectError{PrivateData: append([]byte(nil), m.priv...)}
+	case m.kind != ctlRep || len(fds) != 1:
+		closeFDs(fds)
+		uc.Close()
+		return nil, fmt.Errorf("emu: connect to %s: bad answer (kind %d, %d descriptors): %w", addr, m.kind, len(fds), transport.ErrDisconnected)
+	}
+	region, err := mapPeerFD(fds[0], regionLen, unix.PROT_READ|unix.PROT_WRITE)
+	unix.Close(fds[0])
+	if err == nil {
+		if err = checkRegion(region); err != nil {
+			unix.Munmap(region)
+		}
+	}
+	if err != nil {
+		uc.Close()
+		p.counters.badFrms.Add(1)
+		return nil, fmt.Errorf("emu: connect to %s: %w: %w", addr, transport.ErrDisconnected, err)
+	}
+	if !stop() {
+		unix.Munmap(region)
+		uc.Close()
+		return nil, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
+	}
+	uc.SetDeadline(time.Time{})
+	return startShm(p, q, uc, region, 0, m.priv, "shm:pid="+strconv.Itoa(os.Getpid()), addr)
+}
+
+// ---- the link ----
+
+// Waiting policy of a ring reader with nothing to do: spin shmSpin polls,
+// then yield the processor until shmYield has passed, then sleep until a
+// doorbell (or at most shmSleep, a safety net; peer death is reported by
+// the socket).
+const (
+	shmSpin  = 128
+	shmYield = 2000 * time.Microsecond
+	shmSleep = time.Second
+	// shmMapWait bounds how long a descriptor may wait for the arena MAP
+	// the peer promised to send before it.
+	shmMapWait = 5 * time.Second
+)
+
+// shmLink is a connected QP's end of the shm wire. The ring reader
+// goroutine drains the two incoming rings (requests → responder, responses
+// → requester) and is the only user of the peer's mapped arenas; the
+// control reader goroutine reads the unix socket (arena MAPs, DREQ, and
+// EOF when the peer process dies).
+type shmLink struct {
+	p      *Provider
+	q      *qp
+	c      *conn
+	uc     *net.UnixConn
+	region []byte
+
+	inReq, inResp   ring // consumed by the ring reader
+	outReq          ring // produced by the requester goroutine
+	outResp         ring // produced by the ring reader (responder)
+	myBell, peerBel bell
+	myGate, peerGat gate // into my sinks (I open/close), into the peer's (I place)
+
+	// Arenas handed to the peer (MAP sent), by ID; mapsSent counts MAPs.
+	mapMu    sync.Mutex
+	sent     map[uint64]struct{}
+	mapsSent atomic.Uint32
+	// One-entry caches of the last arena known to be handed over, one per
+	// producer goroutine.
+	reqLast, respLast *transport.Arena
+
+	// The peer's arenas mapped here, by the peer's ID.
+	peerMu     sync.Mutex
+	peer       map[uint64][]byte
+	peerClosed bool
+	mapsRecv   atomic.Uint32
+	mapped     chan struct{}
+	lastID     uint64 // ring reader's cache of peer[lastID]
+	lastMem    []byte
+
+	// Producer and consumer scratch (each used by one goroutine).
+	reqDesc, respDesc, rdesc desc
+	reqBuf, respBuf, rbuf    [maxDescSlots * shmSlot]byte
+	rpieces                  [maxSGE][]byte
+	rpkt                     packet
+
+	wake    chan struct{} // doorbell rung by the peer (cap 1)
+	timer   *time.Timer   // the ring reader's sleep bound
+	wakeMsg [ctlHdrLen]byte
+	quit    chan struct{}
+	gone    chan struct{} // the peer ended the connection (DREQ or EOF)
+	goneErr error
+	goneOne sync.Once
+	closing atomic.Bool
+	once    sync.Once
+	users   atomic.Int64 // goroutines inside the region; see enter
+	release sync.Once
+	wg      sync.WaitGroup
+}
+
+func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, peerPriv []byte, local, remote string) (transport.Conn, error) {
+	in, out := regionRings+(1-side)*dirLen, regionRings+side*dirLen
+	l := &shmLink{p: p, q: q, uc: uc, region: region,
+		inReq: newRing(region, in, shmReqSlots), inResp: newRing(region, in+reqRingLen, shmRespSlots),
+		outReq: newRing(region, out, shmReqSlots), outResp: newRing(region, out+reqRingLen, shmRespSlots),
+		myBell: newBell(region, side), peerBel: newBell(region, 1-side),
+		myGate: newGate(region, side), peerGat: newGate(region, 1-side),
+		sent: map[uint64]struct{}{}, peer: map[uint64][]byte{},
+		mapped: make(chan struct{}, 1), quit: make(chan struct{}), gone: make(chan struct{}),
+		wake: make(chan struct{}, 1), timer: time.NewTimer(time.Hour),
+	}
+	l.timer.Stop()
+	putCtl(l.wakeMsg[:], &ctlMsg{kind: ctlWake})
+	l.users.Store(1) // the link's own reference, dropped by disconnect
+	l.myGate.open.Store(1)
+	l.c = newConn(q, l, peerPriv, local, remote)
+	if err := q.connect(l, l.c); err != nil {
+		uc.Close()
+		unix.Munmap(region)
+		return nil, err
+	}
+	l.users.Add(1) // the ring reader's
+	l.wg.Add(2)
+	go l.reader()
+	go l.ctlReader()
+	p.own(l)
+	return l.c, nil
+}
+
+// enter admits a goroutine to the shared region; false once the link is
+// closing. The region and the peer's arenas are unmapped when the last
+// user leaves a closing link.
+func (l *shmLink) enter() bool {
+	l.users.Add(1)
+	if l.closing.Load() {
+		l.exit()
+		return false
+	}
+	return true
+}
+
+func (l *shmLink) exit() {
+	if l.users.Add(-1) == 0 {
+		l.release.Do(l.unmap)
+	}
+}
+
+func (l *shmLink) unmap() {
+	l.peerMu.Lock()
+	l.peerClosed = true
+	for id, m := range l.peer {
+		unix.Munmap(m)
+		delete(l.peer, id)
+	}
+	l.peerMu.Unlock()
+	unix.Munmap(l.region)
+}
+
+func (l *shmLink) direct() bool { return true }
+
+// place copies READ data into the requester's sinks (the peer's memory)
+// if the requester still accepts it. Called by the responder.
+func (l *shmLink) place(sinks [][]byte, src []byte) {
+	g := l.peerGat
+	g.placing.Store(1)
+	if g.open.Load() == 1 {
+		for _, b := range sinks {
+			src = src[copy(b, src):]
+		}
+	}
+	g.placing.Store(0)
+}
+
+// closeSinks closes this side's gate and waits out a placement in
+// progress (bounded: a peer that never clears its flag is not waited for).
+func (l *shmLink) closeSinks() {
+	if !l.enter() {
+		return // disconnect did it
+	}
+	l.shutSinks()
+	l.exit()
+}
+
+// shutSinks is closeSinks for a caller that holds the region mapped.
+func (l *shmLink) shutSinks() {
+	g := l.myGate
+	g.open.Store(0)
+	for i := 0; g.placing.Load() != 0 && i < 1_000_000; i++ {
+		if i > shmSpin {
+			runtime.Gosched()
+		}
+	}
+}
+
+// Close ends the link (provider shutdown).
+func (l *shmLink) Close() error {
+	l.disconnect(fmt.Errorf("emu: provider closed: %w", transport.ErrDisconnected))
+	l.wg.Wait()
+	return nil
+}
+
+func (l *shmLink) disconnect(err error) {
+	l.once.Do(func() {
+		l.closing.Store(true)
+		close(l.quit)
+		l.shutSinks()
+		l.uc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		writeCtl(l.uc, &ctlMsg{kind: ctlDisc}, -1) // best effort DREQ
+		l.uc.Close()
+		l.c.fail(err, errors.Is(err, errLinkLost))
+		l.exit()
+	})
+}
+
+// peerDown records that the peer ended the connection; the ring reader
+// drains what the peer published before and then disconnects.
+func (l *shmLink) peerDown(err error) {
+	l.goneOne.Do(func() {
+		l.goneErr = err
+		close(l.gone)
+	})
+}
+
+func (l *shmLink) peerGone() bool {
+	select {
+	case <-l.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+// hostile handles a descriptor or message no conforming peer sends: the
+// QP goes to ERR with a logged reason and the connection is dropped.
+func (l *shmLink) hostile(err error) {
+	l.p.counters.badFrms.Add(1)
+	l.p.log.Warn("malformed descriptor from the shm peer: QP to ERR", "qp", l.q.num, "remote", l.c.remote, "err", err)
+	l.q.fatal(transport.EventQPFatal, err.Error())
+	l.disconnect(fmt.Errorf("%w: %w", err, transport.ErrDisconnected))
+}
+
+func (l *shmLink) sendRequest(p *packet) {
+	l.send(&l.outReq, &l.reqDesc, l.reqBuf[:], &l.reqLast, p)
+}
+
+func (l *shmLink) sendResponse(p *packet) {
+	l.send(&l.outResp, &l.respDesc, l.respBuf[:], &l.respLast, p)
+}
+
+// send publishes a packet as a descriptor. Every arena it names is handed
+// to the peer first. A ring that stays full for a retry timeout drops the
+// packet, as a congested wire would; RC retransmission recovers.
+func (l *shmLink) send(r *ring, d *desc, buf []byte, last **transport.Arena, p *packet) {
+	if !l.enter() {
+		return
+	}
+	defer l.exit()
+	d.kind, d.flags, d.nak, d.psn, d.imm, d.key, d.va = p.kind, p.flags, p.nak, p.psn, p.imm, p.key, p.va
+	d.nseg, d.ninline, d.length = 0, 0, 0
+	switch {
+	case len(p.payload) > maxInline:
+		l.p.log.Error("shm: packet payload too large for a descriptor", "qp", l.q.num, "kind", p.kind, "bytes", len(p.payload))
+		return
+	case len(p.payload) > 0:
+		d.ninline = copy(d.inline[:], p.payload)
+		d.length = uint32(d.ninline)
+	default:
+		for _, s := range p.segs {
+			if *last != s.arena {
+				if !l.handOver(s.arena) {
+					return // dropped: the requester retries (and re-checks its lkeys)
+				}
+				*last = s.arena
+			}
+			d.segs[d.nseg] = dseg{id: s.arena.ID(), off: uint64(s.off), n: uint32(s.n)}
+			d.nseg++
+			d.length += uint32(s.n)
+		}
+	}
+	if p.kind == pktRead || p.placed {
+		d.length = p.length
+	}
+	if p.placed {
+		d.flags |= dfPlaced
+	}
+	d.mapSeq = l.mapsSent.Load()
+	k := encodeDesc(buf, d)
+	var since time.Time
+	for i := 0; ; i++ {
+		ok, bad := r.space(uint64(k))
+		if bad {
+			l.hostile(fmt.Errorf("%w: ring head %d beyond tail %d", errBadFrame, r.head.Load(), r.ptail))
+			return
+		}
+		if ok {
+			break
+		}
+		if l.closing.Load() || l.peerGone() {
+			return
+		}
+		switch {
+		case i < shmSpin:
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) > l.p.cfg.RetryTimeout:
+			l.p.log.Debug("shm: ring full, packet dropped", "qp", l.q.num, "kind", p.kind, "psn", p.psn)
+			return
+		case time.Since(since) < shmYield:
+			runtime.Gosched()
+		default:
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	r.put(buf, k)
+	if l.peerBel.claim() {
+		l.uc.Write(l.wakeMsg[:]) // an error ends the link through the socket reader
+	}
+}
+
+// handOver passes an arena's memfd to the peer unless it already has it.
+func (l *shmLink) handOver(a *transport.Arena) bool {
+	l.mapMu.Lock()
+	defer l.mapMu.Unlock()
+	id := a.ID()
+	if _, ok := l.sent[id]; ok {
+		return true
+	}
+	fd := a.MemFD()
+	if fd < 0 {
+		l.p.log.Warn("shm: arena has no memfd and cannot be shared with the peer process", "qp", l.q.num, "arena", id)
+		return false
+	}
+	if err := writeCtl(l.uc, &ctlMsg{kind: ctlMap, id: id, size: uint64(a.Len())}, fd); err != nil {
+		l.disconnect(fmt.Errorf("emu: shm: hand arena to %s: %w (%w): %w", l.c.remote, errLinkLost, transport.ErrDisconnected, err))
+		return false
+	}
+	l.sent[id] = struct{}{}
+	l.mapsSent.Add(1)
+	return true
+}
+
+// ctlReader reads the unix socket until it closes. EOF means the peer
+// process is gone (the kernel closes its descriptors when it dies).
+func (l *shmLink) ctlReader() {
+	defer l.wg.Done()
+	var buf [ctlMaxLen]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	var m ctlMsg
+	for {
+		fds, err := readCtl(l.uc, buf[:], oob, &m)
+		if err != nil {
+			if l.closing.Load() {
+				return
+			}
+			if errors.Is(err, errBadFrame) {
+				l.hostile(err)
+				return
+			}
+			l.peerDown(fmt.Errorf("emu: shm peer %s gone: %w (%w): %w", l.c.remote, errLinkLost, transport.ErrDisconnected, err))
+			return
+		}
+		switch {
+		case m.kind == ctlWake && len(fds) == 0:
+			select {
+			case l.wake <- struct{}{}:
+			default:
+			}
+		case m.kind == ctlDisc && len(fds) == 0:
+			l.peerDown(fmt.Errorf("emu: peer %s disconnected: %w", l.c.remote, transport.ErrDisconnected))
+			return
+		case m.kind == ctlMap && len(fds) == 1:
+			err = l.mapPeer(m.id, m.size, fds[0])
+			unix.Close(fds[0])
+			if err != nil {
+				l.hostile(err)
+				return
+			}
+		default:
+			closeFDs(fds)
+			l.hostile(fmt.Errorf("%w: control kind %d with %d descriptors on an established connection", errBadFrame, m.kind, len(fds)))
+			return
+		}
+	}
+}
+
+func (l *shmLink) mapPeer(id, size uint64, fd int) error {
+	mem, err := mapPeerFD(fd, size, unix.PROT_READ|unix.PROT_WRITE)
+	if err != nil {
+		return err
+	}
+	l.peerMu.Lock()
+	_, dup := l.peer[id]
+	if l.peerClosed || dup {
+		l.peerMu.Unlock()
+		unix.Munmap(mem)
+		if dup {
+			return fmt.Errorf("%w: arena %d handed over twice", errBadFrame, id)
+		}
+		return nil
+	}
+	l.peer[id] = mem
+	l.peerMu.Unlock()
+	l.mapsRecv.Add(1)
+	select {
+	case l.mapped <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// reader is the ring reader: it drains both incoming rings, answering
+// requests as the responder and handing responses to the requester, and
+// waits adaptively when there is nothing to do.
+func (l *shmLink) reader() {
+	defer l.wg.Done()
+	defer l.exit()
+	idle := 0
+	var since time.Time
+	for !l.closing.Load() {
+		n, ok := l.poll()
+		if !ok {
+			return
+		}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		if l.peerGone() {
+			l.disconnect(l.goneErr) // everything published before is done
+			return
+		}
+		idle++
+		switch {
+		case idle <= shmSpin:
+			continue
+		case idle == shmSpin+1:
+			since = time.Now()
+		}
+		if time.Since(since) < shmYield {
+			runtime.Gosched()
+			continue
+		}
+		l.sleep()
+		idle = 0
+	}
+}
+
+// sleep waits for the doorbell after announcing it, unless work arrived
+// in between (the producer stores its tail and then reads the flag; we
+// store the flag and then read the tails: one of us sees the other).
+func (l *shmLink) sleep() {
+	b := l.myBell
+	b.sleeping.Store(1)
+	n1, ok1 := l.inReq.avail()
+	n2, ok2 := l.inResp.avail()
+	if n1+n2 == 0 && ok1 && ok2 {
+		l.timer.Reset(shmSleep)
+		select {
+		case <-l.wake:
+		case <-l.quit:
+		case <-l.gone:
+		case <-l.timer.C:
+		}
+		l.timer.Stop()
+	}
+	b.sleeping.Store(0)
+}
+
+// poll handles up to a batch of descriptors; false when the link ended.
+func (l *shmLink) poll() (int, bool) {
+	n := 0
+	for n < 64 {
+		got := false
+		for _, isReq := range [2]bool{false, true} {
+			r := &l.inResp
+			if isReq {
+				r = &l.inReq
+			}
+			k, ok := r.avail()
+			if !ok {
+				l.hostile(fmt.Errorf("%w: ring tail %d from head %d", errBadFrame, r.tail.Load(), r.chead))
+				return n, false
+			}
+			if k == 0 {
+				continue
+			}
+			if !l.take(r, k, isReq) {
+				return n, false
+			}
+			got = true
+			n++
+		}
+		if !got {
+			break
+		}
+	}
+	return n, true
+}
+
+// take copies one descriptor out of the ring, validates it and delivers it.
+func (l *shmLink) take(r *ring, avail uint64, isReq bool) bool {
+	b := l.rbuf[:]
+	copy(b[:shmSlot], r.slot(r.chead))
+	extra, err := descExtra(b[:shmSlot])
+	if err == nil && uint64(1+extra) > avail {
+		err = fmt.Errorf("%w: descriptor of %d slots, %d published", errBadFrame, 1+extra, avail)
+	}
+	if err != nil {
+		l.hostile(err)
+		return false
+	}
+	for i := 1; i <= extra; i++ {
+		copy(b[i*shmSlot:(i+1)*shmSlot], r.slot(r.chead+uint64(i)))
+	}
+	r.release(uint64(1 + extra))
+	d := &l.rdesc
+	if err := decodeDesc(b[:(1+extra)*shmSlot], d); err != nil {
+		l.hostile(err)
+		return false
+	}
+	if d.kind.isRequest() != isReq {
+		l.hostile(fmt.Errorf("%w: %s in the wrong ring", errBadFrame, d.kind))
+		return false
+	}
+	pkt := &l.rpkt
+	*pkt = packet{kind: d.kind, flags: d.flags &^ dfPlaced, nak: d.nak, psn: d.psn, imm: d.imm, key: d.key, va: d.va, length: d.length,
+		placed: d.flags&dfPlaced != 0}
+	switch {
+	case d.ninline > 0:
+		pkt.payload = d.inline[:d.ninline]
+	case d.nseg > 0:
+		if !l.awaitMaps(d.mapSeq) {
+			return false
+		}
+		for i := 0; i < d.nseg; i++ {
+			s := &d.segs[i]
+			mem := l.lastMem
+			if s.id != l.lastID {
+				l.peerMu.Lock()
+				m, ok := l.peer[s.id]
+				l.peerMu.Unlock()
+				if !ok {
+					l.hostile(fmt.Errorf("%w: %s names arena %d, never handed over", errBadFrame, d.kind, s.id))
+					return false
+				}
+				l.lastID, l.lastMem, mem = s.id, m, m
+			}
+			if s.off > uint64(len(mem)) || uint64(s.n) > uint64(len(mem))-s.off {
+				l.hostile(fmt.Errorf("%w: %s segment [%d,+%d) outside arena %d of %d bytes", errBadFrame, d.kind, s.off, s.n, s.id, len(mem)))
+				return false
+			}
+			l.rpieces[i] = mem[s.off : s.off+uint64(s.n) : s.off+uint64(s.n)]
+		}
+		pkt.pieces = l.rpieces[:d.nseg]
+	}
+	if isReq {
+		l.q.onRequest(pkt)
+	} else {
+		l.q.onResponse(pkt)
+	}
+	return true
+}
+
+// awaitMaps waits until the peer's MAP messages sent before a descriptor
+// have been mapped here.
+func (l *shmLink) awaitMaps(seq uint32) bool {
+	if int32(seq-l.mapsRecv.Load()) <= 0 {
+		return true
+	}
+	t := time.NewTimer(shmMapWait)
+	defer t.Stop()
+	for int32(seq-l.mapsRecv.Load()) > 0 {
+		select {
+		case <-l.mapped:
+		case <-l.quit:
+			return false
+		case <-l.gone:
+			if int32(seq-l.mapsRecv.Load()) > 0 {
+				l.disconnect(l.goneErr)
+				return false
+			}
+		case <-t.C:
+			l.hostile(fmt.Errorf("%w: descriptor waits for arena hand-over %d, %d received", errBadFrame, seq, l.mapsRecv.Load()))
+			return false
+		}
+	}
+	return true
+}
