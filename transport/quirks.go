@@ -30,4 +30,30 @@ type Quirks struct {
 	// QPNum and VendorErr hold garbage, so consumers that read them fail
 	// tests (ibv_poll_cq(3) says they are undefined).
 	ScrambleErrorWC bool
+
+	// The fields below were added for rxe as measured through the ibverbs
+	// provider (see its package doc). Their zero values are the strict
+	// behaviour, so a profile that does not set them is unchanged.
+
+	// NoQPErrorEvents: an inbound access violation or a bad SEND_WITH_INV
+	// moves the responder's QP to ERR without a QP_ACCESS_ERR or
+	// QP_REQ_ERR async event; the error shows only in completions (rxe).
+	NoQPErrorEvents bool
+	// LocalKeyErrStatus, if not StatusSuccess, is the status of a work
+	// request whose local SGE names an lkey that does not resolve to a
+	// usable MR (wrong 8-bit key, another PD, deregistered); rxe reports
+	// StatusLocQPOpErr. Zero means the strict StatusLocProtErr. Bounds
+	// errors stay StatusLocProtErr.
+	LocalKeyErrStatus Status
+	// RecvLenErrStatus, if not StatusSuccess, is the receiver's status for
+	// a SEND larger than its receive buffer; rxe reports StatusLocQPOpErr
+	// (and the sender StatusRemOpErr). Zero means the strict
+	// StatusLocLenErr.
+	RecvLenErrStatus Status
+	// WindowBoundsUnchecked: remote access through a type-2 memory window
+	// is bounds-checked against the underlying MR only, not the window
+	// (rxe): a peer can reach the whole MR through any window over it.
+	// Consumers that need isolation between buffers must not rely on
+	// window bounds on such a device.
+	WindowBoundsUnchecked bool
 }

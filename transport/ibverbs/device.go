@@ -1,0 +1,676 @@
+//go:build linux && cgo && ibverbs
+
+package ibverbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// rxeVendorID is the vendor_id the kernel's soft-RoCE driver reports.
+const rxeVendorID = 0xffffff
+
+// mellanoxVendorID is the vendor_id of Mellanox/NVIDIA HCAs.
+const mellanoxVendorID = 0x02c9
+
+// Device is an opened RDMA device (an ibv_context) with its async-event
+// goroutine.
+type Device struct {
+	p    *Provider
+	name string
+	ctx  *C.struct_ibv_context
+	attr transport.DeviceAttr
+	port int
+
+	maxRdAtom     int // max_qp_rd_atom: RDMA READs we may serve
+	maxInitRdAtom int // max_qp_init_rd_atom: RDMA READs we may issue
+
+	mu      sync.Mutex
+	closed  bool
+	objects int // live PDs and CQs
+	cqs     map[uintptr]*CQ
+	qps     map[uintptr]*QP
+	nextH   uintptr
+
+	mrs handleTable // MR handle -> *ibv_mr
+	mws handleTable // MW handle -> *ibv_mw
+
+	// guardFreeInv: the device oopses when a type-2 window that is FREE
+	// is invalidated (rxe, see the package doc); windows are then tracked
+	// by index so that such a LOCAL_INV is turned into one that fails.
+	guardFreeInv bool
+	// kernelWCFlags: the provider library reports the kernel's wc_flags
+	// numbering (rxe): IB_WC_WITH_INVALIDATE is bit 2, not IBV_WC_WITH_INV.
+	kernelWCFlags C.int
+	isRxe         bool
+	winMu         sync.RWMutex
+	windows       map[uint32]*MW // key index -> window
+
+	events  chan transport.AsyncEvent
+	stopFD  int // eventfd that stops the async goroutine
+	done    chan struct{}
+	dropped uint64 // async events dropped because nobody read them
+}
+
+var _ transport.Device = (*Device)(nil)
+
+func openDevice(p *Provider, dv *C.struct_ibv_device, name string) (*Device, error) {
+	ctx, err := C.ibv_open_device(dv)
+	if ctx == nil {
+		return nil, mapErrno("ibv_open_device "+name, kindCreate, errnoOf(err))
+	}
+	d := &Device{p: p, name: name, ctx: ctx, port: 1,
+		cqs: map[uintptr]*CQ{}, qps: map[uintptr]*QP{}, windows: map[uint32]*MW{},
+		events: make(chan transport.AsyncEvent, 256), done: make(chan struct{})}
+	if err := d.query(); err != nil {
+		C.ibv_close_device(ctx)
+		return nil, err
+	}
+	if rc := C.gosrp_set_nonblock(ctx.async_fd); rc != 0 {
+		C.ibv_close_device(ctx)
+		return nil, mapErrno("fcntl async fd", kindCreate, int(rc))
+	}
+	fd, e := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if e != nil {
+		C.ibv_close_device(ctx)
+		return nil, fmt.Errorf("ibverbs: eventfd: %w", e)
+	}
+	d.stopFD = fd
+	go d.asyncLoop()
+	return d, nil
+}
+
+func (d *Device) query() error {
+	var a C.struct_ibv_device_attr
+	if rc := C.ibv_query_device(d.ctx, &a); rc != 0 {
+		return mapErrno("ibv_query_device", kindCreate, int(rc))
+	}
+	var pa C.struct_ibv_port_attr
+	if rc := C.gosrp_query_port(d.ctx, C.int(d.port), &pa); rc != 0 {
+		return mapErrno("ibv_query_port", kindCreate, int(rc))
+	}
+	flags := uint64(a.device_cap_flags)
+	var caps transport.Capability
+	if flags&C.IBV_DEVICE_MEM_WINDOW_TYPE_2B != 0 {
+		caps |= transport.CapMemWindow2
+	}
+	if flags&C.IBV_DEVICE_MEM_MGT_EXTENSIONS != 0 {
+		caps |= transport.CapLocalInv | transport.CapSendWithInv
+	}
+	// Any Linux verbs device registers hugetlbfs-backed memory.
+	caps |= transport.CapHugePages
+	vendor := uint32(a.vendor_id)
+	d.guardFreeInv = vendor == rxeVendorID && os.Getenv("GOSRP_IBVERBS_UNGUARDED") == ""
+	if vendor == rxeVendorID {
+		d.kernelWCFlags = 1
+		d.isRxe = true
+	}
+	d.maxRdAtom = int(a.max_qp_rd_atom)
+	d.maxInitRdAtom = int(a.max_qp_init_rd_atom)
+	d.attr = transport.DeviceAttr{
+		Name:            d.name,
+		Vendor:          fmt.Sprintf("%#06x:%d", vendor, uint32(a.vendor_part_id)),
+		FWVer:           C.GoString(&a.fw_ver[0]),
+		Caps:            caps,
+		MaxQP:           int(a.max_qp),
+		MaxQPWR:         int(a.max_qp_wr),
+		MaxSGE:          int(a.max_sge),
+		MaxCQE:          int(a.max_cqe),
+		MaxMR:           int(a.max_mr),
+		MaxMW:           int(a.max_mw),
+		MaxPD:           int(a.max_pd),
+		MaxMRSize:       uint64(a.max_mr_size),
+		MaxFastRegPages: 0, // no REG_MR in user space; windows have no page list
+		MaxInline:       int(C.gosrp_probe_inline(d.ctx)),
+		PageSizeCap:     uint64(a.page_size_cap),
+		PortMTU:         mtuBytes(int(pa.active_mtu)),
+		Quirks:          quirksFor(vendor, uint32(a.vendor_part_id)),
+	}
+	return nil
+}
+
+func mtuBytes(m int) int {
+	if m >= 1 && m <= 5 {
+		return 128 << m
+	}
+	return 0
+}
+
+// quirksFor returns the departures from strict verbs of a device: rxe as
+// measured in the VM (see the package doc), Mellanox as documented in
+// frmr-semantics §4.5, and the strict reading for everything else.
+func quirksFor(vendor, part uint32) transport.Quirks {
+	switch vendor {
+	case rxeVendorID:
+		return transport.Quirks{
+			LocalOpErrStatus: transport.StatusLocQPOpErr,
+			// Invalidating a FREE type-2 window oopses rxe; the provider
+			// turns that LOCAL_INV into one that fails (QP.trackWindows).
+			InvalidateFreeOK: false,
+			// rxe refuses (EINVAL) sends in RESET/INIT/RTR after queueing
+			// them; the provider refuses them first: ErrInvalidState.
+			DropPostsBeforeRTS:    false,
+			NoQPErrorEvents:       true,
+			LocalKeyErrStatus:     transport.StatusLocQPOpErr,
+			RecvLenErrStatus:      transport.StatusLocQPOpErr,
+			WindowBoundsUnchecked: true,
+		}
+	case mellanoxVendorID:
+		q := transport.Quirks{
+			LocalOpErrStatus:    transport.StatusMWBindErr,
+			DropPostsBeforeRTS:  true,
+			InvalidateIndexOnly: true,
+		}
+		switch part {
+		case 25408, 25418, 25428, 25448, 26418, 26428, 26438, 26448, 26458, 26468, 26478, 26488,
+			4099, 4100, 4103, 4104: // ConnectX-1/2/3 (mlx4)
+			q.PoisonOnFlush = true
+		}
+		return q
+	}
+	return transport.Quirks{LocalOpErrStatus: transport.StatusMWBindErr}
+}
+
+// Attr returns the attributes read at open.
+func (d *Device) Attr() transport.DeviceAttr { return d.attr }
+
+// Name is the device name, e.g. "rxe0".
+func (d *Device) Name() string { return d.name }
+
+func (d *Device) hold() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("ibverbs: device %s: %w", d.name, transport.ErrClosed)
+	}
+	d.objects++
+	return nil
+}
+
+func (d *Device) release() {
+	d.mu.Lock()
+	d.objects--
+	d.mu.Unlock()
+}
+
+func (d *Device) newHandle() uintptr {
+	d.mu.Lock()
+	d.nextH++
+	h := d.nextH
+	d.mu.Unlock()
+	return h
+}
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (transport.PD, error) {
+	if err := d.hold(); err != nil {
+		return nil, err
+	}
+	pd, err := C.ibv_alloc_pd(d.ctx)
+	if pd == nil {
+		d.release()
+		return nil, mapErrno("ibv_alloc_pd", kindCreate, errnoOf(err))
+	}
+	return &PD{d: d, pd: pd}, nil
+}
+
+// NextEvent returns the next asynchronous event.
+func (d *Device) NextEvent(ctx context.Context) (transport.AsyncEvent, error) {
+	select {
+	case ev := <-d.events:
+		return ev, nil
+	default:
+	}
+	select {
+	case ev := <-d.events:
+		return ev, nil
+	case <-ctx.Done():
+		return transport.AsyncEvent{}, ctx.Err()
+	case <-d.done:
+		return transport.AsyncEvent{}, fmt.Errorf("ibverbs: device %s: %w", d.name, transport.ErrClosed)
+	}
+}
+
+// asyncLoop reads ibv_get_async_event until the device closes, acking each
+// event at once (ibv_destroy_qp/cq wait for outstanding acks).
+func (d *Device) asyncLoop() {
+	defer close(d.done)
+	fds := []unix.PollFd{{Fd: int32(d.ctx.async_fd), Events: unix.POLLIN}, {Fd: int32(d.stopFD), Events: unix.POLLIN}}
+	var ev C.struct_gosrp_async
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return
+		}
+		if fds[1].Revents != 0 {
+			return
+		}
+		for {
+			rc := C.gosrp_get_async_event(d.ctx, &ev)
+			if rc != 0 {
+				break
+			}
+			d.deliver(&ev)
+		}
+	}
+}
+
+func (d *Device) deliver(ev *C.struct_gosrp_async) {
+	var out transport.AsyncEvent
+	switch ev._type {
+	case C.IBV_EVENT_QP_FATAL:
+		out.Type = transport.EventQPFatal
+	case C.IBV_EVENT_QP_REQ_ERR:
+		out.Type = transport.EventQPReqErr
+	case C.IBV_EVENT_QP_ACCESS_ERR:
+		out.Type = transport.EventQPAccessErr
+	case C.IBV_EVENT_CQ_ERR:
+		out.Type = transport.EventCQErr
+	case C.IBV_EVENT_SQ_DRAINED:
+		out.Type = transport.EventSQDrained
+	case C.IBV_EVENT_COMM_EST:
+		out.Type = transport.EventCommEst
+	case C.IBV_EVENT_DEVICE_FATAL:
+		out.Type = transport.EventDeviceFatal
+	default:
+		return // port, GID, path migration and SRQ events are not in the contract
+	}
+	out.QPNum = uint32(ev.qp_num)
+	out.Reason = C.GoString(C.ibv_event_type_str(uint32(ev._type)))
+	if out.Type == transport.EventCQErr {
+		d.mu.Lock()
+		cq := d.cqs[uintptr(ev.cq_handle)]
+		var victims []*QP
+		if cq != nil {
+			for _, qp := range d.qps {
+				if qp.scq == cq || qp.rcq == cq {
+					victims = append(victims, qp)
+				}
+			}
+		}
+		d.mu.Unlock()
+		if cq != nil {
+			cq.markOverrun()
+			out.CQ = cq
+			// The contract: after an overrun every QP on the CQ is in ERR.
+			for _, qp := range victims {
+				_ = qp.Modify(transport.QPErr)
+			}
+		}
+	}
+	select {
+	case d.events <- out:
+	default:
+		d.mu.Lock()
+		d.dropped++
+		d.mu.Unlock()
+	}
+}
+
+// Close closes the device once every PD and CQ on it is gone (ErrBusy
+// otherwise).
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	if d.objects > 0 {
+		n := d.objects
+		d.mu.Unlock()
+		return fmt.Errorf("ibverbs: close device %s with %d PDs/CQs alive: %w", d.name, n, transport.ErrBusy)
+	}
+	d.mu.Unlock()
+	d.p.forgetDevice(d)
+	return d.forceClose()
+}
+
+// forceClose stops the async goroutine and closes the context. Objects the
+// consumer leaked keep the kernel context alive until the process exits.
+func (d *Device) forceClose() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	busy := d.objects
+	d.mu.Unlock()
+	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	_, _ = unix.Write(d.stopFD, one)
+	<-d.done
+	unix.Close(d.stopFD)
+	if busy > 0 {
+		// ibv_close_device with live objects is undefined; leave the context.
+		return nil
+	}
+	if rc, err := C.ibv_close_device(d.ctx); rc != 0 {
+		return mapErrno("ibv_close_device", kindDestroy, errnoOfRC(rc, err))
+	}
+	return nil
+}
+
+// PD is a protection domain.
+type PD struct {
+	d      *Device
+	pd     *C.struct_ibv_pd
+	mu     sync.Mutex
+	closed bool
+}
+
+var _ transport.PD = (*PD)(nil)
+
+// accessToIBV maps transport.Access to IBV_ACCESS_* bit by bit.
+func accessToIBV(a transport.Access) C.int {
+	var f C.int
+	if a&transport.AccessLocalWrite != 0 {
+		f |= C.IBV_ACCESS_LOCAL_WRITE
+	}
+	if a&transport.AccessRemoteWrite != 0 {
+		f |= C.IBV_ACCESS_REMOTE_WRITE
+	}
+	if a&transport.AccessRemoteRead != 0 {
+		f |= C.IBV_ACCESS_REMOTE_READ
+	}
+	if a&transport.AccessRemoteAtomic != 0 {
+		f |= C.IBV_ACCESS_REMOTE_ATOMIC
+	}
+	if a&transport.AccessMWBind != 0 {
+		f |= C.IBV_ACCESS_MW_BIND
+	}
+	return f
+}
+
+func (pd *PD) check() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.closed {
+		return fmt.Errorf("ibverbs: PD: %w", transport.ErrClosed)
+	}
+	return nil
+}
+
+// RegMR registers [off, off+length) of arena a (ibv_reg_mr).
+func (pd *PD) RegMR(a *transport.Arena, off, length int, access transport.Access) (transport.MR, error) {
+	if err := pd.check(); err != nil {
+		return nil, err
+	}
+	if !access.Valid() {
+		return nil, fmt.Errorf("ibverbs: ibv_reg_mr access %s: %w", access, transport.ErrInvalidArgument)
+	}
+	if a == nil || length <= 0 {
+		return nil, fmt.Errorf("ibverbs: ibv_reg_mr of %d bytes: %w", length, transport.ErrInvalidArgument)
+	}
+	if _, err := a.Slice(off, length); err != nil {
+		return nil, err
+	}
+	addr := a.Addr() + uint64(off)
+	mr, err := C.gosrp_reg_mr(pd.pd, C.uint64_t(addr), C.uint64_t(length), accessToIBV(access))
+	if mr == nil {
+		return nil, mapErrno("ibv_reg_mr", kindCreate, errnoOf(err))
+	}
+	h := pd.d.mrs.add(unsafe.Pointer(mr))
+	return &MR{pd: pd, h: h, lkey: transport.Key(mr.lkey), rkey: transport.Key(mr.rkey),
+		addr: addr, length: length, access: access, arena: a}, nil
+}
+
+// AllocFastRegMR is unsupported: user-space verbs have no REG_MR work
+// request (IB_WR_REG_MR is kernel-only). Use AllocMW.
+func (pd *PD) AllocFastRegMR(maxPages int) (transport.FastRegMR, error) {
+	return nil, fmt.Errorf("ibverbs: fast-registration MRs (IB_WR_REG_MR) are kernel-only; use type-2 memory windows: %w", transport.ErrUnsupported)
+}
+
+// AllocMW allocates a type-2 memory window.
+func (pd *PD) AllocMW() (transport.MW, error) {
+	if err := pd.check(); err != nil {
+		return nil, err
+	}
+	if !pd.d.attr.Caps.Has(transport.CapMemWindow2) {
+		return nil, fmt.Errorf("ibverbs: %s lacks IBV_DEVICE_MEM_WINDOW_TYPE_2B: %w", pd.d.name, transport.ErrUnsupported)
+	}
+	mw, err := C.gosrp_alloc_mw(pd.pd)
+	if mw == nil {
+		return nil, mapErrno("ibv_alloc_mw", kindCreate, errnoOf(err))
+	}
+	h := pd.d.mws.add(unsafe.Pointer(mw))
+	w := &MW{pd: pd, h: h, key: transport.Key(mw.rkey)}
+	w.cur = w.key
+	pd.d.winMu.Lock()
+	pd.d.windows[w.key.Index()] = w
+	pd.d.winMu.Unlock()
+	return w, nil
+}
+
+// CreateQP creates an RC QP in RESET.
+func (pd *PD) CreateQP(cfg transport.QPConfig) (transport.QP, error) {
+	if err := pd.check(); err != nil {
+		return nil, err
+	}
+	return newQP(pd, cfg)
+}
+
+// Close deallocates the PD (ErrBusy while MRs, windows or QPs use it).
+func (pd *PD) Close() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.closed {
+		return nil
+	}
+	if rc, err := C.ibv_dealloc_pd(pd.pd); rc != 0 {
+		return mapErrno("ibv_dealloc_pd", kindDestroy, errnoOfRC(rc, err))
+	}
+	pd.closed = true
+	pd.d.release()
+	return nil
+}
+
+// MR is a registered memory region.
+type MR struct {
+	pd     *PD
+	h      uint64
+	lkey   transport.Key
+	rkey   transport.Key
+	addr   uint64
+	length int
+	access transport.Access
+	arena  *transport.Arena
+}
+
+var _ transport.MR = (*MR)(nil)
+
+func (m *MR) LKey() transport.Key            { return m.lkey }
+func (m *MR) RKey() transport.Key            { return m.rkey }
+func (m *MR) Addr() uint64                   { return m.addr }
+func (m *MR) Len() int                       { return m.length }
+func (m *MR) Access() transport.Access       { return m.access }
+func (m *MR) Arena() *transport.Arena        { return m.arena }
+func (m *MR) ptr() (*C.struct_ibv_mr, error) { return lookupMR(m.pd.d, m.h) }
+
+func lookupMR(d *Device, h uint64) (*C.struct_ibv_mr, error) {
+	p := d.mrs.get(h)
+	if p == nil {
+		return nil, fmt.Errorf("ibverbs: MR: %w", transport.ErrClosed)
+	}
+	return (*C.struct_ibv_mr)(p), nil
+}
+
+// Close deregisters the region (ErrBusy while windows are bound over it).
+func (m *MR) Close() error {
+	d := m.pd.d
+	p := d.mrs.hold(m.h)
+	if p == nil {
+		return nil
+	}
+	if rc, err := C.ibv_dereg_mr((*C.struct_ibv_mr)(p)); rc != 0 {
+		d.mrs.unhold(m.h)
+		return mapErrno("ibv_dereg_mr", kindDestroy, errnoOfRC(rc, err))
+	}
+	d.mrs.remove(m.h)
+	return nil
+}
+
+// MW is a type-2 memory window.
+type MW struct {
+	pd  *PD
+	h   uint64
+	key transport.Key
+	// bound is the provider's post-order view of the window: set when a
+	// BIND_MW naming it is accepted, cleared when a LOCAL_INV naming it is
+	// accepted or a receive completion reports its remote invalidation.
+	// cur is the key the device holds for it as far as posts tell.
+	// Guarded by the device's winMu.
+	winState
+}
+
+var _ transport.MW = (*MW)(nil)
+
+// Key is the rkey the window was allocated with.
+func (w *MW) Key() transport.Key { return w.key }
+
+// Close deallocates the window whatever its state.
+func (w *MW) Close() error {
+	d := w.pd.d
+	p := d.mws.hold(w.h)
+	if p == nil {
+		return nil
+	}
+	if rc, err := C.gosrp_dealloc_mw((*C.struct_ibv_mw)(p)); rc != 0 {
+		d.mws.unhold(w.h)
+		return mapErrno("ibv_dealloc_mw", kindDestroy, errnoOfRC(rc, err))
+	}
+	d.mws.remove(w.h)
+	d.winMu.Lock()
+	if d.windows[w.key.Index()] == w {
+		delete(d.windows, w.key.Index())
+	}
+	d.winMu.Unlock()
+	return nil
+}
+
+// handleTable maps handles (index and generation) to C objects, so that Go
+// objects never hand C a pointer the table has not vouched for: a post
+// naming a closed MR or window fails with ErrClosed instead of touching
+// freed memory.
+type handleTable struct {
+	mu    sync.RWMutex
+	slots []handleSlot
+	free  []uint32
+}
+
+type handleSlot struct {
+	p       unsafe.Pointer
+	gen     uint32
+	closing bool
+}
+
+func (t *handleTable) add(p unsafe.Pointer) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var i uint32
+	if n := len(t.free); n > 0 {
+		i = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		t.slots = append(t.slots, handleSlot{})
+		i = uint32(len(t.slots) - 1)
+	}
+	s := &t.slots[i]
+	s.gen++
+	s.p = p
+	s.closing = false
+	return uint64(s.gen)<<32 | uint64(i)
+}
+
+func (t *handleTable) slot(h uint64) *handleSlot {
+	i := uint32(h)
+	if int(i) >= len(t.slots) {
+		return nil
+	}
+	s := &t.slots[i]
+	if s.gen != uint32(h>>32) || s.p == nil {
+		return nil
+	}
+	return s
+}
+
+// get returns the live object of h, or nil.
+func (t *handleTable) get(h uint64) unsafe.Pointer {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	s := t.slot(h)
+	if s == nil || s.closing {
+		return nil
+	}
+	return s.p
+}
+
+// hold marks h as closing (gets fail from now on) and returns its object.
+func (t *handleTable) hold(h uint64) unsafe.Pointer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.slot(h)
+	if s == nil || s.closing {
+		return nil
+	}
+	s.closing = true
+	return s.p
+}
+
+func (t *handleTable) unhold(h uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.slot(h); s != nil {
+		s.closing = false
+	}
+}
+
+func (t *handleTable) remove(h uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.slot(h); s != nil {
+		s.p = nil
+		s.closing = false
+		t.free = append(t.free, uint32(h))
+	}
+}
+
+// errnoOf extracts the errno cgo returns as the second result.
+func errnoOf(err error) int {
+	if e, ok := err.(unix.Errno); ok {
+		return int(e)
+	}
+	return int(unix.EINVAL)
+}
+
+// errnoOfRC turns a verbs return code (an errno, or -1 with errno set by
+// some providers) into an errno.
+func errnoOfRC(rc C.int, err error) int {
+	if rc > 0 {
+		return int(rc)
+	}
+	return errnoOf(err)
+}
+
+// remoteInvalidated records a receive completion with IBV_WC_WITH_INV.
+func (d *Device) remoteInvalidated(k transport.Key) {
+	d.winMu.Lock()
+	if w := d.windows[k.Index()]; w != nil && w.cur == k {
+		w.bound = false
+	}
+	d.winMu.Unlock()
+}

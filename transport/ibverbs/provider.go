@@ -1,0 +1,275 @@
+//go:build linux && cgo && ibverbs
+
+package ibverbs
+
+/*
+#cgo LDFLAGS: -libverbs -lrdmacm
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// Name is the registry name of this provider.
+const Name = "ibverbs"
+
+func init() {
+	transport.Register(Name, func(o transport.Options) (transport.Provider, error) { return New(o) })
+}
+
+// Provider is the libibverbs/librdmacm provider. It is safe for concurrent
+// use.
+type Provider struct {
+	rnrRetry int // rdma_conn_param.rnr_retry_count
+	retry    int // rdma_conn_param.retry_count
+
+	mu      sync.Mutex
+	closed  bool
+	devices map[string]*Device
+	cm      *cmChannel // created on first Listen or Resolve
+}
+
+var _ transport.Provider = (*Provider)(nil)
+
+// New returns a provider. It does not open any device; Devices lists them.
+// Options (all optional):
+//
+//	rnr_retry=N  receiver-not-ready retries, 0..7, 7 = forever (default 6:
+//	             a peer without a posted receive fails the SEND with
+//	             RNR_RETRY_EXC_ERR instead of stalling it)
+//	retry=N      transport retries, 0..7 (default 7)
+func New(opts transport.Options) (*Provider, error) {
+	p := &Provider{devices: map[string]*Device{}, rnrRetry: 6, retry: 7}
+	for k, v := range opts {
+		n, err := strconv.Atoi(v)
+		switch {
+		case k != "rnr_retry" && k != "retry":
+			return nil, fmt.Errorf("ibverbs: unknown option %q (have rnr_retry, retry): %w", k, transport.ErrInvalidArgument)
+		case err != nil || n < 0 || n > 7:
+			return nil, fmt.Errorf("ibverbs: option %s=%q: want 0..7: %w", k, v, transport.ErrInvalidArgument)
+		case k == "rnr_retry":
+			p.rnrRetry = n
+		default:
+			p.retry = n
+		}
+	}
+	return p, nil
+}
+
+// Name is "ibverbs".
+func (p *Provider) Name() string { return Name }
+
+// Devices lists the RDMA devices ibv_get_device_list reports.
+func (p *Provider) Devices() ([]string, error) {
+	var n C.int
+	list := C.ibv_get_device_list(&n)
+	if list == nil {
+		// ENOSYS: no kernel verbs support at all; that is "no devices".
+		return nil, nil
+	}
+	defer C.ibv_free_device_list(list)
+	devs := unsafe.Slice(list, int(n))
+	names := make([]string, 0, len(devs))
+	for _, d := range devs {
+		names = append(names, C.GoString(C.ibv_get_device_name(d)))
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// OpenDevice opens the named device ("" is the first one) or returns the
+// already-open Device of that name.
+func (p *Provider) OpenDevice(name string) (transport.Device, error) {
+	d, err := p.openDevice(name)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (p *Provider) openDevice(name string) (*Device, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("ibverbs: open device %q: %w", name, transport.ErrClosed)
+	}
+	if name != "" {
+		if d := p.devices[name]; d != nil {
+			return d, nil
+		}
+	}
+	var n C.int
+	list := C.ibv_get_device_list(&n)
+	if list == nil || n == 0 {
+		if list != nil {
+			C.ibv_free_device_list(list)
+		}
+		return nil, fmt.Errorf("ibverbs: no RDMA device (ibv_get_device_list is empty): %w", transport.ErrNotFound)
+	}
+	defer C.ibv_free_device_list(list)
+	devs := unsafe.Slice(list, int(n))
+	var pick *C.struct_ibv_device
+	names := make([]string, 0, len(devs))
+	for _, dv := range devs {
+		dn := C.GoString(C.ibv_get_device_name(dv))
+		names = append(names, dn)
+		if pick == nil && (name == "" || dn == name) {
+			pick = dv
+			name = dn
+		}
+	}
+	if pick == nil {
+		return nil, fmt.Errorf("ibverbs: no device %q (have %v): %w", name, names, transport.ErrNotFound)
+	}
+	if d := p.devices[name]; d != nil {
+		return d, nil
+	}
+	d, err := openDevice(p, pick, name)
+	if err != nil {
+		return nil, err
+	}
+	p.devices[name] = d
+	return d, nil
+}
+
+// forgetDevice drops a closed device so a later OpenDevice reopens it.
+func (p *Provider) forgetDevice(d *Device) {
+	p.mu.Lock()
+	if p.devices[d.name] == d {
+		delete(p.devices, d.name)
+	}
+	p.mu.Unlock()
+}
+
+// cmChan returns the provider's rdma_cm event channel, creating it and its
+// dispatcher goroutine on first use.
+func (p *Provider) cmChan() (*cmChannel, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("ibverbs: %w", transport.ErrClosed)
+	}
+	if p.cm == nil {
+		cm, err := newCMChannel(p)
+		if err != nil {
+			return nil, err
+		}
+		p.cm = cm
+	}
+	return p.cm, nil
+}
+
+// Close tears down every connection, listener and device of the provider.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	cm := p.cm
+	p.cm = nil
+	devs := make([]*Device, 0, len(p.devices))
+	for _, d := range p.devices {
+		devs = append(devs, d)
+	}
+	p.devices = map[string]*Device{}
+	p.mu.Unlock()
+	if cm != nil {
+		cm.close()
+	}
+	var first error
+	for _, d := range devs {
+		if err := d.forceClose(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// defaultListenIP is the address Listen("") binds: $GOSRP_IBVERBS_ADDR if
+// set, else the first IPv4 address of a netdev that carries an RDMA device
+// (its GID table names the netdev), so that the provider can reach itself.
+func defaultListenIP() (string, error) {
+	if a := strings.TrimSpace(os.Getenv("GOSRP_IBVERBS_ADDR")); a != "" {
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			return h, nil
+		}
+		return a, nil
+	}
+	var netdevs []string
+	seen := map[string]bool{}
+	add := func(n string) {
+		n = strings.TrimSpace(n)
+		if n != "" && !seen[n] {
+			seen[n] = true
+			netdevs = append(netdevs, n)
+		}
+	}
+	files, _ := filepath.Glob("/sys/class/infiniband/*/ports/*/gid_attrs/ndevs/*")
+	sort.Strings(files)
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			add(string(b))
+		}
+	}
+	parents, _ := filepath.Glob("/sys/class/infiniband/*/parent")
+	for _, f := range parents {
+		if b, err := os.ReadFile(f); err == nil {
+			add(string(b))
+		}
+	}
+	for _, n := range netdevs {
+		ifc, err := net.InterfaceByName(n)
+		if err != nil {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String(), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("ibverbs: no IPv4 address on a netdev with an RDMA device (set GOSRP_IBVERBS_ADDR): %w", transport.ErrNotFound)
+}
+
+// Listen binds and listens on addr (host:port); "" picks defaultListenIP
+// with port 0.
+func (p *Provider) Listen(ctx context.Context, addr string) (transport.Listener, error) {
+	if addr == "" {
+		ip, err := defaultListenIP()
+		if err != nil {
+			return nil, err
+		}
+		addr = net.JoinHostPort(ip, "0")
+	}
+	cm, err := p.cmChan()
+	if err != nil {
+		return nil, err
+	}
+	return cm.listen(ctx, addr)
+}
+
+// Resolve resolves addr to a device and route and returns an endpoint on
+// it.
+func (p *Provider) Resolve(ctx context.Context, addr string) (transport.Endpoint, error) {
+	cm, err := p.cmChan()
+	if err != nil {
+		return nil, err
+	}
+	return cm.resolve(ctx, addr)
+}
