@@ -1,0 +1,87 @@
+package initiator_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+func TestAuthentication(t *testing.T) {
+	secrets := func(ini string) ([]byte, bool) {
+		if ini == "host-a" {
+			return []byte("correct horse"), true
+		}
+		return nil, false
+	}
+	r := newRig(t, emu.Config{Seed: 11}, 1<<20, target.Config{Secrets: secrets})
+	dial := func(name string, secret []byte) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := initiator.Dial(ctx, initiator.Config{Provider: r.ip, Addr: r.addr, Name: name, Secret: secret})
+		if err == nil {
+			_, err = s.Open(ctx, "vol0", initiator.OpenOptions{})
+			s.Close()
+		}
+		return err
+	}
+	var le *initiator.LoginError
+	if err := dial("host-a", []byte("wrong")); !errors.As(err, &le) || le.Reason != wire.RejectAuthFailed {
+		t.Fatalf("wrong secret: %v", err)
+	}
+	if err := dial("host-a", nil); !errors.Is(err, initiator.ErrAuth) {
+		t.Fatalf("no secret: %v", err)
+	}
+	if err := dial("host-a", []byte("correct horse")); err != nil {
+		t.Fatalf("right secret: %v", err)
+	}
+	// An initiator that holds a secret refuses a target that cannot prove
+	// it knows it (here: a target that never challenges).
+	if err := dial("host-b", []byte("correct horse")); !errors.Is(err, initiator.ErrAuth) {
+		t.Fatalf("unauthenticated target accepted: %v", err)
+	}
+	if err := dial("host-b", nil); err != nil {
+		t.Fatalf("no authentication required: %v", err)
+	}
+}
+
+func TestACL(t *testing.T) {
+	acl := &target.ACL{DenyByDefault: true, Rules: []target.ACLRule{
+		{Initiator: "reader", Volume: "vol0", Access: target.AccessReadOnly},
+		{Initiator: "writer", Volume: "*", Access: target.AccessReadWrite},
+	}}
+	r := newRig(t, emu.Config{Seed: 12}, 1<<20, target.Config{ACL: acl})
+	ctx := context.Background()
+	open := func(name string) (*initiator.Volume, error) {
+		s := r.dial(t, initiator.Config{Name: name})
+		return s.Open(ctx, "vol0", initiator.OpenOptions{})
+	}
+	if _, err := open("stranger"); err == nil {
+		t.Fatal("a denied initiator opened the volume")
+	}
+	v, err := open("reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.ReadOnly() {
+		t.Fatal("read-only ACL opened read-write")
+	}
+	if _, err := v.WriteAt(make([]byte, 4096), 0); !errors.Is(err, initiator.ErrReadOnly) {
+		t.Fatalf("write through a read-only ACL: %v", err)
+	}
+	if _, err := v.ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	w, err := open("writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+}
