@@ -85,3 +85,21 @@ func TestACL(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLiveACL: a rule change reaches the running target for the next open.
+func TestLiveACL(t *testing.T) {
+	r := newRig(t, emu.Config{Seed: 13}, 1<<20, target.Config{})
+	s := r.dial(t, initiator.Config{Name: "host-c"})
+	ctx := context.Background()
+	if _, err := s.Open(ctx, "vol0", initiator.OpenOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.tgt.SetACL(&target.ACL{DenyByDefault: true})
+	if _, err := s.Open(ctx, "vol0", initiator.OpenOptions{}); err == nil {
+		t.Fatal("open allowed after the ACL denied it")
+	}
+	r.tgt.SetACL(nil)
+	if _, err := s.Open(ctx, "vol0", initiator.OpenOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -20,7 +20,7 @@ type coreParams struct {
 	offerInv  bool  // target may answer with SEND_WITH_INV
 	loginTO   int64 // ns
 	secrets   func(string) ([]byte, bool)
-	acl       *ACL
+	acl       func() *ACL // the current rules (Target.SetACL swaps them)
 	sqDepth   int
 	nrecv     int
 	recv      []byte // nrecv × iuSize
@@ -112,6 +112,9 @@ type core struct {
 }
 
 func newCore(p coreParams) *core {
+	if p.acl == nil {
+		p.acl = func() *ACL { return nil }
+	}
 	c := &core{p: p, credits: p.credits, maxXfer: uint32(p.maxXfer), maxDesc: p.maxDesc, iniRecvIU: iuSize}
 	n := p.credits
 	c.slots = make([]slot, n)
@@ -640,7 +643,7 @@ func (c *core) startControl(s *slot) {
 	case wire.ControlList:
 		c.dispatch(s, jobList)
 	case wire.ControlOpen:
-		acc := c.p.acl.Allow(c.initiator, req.Volume)
+		acc := c.p.acl().Allow(c.initiator, req.Volume)
 		if acc == AccessNone {
 			c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseNoSuchVolume,
 				Error: fmt.Sprintf("access denied: initiator %q may not open volume %q", c.initiator, req.Volume)})
@@ -680,7 +683,7 @@ func (c *core) finishControl(s *slot) {
 		}
 		rsp := &wire.ControlResponse{Volumes: []wire.VolumeInfo{}}
 		for _, v := range s.list {
-			acc := c.p.acl.Allow(c.initiator, v.Name)
+			acc := c.p.acl().Allow(c.initiator, v.Name)
 			if acc == AccessNone {
 				continue
 			}

@@ -37,6 +37,7 @@ type Target struct {
 	wg        sync.WaitGroup // connection goroutines
 
 	accepted, rejected, violations atomic.Uint64
+	acl                            atomic.Pointer[ACL]
 }
 
 // New creates a target; it serves nothing until Serve.
@@ -45,13 +46,20 @@ func New(cfg Config) (*Target, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Target{
+	t := &Target{
 		cfg: cfg, log: cfg.Logger, epoch: time.Now(), base: ctx, cancel: cancel,
 		closedCh: make(chan struct{}),
 		conns:    map[uint64]*conn{}, listeners: map[transport.Listener]struct{}{},
 		volStats: map[string]*ioCounters{},
-	}, nil
+	}
+	t.acl.Store(cfg.ACL)
+	return t, nil
 }
+
+// SetACL replaces the access rules. Logins and OPENs from now on use the
+// new rules; volumes already open keep the access they were opened with,
+// as an open file keeps its mode. nil allows everything read-write.
+func (t *Target) SetACL(a *ACL) { t.acl.Store(a) }
 
 // Serve accepts connection requests on l until ctx is done, l fails or is
 // closed, or Shutdown is called; it closes l when it returns. Each accepted
