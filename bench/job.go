@@ -1,0 +1,226 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+)
+
+// Op indices of per-operation arrays.
+const (
+	opRead  = 0
+	opWrite = 1
+	numOps  = 2
+)
+
+var opNames = [numOps]string{"read", "write"}
+
+// Run phases, in order. I/O completing outside phaseMeasure is not counted.
+const (
+	phaseRamp int32 = iota
+	phaseMeasure
+	phaseStop
+)
+
+// intervalHist is a job's latency histogram for the current report
+// interval: the job records into it, the reporter swaps it for an empty
+// one once an interval. The mutex is taken once per I/O by one goroutine
+// and once per interval by the reporter, so it is never contended for
+// long and never allocates.
+type intervalHist struct {
+	mu  sync.Mutex
+	cur *Histogram
+}
+
+func (h *intervalHist) record(ns int64) {
+	h.mu.Lock()
+	h.cur.Record(ns)
+	h.mu.Unlock()
+}
+
+// swap installs fresh (empty) and returns the interval's histogram.
+func (h *intervalHist) swap(fresh *Histogram) *Histogram {
+	h.mu.Lock()
+	old := h.cur
+	h.cur = fresh
+	h.mu.Unlock()
+	return old
+}
+
+// slot is one of a job's --iodepth requests with its registered buffer.
+type slot struct {
+	req    initiator.Request
+	op     int
+	lba    int64 // block index in the region
+	gen    uint64
+	t0, t1 time.Time // before and after Submit
+}
+
+// job is one --numjobs worker: its own session, volume handle, requests,
+// random source and histograms.
+type job struct {
+	id    int
+	o     *Options
+	sess  *initiator.Session
+	vol   *initiator.Volume
+	vs    *verifyState // nil without --verify
+	phase *atomic.Int32
+	abort func(error)
+
+	rng      *rand.Rand
+	nblocks  int64 // blocks of --bs in the region
+	base     int64 // first block of the region (offset / bs)
+	seqNext  int64
+	readPct  int
+	slots    []slot
+	bySlot   map[*initiator.Request]*slot
+	done     chan *initiator.Request
+	interval [numOps]intervalHist
+	// Job-owned totals of the measured phase, read after the job ends.
+	slat, clat, lat [numOps]Histogram
+	err             error
+}
+
+func newJob(id int, o *Options, sess *initiator.Session, vol *initiator.Volume, vs *verifyState,
+	phase *atomic.Int32, nblocks, seed uint64, abort func(error)) (*job, error) {
+	j := &job{
+		id: id, o: o, sess: sess, vol: vol, vs: vs, phase: phase, abort: abort,
+		rng:     rand.New(rand.NewPCG(seed, uint64(id)+1)),
+		nblocks: int64(nblocks), base: o.Offset / o.BS, readPct: o.readPercent(),
+		slots:  make([]slot, o.IODepth),
+		bySlot: make(map[*initiator.Request]*slot, o.IODepth),
+		done:   make(chan *initiator.Request, o.IODepth),
+	}
+	// Sequential jobs start at staggered points of the region so that
+	// several jobs do not read the same blocks in lock step.
+	j.seqNext = j.nblocks * int64(id) / int64(o.NumJobs)
+	for i := range j.interval {
+		j.interval[i].cur = new(Histogram)
+	}
+	bs := int(o.BS)
+	mem, err := sess.AllocBuffer(o.IODepth * bs)
+	if err != nil {
+		return nil, err
+	}
+	// A recognisable, non-zero payload for writes without --verify.
+	for i := range mem {
+		mem[i] = byte(i*131 + id + 1)
+	}
+	for i := range j.slots {
+		s := &j.slots[i]
+		s.req.Buf = mem[i*bs : (i+1)*bs : (i+1)*bs]
+		s.req.Done = j.done
+		j.bySlot[&s.req] = s
+	}
+	return j, nil
+}
+
+// pick chooses the next operation and block of s and, with --verify,
+// locks the block and fills a write's buffer.
+func (j *job) pick(s *slot) {
+	s.op = opRead
+	switch {
+	case j.readPct == 0:
+		s.op = opWrite
+	case j.readPct < 100 && j.rng.IntN(100) >= j.readPct:
+		s.op = opWrite
+	}
+	for {
+		var lba int64
+		if j.o.random() {
+			lba = j.rng.Int64N(j.nblocks)
+		} else {
+			lba = j.seqNext
+			j.seqNext++
+			if j.seqNext == j.nblocks {
+				j.seqNext = 0
+			}
+		}
+		if j.vs == nil || j.vs.tryLock(lba) {
+			s.lba = lba
+			break
+		}
+	}
+	if s.op == opWrite {
+		s.req.Op = initiator.OpWrite
+		if j.vs != nil {
+			s.gen = j.vs.gen(s.lba) + 1
+			fillBlock(s.req.Buf, uint64(j.base+s.lba), s.gen, j.vs.run)
+		}
+	} else {
+		s.req.Op = initiator.OpRead
+	}
+	s.req.Offset = (j.base + s.lba) * j.o.BS
+}
+
+func (j *job) submit(s *slot) error {
+	j.pick(s)
+	s.t0 = time.Now()
+	err := j.vol.Submit(&s.req)
+	s.t1 = time.Now()
+	if err != nil && j.vs != nil {
+		j.vs.unlock(s.lba, j.vs.gen(s.lba))
+	}
+	return err
+}
+
+// run keeps --iodepth I/Os in flight until the phase is phaseStop, then
+// drains. The loop allocates nothing per I/O.
+func (j *job) run() {
+	inflight := 0
+	for i := range j.slots {
+		if err := j.submit(&j.slots[i]); err != nil {
+			j.fail(err)
+			break
+		}
+		inflight++
+	}
+	for inflight > 0 {
+		r := <-j.done
+		inflight--
+		t2 := time.Now()
+		s := j.bySlot[r]
+		if r.Err != nil {
+			if j.vs != nil {
+				j.vs.unlock(s.lba, j.vs.gen(s.lba)) // the block's state is unknown; no longer checked exactly
+			}
+			j.fail(fmt.Errorf("job %d: %s of %d bytes at %d: %w", j.id, opNames[s.op], len(s.req.Buf), s.req.Offset, r.Err))
+			continue
+		}
+		if j.vs != nil {
+			if s.op == opRead {
+				j.vs.check(s.req.Buf, s.lba)
+				j.vs.unlock(s.lba, j.vs.gen(s.lba))
+			} else {
+				j.vs.unlock(s.lba, s.gen)
+			}
+		}
+		ph := j.phase.Load()
+		if ph == phaseMeasure {
+			total := int64(t2.Sub(s.t0))
+			j.lat[s.op].Record(total)
+			j.slat[s.op].Record(int64(s.t1.Sub(s.t0)))
+			j.clat[s.op].Record(int64(t2.Sub(s.t1)))
+			j.interval[s.op].record(total)
+		}
+		if ph == phaseStop || j.err != nil {
+			continue
+		}
+		if err := j.submit(s); err != nil {
+			j.fail(err)
+			continue
+		}
+		inflight++
+	}
+}
+
+func (j *job) fail(err error) {
+	if j.err == nil {
+		j.err = err
+		j.abort(err)
+	}
+}

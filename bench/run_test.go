@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// bench runs the program with args and returns its exit code, stdout and
+// stderr.
+func bench(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := executeForTest(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func executeForTest(ctx context.Context, args []string, stdout, stderr *bytes.Buffer) int {
+	return cliExecute(ctx, rootCommand(defaultOptions(), stdout, stderr), args, stdout, stderr)
+}
+
+// TestEmbeddedVerify runs a short embedded benchmark of every --rw mode
+// with --verify: every read is checked, and none may mismatch.
+func TestEmbeddedVerify(t *testing.T) {
+	for _, rw := range []string{"randread", "randwrite", "randrw", "read", "write"} {
+		t.Run(rw, func(t *testing.T) {
+			code, out, errs := bench(t, "--rw", rw, "--verify", "--runtime", "300ms", "--size", "8m",
+				"--iodepth", "4", "--numjobs", "2", "--interval", "100ms", "--seed", "7")
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+			}
+			for _, want := range []string{"ops/sec(inst)", "IOPS=", "p99.9=", "cpu  :", "frmr :", "registrations="} {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+			if !strings.Contains(out, ", 0 mismatches") {
+				t.Fatalf("verify did not report 0 mismatches:\n%s", out)
+			}
+			if strings.Contains(out, "verify: 0 blocks checked") && rw != "randwrite" && rw != "write" {
+				t.Fatalf("no block was verified:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestEmbeddedWires runs randrw with --verify over the tcp and shm wires
+// (the target on its own NIC).
+func TestEmbeddedWires(t *testing.T) {
+	if testing.Short() {
+		t.Skip("wires are exercised in full runs")
+	}
+	for _, wire := range []string{"tcp", "shm"} {
+		t.Run(wire, func(t *testing.T) {
+			code, out, errs := bench(t, "--wire", wire, "--rw", "randrw", "--verify", "--runtime", "300ms", "--size", "4m", "--iodepth", "8")
+			if code != 0 || !strings.Contains(out, ", 0 mismatches") {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+			}
+		})
+	}
+}
+
+// fio's JSON field names, as fio's own tools read them.
+type fioJSONReport struct {
+	FioVersion string `json:"fio version"`
+	Jobs       []struct {
+		JobName string `json:"jobname"`
+		Read    struct {
+			IOBytes  int64   `json:"io_bytes"`
+			BWBytes  int64   `json:"bw_bytes"`
+			BW       int64   `json:"bw"`
+			IOPS     float64 `json:"iops"`
+			Runtime  int64   `json:"runtime"`
+			TotalIOs uint64  `json:"total_ios"`
+			ClatNS   struct {
+				Min        int64            `json:"min"`
+				Max        int64            `json:"max"`
+				Mean       float64          `json:"mean"`
+				N          uint64           `json:"N"`
+				Percentile map[string]int64 `json:"percentile"`
+			} `json:"clat_ns"`
+			LatNS struct {
+				N uint64 `json:"N"`
+			} `json:"lat_ns"`
+			IOPSSamples int `json:"iops_samples"`
+		} `json:"read"`
+		Write struct {
+			IOPS    float64 `json:"iops"`
+			BWBytes int64   `json:"bw_bytes"`
+		} `json:"write"`
+		UsrCPU    float64            `json:"usr_cpu"`
+		LatencyUS map[string]float64 `json:"latency_us"`
+	} `json:"jobs"`
+	Gosrp struct {
+		IOPS   float64 `json:"iops"`
+		Verify *struct {
+			Checked    uint64 `json:"checked"`
+			Mismatches uint64 `json:"mismatches"`
+		} `json:"verify"`
+	} `json:"gosrp"`
+}
+
+func TestJSONOutputShape(t *testing.T) {
+	dir := t.TempDir()
+	plot := filepath.Join(dir, "lat.svg")
+	code, out, errs := bench(t, "--output-format", "json", "--rw", "randread", "--verify", "--runtime", "300ms",
+		"--size", "4m", "--iodepth", "2", "--numjobs", "2", "--interval", "100ms", "--plot", plot)
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errs)
+	}
+	if !strings.Contains(errs, "ops/sec(inst)") {
+		t.Errorf("the per-interval table should go to stderr with json output:\n%s", errs)
+	}
+	var rep fioJSONReport
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("stdout is not one JSON document: %v\n%s", err, out)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		t.Fatalf("trailing output after the JSON document")
+	}
+	if len(rep.Jobs) != 2 {
+		t.Fatalf("%d jobs, want 2", len(rep.Jobs))
+	}
+	var sum float64
+	for _, j := range rep.Jobs {
+		r := j.Read
+		if r.IOPS <= 0 || r.BWBytes <= 0 || r.TotalIOs == 0 || r.IOBytes != int64(r.TotalIOs)*4096 || r.Runtime <= 0 {
+			t.Errorf("job %s read: %+v", j.JobName, r)
+		}
+		if r.BW != r.BWBytes>>10 {
+			t.Errorf("bw %d KiB/s, bw_bytes %d", r.BW, r.BWBytes)
+		}
+		if r.ClatNS.N != r.TotalIOs || r.LatNS.N != r.TotalIOs || r.ClatNS.Min <= 0 || r.ClatNS.Max < r.ClatNS.Min {
+			t.Errorf("clat_ns %+v", r.ClatNS)
+		}
+		p50, p99, p999 := r.ClatNS.Percentile["50.000000"], r.ClatNS.Percentile["99.000000"], r.ClatNS.Percentile["99.900000"]
+		if p50 <= 0 || p99 < p50 || p999 < p99 || p999 > r.ClatNS.Max {
+			t.Errorf("clat percentiles p50 %d p99 %d p99.9 %d max %d", p50, p99, p999, r.ClatNS.Max)
+		}
+		if j.Write.IOPS != 0 || j.Write.BWBytes != 0 {
+			t.Errorf("randread job wrote: %+v", j.Write)
+		}
+		if len(j.LatencyUS) == 0 {
+			t.Errorf("no latency_us distribution")
+		}
+		sum += r.IOPS
+	}
+	if d := rep.Gosrp.IOPS - sum; d > 1 || d < -1 {
+		t.Errorf("gosrp.iops %.1f, sum of jobs %.1f", rep.Gosrp.IOPS, sum)
+	}
+	if v := rep.Gosrp.Verify; v == nil || v.Checked == 0 || v.Mismatches != 0 {
+		t.Errorf("gosrp.verify = %+v", v)
+	}
+	svg, err := os.ReadFile(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	var polylines int
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("plot is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+			polylines++
+		}
+	}
+	if polylines != 2 {
+		t.Errorf("plot has %d lines, want 2 (IOPS over time and the percentile spectrum)", polylines)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	code, out, _ := bench(t, "--help")
+	if code != 0 {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, f := range []string{"--rw", "--bs", "--iodepth", "--numjobs", "--runtime", "--ramp", "--size", "--rwmixread",
+		"--verify", "--target", "--volume", "--embedded", "--backend", "--output-format", "--plot", "--provider", "--wire", "--profile"} {
+		if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
+			t.Errorf("help lacks %s", f)
+		}
+	}
+	for _, args := range [][]string{
+		{"--rw", "trim"}, {"--bs", "4x"}, {"--iodepth", "0"}, {"--runtime", "soon"}, {"--output-format", "xml"},
+		{"--target", "127.0.0.1:1", "--embedded"}, {"--wire", "carrier-pigeon"}, {"extra"}, {"--bogus"},
+		{"--verify", "--size", "16k", "--iodepth", "4", "--runtime", "100ms"}, {"--bs", "6k", "--runtime", "100ms", "--size", "60k"},
+	} {
+		if code, _, errs := bench(t, args...); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (%s)", args, code, errs)
+		}
+	}
+	code, _, errs := bench(t, "--target", "127.0.0.1:1", "--runtime", "100ms")
+	if code != 1 || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Errorf("unreachable target: exit %d, stderr %q; want 1 and one line", code, errs)
+	}
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/cli"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"       // the software NIC: --provider emu
+	_ "github.com/gosrp/gosrp/transport/ibverbs" // RDMA hardware, or a hint on how to build it
+)
+
+// openProvider opens the verbs provider named by the options. The
+// software NIC gets the programs' generous retry settings: its test
+// defaults (20 ms × 3) turn a GC pause on a busy machine into
+// RETRY_EXC_ERR.
+func openProvider(o *Options, log *slog.Logger) (transport.Provider, error) {
+	opts := transport.Options{}
+	if o.Provider == "emu" {
+		opts["wire"] = o.Wire
+		opts["profile"] = o.Profile
+	}
+	for _, kv := range o.ProvOpts {
+		k, v, _ := strings.Cut(kv, "=")
+		opts[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	if o.Provider != "emu" {
+		return cli.OpenProvider(o.Provider, opts)
+	}
+	c, err := emu.ConfigFromOptions(opts)
+	if err != nil {
+		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
+	}
+	c.RetryTimeout, c.RetryCount = cli.EmuRetryTimeoutMS*time.Millisecond, cli.EmuRetryCount
+	c.Logger = log
+	p, err := emu.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
+	}
+	return p, nil
+}
+
+// storeCatalog serves a block.Store's volumes to the embedded target (the
+// same adaptation cmd/srpd makes, without snapshots).
+type storeCatalog struct{ s block.Store }
+
+func (c storeCatalog) List() ([]target.VolumeInfo, error) {
+	vs, err := c.s.List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]target.VolumeInfo, len(vs))
+	for i, v := range vs {
+		out[i] = target.VolumeInfo{Name: v.Name, Size: v.Size, BlockSize: v.BlockSize}
+	}
+	return out, nil
+}
+
+func (c storeCatalog) OpenVolume(name string) (target.Volume, error) { return c.s.Open(name) }
+
+// embedded is a target running in this process on its own provider (the
+// initiator's, for the loop wire).
+type embedded struct {
+	store  block.Store
+	tgt    *target.Target
+	tp     transport.Provider
+	addr   string
+	cancel context.CancelFunc
+	served chan error
+	tmpDir string
+}
+
+// startEmbedded creates the store and the volume and serves it.
+func startEmbedded(o *Options, ip transport.Provider, log *slog.Logger) (*embedded, error) {
+	e := &embedded{}
+	var err error
+	dir := o.Dir
+	switch o.Backend {
+	case "memory", "mem":
+		e.store = block.NewMemStore()
+	default:
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "gosrp-bench-"); err != nil {
+				return nil, err
+			}
+			e.tmpDir = dir
+		} else if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if e.store, err = block.OpenStore(o.Backend, dir); err != nil {
+			e.close()
+			return nil, fmt.Errorf("--backend %s: %w", o.Backend, err)
+		}
+	}
+	size := o.Offset + o.Size
+	if v, err := e.store.Open(o.Volume); err == nil {
+		if v.Size() < size {
+			err = v.Resize(size)
+		}
+		v.Close()
+		if err != nil {
+			e.close()
+			return nil, err
+		}
+	} else if v, err := e.store.Create(o.Volume, size, block.DefaultBlockSize); err != nil {
+		e.close()
+		return nil, fmt.Errorf("create volume %s: %w", o.Volume, err)
+	} else {
+		v.Close()
+	}
+	maxXfer := max(target.DefaultMaxTransfer, int(pageRound(o.BS)))
+	e.tgt, err = target.New(target.Config{
+		Name: "gosrp-bench", Catalog: storeCatalog{e.store},
+		Credits: max(target.DefaultCredits, o.IODepth), MaxTransfer: maxXfer, Logger: log,
+	})
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.tp = ip
+	if o.Wire != "loop" || o.Provider != "emu" {
+		// Two NICs, like two hosts: the target has its own.
+		if e.tp, err = openProvider(o, log); err != nil {
+			e.close()
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	l, err := e.tp.Listen(ctx, "")
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("embedded target: listen: %w", err)
+	}
+	e.addr = l.Addr()
+	e.served = make(chan error, 1)
+	go func() { e.served <- e.tgt.Serve(ctx, l) }()
+	return e, nil
+}
+
+func (e *embedded) close() error {
+	var errs []error
+	if e.tgt != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		e.tgt.Shutdown(sctx)
+		cancel()
+	}
+	if e.cancel != nil {
+		e.cancel()
+		<-e.served
+	}
+	if e.store != nil {
+		if err := e.store.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if e.tmpDir != "" {
+		os.RemoveAll(e.tmpDir)
+	}
+	return errors.Join(errs...)
+}
+
+func pageRound(n int64) int64 {
+	p := int64(transport.PageSize)
+	return (n + p - 1) &^ (p - 1)
+}
+
+// dialJob opens one job's session and volume.
+func dialJob(ctx context.Context, o *Options, p transport.Provider, addr string, secret []byte, log *slog.Logger) (*initiator.Session, *initiator.Volume, error) {
+	bsPage := pageRound(o.BS)
+	cfg := initiator.Config{
+		Provider: p, Addr: addr, Name: o.Name, Secret: secret,
+		Channels: o.Channels, Credits: o.IODepth, MaxTransfer: int(max(bsPage, int64(transport.PageSize))),
+		BufferBytes: o.IODepth * int(o.BS), Logger: log,
+	}
+	cfg.BufferBytes = int(pageRound(int64(cfg.BufferBytes)))
+	s, err := initiator.Dial(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := s.Open(ctx, o.Volume, initiator.OpenOptions{ReadOnly: !o.writes() && !o.prefill()})
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return s, v, nil
+}
+
+// prefill writes the whole region before the run, patterned as
+// generation 1 with --verify, through a session of its own with large
+// transfers.
+func prefill(ctx context.Context, o *Options, p transport.Provider, addr string, secret []byte, vs *verifyState, log *slog.Logger, msg io.Writer) error {
+	s, err := initiator.Dial(ctx, initiator.Config{Provider: p, Addr: addr, Name: o.Name, Secret: secret, Credits: 32, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	v, err := s.Open(ctx, o.Volume, initiator.OpenOptions{})
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	start := time.Now()
+	chunk := max(o.BS, (4<<20)/o.BS*o.BS)
+	end := o.Offset + o.Size
+	const workers = 4
+	errc := make(chan error, workers)
+	next := make(chan int64)
+	go func() {
+		defer close(next)
+		for off := o.Offset; off < end; off += chunk {
+			select {
+			case next <- off:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for w := 0; w < workers; w++ {
+		go func() {
+			buf := make([]byte, chunk)
+			if vs == nil {
+				for i := range buf {
+					buf[i] = byte(i*131 + 7)
+				}
+			}
+			for off := range next {
+				b := buf[:min(chunk, end-off)]
+				if vs != nil {
+					for i := int64(0); i < int64(len(b)); i += o.BS {
+						fillBlock(b[i:i+o.BS], uint64((off+i)/o.BS), 1, vs.run)
+					}
+				}
+				if _, err := v.WriteAtContext(ctx, b, off); err != nil {
+					errc <- fmt.Errorf("prefill at %d: %w", off, err)
+					for range next {
+					}
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	var first error
+	for w := 0; w < workers; w++ {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return first
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if vs != nil {
+		for i := range vs.gens {
+			vs.gens[i].Store(1)
+		}
+	}
+	el := time.Since(start)
+	fmt.Fprintf(msg, "bench: prefilled %s in %.2fs (%.0f MiB/s)\n", formatFioSize(o.Size), el.Seconds(),
+		float64(o.Size)/(1<<20)/el.Seconds())
+	return nil
+}
