@@ -41,7 +41,7 @@ and out, and mounts a volume as a file for losetup.
 
 The target, initiator name and secret come from flags or from the
 environment: SRPC_TARGET, SRPC_NAME, SRPC_SECRET.`,
-		Sub: []*cli.Command{listCommand(), infoCommand(), importCommand(), exportCommand(), mountCommand()},
+		Sub: []*cli.Command{listCommand(), infoCommand(), importCommand(), exportCommand(), mountCommand(), nbdCommand()},
 	}
 }
 

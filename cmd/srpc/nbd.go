@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/cli"
+	"github.com/gosrp/gosrp/internal/nbd"
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+const nbdLong = `Serve VOLUME over the NBD protocol on a unix socket (--socket PATH) or a
+TCP address (--listen HOST:PORT), so that NBD clients use it unchanged:
+
+    srpc nbd --socket /tmp/vol0.sock vol0 &
+    nbdinfo 'nbd+unix:///vol0?socket=/tmp/vol0.sock'
+    qemu-img convert -n -O raw disk.img nbd:unix:/tmp/vol0.sock:exportname=vol0
+    fio --ioengine=nbd --uri='nbd+unix:///vol0?socket=/tmp/vol0.sock' ...
+
+The export name is the volume name (the empty, default name selects it
+too). Fixed newstyle negotiation with NBD_OPT_GO; FLUSH, FUA, TRIM,
+WRITE_ZEROES and multi-conn (every connection shares one session, so a
+flush on one is a flush for all). The minimum block size advertised is the
+volume's; an unaligned TRIM trims the whole blocks inside it, an unaligned
+WRITE_ZEROES writes zeros at its edges. Requests of a connection run
+concurrently (up to --qd reach the target at once).
+
+srpc stays in the foreground; SIGTERM or SIGINT stops accepting, answers
+the requests in flight, closes the connections and flushes the volume (a
+second signal exits at once). No authentication or TLS: serve on a unix
+socket or loopback, or behind your own access control.`
+
+func nbdCommand() *cli.Command {
+	var cf connFlags
+	var socket, listen string
+	var ro, debug bool
+	var qd int
+	return &cli.Command{
+		Name: "nbd", Args: "VOLUME", Short: "serve a volume over the NBD protocol (qemu, nbdcopy, nbdinfo, fio)",
+		Long: nbdLong,
+		SetFlags: func(fs *flag.FlagSet) {
+			cf.register(fs)
+			fs.StringVar(&socket, "socket", "", "serve on the unix socket `PATH`")
+			fs.StringVar(&listen, "listen", "", "serve on TCP `HOST:PORT` (no authentication: keep it on loopback)")
+			fs.BoolVar(&ro, "read-only", false, "open the volume read-only and export it read-only")
+			fs.IntVar(&qd, "qd", 64, "`N` requests in flight to the target")
+			fs.BoolVar(&debug, "debug", false, "log every connection and refused option")
+		},
+		Run: func(ctx context.Context, args []string) error {
+			if err := cli.NArgs(args, 1, 1, "VOLUME"); err != nil {
+				return err
+			}
+			if (socket == "") == (listen == "") {
+				return cli.Usagef("give exactly one of --socket PATH and --listen HOST:PORT")
+			}
+			if qd < 1 || qd > 1024 {
+				return cli.Usagef("--qd %d: want 1..1024", qd)
+			}
+			network, addr := "unix", socket
+			if listen != "" {
+				network, addr = "tcp", listen
+			} else if err := removeStaleSocket(socket); err != nil {
+				return err
+			}
+			ln, err := net.Listen(network, addr)
+			if err != nil {
+				return fmt.Errorf("cannot serve NBD on %s: %v", addr, errors.Unwrap(err))
+			}
+			defer ln.Close()
+
+			s, err := cf.dial(ctx, qd, min(qd, 256)<<20)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			v, err := openVolume(ctx, s, args[0], ro)
+			if err != nil {
+				return err
+			}
+			level := slog.LevelInfo
+			if debug {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			srv := &nbd.Server{
+				Export: nbd.Export{
+					Name:        v.Name(),
+					Description: fmt.Sprintf("gosrp volume %s on %s", v.Name(), cf.target),
+					Backend:     newNBDVolume(s, v),
+				},
+				Logger: log,
+			}
+			uri := fmt.Sprintf("nbd://%s/%s", ln.Addr(), v.Name())
+			if network == "unix" {
+				uri = fmt.Sprintf("nbd+unix:///%s?socket=%s", v.Name(), socket)
+			}
+			fmt.Fprintf(os.Stderr, "srpc: serving %s (%s) over NBD at %s; SIGTERM or Ctrl-C stops\n", v.Name(), cli.FormatSize(v.Size()), uri)
+
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve(ln) }()
+			var serveErr error
+			select {
+			case serveErr = <-served:
+			case <-sigs:
+				go func() {
+					<-sigs
+					fmt.Fprintf(os.Stderr, "srpc: second signal: exiting without flushing %s\n", v.Name())
+					os.Exit(cli.ExitFailure)
+				}()
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
+			defer cancel()
+			if err := srv.Shutdown(sctx); err != nil {
+				fmt.Fprintf(os.Stderr, "srpc: NBD clients still busy after %s; closed them\n", cf.timeout)
+			}
+			ferr := v.Flush(sctx)
+			v.Close()
+			if serveErr != nil && !errors.Is(serveErr, nbd.ErrServerClosed) {
+				return fmt.Errorf("NBD server on %s: %v", addr, serveErr)
+			}
+			if ferr != nil {
+				return fmt.Errorf("stopped serving %s, but the final flush failed: %v", v.Name(), ioError(ferr))
+			}
+			fmt.Fprintf(os.Stderr, "srpc: stopped serving %s; flushed\n", v.Name())
+			return nil
+		},
+	}
+}
+
+// removeStaleSocket removes a unix socket nobody listens on any more (a
+// previous srpc that was killed); anything else at the path is an error.
+func removeStaleSocket(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("--socket %s exists and is not a socket", path)
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return fmt.Errorf("--socket %s: another server is listening there", path)
+	}
+	return os.Remove(path)
+}
+
+// nbdVolume adapts an initiator.Volume to nbd.Backend, with a pool of
+// the session's registered buffers so that NBD payloads reach the target
+// without a bounce copy.
+type nbdVolume struct {
+	v       *initiator.Volume
+	s       *session
+	maxXfer int
+
+	mu   sync.Mutex
+	free map[int][][]byte // by capacity (a power of two)
+	reg  map[*byte]bool   // buffers of the registered pool
+	out  bool             // the registered pool is exhausted
+}
+
+func newNBDVolume(s *session, v *initiator.Volume) *nbdVolume {
+	return &nbdVolume{v: v, s: s, maxXfer: s.MaxTransfer(), free: map[int][][]byte{}, reg: map[*byte]bool{}}
+}
+
+func (n *nbdVolume) Size() int64    { return n.v.Size() }
+func (n *nbdVolume) BlockSize() int { return n.v.BlockSize() }
+func (n *nbdVolume) ReadOnly() bool { return n.v.ReadOnly() }
+
+func (n *nbdVolume) GetBuffer(size int) []byte {
+	class := 4096
+	for class < size {
+		class <<= 1
+	}
+	if class > n.maxXfer {
+		return make([]byte, size) // split by the volume anyway
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if l := n.free[class]; len(l) > 0 {
+		b := l[len(l)-1]
+		n.free[class] = l[:len(l)-1]
+		return b[:size]
+	}
+	if !n.out {
+		if b, err := n.s.AllocBuffer(class); err == nil {
+			n.reg[unsafe.SliceData(b)] = true
+			return b[:size]
+		}
+		n.out = true
+	}
+	return make([]byte, size)
+}
+
+func (n *nbdVolume) PutBuffer(b []byte) {
+	b = b[:cap(b)]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(b) > 0 && n.reg[unsafe.SliceData(b)] {
+		n.free[len(b)] = append(n.free[len(b)], b)
+	}
+}
+
+func (n *nbdVolume) ReadAt(ctx context.Context, p []byte, off int64) error {
+	_, err := n.v.ReadAtContext(ctx, p, off)
+	return nbdErr(err, false)
+}
+
+func (n *nbdVolume) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
+	var err error
+	if fua {
+		_, err = n.v.WriteAtFUA(ctx, p, off)
+	} else {
+		_, err = n.v.WriteAtContext(ctx, p, off)
+	}
+	return nbdErr(err, true)
+}
+
+func (n *nbdVolume) Flush(ctx context.Context) error { return nbdErr(n.v.Flush(ctx), true) }
+func (n *nbdVolume) Trim(ctx context.Context, off, l int64) error {
+	return nbdErr(n.v.Discard(ctx, off, l), true)
+}
+func (n *nbdVolume) WriteZeroes(ctx context.Context, off, l int64) error {
+	return nbdErr(n.v.WriteZeroes(ctx, off, l), true)
+}
+
+// nbdErr gives an initiator error the errno an NBD client understands.
+func nbdErr(err error, write bool) error {
+	if err == nil {
+		return nil
+	}
+	orig := err
+	err = ioError(err)
+	var ie *initiator.IOError
+	switch {
+	case errors.Is(orig, initiator.ErrReadOnly):
+		return nbd.WithErrno(err, nbd.EPERM)
+	case errors.Is(orig, initiator.ErrInvalid):
+		return nbd.WithErrno(err, nbd.EINVAL)
+	case errors.As(orig, &ie):
+		switch ie.Sense {
+		case wire.SenseWriteProtected:
+			return nbd.WithErrno(err, nbd.EPERM)
+		case wire.SenseUnsupported:
+			return nbd.WithErrno(err, nbd.ENOTSUP)
+		case wire.SenseInvalidField, wire.SenseMisaligned:
+			return nbd.WithErrno(err, nbd.EINVAL)
+		case wire.SenseOutOfRange:
+			if write {
+				return nbd.WithErrno(err, nbd.ENOSPC)
+			}
+			return nbd.WithErrno(err, nbd.EINVAL)
+		}
+	}
+	return nbd.WithErrno(err, nbd.EIO)
+}
