@@ -16,7 +16,7 @@
 //	INV_POSTED --that LOCAL_INV (or a later signaled WR) SUCCESS--> FREE
 //	VALID --receive WITH_INV naming the device key, SEND done--> FREE
 //	any --flush, error CQE, bogus invalidation, partial post,
-//	      deadline, QP error--> TAINTED
+//	      deadline, skipped completion, QP error--> TAINTED
 //	TAINTED --no WR names it any more: dereg + fresh alloc--> FREE
 //
 // A TAINTED MR is never invalidated again and reused (the ConnectX-3
@@ -30,12 +30,17 @@
 // PostSend and Posted after it, every send completion of the QP to
 // OnSendCompletion, remote invalidations to OnRemoteInvalidate, ticks to
 // Tick, and QP errors to OnQPError, then Reset (QP destroyed) or a drain,
-// then Recover. It bounds send-queue use (signal at least every
+// then Recover. Err reports when the pool itself wants the QP torn down:
+// after an error completion, or after a signaled WR's completion was
+// skipped (a lost completion, or a post before RTS that the device dropped
+// silently), which the pool never takes as proof that the skipped WRs
+// executed. It bounds send-queue use (signal at least every
 // SignalEvery WRs, one slot kept for a drain marker) and CQ size
 // (CQDepth). Steady-state Get/Posted/OnSendCompletion allocate nothing.
 //
 // Tests: go test ./frmr runs a short seeded soak per device profile
-// (strict, ib, iwarp, rxe) with faults F1–F20 injected; set
-// GOSRP_FRMR_SOAK=N for N I/Os per profile and GOSRP_FRMR_SEED=S to
-// replay a failing seed (printed on failure).
+// (strict, ib, iwarp, rxe) and mechanism with faults F1–F20 injected
+// (TestF04…, TestF07…, TestF13…, TestF14…, TestF19… pin the ones with the
+// most moving parts); set GOSRP_FRMR_SOAK=N for N I/Os per profile and
+// GOSRP_FRMR_SEED=S to replay a failing seed (printed on failure).
 package frmr

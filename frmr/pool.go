@@ -61,6 +61,7 @@ var (
 	ErrNotDrained        = errors.New("frmr: WRs still outstanding; drain or Reset first")
 	ErrBogusInvalidate   = errors.New("frmr: remote invalidation of a key not registered for the request")
 	ErrDeadline          = errors.New("frmr: completion missing past the deadline; tear the QP down")
+	ErrLostCompletion    = errors.New("frmr: a signaled WR's completion was skipped (lost completion or dropped post); tear the QP down")
 	ErrStaleReg          = errors.New("frmr: registration handle is stale or in the wrong state")
 	ErrSegment           = errors.New("frmr: segment not usable for registration")
 	ErrClosed            = errors.New("frmr: pool closed")
@@ -206,6 +207,7 @@ type Stats struct {
 	Taints               uint64
 	Replacements         uint64
 	Deadlines            uint64
+	LostCompletions      uint64 // signaled WRs whose completion was skipped
 	PostFailures         uint64
 	QPErrors             uint64
 }
@@ -228,6 +230,7 @@ type Pool struct {
 	unsigRun   int
 	tick       int64
 	qpErr      bool
+	lost       bool // a skipped signaled completion was seen; cleared by Recover
 	closed     bool
 	retiredLog []retired
 	retiredPos int
@@ -557,7 +560,10 @@ func (p *Pool) Drained() bool { return p.ln == 0 }
 // OnSendCompletion consumes a completion from the QP's send queue (every
 // one, the caller's and the pool's, in the order polled). Only ID and
 // Status are read. It reports whether the completion belonged to a WR
-// the pool tracks.
+// the pool tracks. A SUCCESS completion proves the unsignaled WRs before
+// it; if a signaled WR before it has had no completion, that completion
+// was lost or the WR was dropped, and the pool taints what those WRs name
+// and enters the error state (Err reports ErrLostCompletion).
 func (p *Pool) OnSendCompletion(wc *transport.WC) bool {
 	id, ok := wc.ID, wc.Status == transport.StatusSuccess
 	j := -1
@@ -569,6 +575,25 @@ func (p *Pool) OnSendCompletion(wc *transport.WC) bool {
 	}
 	if j < 0 {
 		return false
+	}
+	// A signaled WR before this one whose completion never came: a
+	// conforming device reports every signaled WR, in order (§3.1, §3.3),
+	// so either the completion was lost (F3, F4) or the WR never reached
+	// the device (F19: a post before RTS that a device dropped silently).
+	// This completion then proves nothing about the skipped WRs, and
+	// inferring their success would free an MR whose LOCAL_INV never
+	// executed (rule 2) or take a never-executed REG for VALID. Treat the
+	// popped WRs as unknown outcomes (rule 10) and escalate to teardown
+	// (rule 13).
+	if ok {
+		for i := 0; i < j; i++ {
+			if p.ledger[(p.lhead+i)%len(p.ledger)].signaled {
+				ok = false
+				p.lost = true
+				p.st.LostCompletions++
+				break
+			}
+		}
 	}
 	var last uint64
 	for i := 0; i <= j; i++ {
@@ -582,7 +607,8 @@ func (p *Pool) OnSendCompletion(wc *transport.WC) bool {
 		p.unsigRun = 0
 	}
 	if !ok {
-		// An error completion means the QP is in ERR.
+		// An error completion means the QP is in ERR (or, after a
+		// skipped completion, must be treated as if it were).
 		p.OnQPError()
 		return true
 	}
@@ -800,7 +826,20 @@ func (p *Pool) Recover() error {
 		if p.ln > 0 {
 			return ErrNotDrained
 		}
-		p.qpErr = false
+		p.qpErr, p.lost = false, false
+	}
+	return nil
+}
+
+// Err reports whether the pool needs the QP torn down: ErrLostCompletion
+// after a skipped completion, ErrQPError after any other QP error, nil
+// otherwise. It clears when Recover succeeds.
+func (p *Pool) Err() error {
+	switch {
+	case p.lost:
+		return ErrLostCompletion
+	case p.qpErr:
+		return ErrQPError
 	}
 	return nil
 }
@@ -822,7 +861,9 @@ func (p *Pool) RecoverOn(pd transport.PD, base transport.MR) error {
 // Tick advances the pool's clock. If a signaled WR the pool tracks has been
 // outstanding for DeadlineTicks, or an MR has waited that long for its
 // invalidation, the waiting MRs are tainted and ErrDeadline is returned:
-// tear the QP down (OnQPError, drain with a bound, Reset).
+// tear the QP down (OnQPError, drain with a bound, Reset). After a skipped
+// completion (see OnSendCompletion) it returns ErrLostCompletion until
+// Recover.
 func (p *Pool) Tick() error {
 	p.tick++
 	dl := int64(p.cfg.DeadlineTicks)
@@ -841,6 +882,9 @@ func (p *Pool) Tick() error {
 		}
 	}
 	if !late {
+		if p.lost {
+			return ErrLostCompletion
+		}
 		return nil
 	}
 	p.st.Deadlines++

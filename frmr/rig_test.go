@@ -22,13 +22,10 @@ const (
 	qd       = 8
 	maxPages = 4
 	iuSize   = 64
-	sqDepth  = 32
-	// emuSQ is the QPs' real MaxSendWR. The emu reuses a send-queue slot
-	// without clearing wqe.sentAt, so a WR in a reused slot keeps its old
-	// PSN (the responder takes it for a duplicate) and InjectQPError never
-	// fires for it (emu bug, reported). Workaround: QPs far deeper than the
-	// pool's self-imposed SQDepth, replaced before their ring wraps.
-	emuSQ   = 8192
+	// sqDepth is both QPs' MaxSendWR and the pool's SQDepth, so rule 15
+	// (F11) is checked against the device's real send-queue limit: a WR
+	// beyond it fails PostSend with ErrQueueFull, which post reports.
+	sqDepth = 32
 	rqDepth = 2 * qd
 	recvBit = 1 << 56
 	sendBit = 2 << 56
@@ -95,18 +92,54 @@ type rig struct {
 	}
 	retiredN int
 
+	// F4: nextCQ, if set, is the initiator CQ depth of the next
+	// connection (deliberately below CQDepth); lossy >= 0 makes the
+	// initiator's CQ rxe-like: of the flush completions only the next
+	// lossy are delivered, the rest are lost (CQ full during a flush).
+	nextCQ    int
+	lossy     int
+	lostCQEs  int
+	overrunOK bool // F4/F12 injected on this connection
+	// F13: the REG/BIND expected to fail, and its request.
+	f13ID         uint64 // the last one
+	f13Slot       int
+	f13Gen        uint32
+	f13IDs        map[uint64]*f13rec
+	f13Reqs       map[uint64]bool
+	f13Seen       int
+	f13Arm        int // 1 + variant of the next I/O's broken REG
+	f13Inj        int
+	f13Status     transport.Status
+	spareFR       transport.FastRegMR // on the target's PD
+	spareMW       transport.MW
+	injRegOnValid int
+	// F14: LOCAL_INVs posted with a wrong key.
+	f14Next   bool
+	f14IDs    map[uint64]bool
+	f14       int
+	bogusSent int
+	// F19: the initiator QP was reset to INIT and the rig keeps posting
+	// without looking at its state; reconnect it (same QP) after the
+	// first post if f19Reconnect.
+	f19, f19Reconnect, f19Posted bool
+	f19n                         int
+	// F7: (iova, request) a retired rkey was last advertised with.
+	keyHist map[transport.Key]uint64
+	f7      int
+	ticks   int64
+
 	broken bool
 	// bogusConn: the target sent a wrong SEND_WITH_INV on this
 	// connection; a LINV racing it may then legitimately hit a FREE MR
 	// (MW_BIND_ERR caused by the peer, not by reuse).
 	bogusConn bool
-	posts     int // send WRs posted on the current QPs (both sides)
 	done      int
 	failedIO  int
 	recovers  int
 	strays    int
 	bogus     int
 	mwBind    int
+	mwBindWhy string
 	log       []string
 }
 
@@ -116,7 +149,9 @@ func newRig(t testing.TB, profile string, mech Mechanism, seed int64, iovaTag bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 7)), prov: p, mech: mech, wcs: make([]transport.WC, 64)}
+	r := &rig{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 7)), prov: p, mech: mech, wcs: make([]transport.WC, 64),
+		lossy: -1, keyHist: map[transport.Key]uint64{},
+		f13IDs: map[uint64]*f13rec{}, f13Reqs: map[uint64]bool{}, f14IDs: map[uint64]bool{}}
 	r.area = maxPages * transport.PageSize
 	d, _ := p.OpenDevice("")
 	for _, s := range []*side{&r.ini, &r.tgt} {
@@ -155,16 +190,31 @@ func (r *rig) fatalf(format string, args ...any) {
 
 func (r *rig) iuAddr(s *side, i int) uint64 { return s.arena.Addr() + uint64(qd*r.area+i*iuSize) }
 
-func (r *rig) connect() {
+func (r *rig) connect() { r.connectQP(false) }
+
+// connectQP connects a new target QP to a new initiator QP, or to the
+// existing one (reuseIni: in RESET or INIT, receives already posted).
+func (r *rig) connectQP(reuseIni bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d, _ := r.prov.OpenDevice("")
 	var err error
-	for _, s := range []*side{&r.ini, &r.tgt} {
-		if s.cq, err = d.CreateCQ(CQDepth(emuSQ, rqDepth)); err != nil {
+	sides := []*side{&r.ini, &r.tgt}
+	if reuseIni {
+		sides = sides[1:]
+	}
+	for _, s := range sides {
+		depth := CQDepth(sqDepth, rqDepth)
+		if s == &r.ini && r.nextCQ > 0 {
+			depth, r.nextCQ = r.nextCQ, 0
+		}
+		if s.cq, err = d.CreateCQ(depth); err != nil {
 			r.fatalf("cq: %v", err)
 		}
-		if s.qp, err = s.pd.CreateQP(transport.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: emuSQ, MaxRecvWR: rqDepth, MaxSendSGE: 2, MaxRecvSGE: 1}); err != nil {
+		if depth < CQDepth(sqDepth, rqDepth) {
+			defer func() { r.overrunOK = true }() // F4: undersized on purpose
+		}
+		if s.qp, err = s.pd.CreateQP(transport.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: sqDepth, MaxRecvWR: rqDepth, MaxSendSGE: 2, MaxRecvSGE: 1}); err != nil {
 			r.fatalf("qp: %v", err)
 		}
 	}
@@ -186,14 +236,47 @@ func (r *rig) connect() {
 	if err := <-errc; err != nil {
 		r.fatalf("accept: %v", err)
 	}
-	for _, s := range []*side{&r.ini, &r.tgt} {
+	for _, s := range sides {
 		for i := 0; i < rqDepth; i++ {
 			r.postRecv(s, i)
 		}
 	}
 	r.broken = false
 	r.bogusConn = false
-	r.posts = 0
+	r.f19, r.f19Reconnect, r.f19Posted = false, false, false
+	if !reuseIni {
+		r.lossy = -1
+		r.overrunOK = false
+	}
+}
+
+// pollCQ polls one side's CQ. A dead CQ is a fault only if one was
+// injected (F4, F12): otherwise the pool sized it wrong (rule 16). The
+// initiator's CQ loses flush completions while lossy is armed (F4).
+func (r *rig) pollCQ(s *side) (int, error) {
+	n, err := s.cq.Poll(r.wcs)
+	if err != nil {
+		if errors.Is(err, transport.ErrCQOverrun) && !r.overrunOK {
+			r.fatalf("rule 16: CQ of depth %d overran without injection", s.cq.Depth())
+		}
+		return 0, err
+	}
+	if s != &r.ini || r.lossy < 0 {
+		return n, nil
+	}
+	k := 0
+	for _, wc := range r.wcs[:n] {
+		if wc.Status == transport.StatusWRFlushErr {
+			if r.lossy == 0 {
+				r.lostCQEs++
+				continue
+			}
+			r.lossy--
+		}
+		r.wcs[k] = wc
+		k++
+	}
+	return k, nil
 }
 
 func (r *rig) postRecv(s *side, i int) {
@@ -212,7 +295,9 @@ func (r *rig) post(chain []transport.SendWR) (int, error) {
 	}
 	n, err := r.ini.qp.PostSend(chain)
 	r.pool.Posted(chain, n)
-	r.posts += n
+	if r.f19 && n > 0 {
+		r.f19Posted = true // accepted by a QP in INIT: dropped (ib) or kept
+	}
 	if err != nil && !r.postFail && r.ini.qp.State() == transport.QPRTS {
 		r.fatalf("post send failed without injection (rule 15/F11): %v", err)
 	}
@@ -241,7 +326,11 @@ func (r *rig) start(tag int) {
 	}
 	r.nextReq++
 	reg, err := r.pool.Get(Segment{Arena: r.ini.arena, Off: base + off, Len: n}, dir, r.nextReq)
-	if errors.Is(err, ErrExhausted) || errors.Is(err, ErrQPError) {
+	if errors.Is(err, ErrExhausted) {
+		return
+	}
+	if errors.Is(err, ErrQPError) {
+		r.broken = true // the pool saw a QP error (or a lost completion)
 		return
 	}
 	if err != nil {
@@ -265,6 +354,9 @@ func (r *rig) start(tag int) {
 	r.sendID++
 	chain := []transport.SendWR{reg.WR(), {ID: sendBit | r.sendID, Opcode: transport.OpSend,
 		SGL: []transport.SGE{{Addr: r.iuAddr(&r.ini, rqDepth+tag), Length: 32, LKey: r.ini.mr.LKey()}}}}
+	if r.f13Arm != 0 {
+		chain = r.breakReg(chain, reg)
+	}
 	n2, err := r.post(chain)
 	if errors.Is(err, ErrSQFull) {
 		r.pool.Cancel(reg)
@@ -280,13 +372,7 @@ func (r *rig) start(tag int) {
 // onIniWC handles one initiator completion.
 func (r *rig) onIniWC(wc transport.WC) {
 	if wc.ID>>56 != 1 {
-		if wc.Status == transport.StatusMWBindErr && !r.bogusConn {
-			r.mwBind++
-		}
-		r.pool.OnSendCompletion(&wc)
-		if wc.Status != transport.StatusSuccess {
-			r.broken = true
-		}
+		r.onIniSendWC(&wc)
 		return
 	}
 	if wc.Status != transport.StatusSuccess {
@@ -321,6 +407,18 @@ func (r *rig) onIniWC(wc transport.WC) {
 		x.failed = true
 		return
 	}
+	// Rule 8 / F14: the response proves the REG executed, so the device
+	// holds the key the LOCAL_INV must name.
+	if info, ok := r.prov.MRInfo(inv.InvalidateKey.Index()); !ok || info.Key != inv.InvalidateKey {
+		r.fatalf("rule 8: LOCAL_INV names %s, device holds %+v (ok=%v)", inv.InvalidateKey, info, ok)
+	}
+	if r.f14Next {
+		// F14: simulate a pool bug, a LOCAL_INV naming a wrong key.
+		r.f14Next = false
+		r.f14++
+		inv.InvalidateKey = inv.InvalidateKey.Bump()
+		r.f14IDs[inv.ID] = true
+	}
 	if n, _ := r.post([]transport.SendWR{inv}); n == 0 {
 		x.failed = true
 	}
@@ -340,6 +438,9 @@ func (r *rig) onTgtWC(wc transport.WC) {
 		slot := int(wc.ID & 0xffffff)
 		iu := r.tgt.arena.Bytes()[qd*r.area+slot*iuSize:]
 		tag := int(binary.LittleEndian.Uint32(iu))
+		if req := binary.LittleEndian.Uint64(iu[8:]); r.f13Reqs[req] {
+			r.fatalf("F13: the target received request %d, whose REG failed: the SEND behind a failed REG must be flushed", req)
+		}
 		dir := Direction(iu[4])
 		pat := iu[5]
 		iova := binary.LittleEndian.Uint64(iu[16:])
@@ -369,10 +470,7 @@ func (r *rig) onTgtWC(wc transport.WC) {
 			return
 		}
 		binary.LittleEndian.PutUint32(resp[32:], uint32(rkey))
-		r.posts++
-		if _, err := r.tgt.qp.PostSend([]transport.SendWR{rd}); err != nil {
-			r.broken = true
-		}
+		r.tgtPost([]transport.SendWR{rd})
 	case wc.ID>>56 == 3:
 		tag := int(wc.ID & 0xffffff)
 		resp := r.tgt.arena.Bytes()[qd*r.area+(rqDepth+tag)*iuSize:]
@@ -400,6 +498,7 @@ func (r *rig) respond(tag int, rkey transport.Key, before ...transport.SendWR) {
 			// F15: name the wrong key (another request's or a bumped one).
 			r.bogusNext = false
 			r.bogusConn = true
+			r.bogusSent++
 			resp.InvalidateKey = rkey.Bump()
 			for i := range r.ios {
 				if x := &r.ios[i]; x.state == ioPosted && x.reg.RKey() != rkey {
@@ -408,9 +507,16 @@ func (r *rig) respond(tag int, rkey transport.Key, before ...transport.SendWR) {
 			}
 		}
 	}
-	chain := append(before, resp)
-	r.posts += len(chain)
+	r.tgtPost(append(before, resp))
+}
+
+// tgtPost posts on the target's QP, whose MaxSendWR is sqDepth too: a full
+// send queue in RTS is a rig bug, not a fault.
+func (r *rig) tgtPost(chain []transport.SendWR) {
 	if _, err := r.tgt.qp.PostSend(chain); err != nil {
+		if errors.Is(err, transport.ErrQueueFull) && r.tgt.qp.State() == transport.QPRTS {
+			r.fatalf("target send queue full: %v", err)
+		}
 		r.broken = true
 	}
 }
@@ -419,7 +525,10 @@ func (r *rig) respond(tag int, rkey transport.Key, before ...transport.SendWR) {
 func (r *rig) poll() bool {
 	any := false
 	for _, s := range []*side{&r.ini, &r.tgt} {
-		n, err := s.cq.Poll(r.wcs)
+		if s == &r.tgt && r.f19 {
+			continue // destroyed with the old connection
+		}
+		n, err := r.pollCQ(s)
 		if err != nil {
 			r.broken = true
 			continue
@@ -474,6 +583,7 @@ func (r *rig) retire() {
 		} else {
 			r.failedIO++
 		}
+		r.keyHist[k] = x.reg.IOVA()
 		rk := &r.retiredKeys[r.retiredN%len(r.retiredKeys)]
 		rk.key, rk.iova = k, x.reg.IOVA()
 		r.retiredN++
@@ -527,11 +637,16 @@ func (r *rig) check() {
 		}
 	}
 	c := r.prov.Counters()
-	if c.RegOnValid != 0 {
-		r.fatalf("rule 5: %d REG/BIND on a VALID object", c.RegOnValid)
+	if c.RegOnValid > uint64(r.injRegOnValid) {
+		r.fatalf("rule 5: %d REG/BIND on a VALID object, %d injected (F13)", c.RegOnValid, r.injRegOnValid)
+	}
+	// F14 / rule 8: every key mismatch is one the rig injected (a wrong
+	// LOCAL_INV, or a bogus SEND_WITH_INV of F15).
+	if c.InvKeyMismatch > uint64(r.f14+r.bogusSent) {
+		r.fatalf("rule 8/F14: %d invalidations named a key the device does not hold, %d injected", c.InvKeyMismatch, r.f14+r.bogusSent)
 	}
 	if r.mwBind != 0 {
-		r.fatalf("F2/rule 10: %d MW_BIND_ERR completions reached the initiator", r.mwBind)
+		r.fatalf("F2/rule 10: %d MW_BIND_ERR completions reached the initiator, last %s", r.mwBind, r.mwBindWhy)
 	}
 }
 
@@ -551,21 +666,23 @@ func (r *rig) recover() {
 		n, _ := r.ini.qp.PostSend(m)
 		r.pool.Posted(m, n)
 	}
-	deadline := time.Now().Add(200 * time.Millisecond)
+	// The drain is bounded by the pool's deadline (rule 13), so lost flush
+	// completions (F4) cannot hang it; the wall clock is a backstop only.
+	deadline := time.Now().Add(5 * time.Second)
 	for !r.pool.Drained() && time.Now().Before(deadline) {
-		n, err := r.ini.cq.Poll(r.wcs)
+		n, err := r.pollCQ(&r.ini)
 		if err != nil {
 			break
 		}
 		for _, wc := range r.wcs[:n] {
 			if wc.ID>>56 != 1 {
-				if wc.Status == transport.StatusMWBindErr && !r.bogusConn {
-					r.mwBind++
-				}
-				r.pool.OnSendCompletion(&wc)
+				r.onIniSendWC(&wc)
 			}
 		}
 		if n == 0 {
+			if err := r.pool.Tick(); errors.Is(err, ErrDeadline) {
+				break
+			}
 			time.Sleep(50 * time.Microsecond)
 		}
 	}
@@ -592,6 +709,7 @@ func (r *rig) recover() {
 		}
 	}
 	r.check()
+	r.clearInjected()
 	r.connect()
 }
 
@@ -614,6 +732,17 @@ func (r *rig) stray(key transport.Key, va uint64, n int) transport.Status {
 	return st
 }
 
+// idle waits up to a millisecond for a completion and ticks the pool.
+func (r *rig) idle() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	r.ini.cq.Wait(ctx)
+	cancel()
+	r.ticks++
+	if err := r.pool.Tick(); err != nil {
+		r.broken = true // rule 13: deadline (or a lost completion) → teardown
+	}
+}
+
 // step runs one iteration: start I/Os, poll, retire, tick, check.
 func (r *rig) step() {
 	for tag := range r.ios {
@@ -622,24 +751,31 @@ func (r *rig) step() {
 		}
 	}
 	if !r.poll() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		r.ini.cq.Wait(ctx)
-		cancel()
-		if err := r.pool.Tick(); err != nil {
-			r.broken = true // rule 13: deadline → teardown
-		}
+		r.idle()
+	}
+	if r.pool.Err() != nil {
+		r.broken = true // a QP error or a lost completion seen by the pool
 	}
 	r.retire()
-	if st := r.ini.qp.State(); st != transport.QPRTS {
-		r.broken = true
-	}
-	if r.tgt.qp.State() != transport.QPRTS {
-		r.broken = true
+	if r.f19 {
+		// F19: the rig does not look at the QP state; only the pool's
+		// deadline or lost-completion check can end this.
+		if r.f19Reconnect && r.f19Posted && !r.broken {
+			if r.ini.qp.State() != transport.QPInit {
+				r.broken = true
+			} else {
+				r.connectQP(true)
+			}
+		}
+	} else {
+		if st := r.ini.qp.State(); st != transport.QPRTS {
+			r.broken = true
+		}
+		if r.tgt.qp.State() != transport.QPRTS {
+			r.broken = true
+		}
 	}
 	r.check()
-	if r.posts > emuSQ-64 {
-		r.broken = true // replace the QPs before the emu's ring wraps
-	}
 	if r.broken {
 		r.recover()
 	}

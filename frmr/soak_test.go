@@ -11,7 +11,10 @@ import (
 // inject applies one random fault of frmr-semantics §8.
 func (r *rig) inject() {
 	ini, tgt := r.ini.qp, r.tgt.qp
-	switch r.rng.IntN(12) {
+	if r.f19 {
+		return // the target of the F19 window is gone; let it play out
+	}
+	switch r.rng.IntN(17) {
 	case 0: // F1, F2 (ib): QP to ERR mid-burst
 		r.prov.InjectQPError(ini, r.rng.IntN(4))
 	case 1: // F3: lost completion → deadline → teardown
@@ -46,6 +49,7 @@ func (r *rig) inject() {
 		r.prov.InjectPostFailure(ini, r.rng.IntN(2))
 		r.postFail = true
 	case 7: // F12: CQ overrun
+		r.overrunOK = true
 		r.prov.InjectCQOverrun(r.ini.cq)
 	case 8: // F15: SEND_WITH_INV naming the wrong key
 		r.bogusNext = true
@@ -55,6 +59,25 @@ func (r *rig) inject() {
 		r.deferSends = true
 	case 11: // F1 variant: consumer disconnect
 		r.ini.conn.Disconnect()
+	case 12: // F4: completions lost during a flush
+		if r.rng.IntN(2) == 0 {
+			// rxe-like: CQ full during the flush, the rest dropped.
+			r.lossy = r.rng.IntN(8)
+			r.prov.InjectQPError(ini, r.rng.IntN(4))
+		} else {
+			// A CQ below CQDepth from the next connection on.
+			r.nextCQ = rqDepth/2 + r.rng.IntN(sqDepth)
+			r.broken = true
+		}
+	case 13: // F13: the next registration fails on the device
+		r.f13Arm = 1 + r.rng.IntN(3)
+	case 14: // F14: the next LOCAL_INV names a wrong key
+		r.f14Next = true
+	case 15: // F19: QP back to INIT, posts before RTS
+		r.f19n++
+		r.resetToInit(r.rng.IntN(2) == 0)
+	case 16: // F7: stray with a wrapped rkey and its old va
+		r.strayWrapped()
 	}
 }
 
@@ -108,8 +131,8 @@ func TestSoak(t *testing.T) {
 				seed := soakSeed(int64(len(profile))*1000 + int64(mech))
 				r := runSoak(t, profile, mech, seed, n, 0.02)
 				st := r.pool.Stats()
-				t.Logf("seed %d: %d I/Os ok, %d failed, %d recoveries, %d strays, %d bogus invalidations; stats %+v",
-					seed, r.done, r.failedIO, r.recovers, r.strays, r.bogus, st)
+				t.Logf("seed %d: %d I/Os ok, %d failed, %d recoveries, %d strays (%d F7 wrapped), %d bogus invalidations, F13 %d (%d REG errors seen), F14 %d, F19 %d, %d flush CQEs lost (F4); stats %+v",
+					seed, r.done, r.failedIO, r.recovers, r.strays, r.f7, r.bogus, r.f13Inj, r.f13Seen, r.f14, r.f19n, r.lostCQEs, st)
 			})
 		}
 	}

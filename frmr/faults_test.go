@@ -1,0 +1,509 @@
+package frmr
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// Faults F4, F7, F13, F14 and F19 of frmr-semantics §8: the rig's hooks
+// (used by the soak's fault menu) and one named test each.
+
+// onIniSendWC handles one initiator send completion.
+func (r *rig) onIniSendWC(wc *transport.WC) {
+	ok := wc.Status == transport.StatusSuccess
+	switch {
+	case r.f13IDs[wc.ID] != nil:
+		// F13: a failed REG completes in error although unsignaled
+		// (§3.3); its own status is the device's, not an I/O's reuse.
+		if ok {
+			r.fatalf("F13: the REG/BIND that must fail completed SUCCESS")
+		}
+		r.f13Seen++
+		r.f13Status = wc.Status
+	case r.f14IDs[wc.ID]:
+		// F14: a LOCAL_INV naming a wrong key. Full-key devices (strict,
+		// rxe) must refuse it; index-only devices (ib, iwarp) accept it,
+		// which is how srp's off-by-one keys went unnoticed (§5.1).
+		if ok && !r.prov.Profile().Quirks.InvalidateIndexOnly {
+			r.fatalf("F14: LOCAL_INV with a wrong key succeeded on a full-key-compare device")
+		}
+	default:
+		if wc.Status == transport.StatusMWBindErr && !r.bogusConn {
+			r.mwBind++
+			k, sl, g, _ := decodeID(wc.ID)
+			r.mwBindWhy = fmt.Sprintf("wr %#x (kind %d slot %d gen %d; last F13 %#x)", wc.ID, k, sl, g, r.f13ID)
+		}
+	}
+	r.pool.OnSendCompletion(wc)
+	if f := r.f13IDs[wc.ID]; f != nil {
+		if s := slotState(r.pool, f.slot); s.Gen == f.gen && s.State != Tainted {
+			r.fatalf("F13: MR of the failed REG is %s, want TAINTED", s.State)
+		}
+	}
+	if !ok || r.pool.Err() != nil {
+		r.broken = true
+	}
+}
+
+type f13rec struct {
+	slot int
+	gen  uint32
+}
+
+// clearInjected forgets the WRs of F13/F14 once the connection is gone.
+func (r *rig) clearInjected() {
+	clear(r.f13IDs)
+	clear(r.f13Reqs)
+	clear(r.f14IDs)
+	r.f13ID = 0
+}
+
+// breakReg makes the registration of the I/O being started fail on the
+// device (F13): variant 0 a malformed REG (invalid access; for a window a
+// range outside the base MR), 1 a PD mismatch (an object of the target's
+// PD), 2 a REG/BIND on an object the device holds VALID (a registration
+// of the same object and key chained in front of it).
+func (r *rig) breakReg(chain []transport.SendWR, reg Reg) []transport.SendWR {
+	v := r.f13Arm - 1
+	r.f13Arm = 0
+	r.f13Inj++
+	r.f13ID, r.f13Slot, r.f13Gen = chain[0].ID, reg.Slot(), reg.gen
+	r.f13IDs[r.f13ID] = &f13rec{slot: reg.Slot(), gen: reg.gen}
+	r.f13Reqs[r.nextReq] = true
+	w := &chain[0]
+	frmr := w.Opcode == transport.OpRegMR
+	switch v {
+	case 0:
+		if frmr {
+			w.Reg.Access = transport.AccessRemoteWrite // without LOCAL_WRITE: invalid
+		} else {
+			w.Bind.Length = uint64(r.ini.mr.Len()) + uint64(transport.PageSize)
+		}
+	case 1:
+		var err error
+		if frmr {
+			if r.spareFR == nil {
+				if r.spareFR, err = r.tgt.pd.AllocFastRegMR(maxPages); err != nil {
+					r.fatalf("spare MR: %v", err)
+				}
+			}
+			w.Reg.MR = r.spareFR
+		} else {
+			if r.spareMW == nil {
+				if r.spareMW, err = r.tgt.pd.AllocMW(); err != nil {
+					r.fatalf("spare MW: %v", err)
+				}
+			}
+			w.Bind.MW = r.spareMW
+		}
+	default:
+		sneak := *w
+		r.sendID++
+		sneak.ID = sendBit | 3<<20 | r.sendID
+		sneak.Flags = 0
+		r.injRegOnValid++
+		return append([]transport.SendWR{sneak}, chain...)
+	}
+	return chain
+}
+
+// resetToInit is the first half of a reconnect that reuses the initiator
+// QP: the QP goes to RESET (its WRs are discarded without completions, so
+// the pool is Reset: rule 17) and then INIT; the old target is destroyed.
+// From here the rig posts without looking at the QP state (F19): strict
+// devices refuse the posts, ib drops them silently. With reconnect the QP
+// is connected again after the first accepted post (the race of a
+// reconnect), so later completions skip the dropped WRs.
+func (r *rig) resetToInit(reconnect bool) {
+	r.pool.OnQPError()
+	r.ini.qp.Modify(transport.QPReset)
+	r.tgt.qp.Close()
+	r.tgt.cq.Close()
+	// Purge the QP's unpolled completions, as mlx4/mlx5 do on RESET.
+	for {
+		n, err := r.ini.cq.Poll(r.wcs)
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	r.deferSends, r.deferred = false, nil
+	r.pool.Reset()
+	if err := r.pool.Recover(); err != nil {
+		r.fatalf("recover after reset: %v", err)
+	}
+	for i := range r.ios {
+		if r.ios[i].state == ioPosted {
+			r.ios[i].failed = true
+			r.ios[i].state = ioWaitDone
+		}
+	}
+	r.retire()
+	for i := range r.ios {
+		if r.ios[i].state != ioIdle {
+			r.fatalf("tag %d not returned after the reset", i)
+		}
+	}
+	if err := r.ini.qp.Modify(transport.QPInit); err != nil {
+		r.fatalf("modify INIT: %v", err)
+	}
+	for i := 0; i < rqDepth; i++ {
+		r.postRecv(&r.ini, i)
+	}
+	r.clearInjected()
+	r.f19, r.f19Reconnect, r.f19Posted = true, reconnect, false
+	r.broken = false
+}
+
+// strayWrapped is F7: a stray WRITE with an (rkey, va) advertised by an
+// earlier registration whose rkey a live I/O holds again (the 8-bit key
+// wrapped, or the device reused the index with that key).
+func (r *rig) strayWrapped() {
+	for tag := range r.ios {
+		x := &r.ios[tag]
+		if x.state != ioPosted {
+			continue
+		}
+		va, ok := r.keyHist[x.reg.RKey()]
+		if !ok || va == x.reg.IOVA() {
+			continue
+		}
+		if r.mech == MW && r.prov.Profile().Quirks.WindowBoundsUnchecked {
+			return // the window would not bound it: TestF07StaleWrappedKey
+		}
+		r.f7++
+		st := r.stray(x.reg.RKey(), va, 16)
+		if r.mech == FRMR && st == transport.StatusSuccess {
+			r.fatalf("rule 9/F7: stray WRITE with a wrapped rkey %s and its old va %#x succeeded (live iova %#x)", x.reg.RKey(), va, x.reg.IOVA())
+		}
+		if st == transport.StatusSuccess {
+			// A window's va is not tagged: the write landed inside the
+			// live registration, memory the pool still owns (F7's
+			// accepted risk; rule 7 keeps that rkey on one I/O only).
+			x.strayHit = true
+		}
+		return
+	}
+}
+
+// runUntilRecovered polls (without starting I/Os) until the rig has torn
+// the connection down and rebuilt it.
+func (r *rig) runUntilRecovered() {
+	r.t.Helper()
+	rec := r.recovers
+	for i := 0; r.recovers == rec; i++ {
+		if i > 20000 {
+			r.fatalf("no recovery")
+		}
+		if !r.broken && !r.poll() {
+			r.idle()
+		}
+		r.retire()
+		r.check()
+		if r.broken {
+			r.recover()
+		}
+	}
+}
+
+// TestF04LostFlushCompletions: completions lost during a flush. rxe-like:
+// the CQ fills during the flush and the remaining flush completions
+// (including the drain marker's) are dropped; undersized: a CQ below
+// CQDepth overruns during the flush (the software NIC kills the CQ). The
+// pool must not wait forever (rule 13), must not recycle anything on the
+// strength of what it did not see, and replaces every MR that was in use.
+func TestF04LostFlushCompletions(t *testing.T) {
+	for _, mech := range []Mechanism{FRMR, MW} {
+		for _, mode := range []string{"rxe-like", "undersized"} {
+			t.Run(mech.String()+"/"+mode, func(t *testing.T) {
+				r := newRig(t, "rxe", mech, 40, mech == FRMR)
+				if mode == "undersized" {
+					r.nextCQ = rqDepth / 2
+					r.broken = true
+					r.recover()
+					if !r.overrunOK || r.ini.cq.Depth() != rqDepth/2 {
+						t.Fatalf("CQ depth %d", r.ini.cq.Depth())
+					}
+				}
+				for i := 0; i < 5; i++ {
+					r.step()
+				}
+				for tag := range r.ios {
+					if r.ios[tag].state == ioIdle && !r.broken {
+						r.start(tag)
+					}
+				}
+				inUse := map[int]uint32{}
+				r.pool.Slots(func(s SlotInfo) {
+					if s.State != Free {
+						inUse[s.Slot] = s.Gen
+					}
+				})
+				if len(inUse) == 0 {
+					t.Fatal("nothing in use")
+				}
+				st0 := r.pool.Stats()
+				if mode == "rxe-like" {
+					r.lossy = 2
+				}
+				r.ini.qp.Modify(transport.QPErr)
+				r.runUntilRecovered()
+				st := r.pool.Stats()
+				switch mode {
+				case "rxe-like":
+					if r.lostCQEs == 0 {
+						t.Fatal("no flush completion was lost")
+					}
+					if st.Deadlines == st0.Deadlines {
+						t.Fatal("the drain ended without the pool's deadline (rule 13)")
+					}
+				}
+				// A slot in use at the flush is either replaced or was
+				// proven FREE by a SUCCESS polled before the flush
+				// completions (rig.check: FREE on the device, rule 5).
+				replaced := 0
+				r.pool.Slots(func(s SlotInfo) {
+					if g, ok := inUse[s.Slot]; ok && s.Gen != g {
+						replaced++
+					}
+				})
+				if replaced == 0 || st.Replacements == st0.Replacements {
+					t.Fatalf("no MR replaced after the flush: %+v", st)
+				}
+				for r.done < 60 {
+					r.step()
+				}
+				t.Logf("%d flush completions lost; stats %+v", r.lostCQEs, st)
+			})
+		}
+	}
+}
+
+// TestF07StaleWrappedKey: after 256 registrations of one MR its rkey
+// repeats. With IOVATag (rule 9) the stale (rkey, va) fails the bounds
+// check with REM_ACCESS_ERR and changes no byte; without it the stray is
+// served inside the live registration (accepted risk). Windows cannot tag
+// the va; their bounds protect only on devices that check them.
+func TestF07StaleWrappedKey(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		mech    Mechanism
+		tag     bool
+	}{{"strict", FRMR, true}, {"rxe", FRMR, true}, {"strict", FRMR, false}, {"strict", MW, false}, {"rxe", MW, false}} {
+		t.Run(fmt.Sprintf("%s/%s/tag=%v", tc.profile, tc.mech, tc.tag), func(t *testing.T) {
+			r := newRig(t, tc.profile, tc.mech, 70, tc.tag)
+			c := newCycleOn(r, true)
+			first := c.run(t)
+			for i := 0; i < 255; i++ {
+				if reg := c.run(t); reg.Slot() != first.Slot() {
+					t.Fatalf("slot %d, want %d", reg.Slot(), first.Slot())
+				}
+			}
+			// The 257th registration of the slot, live: same rkey. For
+			// windows it covers another buffer (tag 1's).
+			off := 100
+			if tc.mech == MW {
+				off = r.bufOff(1) + 100
+			}
+			c.reqID++
+			live, err := r.pool.Get(Segment{Arena: r.ini.arena, Off: off, Len: 8192}, PeerWrites, c.reqID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.sendID++
+			if n, err := r.post([]transport.SendWR{live.WR(), {ID: sendBit | r.sendID, Opcode: transport.OpSend, SGL: c.isge}}); n != 2 {
+				t.Fatal(err)
+			}
+			r.waitIni(func() bool { return slotState(r.pool, live.Slot()).State == Valid })
+			if live.RKey() != first.RKey() {
+				t.Fatalf("257th rkey %s, first %s: the key did not wrap", live.RKey(), first.RKey())
+			}
+			before := bytes.Clone(r.ini.arena.Bytes())
+			st := r.stray(first.RKey(), first.IOVA()+8, 64)
+			after := r.ini.arena.Bytes()
+			lo, hi := -1, -1
+			for i := range before {
+				if before[i] != after[i] {
+					if lo < 0 {
+						lo = i
+					}
+					hi = i
+				}
+			}
+			t.Logf("stale (rkey %s, va %#x), live va %#x: %s, bytes changed [%d,%d]", first.RKey(), first.IOVA()+8, live.IOVA(), st, lo, hi)
+			switch {
+			case tc.tag || tc.mech == MW && !r.prov.Profile().Quirks.WindowBoundsUnchecked:
+				if st != transport.StatusRemAccessErr || lo >= 0 {
+					t.Fatalf("rule 9/F7: stale stray %s, bytes changed [%d,%d]; want REM_ACCESS_ERR and none", st, lo, hi)
+				}
+			case tc.mech == FRMR:
+				// Accepted risk without rule 9: served, but only inside
+				// the live registration (memory the pool owns).
+				if st == transport.StatusSuccess && (lo < off || hi >= off+8192) {
+					t.Fatalf("stale stray reached [%d,%d], outside the live registration", lo, hi)
+				}
+			default:
+				// rxe does not bound windows (Quirks.WindowBoundsUnchecked):
+				// the stale va lands wherever the base MR reaches,
+				// application memory included. Only FRMR with IOVATag
+				// is safe on such a device.
+				if st == transport.StatusSuccess && (lo < off || hi >= off+8192) {
+					t.Logf("device hazard: window bounds unchecked, stale stray wrote application memory [%d,%d]", lo, hi)
+				}
+			}
+		})
+	}
+}
+
+// TestF13RegFailure: a REG_MR (BIND_MW) the device rejects — malformed
+// (bad page list / access), PD mismatch, REG on VALID — completes in
+// error although unsignaled; the SEND chained behind it is flushed, so
+// the target never sees the key; the MR is TAINTED and replaced.
+func TestF13RegFailure(t *testing.T) {
+	for _, profile := range []string{"strict", "rxe"} {
+		for _, mech := range []Mechanism{FRMR, MW} {
+			for v, name := range []string{"malformed", "pd-mismatch", "reg-on-valid"} {
+				t.Run(profile+"/"+mech.String()+"/"+name, func(t *testing.T) {
+					r := newRig(t, profile, mech, 130+int64(v), mech == FRMR)
+					r.f13Arm = v + 1
+					r.start(0)
+					if r.ios[0].state != ioPosted || r.f13ID == 0 {
+						t.Fatalf("not started: %+v", r.ios[0])
+					}
+					slot, gen := r.f13Slot, r.f13Gen
+					r.runUntilRecovered() // the target fatals if it sees the command
+					if r.f13Seen != 1 {
+						t.Fatalf("%d error completions for the unsignaled REG, want 1", r.f13Seen)
+					}
+					want := transport.StatusMWBindErr
+					if profile == "rxe" && mech == FRMR {
+						want = transport.StatusLocQPOpErr
+					}
+					if r.f13Status != want {
+						t.Errorf("REG failed with %s, want %s", r.f13Status, want)
+					}
+					if s := slotState(r.pool, slot); s.Gen == gen {
+						t.Fatalf("slot %d not replaced: %+v", slot, s)
+					}
+					c := r.prov.Counters()
+					if wantRoV := uint64(v / 2); c.RegOnValid != wantRoV {
+						t.Fatalf("%d REG on VALID, want %d", c.RegOnValid, wantRoV)
+					}
+					for r.done < 30 {
+						r.step()
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestF14WrongKeyLocalInv: a LOCAL_INV naming a wrong key (a pool bug,
+// simulated). strict and rxe refuse it (error completion, QP to ERR, MR
+// TAINTED); ib and iwarp match on the index only and invalidate anyway.
+// The pool itself never does this: rig.check counts key mismatches on
+// every step of the soak (rule 8).
+func TestF14WrongKeyLocalInv(t *testing.T) {
+	for _, profile := range []string{"strict", "ib", "iwarp", "rxe"} {
+		t.Run(profile, func(t *testing.T) {
+			r := newRig(t, profile, FRMR, 140, true)
+			reg := r.register(0, 4096, PeerWrites)
+			inv, err := r.pool.Invalidate(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inv.InvalidateKey = inv.InvalidateKey.Bump()
+			r.f14++
+			r.post([]transport.SendWR{inv})
+			r.waitIni(func() bool { return r.pool.Drained() })
+			c := r.prov.Counters()
+			if r.prov.Profile().Quirks.InvalidateIndexOnly {
+				if !r.pool.Done(reg) || r.pool.Err() != nil || c.InvKeyMismatch != 0 {
+					t.Fatalf("index-only device: done=%v err=%v mismatches=%d", r.pool.Done(reg), r.pool.Err(), c.InvKeyMismatch)
+				}
+				return
+			}
+			if r.pool.Done(reg) || slotState(r.pool, reg.Slot()).State != Tainted || r.pool.Err() == nil || c.InvKeyMismatch != 1 {
+				t.Fatalf("full-key device: done=%v slot %+v err=%v mismatches=%d", r.pool.Done(reg), slotState(r.pool, reg.Slot()), r.pool.Err(), c.InvKeyMismatch)
+			}
+			r.broken = true
+			r.recover()
+			if !r.pool.Done(reg) {
+				t.Fatal("not replaced")
+			}
+		})
+	}
+}
+
+// TestF19PostBeforeRTS: posts to a QP in INIT. strict, iwarp and rxe refuse
+// them at once: nothing is outstanding, the REG's MR is replaced. ib
+// accepts and drops them: the pool counts them outstanding only until its
+// deadline (rule 13). In the reconnect race the QP reaches RTS after the
+// dropped posts and a later signaled WR completes: the pool must not take
+// that as proof the dropped REG and SEND executed.
+func TestF19PostBeforeRTS(t *testing.T) {
+	for _, profile := range []string{"strict", "ib", "iwarp", "rxe"} {
+		for _, mech := range []Mechanism{FRMR, MW} {
+			t.Run(profile+"/"+mech.String(), func(t *testing.T) {
+				r := newRig(t, profile, mech, 190, mech == FRMR)
+				r.resetToInit(false)
+				r.start(0)
+				x := &r.ios[0]
+				drops := r.prov.Profile().Quirks.DropPostsBeforeRTS
+				st := r.pool.Stats()
+				if !drops {
+					if !x.failed || st.Outstanding != 0 || slotState(r.pool, x.reg.Slot()).State != Tainted {
+						t.Fatalf("refused post: io %+v, stats %+v", *x, st)
+					}
+					r.recover()
+					for r.done < 20 {
+						r.step()
+					}
+					return
+				}
+				if x.failed || st.Outstanding != 2 {
+					t.Fatalf("dropped post: io failed=%v, %d outstanding", x.failed, st.Outstanding)
+				}
+				var err error
+				n := 0
+				for ; err == nil && n < 2*r.pool.cfg.DeadlineTicks; n++ {
+					err = r.pool.Tick()
+				}
+				if !errors.Is(err, ErrDeadline) || r.pool.Done(x.reg) {
+					t.Fatalf("after %d ticks: %v, done=%v", n, err, r.pool.Done(x.reg))
+				}
+				r.broken = true
+				r.recover()
+				if !r.pool.Done(x.reg) {
+					t.Fatal("dropped registration not replaced")
+				}
+
+				// The reconnect race.
+				r.resetToInit(true)
+				r.start(0)
+				dropped := r.ios[0].reg
+				r.connectQP(true)
+				lost := r.pool.Stats().LostCompletions
+				r.start(1)
+				r.waitIni(func() bool { return r.pool.Err() != nil })
+				if !errors.Is(r.pool.Err(), ErrLostCompletion) || r.pool.Stats().LostCompletions != lost+1 {
+					t.Fatalf("pool error %v, lost completions %d", r.pool.Err(), r.pool.Stats().LostCompletions)
+				}
+				if s := slotState(r.pool, dropped.Slot()); s.State != Tainted {
+					t.Fatalf("rule 2/10: the dropped REG's MR is %s, want TAINTED (the device never registered it)", s.State)
+				}
+				r.broken = true
+				r.recover()
+				for r.done < 20 {
+					r.step()
+				}
+				if r.mwBind != 0 {
+					t.Fatalf("%d MW_BIND_ERR", r.mwBind)
+				}
+			})
+		}
+	}
+}
