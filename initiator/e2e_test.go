@@ -246,7 +246,7 @@ func TestEndToEnd(t *testing.T) {
 		for _, wire := range emu.Wires() {
 			t.Run("profile="+prof+"/wire="+wire, func(t *testing.T) {
 				seed := testSeed(t)
-				r := newRig(t, emu.Config{Profile: prof, Wire: wire, Seed: seed}, 16<<20, target.Config{})
+				r := newRig(t, emu.Config{Profile: prof, Wire: wire, Seed: seed, RetryTimeout: 200 * time.Millisecond}, 16<<20, target.Config{})
 				s := r.dial(t, initiator.Config{Credits: 32, Channels: 2})
 				ctx := context.Background()
 				vols, err := s.Volumes(ctx)
@@ -373,3 +373,67 @@ func TestFaults(t *testing.T) {
 }
 
 var _ = transport.ErrClosed
+
+// TestStrayOldKeyWrites plays a buggy or malicious target: while a
+// verified workload runs, the target's QPs issue RDMA WRITEs of garbage
+// through keys one generation older than those the initiator's MRs hold.
+// Every stray must fail with REM_ACCESS_ERR (the key is no longer valid on
+// the initiator's device), the session must recover from the connection
+// errors that follow, and no acknowledged write may be lost or altered.
+func TestStrayOldKeyWrites(t *testing.T) {
+	for _, prof := range emu.Profiles() {
+		t.Run("profile="+prof+"/wire=tcp", func(t *testing.T) {
+			seed := testSeed(t)
+			r := newRig(t, emu.Config{Profile: prof, Wire: emu.WireTCP, Seed: seed, RetryTimeout: 200 * time.Millisecond}, 8<<20, target.Config{})
+			s := r.dial(t, initiator.Config{Credits: 16, IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second})
+			v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			strays := make(chan int, 1)
+			go func() {
+				rng := rand.New(rand.NewPCG(uint64(seed), 99))
+				garbage := make([]byte, 4096)
+				for i := range garbage {
+					garbage[i] = 0xEE
+				}
+				n := 0
+				defer func() { strays <- n }()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+					}
+					qps := r.tp.QPs()
+					var objs []uint32
+					for _, kind := range []string{"frmr", "mw"} {
+						objs = append(objs, r.ip.MemObjects(kind)...)
+					}
+					if len(qps) == 0 || len(objs) == 0 {
+						continue
+					}
+					info, ok := r.ip.MRInfo(objs[rng.IntN(len(objs))])
+					if !ok || info.Key.Variant() == 0 {
+						continue
+					}
+					stale := transport.MakeKey(info.Key.Index(), info.Key.Variant()-1)
+					st, err := r.tp.InjectStray(qps[rng.IntN(len(qps))], transport.OpRDMAWrite, stale, info.IOVA, garbage[:min(len(garbage), int(max(info.Len, 1)))])
+					if err != nil {
+						continue // the QP was not connected (between reconnects)
+					}
+					if st == transport.StatusSuccess {
+						t.Errorf("stray WRITE through stale key %s succeeded", stale)
+					}
+					n++
+				}
+			}()
+			gens := workload(t, v, seed, 16, 1500)
+			close(stop)
+			n := <-strays
+			verifyAll(t, v, gens, seed)
+			t.Logf("%d strays, %d connections lost, initiator NIC %+v", n, s.Stats().ConnectionsLost, r.ip.Counters())
+		})
+	}
+}

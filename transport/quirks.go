@@ -20,7 +20,10 @@ type Quirks struct {
 	// (ConnectX-2/3, seed thread 000).
 	PoisonOnFlush bool
 	// LocalOpErrStatus is the status of a failed local memory operation:
-	// StatusMWBindErr on hardware, StatusLocQPOpErr on rxe.
+	// StatusMWBindErr on hardware, StatusLocQPOpErr on rxe. A failed
+	// BIND_MW may complete StatusMWBindErr whatever this says (rxe does:
+	// LOCAL_INV fails LOC_QP_OP_ERR, BIND_MW MW_BIND_ERR), so consumers
+	// treat both as the same failure.
 	LocalOpErrStatus Status
 	// DropPostsBeforeRTS: a PostSend on a QP in RESET, INIT or RTR is
 	// accepted and silently dropped, never completing (rxe, mlx4, mlx5).
@@ -35,25 +38,35 @@ type Quirks struct {
 	// provider (see its package doc). Their zero values are the strict
 	// behaviour, so a profile that does not set them is unchanged.
 
-	// NoQPErrorEvents: an inbound access violation or a bad SEND_WITH_INV
-	// moves the responder's QP to ERR without a QP_ACCESS_ERR or
-	// QP_REQ_ERR async event; the error shows only in completions (rxe).
+	// NoQPErrorEvents: an error the responder detects (an inbound access
+	// violation, a bad SEND_WITH_INV, a receive too small or unusable)
+	// moves its QP to ERR without an async event (QP_ACCESS_ERR,
+	// QP_REQ_ERR, QP_FATAL); the error shows only in completions (rxe:
+	// the only async event it raised in the VM was SQ_DRAINED). Consumers
+	// must learn of QP errors from completions, never only from events.
 	NoQPErrorEvents bool
 	// LocalKeyErrStatus, if not StatusSuccess, is the status of a work
 	// request whose local SGE names an lkey that does not resolve to a
-	// usable MR (wrong 8-bit key, another PD, deregistered); rxe reports
-	// StatusLocQPOpErr. Zero means the strict StatusLocProtErr. Bounds
-	// errors stay StatusLocProtErr.
+	// usable MR (wrong 8-bit key, another PD, deregistered): a source of
+	// a SEND or RDMA WRITE, or a receive buffer a SEND lands in; rxe
+	// reports StatusLocQPOpErr. Zero means the strict StatusLocProtErr.
+	// Bounds errors, and every bad sink of an RDMA READ, stay
+	// StatusLocProtErr (rxe's completer reports that for READ sinks
+	// whatever the cause).
 	LocalKeyErrStatus Status
 	// RecvLenErrStatus, if not StatusSuccess, is the receiver's status for
-	// a SEND larger than its receive buffer; rxe reports StatusLocQPOpErr
-	// (and the sender StatusRemOpErr). Zero means the strict
-	// StatusLocLenErr.
+	// a SEND larger than its receive buffer, and the sender then gets
+	// StatusRemOpErr: rxe treats the receive as malformed and reports
+	// StatusLocQPOpErr. Zero means the strict StatusLocLenErr, with
+	// StatusRemInvReqErr at the sender.
 	RecvLenErrStatus Status
 	// WindowBoundsUnchecked: remote access through a type-2 memory window
 	// is bounds-checked against the underlying MR only, not the window
-	// (rxe): a peer can reach the whole MR through any window over it.
-	// Consumers that need isolation between buffers must not rely on
-	// window bounds on such a device.
+	// (rxe: check_rkey tests the range of mw->mr). This is a device bug,
+	// not a feature: a peer can reach the whole MR through any window
+	// over it. Consumers must not rely on it either way, and those that
+	// need isolation between buffers must not rely on window bounds on
+	// such a device (register the buffers as separate MRs, or use a
+	// device without the quirk).
 	WindowBoundsUnchecked bool
 }

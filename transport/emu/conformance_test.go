@@ -56,6 +56,57 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestConformanceKnobs runs the suite on the strict profile with one of the
+// knobs added for rxe set on its own (Config.Quirks), so that each is
+// implemented independently of the others and of the rxe profile:
+// TestConformanceKnobs/RecvLenErrStatus/Send/RecvTooSmall.
+func TestConformanceKnobs(t *testing.T) {
+	strict, err := emu.LookupProfile("strict")
+	if err != nil {
+		t.Fatal(err)
+	}
+	knobs := []struct {
+		name string
+		set  func(q *transport.Quirks)
+	}{
+		{"NoQPErrorEvents", func(q *transport.Quirks) { q.NoQPErrorEvents = true }},
+		{"LocalKeyErrStatus", func(q *transport.Quirks) { q.LocalKeyErrStatus = transport.StatusLocQPOpErr }},
+		{"RecvLenErrStatus", func(q *transport.Quirks) { q.RecvLenErrStatus = transport.StatusLocQPOpErr }},
+		{"WindowBoundsUnchecked", func(q *transport.Quirks) { q.WindowBoundsUnchecked = true }},
+	}
+	seed := *conformanceSeed
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	t.Logf("seed %d (rerun with -emu.seed=%d)", seed, seed)
+	transporttest.RandomSeed = seed
+	for _, k := range knobs {
+		t.Run(k.name, func(t *testing.T) {
+			q := strict.Quirks
+			k.set(&q)
+			transporttest.Run(t, func(t *testing.T) transport.Provider {
+				p, err := emu.New(emu.Config{Profile: "strict", Quirks: &q, Seed: seed, Logger: testLogger(t)})
+				if err != nil {
+					t.Fatalf("emu.New(strict + %s): %v", k.name, err)
+				}
+				if got := deviceQuirks(t, p); got != q {
+					t.Fatalf("device quirks %+v, want %+v", got, q)
+				}
+				return p
+			})
+		})
+	}
+}
+
+func deviceQuirks(t *testing.T, p transport.Provider) transport.Quirks {
+	t.Helper()
+	d, err := p.OpenDevice("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Attr().Quirks
+}
+
 // testLogger sends the NIC's log to the test's output (shown on failure or
 // with -v), and drops it once the test is over.
 func testLogger(t *testing.T) *slog.Logger {

@@ -33,6 +33,95 @@
 //   - Seeded fault injection (Faults, and the Inject* methods) and
 //     observability for tests (MRInfo, Outstanding, Counters).
 //
+// # Profiles
+//
+// A profile (Config.Profile) bundles the quirks of a kind of device; each
+// knob can also be set on its own (Config.Quirks replaces the profile's
+// quirks). strict is the default and the most unforgiving reading. rxe is
+// emulated as the project meets it: through user-space verbs and the
+// ibverbs provider, which stops before the device the rxe behaviours that
+// crash a host or break the contract (see the transport/ibverbs package
+// doc, "rxe as measured"). Where the rxe measured in the VM (test/rxe,
+// Debian 6.1 kernel, rdma-core 44) and the rxe profile disagree on a
+// rule, the profile is wrong. Statuses are written without their _ERR
+// suffix; "-" is the rule's strict outcome.
+//
+//	rule                          strict       ib           iwarp        rxe emulated  rxe measured in the VM
+//	LINV / SEND_WITH_INV key      full key     index only   index only   full key      full key
+//	invalidate a FREE object [1]  fails        fails        succeeds     fails         host oops; the provider
+//	                                                                                     fails it (LOC_QP_OP)
+//	flushed REG/BIND/LINV [2]     poisons      poisons      no           no            no
+//	failed LOCAL_INV, REG_MR      MW_BIND      MW_BIND      MW_BIND      LOC_QP_OP     LOC_QP_OP (no REG_MR)
+//	failed BIND_MW                MW_BIND      MW_BIND      MW_BIND      MW_BIND       MW_BIND
+//	LINV of a window bound        MW_BIND      MW_BIND      MW_BIND      LOC_QP_OP     succeeds; the provider
+//	  through another QP                                                                 fails it (LOC_QP_OP)
+//	post send before RTS [3]      refused      dropped      refused      refused       WQE queued, doorbell
+//	                                                                                     EINVAL; provider refuses
+//	error completion fields [4]   garbage      garbage      zero         zero          zero
+//	responder error event [5]     raised       raised       raised       none          none (only SQ_DRAINED)
+//	lkey does not resolve [6]     LOC_PROT     LOC_PROT     LOC_PROT     LOC_QP_OP     LOC_QP_OP
+//	local SGE out of bounds       LOC_PROT     LOC_PROT     LOC_PROT     LOC_PROT      LOC_PROT
+//	SEND > receive: receiver      LOC_LEN      LOC_LEN      LOC_LEN      LOC_QP_OP     LOC_QP_OP
+//	                sender        REM_INV_REQ  REM_INV_REQ  REM_INV_REQ  REM_OP        REM_OP
+//	access beyond a window,       REM_ACCESS   REM_ACCESS   REM_ACCESS   served [7]    served [7]
+//	  inside its MR
+//	REG_MR (FRMRs)                yes          yes          yes          yes [8]       ErrUnsupported
+//
+// [1] A LOCAL_INV, or a received SEND_WITH_INV, naming a FREE MR or window
+// with its current key. Failing means the local-op status
+// (Quirks.LocalOpErrStatus) for LOCAL_INV and REM_INV_REQ at the receiver
+// of a SEND_WITH_INV (Quirks.InvalidateFreeOK false). rxe dereferences
+// NULL in rxe_do_invalidate_mw; the provider rewrites the LOCAL_INV so that
+// it fails, and a SEND_WITH_INV when both ends are on one device, but it
+// cannot see a peer's windows: never invalidate a key twice.
+//
+// [2] Every later REG_MR, BIND_MW or LOCAL_INV on an object named by a
+// flushed memory operation fails MW_BIND until it is deregistered
+// (Quirks.PoisonOnFlush; ConnectX-2/3).
+//
+// [3] refused: PostSend fails with ErrInvalidState and n = 0; dropped:
+// accepted and never completed (Quirks.DropPostsBeforeRTS).
+//
+// [4] Fields of an error completion other than ID, status, QP number and
+// vendor error (Quirks.ScrambleErrorWC); ibv_poll_cq(3) says they are
+// undefined. rxe leaves opcode, byte_len and vendor_err zero.
+//
+// [5] QP_ACCESS_ERR for an inbound access violation, QP_REQ_ERR for a bad
+// SEND_WITH_INV, QP_FATAL for a SEND into a receive too small or unusable;
+// the responder's QP goes to ERR either way (Quirks.NoQPErrorEvents).
+// Events of injected faults (QP error, link cut, CQ overrun) are raised on
+// every profile.
+//
+// [6] Wrong 8-bit key, another PD, deregistered or FREE, in a source of a
+// SEND or RDMA WRITE or in a receive buffer a SEND lands in
+// (Quirks.LocalKeyErrStatus). In the VM a SEND with a bad lkey completed
+// LOC_QP_OP, and a receive with one LOC_QP_OP with REM_OP at the sender,
+// which is what the profile does. A bad sink of an RDMA READ is LOC_PROT
+// on every profile, as rxe's completer reports it.
+//
+// [7] A device bug, not a feature (Quirks.WindowBoundsUnchecked): rxe
+// checks a window access against the MR under the window only, so a peer
+// can reach the whole MR through any window over it; the profile
+// reproduces it so that consumers are tested against it. Consumers must
+// not rely on window bounds to isolate buffers on rxe, nor on the bug.
+//
+// [8] Kernel rxe implements REG_MR, but user-space verbs have no FRMR: the
+// ibverbs provider uses type-2 windows instead. The profile keeps FRMRs so
+// the frmr pool's REG_MR path runs on it too.
+//
+// Also measured in the VM and the same in every profile: a SEND_WITH_INV
+// with a wrong key fails the receive REM_INV_REQ and moves the receiver to
+// ERR while the sender sees SUCCESS; deregistering an MR with a bound
+// window is ErrBusy; a receive posted in RESET is ErrInvalidState; a bad
+// rkey, permission or bound is REM_ACCESS at the requester with both QPs
+// in ERR; slots of unsignaled send WRs are accounted until a later
+// completion (ErrQueueFull). Not emulated: the rxe behaviours the provider
+// repairs (a second BIND_MW comparing a stale ibv_mw.rkey, the received
+// SEND_WITH_INV flag's numbering, receives posted in ERR left unflushed,
+// work posted in SQD left queued after SQD -> RTS), rxe's limits and timing
+// (MTU 1024, about 4 s to RNR_RETRY_EXC with rnr_retry 6) and the kernel
+// WARNING when a QP is destroyed with a window still bound through it.
+//
 // The shm wire is kernel bypass between two processes. Listen takes a
 // unix socket path ("" picks a fresh one under os.TempDir()); connection
 // management, arena hand-over and disconnect travel on that SOCK_SEQPACKET

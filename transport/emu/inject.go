@@ -210,37 +210,43 @@ func (p *Provider) InjectStray(x transport.QP, op transport.Opcode, rkey transpo
 	}
 	defer m.Close()
 	copy(a.Bytes(), data)
+	done := make(chan transport.Status, 1)
+	wr := transport.SendWR{ID: StrayWRID, Opcode: op, Flags: transport.FlagSignaled, RemoteAddr: va, RKey: rkey,
+		SGL: []transport.SGE{{Addr: m.Addr(), Length: uint32(len(data)), LKey: m.LKey()}}}
 	q.mu.Lock()
-	if q.state != transport.QPRTS {
+	switch {
+	case q.state != transport.QPRTS:
 		st := q.state
 		q.mu.Unlock()
 		return 0, fmt.Errorf("emu: stray from qp %d in %s: %w", q.num, st, transport.ErrInvalidState)
+	case q.stray != nil:
+		q.mu.Unlock()
+		return 0, fmt.Errorf("emu: stray from qp %d: one already in flight: %w", q.num, transport.ErrBusy)
 	}
-	idx := q.sqTail
-	q.mu.Unlock()
-	wr := transport.SendWR{ID: StrayWRID, Opcode: op, Flags: transport.FlagSignaled, RemoteAddr: va, RKey: rkey,
-		SGL: []transport.SGE{{Addr: m.Addr(), Length: uint32(len(data)), LKey: m.LKey()}}}
-	if _, err := q.PostSend([]transport.SendWR{wr}); err != nil {
+	q.stray = done
+	err = q.postOneLocked(&wr, 0)
+	if err != nil {
+		q.stray = nil
+	}
+	q.unlock()
+	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
+	q.kick()
+	// Every posted WR completes or flushes; a QP destroyed meanwhile never
+	// reports, so the wait is bounded.
+	select {
+	case st := <-done:
+		if op == transport.OpRDMARead {
+			copy(data, a.Bytes())
+		}
+		return st, nil
+	case <-time.After(10 * time.Second):
 		q.mu.Lock()
-		w := q.slot(idx)
-		done := idx < q.sqDone || w.state == wqeDone
-		st := w.status
+		if q.stray == done {
+			q.stray = nil
+		}
 		q.mu.Unlock()
-		if done {
-			if op == transport.OpRDMARead {
-				copy(data, a.Bytes())
-			}
-			return st, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("emu: stray from qp %d: %w", q.num, ctx.Err())
-		case <-time.After(100 * time.Microsecond):
-		}
+		return 0, fmt.Errorf("emu: stray from qp %d: no completion: %w", q.num, context.DeadlineExceeded)
 	}
 }

@@ -346,8 +346,10 @@ func (d *device) invalidateLocked(q *qp, key transport.Key, remote bool) *opErro
 		return &opError{status: transport.StatusMWBindErr, reason: fmt.Sprintf("LOCAL_INV on %s poisoned by a flushed memory operation", key)}
 	case o.kind == kindMW && o.state == stateValid && o.bindQP != q.num:
 		// A type-2 window belongs to the QP that bound it
-		// (rdma-unit-test mw_test: cross-QP invalidate fails).
-		return &opError{status: transport.StatusMWBindErr, reason: fmt.Sprintf("invalidate window %s through QP %d, bound through QP %d", key, q.num, o.bindQP)}
+		// (rdma-unit-test mw_test: cross-QP invalidate fails with the
+		// local-op error; rxe through the ibverbs provider:
+		// LOC_QP_OP_ERR).
+		return fail("invalidate window %s through QP %d, bound through QP %d", key, q.num, o.bindQP)
 	case o.key != key && !q2.InvalidateIndexOnly:
 		d.p.counters.invKeyMismatch.Add(1)
 		return fail("invalidate %s: device key is %s", key, o.key)
@@ -392,39 +394,65 @@ func (d *device) remoteRangeLocked(q *qp, rkey transport.Key, va, n uint64, need
 		return nil, 0, fmt.Sprintf("rkey %s: window bound to QP %d, access on QP %d", rkey, o.bindQP, q.num)
 	case o.access&need != need:
 		return nil, 0, fmt.Sprintf("rkey %s: access %s lacks %s", rkey, o.access, need)
-	case va < o.m.iova || n > o.m.length || va-o.m.iova > o.m.length-n:
-		return nil, 0, fmt.Sprintf("rkey %s: [%#x,+%d) outside [%#x,+%d)", rkey, va, n, o.m.iova, o.m.length)
 	}
-	return o.m.arena, o.m.off + int(va-o.m.iova), ""
+	m := o.m
+	if o.kind == kindMW && o.parent != nil && d.p.quirks.WindowBoundsUnchecked {
+		// Device bug (rxe check_rkey): a window's own range is not
+		// checked, only the range of the MR it is bound over.
+		m = o.parent.m
+	}
+	if va < m.iova || n > m.length || va-m.iova > m.length-n {
+		return nil, 0, fmt.Sprintf("rkey %s: [%#x,+%d) outside [%#x,+%d)", rkey, va, n, m.iova, m.length)
+	}
+	return m.arena, m.off + int(va-m.iova), ""
+}
+
+// sgeErr is a refused local SGE: why, and whether its lkey failed to
+// resolve to a usable MR (no such MR, a window, a wrong 8-bit key, a FREE
+// object, another PD) rather than failing a bounds or LOCAL_WRITE check.
+type sgeErr struct {
+	reason string
+	badKey bool
+}
+
+// status is the completion status of a send or receive WR refused for e:
+// LOC_PROT_ERR, or Quirks.LocalKeyErrStatus if it is set and the lkey does
+// not resolve (rxe: LOC_QP_OP_ERR). The sinks of an RDMA READ do not use
+// it: rxe's completer reports LOC_PROT_ERR for them whatever the cause.
+func (d *device) sgeStatus(e *sgeErr) transport.Status {
+	if s := d.p.quirks.LocalKeyErrStatus; e.badKey && s != transport.StatusSuccess {
+		return s
+	}
+	return transport.StatusLocProtErr
 }
 
 // checkLocal validates a local SGE and returns its bytes.
 // REQUIRES: d.mem held.
-func (d *device) checkLocalLocked(q *qp, s transport.SGE, write bool) ([]byte, string) {
+func (d *device) checkLocalLocked(q *qp, s transport.SGE, write bool) ([]byte, *sgeErr) {
 	a, start, bad := d.localRangeLocked(q, s, write)
-	if bad != "" {
+	if bad != nil {
 		return nil, bad
 	}
-	return a.Bytes()[start : start+int(s.Length) : start+int(s.Length)], ""
+	return a.Bytes()[start : start+int(s.Length) : start+int(s.Length)], nil
 }
 
 // localRange is checkLocal returning the arena and offset of the bytes.
 // REQUIRES: d.mem held.
-func (d *device) localRangeLocked(q *qp, s transport.SGE, write bool) (*transport.Arena, int, string) {
+func (d *device) localRangeLocked(q *qp, s transport.SGE, write bool) (*transport.Arena, int, *sgeErr) {
 	o := d.objLocked(s.LKey)
 	switch {
 	case o == nil:
-		return nil, 0, fmt.Sprintf("lkey %s: no such memory object", s.LKey)
+		return nil, 0, &sgeErr{fmt.Sprintf("lkey %s: no such memory object", s.LKey), true}
 	case o.kind == kindMW:
-		return nil, 0, fmt.Sprintf("lkey %s names a memory window", s.LKey)
+		return nil, 0, &sgeErr{fmt.Sprintf("lkey %s names a memory window", s.LKey), true}
 	case o.state != stateValid || o.key != s.LKey:
-		return nil, 0, fmt.Sprintf("lkey %s: device state %s key %s", s.LKey, o.state, o.key)
+		return nil, 0, &sgeErr{fmt.Sprintf("lkey %s: device state %s key %s", s.LKey, o.state, o.key), true}
 	case o.pd != q.pd:
-		return nil, 0, fmt.Sprintf("lkey %s: MR on another PD", s.LKey)
+		return nil, 0, &sgeErr{fmt.Sprintf("lkey %s: MR on another PD", s.LKey), true}
 	case write && o.access&transport.AccessLocalWrite == 0:
-		return nil, 0, fmt.Sprintf("lkey %s: sink without LOCAL_WRITE", s.LKey)
+		return nil, 0, &sgeErr{fmt.Sprintf("lkey %s: sink without LOCAL_WRITE", s.LKey), false}
 	case s.Addr < o.m.iova || uint64(s.Length) > o.m.length || s.Addr-o.m.iova > o.m.length-uint64(s.Length):
-		return nil, 0, fmt.Sprintf("lkey %s: [%#x,+%d) outside [%#x,+%d)", s.LKey, s.Addr, s.Length, o.m.iova, o.m.length)
+		return nil, 0, &sgeErr{fmt.Sprintf("lkey %s: [%#x,+%d) outside [%#x,+%d)", s.LKey, s.Addr, s.Length, o.m.iova, o.m.length), false}
 	}
-	return o.m.arena, o.m.off + int(s.Addr-o.m.iova), ""
+	return o.m.arena, o.m.off + int(s.Addr-o.m.iova), nil
 }

@@ -40,14 +40,23 @@ var profiles = map[string]Profile{
 		InvalidateFreeOK:    true,
 		LocalOpErrStatus:    transport.StatusMWBindErr,
 	}},
-	// rxe is Linux soft-RoCE: full key compare on invalidate, an invalidate
-	// of a FREE MR with the right key succeeds (rxe_invalidate_mr has no
-	// state check), failed local operations complete LOC_QP_OP_ERR, and
-	// posts before RTS are dropped.
+	// rxe is Linux soft-RoCE as the project meets it: through user-space
+	// verbs and the ibverbs provider, as measured in the VM (test/rxe; the
+	// table in the package doc and in transport/ibverbs). Full key compare
+	// on invalidate; failed LOCAL_INV and REG_MR complete LOC_QP_OP_ERR
+	// (failed BIND_MW stays MW_BIND_ERR, as on rxe); no async event for a
+	// responder error; an lkey that does not resolve and a SEND larger
+	// than the receive are LOC_QP_OP_ERR; window bounds are not checked,
+	// only the MR's under the window (a device bug, not a feature).
+	// Invalidating a FREE object fails and posts before RTS are refused:
+	// rxe itself would oops or queue them, and the provider stops both
+	// before they reach the device.
 	"rxe": {Name: "rxe", Vendor: "gosrp-emu (rxe-like)", Quirks: transport.Quirks{
-		InvalidateFreeOK:   true,
-		LocalOpErrStatus:   transport.StatusLocQPOpErr,
-		DropPostsBeforeRTS: true,
+		LocalOpErrStatus:      transport.StatusLocQPOpErr,
+		NoQPErrorEvents:       true,
+		LocalKeyErrStatus:     transport.StatusLocQPOpErr,
+		RecvLenErrStatus:      transport.StatusLocQPOpErr,
+		WindowBoundsUnchecked: true,
 	}},
 }
 

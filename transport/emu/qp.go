@@ -96,7 +96,9 @@ type qp struct {
 	dupNext   int
 
 	victims []*qp // QPs to move to ERR after unlocking (CQ overrun)
-	closed  bool
+	// stray receives the outcome of the WR InjectStray posted.
+	stray  chan transport.Status
+	closed bool
 }
 
 func (pd *pd) CreateQP(cfg transport.QPConfig) (transport.QP, error) {
@@ -411,6 +413,10 @@ func (q *qp) pushLocked(c *cq, wc *transport.WC) {
 // successes only when signaled (IBA 10.8.6, ibv_post_send(3)).
 func (q *qp) completeSendLocked(w *wqe) {
 	p := q.dev.p
+	if w.wr.ID == StrayWRID && q.stray != nil {
+		q.stray <- w.status
+		q.stray = nil
+	}
 	if w.status == transport.StatusSuccess && !w.signaled {
 		return
 	}

@@ -161,10 +161,10 @@ func (q *qp) progress() {
 			q.nextPSN++
 		}
 		pkt, bad := q.buildRequestLocked(w)
-		if bad != "" {
+		if bad != nil {
 			w.state = wqeDone
-			w.status = transport.StatusLocProtErr
-			w.reason = bad
+			w.status = bad.status
+			w.reason = bad.reason
 			q.blocked = true
 			q.retireLocked()
 			q.unlock()
@@ -201,9 +201,10 @@ func (q *qp) progress() {
 }
 
 // buildRequestLocked gathers the WR's payload into the QP's staging buffer
-// and describes it as a packet. It returns a reason if a local SGE is bad.
-// REQUIRES: q.mu.
-func (q *qp) buildRequestLocked(w *wqe) (*packet, string) {
+// and describes it as a packet. It fails if a local SGE is bad: the sinks
+// of a READ with LOC_PROT_ERR, the sources of a SEND or WRITE with
+// device.sgeStatus. REQUIRES: q.mu.
+func (q *qp) buildRequestLocked(w *wqe) (*packet, *opError) {
 	wr := &w.wr
 	pkt := &q.txPkt
 	*pkt = packet{psn: w.psn, key: wr.RKey, va: wr.RemoteAddr, imm: wr.Imm}
@@ -230,31 +231,37 @@ func (q *qp) buildRequestLocked(w *wqe) (*packet, string) {
 		if q.link.direct() {
 			// The responder's NIC places the data itself: name the sinks.
 			segs, bad := q.segsLocked(wr.SGL, true)
+			if bad != nil {
+				return nil, &opError{status: transport.StatusLocProtErr, reason: bad.reason}
+			}
 			pkt.segs = segs
-			return pkt, bad
+			return pkt, nil
 		}
 		d := q.dev
 		d.mem.RLock()
 		defer d.mem.RUnlock()
 		for _, s := range wr.SGL {
-			if _, bad := d.checkLocalLocked(q, s, true); bad != "" {
-				return nil, bad
+			if _, bad := d.checkLocalLocked(q, s, true); bad != nil {
+				return nil, &opError{status: transport.StatusLocProtErr, reason: bad.reason}
 			}
 		}
-		return pkt, ""
+		return pkt, nil
 	}
 	if wr.Flags&transport.FlagSolicited != 0 {
 		pkt.flags |= pfSolicited
 	}
 	if wr.Flags&transport.FlagInline != 0 {
 		pkt.payload = w.inline
-		return pkt, ""
+		return pkt, nil
 	}
 	if q.link.direct() {
 		// The peer's NIC reads the sources itself: name them.
 		segs, bad := q.segsLocked(wr.SGL, false)
+		if bad != nil {
+			return nil, &opError{status: q.dev.sgeStatus(bad), reason: bad.reason}
+		}
 		pkt.segs = segs
-		return pkt, bad
+		return pkt, nil
 	}
 	n := int(transport.SGLLen(wr.SGL))
 	if cap(q.txBuf) < n {
@@ -267,18 +274,18 @@ func (q *qp) buildRequestLocked(w *wqe) (*packet, string) {
 	off := 0
 	for _, s := range wr.SGL {
 		src, bad := d.checkLocalLocked(q, s, false)
-		if bad != "" {
-			return nil, bad
+		if bad != nil {
+			return nil, &opError{status: d.sgeStatus(bad), reason: bad.reason}
 		}
 		off += copy(buf[off:], src)
 	}
 	pkt.payload = buf
-	return pkt, ""
+	return pkt, nil
 }
 
 // segsLocked checks an SGL and names its memory for a direct link, merging
 // SGEs that are contiguous in one arena. REQUIRES: q.mu.
-func (q *qp) segsLocked(sgl []transport.SGE, write bool) ([]seg, string) {
+func (q *qp) segsLocked(sgl []transport.SGE, write bool) ([]seg, *sgeErr) {
 	d := q.dev
 	d.mem.RLock()
 	defer d.mem.RUnlock()
@@ -288,7 +295,7 @@ func (q *qp) segsLocked(sgl []transport.SGE, write bool) ([]seg, string) {
 	segs := q.txSegs[:0]
 	for _, s := range sgl {
 		a, off, bad := d.localRangeLocked(q, s, write)
-		if bad != "" {
+		if bad != nil {
 			return nil, bad
 		}
 		if s.Length == 0 {
@@ -300,7 +307,7 @@ func (q *qp) segsLocked(sgl []transport.SGE, write bool) ([]seg, string) {
 		}
 		segs = append(segs, seg{arena: a, off: off, n: int(s.Length)})
 	}
-	return segs, ""
+	return segs, nil
 }
 
 // execLocal runs a memory operation on the device.
@@ -348,8 +355,8 @@ func (q *qp) onResponse(pkt *packet) {
 			w.byteLen = uint32(transport.SGLLen(w.wr.SGL))
 			break
 		}
-		if bad := q.scatter(w.wr.SGL, pkt); bad != "" {
-			status, reason = transport.StatusLocProtErr, bad
+		if bad := q.scatter(w.wr.SGL, pkt); bad != nil {
+			status, reason = transport.StatusLocProtErr, bad.reason
 		}
 		w.byteLen = uint32(pkt.dataLen())
 	case pktNak:
@@ -391,7 +398,7 @@ func (q *qp) onResponse(pkt *packet) {
 
 // scatter copies a message's bytes into local sinks, checking each sink
 // it reaches. REQUIRES: q.mu.
-func (q *qp) scatter(sgl []transport.SGE, p *packet) string {
+func (q *qp) scatter(sgl []transport.SGE, p *packet) *sgeErr {
 	d := q.dev
 	d.mem.RLock()
 	defer d.mem.RUnlock()
@@ -404,7 +411,7 @@ func (q *qp) scatter(sgl []transport.SGE, p *packet) string {
 			break
 		}
 		dst, bad := d.checkLocalLocked(q, s, true)
-		if bad != "" {
+		if bad != nil {
 			return bad
 		}
 		for len(dst) > 0 {
@@ -419,5 +426,5 @@ func (q *qp) scatter(sgl []transport.SGE, p *packet) string {
 			dst, src = dst[n:], src[n:]
 		}
 	}
-	return ""
+	return nil
 }

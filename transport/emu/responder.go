@@ -68,11 +68,15 @@ func (q *qp) onRequest(pkt *packet) {
 }
 
 // responderErrLocked moves the responder to ERR after a request it could
-// not serve (rxe_resp.c error classes).
+// not serve (rxe_resp.c error classes) and raises the async event ev,
+// unless the device raises none (Quirks.NoQPErrorEvents: rxe, where the
+// error shows only in completions).
 func (q *qp) responderErrLocked(ev transport.EventType, status transport.Status, reason string) {
 	q.dev.p.log.Debug("responder error", "qp", q.num, "status", status, "reason", reason)
 	q.toErrLocked(status, reason)
-	q.dev.event(transport.AsyncEvent{Type: ev, QPNum: q.num, Reason: reason})
+	if !q.dev.p.quirks.NoQPErrorEvents {
+		q.dev.event(transport.AsyncEvent{Type: ev, QPNum: q.num, Reason: reason})
+	}
 }
 
 // takeRecvLocked pops the oldest posted receive, or reports RNR.
@@ -104,16 +108,25 @@ func (q *qp) sendLocked(pkt *packet, resp *packet) bool {
 	}
 	n := pkt.dataLen()
 	if uint64(n) > transport.SGLLen(r.sgl) {
-		q.recvDoneLocked(r, &transport.WC{Status: transport.StatusLocLenErr})
-		resp.kind, resp.nak = pktNak, nakInvReq
-		q.responderErrLocked(transport.EventQPFatal, transport.StatusLocLenErr,
+		// IBA: LOC_LEN_ERR here, an invalid-request NAK to the sender
+		// (REM_INV_REQ_ERR). Under Quirks.RecvLenErrStatus the receive
+		// WQE counts as malformed (rxe: LOC_QP_OP_ERR here, a remote
+		// operational error NAK, REM_OP_ERR at the sender).
+		st, nak := transport.StatusLocLenErr, nakInvReq
+		if s := d.p.quirks.RecvLenErrStatus; s != transport.StatusSuccess {
+			st, nak = s, nakRemOp
+		}
+		q.recvDoneLocked(r, &transport.WC{Status: st})
+		resp.kind, resp.nak = pktNak, nak
+		q.responderErrLocked(transport.EventQPFatal, st,
 			fmt.Sprintf("SEND of %d bytes into a %d-byte receive", n, transport.SGLLen(r.sgl)))
 		return true
 	}
-	if bad := q.scatter(r.sgl, pkt); bad != "" {
-		q.recvDoneLocked(r, &transport.WC{Status: transport.StatusLocProtErr})
+	if bad := q.scatter(r.sgl, pkt); bad != nil {
+		st := d.sgeStatus(bad)
+		q.recvDoneLocked(r, &transport.WC{Status: st})
 		resp.kind, resp.nak = pktNak, nakRemOp
-		q.responderErrLocked(transport.EventQPFatal, transport.StatusLocProtErr, "receive buffer: "+bad)
+		q.responderErrLocked(transport.EventQPFatal, st, "receive buffer: "+bad.reason)
 		return true
 	}
 	wc := transport.WC{Status: transport.StatusSuccess, Opcode: transport.WCRecv, ByteLen: uint32(n)}

@@ -72,7 +72,9 @@
 // (test/rxe/run.sh). Where rxe is unsafe or breaks the contract and the
 // provider can see it coming, the provider makes rxe behave strictly; the
 // Quirks then describe the provider's behaviour, and this table says what
-// rxe itself does.
+// rxe itself does. The software NIC's rxe profile (transport/emu) emulates
+// rxe behind this provider; the emu package doc compares it, rule by rule,
+// with the strict, ib and iwarp profiles and with this measurement.
 //
 //	rule                                 rxe as measured -> provider
 //	LOCAL_INV of a FREE type-2 window    kernel oops (NULL deref, __rxe_put
@@ -93,7 +95,10 @@
 //	failed LOCAL_INV status              LOC_QP_OP_ERR, vendor_err 0
 //	                                       (LocalOpErrStatus)
 //	failed BIND_MW status                MW_BIND_ERR (e.g. bind of a bound
-//	                                       window); Quirks has one status
+//	                                       window), while LocalOpErrStatus
+//	                                       is LOC_QP_OP_ERR: a failed
+//	                                       BIND_MW may report MW_BIND_ERR on
+//	                                       any device (Quirks doc)
 //	BIND_MW, new key of another index    binds under the window's own index
 //	                                       with the new 8-bit key -> made to
 //	                                       fail: MW_BIND_ERR
@@ -125,7 +130,8 @@
 //	bad rkey on RDMA WRITE               REM_ACCESS_ERR at the requester,
 //	                                       both QPs to ERR, no QP_ACCESS_ERR
 //	                                       async event at the responder
-//	                                       (NoQPErrorEvents)
+//	                                       (NoQPErrorEvents; no QP event of
+//	                                       any kind was seen)
 //	SEND_WITH_INV with a wrong key       receiver REM_INV_REQ_ERR and ERR,
 //	                                       sender SUCCESS, no QP_REQ_ERR
 //	async events seen                    SQ_DRAINED (RTS -> SQD) only

@@ -542,6 +542,29 @@ func waitEvent(t *testing.T, dev transport.Device, timeout time.Duration, match 
 	}
 }
 
+// noEventWait is how long expectNoEvent watches for an event that must not
+// come. Events a device raises for an error are queued by the time its
+// completion is polled, so a short wait suffices.
+const noEventWait = 300 * time.Millisecond
+
+// expectNoEvent fails the test if an event match accepts arrives within
+// noEventWait.
+func expectNoEvent(t *testing.T, dev transport.Device, what string, match func(transport.AsyncEvent) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), noEventWait)
+	defer cancel()
+	for {
+		ev, err := dev.NextEvent(ctx)
+		if err != nil {
+			return
+		}
+		if match(ev) {
+			t.Errorf("unexpected event %v qp=%d %q: %s", ev.Type, ev.QPNum, ev.Reason, what)
+			return
+		}
+	}
+}
+
 // waitClosed waits for ch to close.
 func waitClosed(ch <-chan struct{}, timeout time.Duration) bool {
 	timer := time.NewTimer(timeout)

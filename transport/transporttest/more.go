@@ -156,7 +156,8 @@ func testCQCloseWakesWait(t *testing.T, p transport.Provider) {
 }
 
 // A bad SEND_WITH_INV is an invalid request (Class J): the receiver gets
-// QP_REQ_ERR (event.go, frmr-semantics §2.3, §4.4).
+// QP_REQ_ERR (event.go, frmr-semantics §2.3, §4.4) and goes to ERR. Under
+// Quirks.NoQPErrorEvents (rxe) it goes to ERR without the event.
 func testRemoteInvalidateEvent(t *testing.T, p transport.Provider) {
 	needCaps(t, deviceAttr(t, p), transport.CapSendWithInv)
 	pr := connectPair(t, p, pairConfig{})
@@ -165,10 +166,16 @@ func testRemoteInvalidateEvent(t *testing.T, p transport.Provider) {
 	postRecv(t, pr.a.qp, recvWR(1, rb.sge(0, 64)))
 	pr.b.do(t, transport.SendWR{ID: 2, Opcode: transport.OpSendWithInv, InvalidateKey: rb.mr.RKey(), SGL: []transport.SGE{src.sge(0, 8)}})
 	checkWC(t, waitWC(t, pr.a.rcq, 1, Timeout)[0], 1, pr.a.qp, transport.StatusRemInvReqErr)
-	if _, ok := waitEvent(t, pr.a.dev, Timeout, func(ev transport.AsyncEvent) bool {
+	match := func(ev transport.AsyncEvent) bool {
 		return ev.QPNum == pr.a.qp.Num() && ev.Type == transport.EventQPReqErr
-	}); !ok {
+	}
+	if pr.a.attr.Quirks.NoQPErrorEvents {
+		expectNoEvent(t, pr.a.dev, "QP_REQ_ERR for the receiver (Quirks.NoQPErrorEvents is set)", match)
+	} else if _, ok := waitEvent(t, pr.a.dev, Timeout, match); !ok {
 		t.Errorf("no QP_REQ_ERR event for the receiver QP %d", pr.a.qp.Num())
+	}
+	if st := pr.a.qp.State(); st != transport.QPErr {
+		t.Errorf("receiver QP after REM_INV_REQ_ERR in %v, want ERR", st)
 	}
 }
 

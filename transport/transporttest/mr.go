@@ -25,31 +25,35 @@ func init() {
 // localSGECase is a SEND whose first SGE is bad in one way. Strict
 // requester checks (frmr-semantics §2.3): index exists, full key equal,
 // PD(MR) = PD(QP), bounds; failure is LOC_PROT_ERR and the QP goes to ERR.
+// badKey marks the cases whose lkey does not resolve to a usable MR, which
+// complete with Quirks.LocalKeyErrStatus where it is set (rxe:
+// LOC_QP_OP_ERR); bounds errors are LOC_PROT_ERR everywhere.
 type localSGECase struct {
-	name string
-	sge  func(t *testing.T, pr *pair, good buf) transport.SGE
+	name   string
+	badKey bool
+	sge    func(t *testing.T, pr *pair, good buf) transport.SGE
 }
 
 var localSGECases = []localSGECase{
-	{"WrongKeyVariant", func(t *testing.T, pr *pair, good buf) transport.SGE {
+	{"WrongKeyVariant", true, func(t *testing.T, pr *pair, good buf) transport.SGE {
 		s := good.sge(0, 64)
 		s.LKey = s.LKey.Bump()
 		return s
 	}},
-	{"OtherPD", func(t *testing.T, pr *pair, good buf) transport.SGE {
+	{"OtherPD", true, func(t *testing.T, pr *pair, good buf) transport.SGE {
 		// An MR of the peer's PD (same device on a loopback provider).
 		other := newBuf(t, pr.p, pr.b.pd, transport.PageSize, transport.AccessLocalWrite)
 		return other.sge(0, 64)
 	}},
-	{"OutOfBounds", func(t *testing.T, pr *pair, good buf) transport.SGE {
+	{"OutOfBounds", false, func(t *testing.T, pr *pair, good buf) transport.SGE {
 		mr := regMR(t, pr.a.pd, good.a, 0, 100, transport.AccessLocalWrite)
 		return transport.SGE{Addr: mr.Addr() + 90, Length: 20, LKey: mr.LKey()}
 	}},
-	{"BeforeStart", func(t *testing.T, pr *pair, good buf) transport.SGE {
+	{"BeforeStart", false, func(t *testing.T, pr *pair, good buf) transport.SGE {
 		mr := regMR(t, pr.a.pd, good.a, 128, 100, transport.AccessLocalWrite)
 		return transport.SGE{Addr: mr.Addr() - 1, Length: 8, LKey: mr.LKey()}
 	}},
-	{"Deregistered", func(t *testing.T, pr *pair, good buf) transport.SGE {
+	{"Deregistered", true, func(t *testing.T, pr *pair, good buf) transport.SGE {
 		mr, err := pr.a.pd.RegMR(good.a, 0, 256, transport.AccessLocalWrite)
 		if err != nil {
 			t.Fatal(err)
@@ -62,12 +66,17 @@ var localSGECases = []localSGECase{
 	}},
 }
 
-// A bad local SGE completes LOC_PROT_ERR, the QP goes to ERR, and every
-// later WR on both queues flushes with WR_FLUSH_ERR, one completion each, in
-// posting order, signaled or not (frmr-semantics §2.3, §3.3, §4.2).
+// A bad local SGE completes LOC_PROT_ERR (or Quirks.LocalKeyErrStatus for
+// an lkey that does not resolve), the QP goes to ERR, and every later WR on
+// both queues flushes with WR_FLUSH_ERR, one completion each, in posting
+// order, signaled or not (frmr-semantics §2.3, §3.3, §4.2).
 func testLocalSGE(t *testing.T, p transport.Provider, c localSGECase) {
 	pr := connectPair(t, p, pairConfig{})
 	a, b := pr.a, pr.b
+	want := transport.StatusLocProtErr
+	if s := a.attr.Quirks.LocalKeyErrStatus; c.badKey && s != transport.StatusSuccess {
+		want = s
+	}
 	good := newBuf(t, p, a.pd, 2*transport.PageSize, transport.AccessLocalWrite)
 	bb := newBuf(t, p, b.pd, transport.PageSize, transport.AccessLocalWrite)
 	postRecv(t, b.qp, recvWR(1, bb.sge(0, 1024)))
@@ -79,7 +88,7 @@ func testLocalSGE(t *testing.T, p transport.Provider, c localSGECase) {
 		transport.SendWR{ID: 3, Opcode: transport.OpSend, SGL: []transport.SGE{good.sge(0, 16)}}, // unsignaled: flushes still complete
 	)
 	wcs := waitWC(t, a.scq, 3, Timeout)
-	checkWC(t, wcs[0], 1, a.qp, transport.StatusLocProtErr)
+	checkWC(t, wcs[0], 1, a.qp, want)
 	checkWC(t, wcs[1], 2, a.qp, transport.StatusWRFlushErr)
 	checkWC(t, wcs[2], 3, a.qp, transport.StatusWRFlushErr)
 	rwcs := waitWC(t, a.rcq, 2, Timeout)
@@ -232,20 +241,30 @@ func testRemote(t *testing.T, p transport.Provider, c remoteCase) {
 }
 
 // The responder of a remote access violation gets QP_ACCESS_ERR
-// (frmr-semantics §4.2, §4.4).
+// (frmr-semantics §4.2, §4.4) and goes to ERR. Under
+// Quirks.NoQPErrorEvents (rxe) it goes to ERR without the event: the error
+// shows only in completions.
 func testRemoteAccessEvent(t *testing.T, p transport.Provider) {
 	pr := connectPair(t, p, pairConfig{})
 	a, b := pr.a, pr.b
 	target := newBuf(t, p, a.pd, transport.PageSize, accRW)
 	local := newBuf(t, p, b.pd, transport.PageSize, transport.AccessLocalWrite)
+	a.armSentinel(t, target, 2048)
 	wc := b.do(t, writeWR(1, local.sge(0, 8), target.addr(0), target.mr.RKey().Bump()))
 	checkWC(t, wc, 1, b.qp, transport.StatusRemAccessErr)
-	ev, ok := waitEvent(t, a.dev, Timeout, func(ev transport.AsyncEvent) bool {
+	match := func(ev transport.AsyncEvent) bool {
 		return ev.QPNum == a.qp.Num() && ev.Type == transport.EventQPAccessErr
-	})
+	}
+	if a.attr.Quirks.NoQPErrorEvents {
+		a.expectErrState(t, "responder after a remote access violation")
+		expectNoEvent(t, a.dev, "QP_ACCESS_ERR for the responder (Quirks.NoQPErrorEvents is set)", match)
+		return
+	}
+	ev, ok := waitEvent(t, a.dev, Timeout, match)
 	if !ok {
 		t.Errorf("no QP_ACCESS_ERR event for responder QP %d within %v", a.qp.Num(), Timeout)
 		return
 	}
 	t.Logf("event: %v qp=%d %q", ev.Type, ev.QPNum, ev.Reason)
+	a.expectErrState(t, "responder after a remote access violation")
 }
