@@ -65,3 +65,19 @@ func checkIO(name, op string, off, n int64, size int64, bs int) error {
 func ioErr(name, op string, n, off int64, err error) error {
 	return fmt.Errorf("block: volume %q: %s %d bytes at %d: %w", name, op, n, off, err)
 }
+
+// checkCreate validates the arguments every backend's Create takes and
+// returns the block size to use.
+func checkCreate(name string, size int64, blockSize int) (int, error) {
+	bs, err := normBlockSize(blockSize)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkName("volume", name); err != nil {
+		return 0, err
+	}
+	if err := checkSize(name, size, bs); err != nil {
+		return 0, err
+	}
+	return bs, nil
+}

@@ -117,14 +117,8 @@ func syncDir(dir string) error {
 
 // Create implements Store.
 func (s *FileStore) Create(name string, size int64, blockSize int) (Volume, error) {
-	bs, err := normBlockSize(blockSize)
+	bs, err := checkCreate(name, size, blockSize)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkName("volume", name); err != nil {
-		return nil, err
-	}
-	if err := checkSize(name, size, bs); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

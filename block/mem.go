@@ -57,14 +57,8 @@ func (s *MemStore) errClosed(op string) error {
 
 // Create implements Store.
 func (s *MemStore) Create(name string, size int64, blockSize int) (Volume, error) {
-	bs, err := normBlockSize(blockSize)
+	bs, err := checkCreate(name, size, blockSize)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkName("volume", name); err != nil {
-		return nil, err
-	}
-	if err := checkSize(name, size, bs); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
