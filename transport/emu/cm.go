@@ -81,6 +81,31 @@ func asQP(d *device, x transport.QP) (*qp, error) {
 	return q, nil
 }
 
+// acceptFrom waits for the next connection request a wire's listener
+// queued.
+func acceptFrom[R transport.ConnRequest](ctx context.Context, reqs <-chan R, done <-chan struct{}, addr string) (transport.ConnRequest, error) {
+	select {
+	case r := <-reqs:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-done:
+		return nil, fmt.Errorf("emu: accept on %s: %w", addr, transport.ErrClosed)
+	}
+}
+
+// rejectPending refuses the requests still queued on a closing listener.
+func rejectPending[R transport.ConnRequest](reqs <-chan R) {
+	for {
+		select {
+		case r := <-reqs:
+			r.Reject(nil)
+		default:
+			return
+		}
+	}
+}
+
 // ---- loop wire ----
 
 // loopRegistry holds the loop wire's listeners for the whole process, so
@@ -121,14 +146,7 @@ func (p *Provider) listenLoop(addr string) (transport.Listener, error) {
 func (l *loopListener) Addr() string { return l.addr }
 
 func (l *loopListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-l.done:
-		return nil, fmt.Errorf("emu: accept on %s: %w", l.addr, transport.ErrClosed)
-	}
+	return acceptFrom(ctx, l.reqs, l.done, l.addr)
 }
 
 func (l *loopListener) Close() error {
@@ -139,14 +157,7 @@ func (l *loopListener) Close() error {
 		}
 		loopRegistry.mu.Unlock()
 		close(l.done)
-		for {
-			select {
-			case r := <-l.reqs:
-				r.Reject(nil)
-			default:
-				return
-			}
-		}
+		rejectPending(l.reqs)
 	})
 	return nil
 }

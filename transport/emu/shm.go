@@ -281,14 +281,7 @@ func (l *shmListener) handshake(uc *net.UnixConn) {
 }
 
 func (l *shmListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-l.done:
-		return nil, fmt.Errorf("emu: accept on %s: %w", l.path, transport.ErrClosed)
-	}
+	return acceptFrom(ctx, l.reqs, l.done, l.path)
 }
 
 func (l *shmListener) Close() error {
@@ -296,14 +289,7 @@ func (l *shmListener) Close() error {
 		close(l.done)
 		l.ln.Close()
 		l.wg.Wait()
-		for {
-			select {
-			case r := <-l.reqs:
-				r.Reject(nil)
-			default:
-				return
-			}
-		}
+		rejectPending(l.reqs)
 	})
 	return nil
 }

@@ -87,14 +87,7 @@ func (l *tcpListener) handshake(nc net.Conn) {
 }
 
 func (l *tcpListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-l.done:
-		return nil, fmt.Errorf("emu: accept on %s: %w", l.Addr(), transport.ErrClosed)
-	}
+	return acceptFrom(ctx, l.reqs, l.done, l.Addr())
 }
 
 func (l *tcpListener) Close() error {
@@ -102,14 +95,7 @@ func (l *tcpListener) Close() error {
 		close(l.done)
 		l.ln.Close()
 		l.wg.Wait()
-		for {
-			select {
-			case r := <-l.reqs:
-				r.Reject(nil)
-			default:
-				return
-			}
-		}
+		rejectPending(l.reqs)
 	})
 	return nil
 }
