@@ -526,13 +526,10 @@ func (c *core) nonEmptyDesc(s *slot) int {
 	return n
 }
 
-// postReads fetches a WRITE's data: one RDMA READ per descriptor into the
-// slot's data buffer, the last one signaled.
-func (c *core) postReads(s *slot) {
-	n := c.nonEmptyDesc(s)
-	if !c.sqReserve(n) {
-		return
-	}
+// appendRDMA queues one unsignaled RDMA READ or WRITE per non-empty
+// descriptor of the slot's command, between the slot's data buffer and
+// the initiator's memory, and returns how many.
+func (c *core) appendRDMA(s *slot, kind wrKind, op transport.Opcode) int {
 	var off uint64
 	k := 0
 	for i := 0; i < s.cmd.NDesc; i++ {
@@ -542,12 +539,23 @@ func (c *core) postReads(s *slot) {
 		}
 		s.sges[k] = transport.SGE{Addr: s.dataAddr + off, Length: d.Len, LKey: c.p.dataLKey}
 		c.acts.send = append(c.acts.send, transport.SendWR{
-			ID: makeWRID(c.p.gen, kindRead, int(s.idx)), Opcode: transport.OpRDMARead,
+			ID: makeWRID(c.p.gen, kind, int(s.idx)), Opcode: op,
 			SGL: s.sges[k : k+1], RemoteAddr: d.VA, RKey: transport.Key(d.RKey),
 		})
 		off += uint64(d.Len)
 		k++
 	}
+	return k
+}
+
+// postReads fetches a WRITE's data: one RDMA READ per descriptor into the
+// slot's data buffer, the last one signaled.
+func (c *core) postReads(s *slot) {
+	n := c.nonEmptyDesc(s)
+	if !c.sqReserve(n) {
+		return
+	}
+	c.appendRDMA(s, kindRead, transport.OpRDMARead)
 	c.acts.send[len(c.acts.send)-1].Flags = transport.FlagSignaled
 	s.sigSeq = c.sqPosted
 	s.state = slotReadingData
@@ -572,21 +580,7 @@ func (c *core) respondRead(s *slot) {
 	if !c.sqReserve(n + 1) {
 		return
 	}
-	var off uint64
-	k := 0
-	for i := 0; i < s.cmd.NDesc; i++ {
-		d := &s.cmd.Desc[i]
-		if d.Len == 0 {
-			continue
-		}
-		s.sges[k] = transport.SGE{Addr: s.dataAddr + off, Length: d.Len, LKey: c.p.dataLKey}
-		c.acts.send = append(c.acts.send, transport.SendWR{
-			ID: makeWRID(c.p.gen, kindWrite, int(s.idx)), Opcode: transport.OpRDMAWrite,
-			SGL: s.sges[k : k+1], RemoteAddr: d.VA, RKey: transport.Key(d.RKey),
-		})
-		off += uint64(d.Len)
-		k++
-	}
+	k := c.appendRDMA(s, kindWrite, transport.OpRDMAWrite)
 	c.postResponse(s, wire.StatusGood, wire.SenseNone, k)
 	s.state = slotWritingData
 }
