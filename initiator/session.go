@@ -50,7 +50,7 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	s.stats.init()
 	var idb [8]byte
 	rand.Read(idb[:])
-	s.id = binary.LittleEndian.Uint64(idb[:])
+	s.id = binary.LittleEndian.Uint64(idb[:]) | 1 // zero would opt out of reinstatement
 	ep, err := cfg.Provider.Resolve(ctx, cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("initiator: resolve %s: %w", cfg.Addr, err)

@@ -267,9 +267,10 @@ func (c *conn) pollOnce() bool {
 // execute carries out the core's actions: receives, sends, jobs.
 func (c *conn) execute() {
 	a := &c.core.acts
-	if a.loggedIn && !a.disconnect {
+	if a.loggedIn && !a.disconnect && c.core.session != 0 {
 		// Before the login response goes out, retire any older connection
-		// of the same initiator channel, volume I/O and all.
+		// of the same initiator channel, volume I/O and all. An initiator
+		// that names no session opts out.
 		key := fmt.Sprintf("%s\x00%d\x00%d", c.core.initiator, c.core.session, c.core.channel)
 		if !c.t.reinstate(c, key) {
 			c.core.close("an older connection of this channel did not finish its I/O in time", false)

@@ -67,7 +67,8 @@ type LoginRequest struct {
 	// connection replaces it: the target ends the old connection and
 	// waits for its volume I/O to finish before answering, so no write
 	// from the dead connection can land after one the new connection
-	// acknowledges (iSCSI session reinstatement, RFC 7143 §6.3.5).
+	// acknowledges (iSCSI session reinstatement, RFC 7143 §6.3.5). Zero
+	// opts out.
 	Session uint64 `msgpack:"sid,omitempty"`
 	Channel uint16 `msgpack:"ch,omitempty"`
 }
