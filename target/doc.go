@@ -78,4 +78,15 @@
 // Shutdown stops accepting, lets each connection finish and answer what is
 // in flight (new commands are answered Busy), disconnects and waits; its
 // context bounds the wait.
+//
+// # Channel reinstatement
+//
+// An initiator names its session and channel in the login. A login for a
+// channel the target still serves on an older connection (the initiator
+// saw that connection die first) ends the old connection and waits, up
+// to 30 s, for the volume calls it had started before the new login is
+// answered; otherwise a write the dead connection had already fetched
+// could land after the initiator re-issued it and wrote newer data
+// (iSCSI session reinstatement, RFC 7143 §6.3.5). A login with no session
+// opts out.
 package target
