@@ -15,7 +15,6 @@ import (
 	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/transport"
-	"github.com/gosrp/gosrp/transport/emu"       // the software NIC: --provider emu
 	_ "github.com/gosrp/gosrp/transport/ibverbs" // RDMA hardware, or a hint on how to build it
 )
 
@@ -33,20 +32,7 @@ func openProvider(o *Options, log *slog.Logger) (transport.Provider, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		opts[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
-	if o.Provider != "emu" {
-		return cli.OpenProvider(o.Provider, opts)
-	}
-	c, err := emu.ConfigFromOptions(opts)
-	if err != nil {
-		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
-	}
-	c.RetryTimeout, c.RetryCount = cli.EmuRetryTimeoutMS*time.Millisecond, cli.EmuRetryCount
-	c.Logger = log
-	p, err := emu.New(c)
-	if err != nil {
-		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
-	}
-	return p, nil
+	return cli.OpenProvider(o.Provider, opts, log)
 }
 
 // storeCatalog serves a block.Store's volumes to the embedded target (the

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -24,7 +23,6 @@ import (
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/transport"
-	"github.com/gosrp/gosrp/transport/emu"       // the software NIC: --provider emu
 	_ "github.com/gosrp/gosrp/transport/ibverbs" // RDMA hardware, or a hint on how to build it
 )
 
@@ -105,7 +103,7 @@ func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error
 		k, v, _ := strings.Cut(kv, "=")
 		opts[k] = v
 	}
-	prov, err := openProvider(c.provider, opts, quietLogger())
+	prov, err := cli.OpenProvider(c.provider, opts, quietLogger())
 	if err != nil {
 		return nil, err
 	}
@@ -169,23 +167,4 @@ func ioError(err error) error {
 		return nil
 	}
 	return errors.New(strings.TrimPrefix(err.Error(), "initiator: "))
-}
-
-// openProvider opens the verbs provider; the software NIC gets the
-// programs' retry settings (see cli.EmuRetryTimeoutMS).
-func openProvider(name string, o transport.Options, log *slog.Logger) (transport.Provider, error) {
-	if name != "emu" {
-		return cli.OpenProvider(name, o)
-	}
-	c, err := emu.ConfigFromOptions(o)
-	if err != nil {
-		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
-	}
-	c.RetryTimeout, c.RetryCount = cli.EmuRetryTimeoutMS*time.Millisecond, cli.EmuRetryCount
-	c.Logger = log
-	p, err := emu.New(c)
-	if err != nil {
-		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
-	}
-	return p, nil
 }

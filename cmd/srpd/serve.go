@@ -22,7 +22,6 @@ import (
 	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/transport"
-	"github.com/gosrp/gosrp/transport/emu"       // the software NIC: --provider emu
 	_ "github.com/gosrp/gosrp/transport/ibverbs" // RDMA hardware, or a hint on how to build it
 )
 
@@ -122,7 +121,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 }
 
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
-	prov, err := openProvider(cfg.Provider, providerOptions(&cfg), log)
+	prov, err := cli.OpenProvider(cfg.Provider, providerOptions(&cfg), log)
 	if err != nil {
 		return err
 	}
@@ -260,23 +259,4 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("stopped; the store is flushed", "data", cfg.Data)
 	}
 	return runErr
-}
-
-// openProvider opens the verbs provider; the software NIC gets the
-// programs' retry settings (see cli.EmuRetryTimeoutMS).
-func openProvider(name string, o transport.Options, log *slog.Logger) (transport.Provider, error) {
-	if name != "emu" {
-		return cli.OpenProvider(name, o)
-	}
-	c, err := emu.ConfigFromOptions(o)
-	if err != nil {
-		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
-	}
-	c.RetryTimeout, c.RetryCount = cli.EmuRetryTimeoutMS*time.Millisecond, cli.EmuRetryCount
-	c.Logger = log
-	p, err := emu.New(c)
-	if err != nil {
-		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
-	}
-	return p, nil
 }

@@ -3,14 +3,31 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"
 )
 
 // OpenProvider opens a verbs provider by name with a one-line error a user
-// can act on (for ibverbs on a default build: how to rebuild).
-func OpenProvider(name string, opts transport.Options) (transport.Provider, error) {
+// can act on (for ibverbs on a default build: how to rebuild). The
+// software NIC gets the programs' retry settings (EmuRetryTimeoutMS) and
+// log (nil: slog.Default()).
+func OpenProvider(name string, opts transport.Options, log *slog.Logger) (transport.Provider, error) {
+	if name == "emu" {
+		c, err := emu.ConfigFromOptions(opts)
+		if err == nil {
+			c.RetryTimeout, c.RetryCount = EmuRetryTimeoutMS*time.Millisecond, EmuRetryCount
+			c.Logger = log
+			var p *emu.Provider
+			if p, err = emu.New(c); err == nil {
+				return p, nil
+			}
+		}
+		return nil, fmt.Errorf("--provider emu: %s", strings.TrimPrefix(err.Error(), "emu: "))
+	}
 	p, err := transport.Open(name, opts)
 	if err == nil {
 		return p, nil
