@@ -72,6 +72,21 @@ func (d *device) localOpErr(format string, args ...any) *opError {
 	return &opError{status: d.p.quirks.LocalOpErrStatus, reason: fmt.Sprintf(format, args...)}
 }
 
+// install gives a new memory object its index and key on the PD's device.
+func (pd *pd) install(o *memObj) error {
+	if err := pd.use(); err != nil {
+		return err
+	}
+	d := pd.dev
+	d.mem.Lock()
+	err := d.newObjLocked(o)
+	d.mem.Unlock()
+	if err != nil {
+		pd.release()
+	}
+	return err
+}
+
 // ---- regular MRs ----
 
 type mr struct {
@@ -90,19 +105,12 @@ func (pd *pd) RegMR(a *transport.Arena, off, length int, access transport.Access
 	if !access.Valid() {
 		return nil, fmt.Errorf("emu: reg mr with access %s: %w", access, transport.ErrInvalidArgument)
 	}
-	if err := pd.use(); err != nil {
+	o := &memObj{kind: kindMR, pd: pd, state: stateValid, access: access,
+		m: mapping{arena: a, off: off, iova: a.Addr() + uint64(off), length: uint64(length)}}
+	if err := pd.install(o); err != nil {
 		return nil, err
 	}
 	d := pd.dev
-	o := &memObj{kind: kindMR, pd: pd, state: stateValid, access: access,
-		m: mapping{arena: a, off: off, iova: a.Addr() + uint64(off), length: uint64(length)}}
-	d.mem.Lock()
-	err := d.newObjLocked(o)
-	d.mem.Unlock()
-	if err != nil {
-		pd.release()
-		return nil, err
-	}
 	return &mr{o: o, dev: d, addr: o.m.iova}, nil
 }
 
@@ -158,18 +166,11 @@ func (pd *pd) AllocFastRegMR(maxPages int) (transport.FastRegMR, error) {
 	if maxPages <= 0 || maxPages > maxFastRegPages {
 		return nil, fmt.Errorf("emu: alloc fast-reg mr of %d pages (max %d): %w", maxPages, maxFastRegPages, transport.ErrInvalidArgument)
 	}
-	if err := pd.use(); err != nil {
+	o := &memObj{kind: kindFRMR, pd: pd, state: stateFree, maxPages: maxPages}
+	if err := pd.install(o); err != nil {
 		return nil, err
 	}
 	d := pd.dev
-	o := &memObj{kind: kindFRMR, pd: pd, state: stateFree, maxPages: maxPages}
-	d.mem.Lock()
-	err := d.newObjLocked(o)
-	d.mem.Unlock()
-	if err != nil {
-		pd.release()
-		return nil, err
-	}
 	return &frmr{o: o, dev: d, initKey: o.key}, nil
 }
 
@@ -221,18 +222,11 @@ type mw struct {
 }
 
 func (pd *pd) AllocMW() (transport.MW, error) {
-	if err := pd.use(); err != nil {
+	o := &memObj{kind: kindMW, pd: pd, state: stateFree}
+	if err := pd.install(o); err != nil {
 		return nil, err
 	}
 	d := pd.dev
-	o := &memObj{kind: kindMW, pd: pd, state: stateFree}
-	d.mem.Lock()
-	err := d.newObjLocked(o)
-	d.mem.Unlock()
-	if err != nil {
-		pd.release()
-		return nil, err
-	}
 	return &mw{o: o, dev: d, initKey: o.key}, nil
 }
 
