@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/gosrp/gosrp/internal/cli"
@@ -83,6 +84,17 @@ func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	}
 	bw := bufio.NewWriter(out)
 	defer bw.Flush()
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	table := io.Writer(bw)
 	if o.OutFormat == "json" {
 		table = stderr

@@ -28,6 +28,7 @@ type Options struct {
 	OutFormat  string // normal, json
 	Output     string // file for the report ("": stdout)
 	Plot       string
+	CPUProfile string
 	Target     string
 	Volume     string
 	Embedded   bool
@@ -186,6 +187,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.OutFormat, "output-format", o.OutFormat, "report `FORMAT`: normal (table and summary) or json (fio's JSON shape; the per-second table goes to stderr)")
 	fs.StringVar(&o.Output, "output", "", "write the report to `FILE` instead of stdout")
 	fs.StringVar(&o.Plot, "plot", "", "draw IOPS over time and the latency distribution into an SVG `FILE`")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (go tool pprof) to `FILE`; with --embedded it covers the target too")
 	fs.StringVar(&o.Target, "target", "", "benchmark a running target at `HOST:PORT` (for --wire shm: its socket path)")
 	fs.StringVar(&o.Volume, "volume", o.Volume, "volume `NAME` to open on the target (embedded: the name of the volume created)")
 	fs.BoolVar(&o.Embedded, "embedded", false, "run a target in this process (default when --target is not given)")

@@ -36,6 +36,7 @@ type Config struct {
 	Wire            string            `json:"wire" toml:"wire"`
 	ProviderOptions map[string]string `json:"provider_options" toml:"provider_options"`
 	Metrics         string            `json:"metrics" toml:"metrics"`
+	Pprof           bool              `json:"pprof" toml:"pprof"`
 	LogLevel        string            `json:"log_level" toml:"log_level"`
 	LogFormat       string            `json:"log_format" toml:"log_format"`
 	Name            string            `json:"name" toml:"name"`
@@ -76,6 +77,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "serve Prometheus /metrics on `HOST:PORT` (off when empty)")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "also serve Go's /debug/pprof/ profiles on the --metrics address")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `FORMAT`: text or json")
 	fs.StringVar(&c.Name, "name", c.Name, "target `NAME` reported to initiators at login")
