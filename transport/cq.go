@@ -19,3 +19,14 @@ type CQ interface {
 	// Close destroys the CQ once no QP uses it.
 	Close() error
 }
+
+// CQNotifier is implemented by CQs that can signal completions on a
+// channel, so an event loop can select on them with its other inputs
+// instead of running a goroutine in Wait. The channel receives a value
+// (coalesced) after completions are added; as with Wait, a consumer polls
+// until the CQ is empty before it waits on the channel again, and spurious
+// wake-ups are allowed. It is never closed: a closed or dead CQ reports
+// through Poll.
+type CQNotifier interface {
+	Notify() <-chan struct{}
+}

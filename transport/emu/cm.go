@@ -252,6 +252,7 @@ func (e *loopEnd) direct() bool           { return false }
 func (e *loopEnd) closeSinks()            {}
 func (e *loopEnd) sendRequest(p *packet)  { e.peer.onRequest(p) }
 func (e *loopEnd) sendResponse(p *packet) { e.peer.onResponse(p) }
+func (e *loopEnd) flush()                 {}
 func (e *loopEnd) disconnect(err error) {
 	e.sh.once.Do(func() {
 		e.sh.a.fail(err, false)

@@ -36,6 +36,10 @@ func newCQ(d *device, depth int) *cq {
 
 func (c *cq) Depth() int { return c.depth }
 
+// Notify implements transport.CQNotifier. Wait and Notify share the
+// signal: a CQ has one consumer, which uses one or the other.
+func (c *cq) Notify() <-chan struct{} { return c.notify }
+
 func (c *cq) Poll(wcs []transport.WC) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -99,6 +99,10 @@ type link interface {
 	sendRequest(p *packet)
 	// sendResponse carries a response to the peer's requester.
 	sendResponse(p *packet)
+	// flush transmits what the link holds back to batch (the doorbell): a
+	// sender calls it once it has no more packets ready. Links that send
+	// at once ignore it.
+	flush()
 	// disconnect ends the connection on both sides (DREQ, link cut).
 	disconnect(err error)
 	// direct reports whether the wire reaches the peer's memory itself

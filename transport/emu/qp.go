@@ -55,10 +55,14 @@ type qp struct {
 	stopped  chan struct{}
 	timer    *time.Timer
 
-	mu    sync.Mutex
-	state transport.QPState
-	link  link
-	conn  *conn
+	mu sync.Mutex
+	// pumping is set while a goroutine runs the requester; pumpAgain asks
+	// it to run once more (see pump).
+	pumping, pumpAgain bool
+	armedAt            time.Time // the retry timer's deadline; zero when idle
+	state              transport.QPState
+	link               link
+	conn               *conn
 
 	sq     []wqe
 	sqHead uint64 // oldest slot not reclaimed
@@ -263,14 +267,15 @@ func (q *qp) slot(i uint64) *wqe { return &q.sq[i%uint64(len(q.sq))] }
 
 func (q *qp) PostSend(wrs []transport.SendWR) (int, error) {
 	q.mu.Lock()
-	defer q.unlock()
 	for i := range wrs {
 		if err := q.postOneLocked(&wrs[i], i); err != nil {
-			q.kick() // what was accepted runs (bad_wr contract)
+			q.unlock()
+			q.pump() // what was accepted runs (bad_wr contract)
 			return i, err
 		}
 	}
-	q.kick()
+	q.unlock()
+	q.pump()
 	return len(wrs), nil
 }
 

@@ -11,8 +11,9 @@ import (
 // requester's outstanding-request limit).
 const window = 64
 
-// run is the QP's requester: it starts send WRs in posting order and owns
-// the retry timer. Close stops it.
+// run is the QP's requester goroutine: it owns the retry timer and starts
+// whatever the posting goroutine could not (work queued behind the window,
+// a fence, or an RNR wait). Close stops it.
 func (q *qp) run() {
 	defer close(q.stopped)
 	for {
@@ -21,8 +22,41 @@ func (q *qp) run() {
 			return
 		case <-q.doorbell:
 		case <-q.timer.C:
+			q.mu.Lock()
+			q.armedAt = time.Time{}
+			q.mu.Unlock()
 		}
-		q.progress()
+		q.pump()
+	}
+}
+
+// pump runs the requester in the calling goroutine unless another
+// goroutine already does; then that one runs it once more. Work posted by
+// ibv_post_send on an idle send queue thus goes out without a hand-off to
+// the requester goroutine, as a hardware doorbell starts the NIC at once,
+// while one goroutine at a time transmits, which keeps packets in PSN
+// order and the staging buffers single-owner.
+func (q *qp) pump() {
+	q.mu.Lock()
+	if q.pumping {
+		q.pumpAgain = true
+		q.mu.Unlock()
+		return
+	}
+	q.pumping = true
+	q.mu.Unlock()
+	for {
+		if l := q.progress(); l != nil {
+			l.flush()
+		}
+		q.mu.Lock()
+		if !q.pumpAgain {
+			q.pumping = false
+			q.mu.Unlock()
+			return
+		}
+		q.pumpAgain = false
+		q.mu.Unlock()
 	}
 }
 
@@ -35,7 +69,10 @@ func (q *qp) armLocked(now time.Time) {
 	if !q.rnrUntil.IsZero() && (at.IsZero() || q.rnrUntil.Before(at)) {
 		at = q.rnrUntil
 	}
-	if !at.IsZero() {
+	// A timer armed for an earlier instant stays: firing early only makes
+	// the requester look again, and re-arming on every packet is costly.
+	if !at.IsZero() && (q.armedAt.IsZero() || at.Before(q.armedAt)) {
+		q.armedAt = at
 		q.timer.Reset(max(at.Sub(now), 0))
 	}
 }
@@ -61,7 +98,9 @@ func (q *qp) readInflightLocked() bool {
 	return false
 }
 
-func (q *qp) progress() {
+// progress starts every WR it can, in order; it returns the link it sent
+// packets on, which the caller then flushes, or nil.
+func (q *qp) progress() (sent link) {
 	p := q.dev.p
 	for {
 		q.mu.Lock()
@@ -193,6 +232,7 @@ func (q *qp) progress() {
 			time.Sleep(delay) // the wire is in order: a late packet holds up the ones behind it
 		}
 		l.sendRequest(pkt)
+		sent = l
 		if dup {
 			p.counters.duplicates.Add(1)
 			l.sendRequest(pkt)
@@ -392,8 +432,13 @@ func (q *qp) onResponse(pkt *packet) {
 		q.inflight = q.inflight[:0]
 	}
 	q.retireLocked()
+	// The requester goroutine is needed only if work waits behind the
+	// window or a fence; an idle send queue has nothing to start.
+	waiting := q.sqNext != q.sqTail
 	q.unlock()
-	q.kick()
+	if waiting {
+		q.kick()
+	}
 }
 
 // scatter copies a message's bytes into local sinks, checking each sink

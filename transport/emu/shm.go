@@ -13,7 +13,9 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -130,6 +132,12 @@ func writeCtl(uc *net.UnixConn, m *ctlMsg, fd int) error {
 // The caller owns (and must close) the descriptors.
 func readCtl(uc *net.UnixConn, buf, oob []byte, m *ctlMsg) ([]int, error) {
 	n, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
+	return finishCtl(buf, oob, n, oobn, flags, err, m)
+}
+
+// finishCtl checks and decodes a control message received into buf and
+// oob.
+func finishCtl(buf, oob []byte, n, oobn, flags int, err error, m *ctlMsg) ([]int, error) {
 	fds := parseRights(oob[:oobn])
 	if err == nil && n == 0 {
 		err = io.EOF
@@ -147,6 +155,65 @@ func readCtl(uc *net.UnixConn, buf, oob []byte, m *ctlMsg) ([]int, error) {
 		return nil, err
 	}
 	return fds, nil
+}
+
+// ctlRecv receives control messages on an established link without
+// allocating: net.UnixConn.ReadMsgUnix allocates the sender's address on
+// every call, and a sleeping ring reader is woken by one message per
+// doorbell. It calls recvmsg(2) with no name through the descriptor's
+// RawConn, so the netpoller still does the waiting.
+type ctlRecv struct {
+	rc        syscall.RawConn
+	buf, oob  []byte
+	iov       unix.Iovec
+	msg       unix.Msghdr
+	n, oobn   int
+	flags     int
+	err       error
+	recvmsgFn func(fd uintptr) bool // r.recvmsg, bound once
+}
+
+func newCtlRecv(uc *net.UnixConn, buf, oob []byte) (*ctlRecv, error) {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	r := &ctlRecv{rc: rc, buf: buf, oob: oob}
+	r.recvmsgFn = r.recvmsg
+	return r, nil
+}
+
+// recvmsg is one non-blocking recvmsg; false asks RawConn.Read to wait
+// for the socket to become readable and call again.
+func (r *ctlRecv) recvmsg(fd uintptr) bool {
+	r.iov.Base = &r.buf[0]
+	r.iov.SetLen(len(r.buf))
+	r.msg = unix.Msghdr{Iov: &r.iov}
+	r.msg.SetIovlen(1)
+	r.msg.Control = &r.oob[0]
+	r.msg.SetControllen(len(r.oob))
+	for {
+		n, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.msg)), unix.MSG_CMSG_CLOEXEC)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		case 0:
+			r.n, r.oobn, r.flags, r.err = int(n), int(r.msg.Controllen), int(r.msg.Flags), nil
+		default:
+			r.n, r.oobn, r.flags, r.err = 0, 0, 0, e
+		}
+		return true
+	}
+}
+
+// read receives one control message, as readCtl does.
+func (r *ctlRecv) read(m *ctlMsg) ([]int, error) {
+	if err := r.rc.Read(r.recvmsgFn); err != nil {
+		return nil, err
+	}
+	return finishCtl(r.buf, r.oob, r.n, r.oobn, r.flags, r.err, m)
 }
 
 func parseRights(oob []byte) []int {
@@ -436,18 +503,34 @@ func (p *Provider) connectShm(ctx context.Context, addr string, q *qp, priv []by
 
 // ---- the link ----
 
-// Waiting policy of a ring reader with nothing to do: spin shmSpin polls,
-// then yield the processor until shmYield has passed, then sleep until a
-// doorbell (or at most shmSleep, a safety net; peer death is reported by
-// the socket).
+// Waiting policy of a ring reader with nothing to do: poll for a spin
+// budget, then sleep until a doorbell (or at most shmSleep, a safety net;
+// peer death is reported by the socket). The budget adapts to how long the
+// reader has been waiting for work lately, as an adaptive mutex spins about
+// as long as the lock is usually held: twice the recent average wait,
+// within [shmSpinMin, shmSpinMax]. A peer that answers in microseconds
+// (the other process on another core) is met spinning, with no system call
+// on either side; a peer that answers slowly, or shares a core with us,
+// finds the reader asleep instead of burning the CPU it needs.
 const (
-	shmSpin  = 128
-	shmYield = 2000 * time.Microsecond
-	shmSleep = time.Second
+	// shmSpinPolls is how many times a producer retries a full ring, or
+	// shutSinks a busy gate, before it starts yielding.
+	shmSpinPolls = 128
+	shmSpinMin   = 2 * time.Microsecond
+	shmSpinMax   = 50 * time.Microsecond
+	shmSleep     = time.Second
 	// shmMapWait bounds how long a descriptor may wait for the arena MAP
 	// the peer promised to send before it.
 	shmMapWait = 5 * time.Second
 )
+
+// spinBudget is how long to poll before sleeping, from the average wait.
+func spinBudget(avgWait int64) int64 {
+	if avgWait > int64(shmSpinMax) {
+		return int64(shmSpinMin)
+	}
+	return min(max(2*avgWait, int64(shmSpinMin)), int64(shmSpinMax))
+}
 
 // shmLink is a connected QP's end of the shm wire. The ring reader
 // goroutine drains the two incoming rings (requests → responder, responses
@@ -592,7 +675,7 @@ func (l *shmLink) shutSinks() {
 	g := l.myGate
 	g.open.Store(0)
 	for i := 0; g.placing.Load() != 0 && i < 1_000_000; i++ {
-		if i > shmSpin {
+		if i > shmSpinPolls {
 			runtime.Gosched()
 		}
 	}
@@ -644,6 +727,8 @@ func (l *shmLink) hostile(err error) {
 	l.q.fatal(transport.EventQPFatal, err.Error())
 	l.disconnect(fmt.Errorf("%w: %w", err, transport.ErrDisconnected))
 }
+
+func (l *shmLink) flush() {}
 
 func (l *shmLink) sendRequest(p *packet) {
 	l.send(&l.outReq, &l.reqDesc, l.reqBuf[:], &l.reqLast, p)
@@ -705,13 +790,13 @@ func (l *shmLink) send(r *ring, d *desc, buf []byte, last **transport.Arena, p *
 			return
 		}
 		switch {
-		case i < shmSpin:
+		case i < shmSpinPolls:
 		case since.IsZero():
 			since = time.Now()
 		case time.Since(since) > l.p.cfg.RetryTimeout:
 			l.p.log.Debug("shm: ring full, packet dropped", "qp", l.q.num, "kind", p.kind, "psn", p.psn)
 			return
-		case time.Since(since) < shmYield:
+		case time.Since(since) < shmSpinMax:
 			runtime.Gosched()
 		default:
 			time.Sleep(20 * time.Microsecond)
@@ -749,11 +834,14 @@ func (l *shmLink) handOver(a *transport.Arena) bool {
 // process is gone (the kernel closes its descriptors when it dies).
 func (l *shmLink) ctlReader() {
 	defer l.wg.Done()
-	var buf [ctlMaxLen]byte
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	rcv, err := newCtlRecv(l.uc, make([]byte, ctlMaxLen), make([]byte, unix.CmsgSpace(4*4)))
+	if err != nil {
+		l.peerDown(fmt.Errorf("emu: shm link to %s: %w: %w", l.c.remote, errLinkLost, err))
+		return
+	}
 	var m ctlMsg
 	for {
-		fds, err := readCtl(l.uc, buf[:], oob, &m)
+		fds, err := rcv.read(&m)
 		if err != nil {
 			if l.closing.Load() {
 				return
@@ -820,34 +908,34 @@ func (l *shmLink) mapPeer(id, size uint64, fd int) error {
 func (l *shmLink) reader() {
 	defer l.wg.Done()
 	defer l.exit()
-	idle := 0
-	var since time.Time
+	var avgWait int64 // moving average of idle waits, ns
+	var since int64   // start of the current idle wait; 0 while busy
 	for !l.closing.Load() {
 		n, ok := l.poll()
 		if !ok {
 			return
 		}
 		if n > 0 {
-			idle = 0
+			if since != 0 {
+				avgWait += (nanotime() - since - avgWait) / 8
+				since = 0
+			}
 			continue
 		}
 		if l.peerGone() {
 			l.disconnect(l.goneErr) // everything published before is done
 			return
 		}
-		idle++
-		switch {
-		case idle <= shmSpin:
+		now := nanotime()
+		if since == 0 {
+			since = now
 			continue
-		case idle == shmSpin+1:
-			since = time.Now()
 		}
-		if time.Since(since) < shmYield {
-			runtime.Gosched()
+		if now-since < spinBudget(avgWait) {
+			runtime.Gosched() // let this process's other goroutines run
 			continue
 		}
 		l.sleep()
-		idle = 0
 	}
 }
 

@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gosrp/gosrp/transport"
+	"golang.org/x/sys/unix"
 )
 
 // cmTimeout bounds how long a passive side waits for a connect request's
@@ -212,37 +214,92 @@ func (p *Provider) connectTCP(ctx context.Context, addr string, q *qp, priv []by
 }
 
 // tcpLink is a connected QP's end of a TCP connection. It owns a reader
-// goroutine (frames → responder/requester) and a writer goroutine (queued
-// frames → socket); disconnect stops both.
+// goroutine (frames → responder/requester) and a flusher goroutine that
+// only runs when the socket is full. Frames are written by whichever
+// goroutine queues one while nobody else is writing (see enqueue), with a
+// non-blocking write, so a packet normally leaves without waking anyone.
+// disconnect stops both goroutines.
 type tcpLink struct {
 	p    *Provider
 	q    *qp
 	c    *conn
 	nc   net.Conn
-	wq   chan []byte
-	free chan []byte
+	rc   syscall.RawConn
 	quit chan struct{}
 	once sync.Once
 	wg   sync.WaitGroup
+
+	// txMu guards the transmit state below. Frames are appended to pend;
+	// the goroutine that finds txBusy clear becomes the writer: it swaps
+	// pend with spare and writes it outside the lock, until pend is empty
+	// or the socket is full, when it hands the rest to the flusher.
+	txMu    sync.Mutex
+	txRoom  sync.Cond // signalled when pend was taken or the link ended
+	pend    []byte
+	spare   []byte
+	txBusy  bool
+	txEnded bool
+	// ackOnly is set while pend holds nothing but ACKs; ackTimer sends
+	// them if no other packet takes them along first (see delayAcks).
+	ackOnly  bool
+	ackTimer *time.Timer
+	full     chan struct{} // cap 1: the flusher takes over (socket full, or link busy)
+	// lastWrite is when the last batch was written (nanotime).
+	lastWrite int64
+
+	// Owned by the writer of the moment: the bytes it writes, the
+	// outcome, and tryFn, bound once so a write allocates nothing.
+	wbuf  []byte
+	wn    int
+	werr  error
+	tryFn func(fd uintptr) bool
 }
 
+// tcpBusyGap: a flush this soon after the previous write hands the batch
+// to the flusher goroutine instead of writing it inline (see flush).
+const tcpBusyGap = int64(20 * time.Microsecond)
+
+// nanotime is a monotonic clock reading in nanoseconds.
+func nanotime() int64 { return int64(time.Since(epoch)) }
+
+var epoch = time.Now()
+
+// tcpPendMax bounds the bytes queued behind a write in progress; a producer
+// beyond it waits, as a full send queue back-pressures a NIC.
+const tcpPendMax = 4 << 20
+
 func startTCP(p *Provider, q *qp, nc net.Conn, peerPriv []byte) (transport.Conn, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		nc.Close()
+		return nil, fmt.Errorf("emu: %T has no file descriptor", nc)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("emu: tcp link: %w", err)
+	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	l := &tcpLink{p: p, q: q, nc: nc,
-		wq:   make(chan []byte, 4*window+16),
-		free: make(chan []byte, 4*window+16),
-		quit: make(chan struct{}),
+	l := &tcpLink{p: p, q: q, nc: nc, rc: rc,
+		quit:  make(chan struct{}),
+		full:  make(chan struct{}, 1),
+		pend:  make([]byte, 0, 256<<10),
+		spare: make([]byte, 0, 256<<10),
 	}
+	l.txRoom.L = &l.txMu
+	l.tryFn = l.try
+	l.ackTimer = time.AfterFunc(time.Hour, l.flush)
+	l.ackTimer.Stop()
 	l.c = newConn(q, l, peerPriv, nc.LocalAddr().String(), nc.RemoteAddr().String())
 	if err := q.connect(l, l.c); err != nil {
 		nc.Close()
 		return nil, err
 	}
 	l.wg.Add(2)
-	go l.writer()
 	go l.reader()
+	go l.flusher()
 	p.own(l)
 	return l.c, nil
 }
@@ -254,40 +311,190 @@ func (l *tcpLink) Close() error {
 	return nil
 }
 
-func (l *tcpLink) getBuf(n int) []byte {
-	select {
-	case b := <-l.free:
-		if cap(b) >= n {
-			return b[:n]
+// try is one non-blocking write of wbuf (the socket is non-blocking, as Go
+// keeps every socket); returning true tells RawConn.Write not to wait.
+func (l *tcpLink) try(fd uintptr) bool {
+	for {
+		l.wn, l.werr = unix.Write(int(fd), l.wbuf)
+		if l.werr != unix.EINTR {
+			return true
 		}
-	default:
 	}
-	return make([]byte, n, max(n, 4096))
 }
 
-func (l *tcpLink) enqueue(p *packet) {
-	b := l.getBuf(headerLen + len(p.payload))
-	putHeader(b, &header{kind: p.kind, flags: p.flags, nak: p.nak, psn: p.psn, imm: p.imm,
-		key: p.key, va: p.va, length: p.length, paylen: uint32(len(p.payload))})
-	copy(b[headerLen:], p.payload)
-	select {
-	case l.wq <- b:
-	case <-l.quit:
+// add frames a packet into the pending batch; flush sends it. A sender
+// adds every packet it has ready and then flushes once (the doorbell), so
+// a chain of WRs, or the answers to a burst of requests, leave in one
+// write.
+//
+// Only requests wait for room (back-pressure on the requester, as a full
+// send queue); responses never do, so the reader goroutine always goes
+// back to reading. The peer's window of outstanding requests bounds the
+// responses queued.
+func (l *tcpLink) add(p *packet, mayWait bool) {
+	n := headerLen + len(p.payload)
+	l.txMu.Lock()
+	for mayWait && len(l.pend) > tcpPendMax && !l.txEnded {
+		if !l.txBusy {
+			l.txMu.Unlock()
+			l.flush()
+			l.txMu.Lock()
+			continue
+		}
+		l.txRoom.Wait()
+	}
+	if !l.txEnded {
+		k := len(l.pend)
+		l.ackOnly = p.kind == pktAck && (k == 0 || l.ackOnly)
+		l.pend = append(l.pend, make([]byte, n)...)[:k+n]
+		putHeader(l.pend[k:], &header{kind: p.kind, flags: p.flags, nak: p.nak, psn: p.psn, imm: p.imm,
+			key: p.key, va: p.va, length: p.length, paylen: uint32(len(p.payload))})
+		copy(l.pend[k+headerLen:], p.payload)
+	}
+	l.txMu.Unlock()
+}
+
+// flush writes the pending batch unless another goroutine is writing
+// already, which then writes it with its next batch: frames added while a
+// write is in the kernel go out together, so a deep queue costs one
+// syscall per batch, not per packet, and an idle link sends at once
+// without waking a writer goroutine. The write never blocks: what a full
+// socket does not take goes to the flusher, so the reader goroutine, which
+// sends the responder's answers, always returns to reading (two peers
+// blocked writing to each other would never read again).
+func (l *tcpLink) flush() {
+	l.txMu.Lock()
+	if l.txBusy || len(l.pend) == 0 {
+		l.txMu.Unlock()
+		return
+	}
+	l.txBusy = true
+	if now := nanotime(); now-l.lastWrite < tcpBusyGap {
+		// Writes follow each other closely: the link is busy, and a
+		// writer goroutine that keeps writing while the producers go on
+		// producing batches more per syscall than writing inline would.
+		l.txMu.Unlock()
+		l.full <- struct{}{}
+		return
+	}
+	for len(l.pend) > 0 && !l.txEnded {
+		b := l.pend
+		l.pend = l.spare[:0]
+		l.txRoom.Broadcast()
+		l.txMu.Unlock()
+		l.wbuf = b
+		err := l.rc.Write(l.tryFn)
+		l.wbuf = nil
+		if err == nil {
+			err = l.werr
+		}
+		if w := max(l.wn, 0); err == unix.EAGAIN || (err == nil && w < len(b)) {
+			// The socket is full: the unwritten rest goes first, and the
+			// flusher, which may block, keeps the writer's role.
+			l.txMu.Lock()
+			rest := append(b[:0], b[w:]...)
+			rest = append(rest, l.pend...)
+			l.spare, l.pend = l.pend[:0], rest
+			l.txMu.Unlock()
+			l.full <- struct{}{}
+			return
+		}
+		if !l.wrote(b, err) {
+			return
+		}
+	}
+	l.idleLocked()
+}
+
+// wrote takes the written batch back as the spare buffer, with txMu
+// held on return; a failed write gives up the writer's role and ends the
+// link, and wrote then reports false with txMu released.
+func (l *tcpLink) wrote(b []byte, err error) bool {
+	l.txMu.Lock()
+	l.spare = b[:0]
+	if err != nil {
+		l.txBusy = false
+		l.txMu.Unlock()
+		l.disconnect(fmt.Errorf("emu: write to %s: %w: %w", l.nc.RemoteAddr(), errLinkLost, err))
+		return false
+	}
+	return true
+}
+
+// idleLocked gives up the writer's role. REQUIRES: txMu; releases it.
+func (l *tcpLink) idleLocked() {
+	l.lastWrite = nanotime()
+	l.txBusy = false
+	l.txMu.Unlock()
+}
+
+// ackDelay is how long bare ACKs may wait for a packet to ride with: a
+// target's response to a command, an initiator's next command. Bounded far
+// below any retry timeout so no requester retransmits for it.
+func (l *tcpLink) ackDelay() time.Duration {
+	return min(100*time.Microsecond, l.p.cfg.RetryTimeout/8)
+}
+
+// flushAnswers sends what the responder queued for a burst of requests.
+// Bare ACKs wait up to ackDelay for company, so a SEND's acknowledgement
+// and the consumer's answer to it leave in one write, one wake-up for the
+// peer instead of two; anything else (READ responses, NAKs) goes at once.
+func (l *tcpLink) flushAnswers() {
+	l.txMu.Lock()
+	acks := l.ackOnly && len(l.pend) > 0 && !l.txBusy
+	l.txMu.Unlock()
+	if acks {
+		l.ackTimer.Reset(l.ackDelay())
+		return
+	}
+	l.flush()
+}
+
+// flusher writes, blocking, what a full socket did not take or what a busy
+// link handed over, holding the writer's role until the pending batch is
+// empty.
+func (l *tcpLink) flusher() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.full:
+		case <-l.quit:
+			return
+		}
+		l.txMu.Lock()
+		for len(l.pend) > 0 && !l.txEnded {
+			b := l.pend
+			l.pend = l.spare[:0]
+			l.txRoom.Broadcast()
+			l.txMu.Unlock()
+			_, err := l.nc.Write(b)
+			if !l.wrote(b, err) {
+				return
+			}
+		}
+		l.idleLocked()
 	}
 }
 
 func (l *tcpLink) direct() bool           { return false }
 func (l *tcpLink) closeSinks()            {}
-func (l *tcpLink) sendRequest(p *packet)  { l.enqueue(p) }
-func (l *tcpLink) sendResponse(p *packet) { l.enqueue(p) }
+func (l *tcpLink) sendRequest(p *packet)  { l.add(p, true) }
+func (l *tcpLink) sendResponse(p *packet) { l.add(p, false) }
 
 func (l *tcpLink) disconnect(err error) {
 	l.once.Do(func() {
+		close(l.quit)
+		l.ackTimer.Stop()
+		l.txMu.Lock()
+		l.txEnded = true
+		l.txRoom.Broadcast()
+		l.txMu.Unlock()
 		// Best effort DREQ so the peer learns of an orderly disconnect.
+		// Writes to one socket are whole (the fd's write lock), so it
+		// lands between batches, never inside a frame.
 		var b [headerLen]byte
 		putHeader(b[:], &header{kind: pktDisconnect})
 		l.nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		close(l.quit)
 		l.nc.Write(b[:])
 		l.nc.Close()
 		l.c.fail(err, errors.Is(err, errLinkLost))
@@ -295,37 +502,6 @@ func (l *tcpLink) disconnect(err error) {
 }
 
 var errLinkLost = errors.New("emu: link lost")
-
-func (l *tcpLink) writer() {
-	defer l.wg.Done()
-	bw := bufio.NewWriterSize(l.nc, 256<<10)
-	for {
-		var b []byte
-		select {
-		case b = <-l.wq:
-		case <-l.quit:
-			return
-		}
-		for {
-			if _, err := bw.Write(b); err != nil {
-				l.disconnect(fmt.Errorf("emu: write to %s: %w: %w", l.nc.RemoteAddr(), errLinkLost, err))
-				return
-			}
-			select {
-			case l.free <- b:
-			default:
-			}
-			if len(l.wq) == 0 {
-				break
-			}
-			b = <-l.wq
-		}
-		if err := bw.Flush(); err != nil {
-			l.disconnect(fmt.Errorf("emu: write to %s: %w: %w", l.nc.RemoteAddr(), errLinkLost, err))
-			return
-		}
-	}
-}
 
 func (l *tcpLink) reader() {
 	defer l.wg.Done()
@@ -359,6 +535,10 @@ func (l *tcpLink) reader() {
 			l.q.onRequest(&pkt)
 		default:
 			l.q.onResponse(&pkt)
+		}
+		if br.Buffered() == 0 {
+			// No more frames at hand: send the answers to this burst.
+			l.flushAnswers()
 		}
 	}
 }
