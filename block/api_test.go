@@ -141,7 +141,7 @@ func TestClosed(t *testing.T) {
 
 func TestCaps(t *testing.T) {
 	want := map[string]Caps{
-		"memory": CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot,
+		"memory": CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot | CapImmediate,
 		"file":   CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapPersistent,
 		"pebble": CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot | CapPersistent,
 	}

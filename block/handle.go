@@ -50,6 +50,10 @@ func (h *handle) BlockSize() int { return h.c.blockSize() }
 // Caps implements Volume.
 func (h *handle) Caps() Caps { return h.c.caps() }
 
+// Immediate reports whether I/O on the volume completes without waiting
+// (CapImmediate); the target runs such I/O on its connection loop.
+func (h *handle) Immediate() bool { return h.c.caps().Has(CapImmediate) }
+
 // ReadAt implements io.ReaderAt.
 func (h *handle) ReadAt(p []byte, off int64) (int, error) {
 	if h.closed.Load() {

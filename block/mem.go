@@ -11,7 +11,8 @@ import (
 // heap and vanish with the process. It exists for tests and for measuring
 // the transport without storage. Flush and FUA succeed trivially (there is
 // no stable storage to reach), so its volumes report CapFlush and CapFUA
-// but not CapPersistent. Snapshots share unchanged blocks with the volume.
+// but not CapPersistent; I/O never waits, so they report CapImmediate.
+// Snapshots share unchanged blocks with the volume.
 type MemStore struct {
 	mu     sync.Mutex
 	closed bool
@@ -285,9 +286,9 @@ func (c *memCore) size() int64 {
 
 func (c *memCore) caps() Caps {
 	if c.readOnly {
-		return CapFlush
+		return CapFlush | CapImmediate
 	}
-	return CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot
+	return CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot | CapImmediate
 }
 
 // check validates a request. REQUIRES: c.mu (read or write).

@@ -70,9 +70,13 @@ const (
 	CapSnapshot
 	// CapPersistent means data outlives the process (false for memory volumes).
 	CapPersistent
+	// CapImmediate means I/O completes in memory without waiting for a
+	// device, a sync or a compaction (memory volumes), so a server may run
+	// it on its event loop instead of handing it to a worker.
+	CapImmediate
 )
 
-var capNames = []string{"flush", "fua", "discard", "write-zeroes", "resize", "snapshot", "persistent"}
+var capNames = []string{"flush", "fua", "discard", "write-zeroes", "resize", "snapshot", "persistent", "immediate"}
 
 // Has reports whether every bit of x is set in c.
 func (c Caps) Has(x Caps) bool { return c&x == x }

@@ -84,7 +84,7 @@ type channel struct {
 	conn        transport.Conn
 	waitCancel  context.CancelFunc
 	waitDone    chan struct{}
-	cqReady     chan struct{}
+	cqReady     <-chan struct{}
 	cqAck       chan struct{}
 	credits     int // granted
 	avail       int
@@ -281,10 +281,17 @@ func (c *channel) teardown() {
 // startWaiter runs the goroutine that turns CQ events into cqReady, so the
 // loop can wait for completions and submissions at once.
 func (c *channel) startWaiter() {
+	if n, ok := c.cq.(transport.CQNotifier); ok {
+		// The CQ signals on a channel: the loop selects on it directly,
+		// one goroutine hand-off fewer per completion.
+		c.cqReady, c.cqAck = n.Notify(), nil
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.waitCancel = cancel
 	c.waitDone = make(chan struct{})
-	c.cqReady = make(chan struct{})
+	ready := make(chan struct{})
+	c.cqReady = ready
 	c.cqAck = make(chan struct{}, 1)
 	cq := c.cq
 	go func() {
@@ -294,7 +301,7 @@ func (c *channel) startWaiter() {
 				return
 			}
 			select {
-			case c.cqReady <- struct{}{}:
+			case ready <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}

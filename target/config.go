@@ -26,6 +26,14 @@ type Volume interface {
 	BlockSize() int
 }
 
+// Immediate is implemented by volumes whose I/O completes without waiting
+// for a device or a sync (memory volumes). The target runs their reads and
+// writes on the connection's own goroutine instead of a worker, saving two
+// goroutine hand-offs per command.
+type Immediate interface {
+	Immediate() bool
+}
+
 // VolumeInfo describes a servable volume.
 type VolumeInfo struct {
 	Name      string

@@ -39,7 +39,7 @@ type conn struct {
 	jobs    chan int32
 	done    chan int32
 	workers sync.WaitGroup
-	cqReady chan struct{}
+	cqReady <-chan struct{}
 	rearm   chan struct{}
 	waiter  sync.WaitGroup
 	stopW   context.CancelFunc
@@ -180,16 +180,24 @@ func (c *conn) run() {
 		c.workers.Add(1)
 		go c.worker()
 	}
-	c.cqReady = make(chan struct{}, 1)
-	c.rearm = make(chan struct{}, 1)
-	wctx, stop := context.WithCancel(context.Background())
-	c.stopW = stop
-	c.waiter.Add(1)
-	go c.waitCQ(wctx)
+	armed := true // the waiter is waiting on the CQ
+	if n, ok := c.cq.(transport.CQNotifier); ok {
+		// The CQ signals on a channel: select on it directly, with no
+		// waiter goroutine between the completion and this loop.
+		c.cqReady = n.Notify()
+		c.stopW = func() {}
+	} else {
+		ready := make(chan struct{}, 1)
+		c.cqReady = ready
+		c.rearm = make(chan struct{}, 1)
+		wctx, stop := context.WithCancel(context.Background())
+		c.stopW = stop
+		c.waiter.Add(1)
+		go c.waitCQ(wctx, ready)
+	}
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	armed := true // the waiter is waiting on the CQ
 	drainCh := c.drainCh
 	for !c.core.acts.disconnect {
 		progressed := c.pollOnce()
@@ -212,7 +220,7 @@ func (c *conn) run() {
 		if progressed || c.core.acts.disconnect {
 			continue
 		}
-		if !armed {
+		if !armed && c.rearm != nil {
 			c.rearm <- struct{}{}
 			armed = true
 		}
@@ -290,6 +298,13 @@ func (c *conn) execute() {
 		}
 	}
 	for _, idx := range a.jobs {
+		if s := &c.core.slots[idx]; s.job >= jobRead && s.job <= jobWriteZeroes && s.ov.now {
+			// A memory volume's I/O is a copy: run it here and report
+			// it the way a worker would, without waking one.
+			runJob(s, c.t.cfg.Catalog)
+			c.done <- idx
+			continue
+		}
 		c.jobs <- idx // never blocks: capacity covers every slot
 	}
 	if a.loggedIn {
@@ -316,7 +331,7 @@ func (c *conn) worker() {
 // waitCQ turns CQ.Wait into channel sends the run loop can select on. After
 // each wake-up it waits to be re-armed, so it never competes with the
 // poller.
-func (c *conn) waitCQ(ctx context.Context) {
+func (c *conn) waitCQ(ctx context.Context, ready chan<- struct{}) {
 	defer c.waiter.Done()
 	for {
 		if err := c.cq.Wait(ctx); err != nil {
@@ -325,13 +340,13 @@ func (c *conn) waitCQ(ctx context.Context) {
 			}
 			// The CQ is unusable; wake the poller so Poll reports why.
 			select {
-			case c.cqReady <- struct{}{}:
+			case ready <- struct{}{}:
 			default:
 			}
 			return
 		}
 		select {
-		case c.cqReady <- struct{}{}:
+		case ready <- struct{}{}:
 		default:
 		}
 		select {

@@ -695,6 +695,9 @@ func (c *core) finishControl(s *slot) {
 		info := s.openInfo
 		ov := &openVol{name: req.Volume, vol: s.opened, size: info.Size, bs: int64(info.BlockSize),
 			ro: s.ctlRO || info.ReadOnly, stats: c.p.volStats(req.Volume)}
+		if im, ok := s.opened.(Immediate); ok {
+			ov.now = im.Immediate()
+		}
 		s.opened = nil
 		h := -1
 		for i, x := range c.handles {

@@ -113,7 +113,9 @@ type openVol struct {
 	size   int64
 	bs     int64
 	ro     bool
-	stats  *ioCounters
+	// now: the volume's I/O runs inline (see Immediate).
+	now   bool
+	stats *ioCounters
 	// inflight counts backend operations on vol; a close waits for them.
 	inflight sync.WaitGroup
 }
