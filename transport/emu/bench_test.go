@@ -200,3 +200,77 @@ func BenchmarkStream64K(b *testing.B) {
 		<-done
 	})
 }
+
+// BenchmarkTCPFloor4K measures the least any request/response design over
+// loopback TCP can cost on this machine, as a floor for the tcp wire and
+// for NBD servers alike: a client keeps 32 requests of 32 bytes in flight,
+// a server answers each with 4 KiB, and both sides batch, with one read
+// and one write per burst. No protocol, no verbs, no copy beyond the
+// socket's own; each op is one 4 KiB read served.
+func BenchmarkTCPFloor4K(b *testing.B) {
+	const depth, reqLen, respLen = 32, 32, 4096
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		in := make([]byte, depth*reqLen)
+		out := make([]byte, depth*respLen)
+		have := 0
+		for {
+			n, err := c.Read(in[have:])
+			if err != nil {
+				return
+			}
+			have += n
+			k := have / reqLen
+			if k == 0 {
+				continue
+			}
+			copy(in, in[k*reqLen:have])
+			have -= k * reqLen
+			if _, err := c.Write(out[:k*respLen]); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := make([]byte, depth*reqLen)
+	resp := make([]byte, depth*respLen)
+	if _, err := c.Write(req); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(respLen)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for got, have := 0, 0; got < b.N; {
+		// Read whatever answers arrived; issue that many new requests.
+		n, err := c.Read(resp[have:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		have += n
+		k := have / respLen
+		have -= k * respLen
+		got += k
+		if k > 0 {
+			if _, err := c.Write(req[:k*reqLen]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	c.Close()
+	<-done
+}

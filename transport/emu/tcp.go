@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -239,11 +240,10 @@ type tcpLink struct {
 	spare   []byte
 	txBusy  bool
 	txEnded bool
-	// ackOnly is set while pend holds nothing but ACKs; ackTimer sends
-	// them if no other packet takes them along first (see delayAcks).
-	ackOnly  bool
-	ackTimer *time.Timer
-	full     chan struct{} // cap 1: the flusher takes over (socket full, or link busy)
+	// ackOnly is set while pend holds nothing but ACKs (see
+	// flushAnswers).
+	ackOnly bool
+	full    chan struct{} // cap 1: the flusher takes over (socket full, or link busy)
 	// lastWrite is when the last batch was written (nanotime).
 	lastWrite int64
 
@@ -290,8 +290,6 @@ func startTCP(p *Provider, q *qp, nc net.Conn, peerPriv []byte) (transport.Conn,
 	}
 	l.txRoom.L = &l.txMu
 	l.tryFn = l.try
-	l.ackTimer = time.AfterFunc(time.Hour, l.flush)
-	l.ackTimer.Stop()
 	l.c = newConn(q, l, peerPriv, nc.LocalAddr().String(), nc.RemoteAddr().String())
 	if err := q.connect(l, l.c); err != nil {
 		nc.Close()
@@ -428,24 +426,21 @@ func (l *tcpLink) idleLocked() {
 	l.txMu.Unlock()
 }
 
-// ackDelay is how long bare ACKs may wait for a packet to ride with: a
-// target's response to a command, an initiator's next command. Bounded far
-// below any retry timeout so no requester retransmits for it.
-func (l *tcpLink) ackDelay() time.Duration {
-	return min(100*time.Microsecond, l.p.cfg.RetryTimeout/8)
-}
-
 // flushAnswers sends what the responder queued for a burst of requests.
-// Bare ACKs wait up to ackDelay for company, so a SEND's acknowledgement
-// and the consumer's answer to it leave in one write, one wake-up for the
-// peer instead of two; anything else (READ responses, NAKs) goes at once.
+// If that is only ACKs, the reader first yields once: a SEND it just
+// delivered has made the consumer runnable on this P (the CQ signal), and
+// if the consumer answers at once its post flushes the ACKs along with
+// the answer, one write and one wake-up for the peer instead of two.
+// Otherwise, and for anything but ACKs (READ responses, NAKs), the batch
+// goes at once. A timer would not do: Go's netpoller sleeps in whole
+// milliseconds, so a sub-millisecond ACK delay stretched a lone WRITE's
+// completion to half a millisecond.
 func (l *tcpLink) flushAnswers() {
 	l.txMu.Lock()
 	acks := l.ackOnly && len(l.pend) > 0 && !l.txBusy
 	l.txMu.Unlock()
 	if acks {
-		l.ackTimer.Reset(l.ackDelay())
-		return
+		runtime.Gosched()
 	}
 	l.flush()
 }
@@ -484,7 +479,6 @@ func (l *tcpLink) sendResponse(p *packet) { l.add(p, false) }
 func (l *tcpLink) disconnect(err error) {
 	l.once.Do(func() {
 		close(l.quit)
-		l.ackTimer.Stop()
 		l.txMu.Lock()
 		l.txEnded = true
 		l.txRoom.Broadcast()
