@@ -82,14 +82,14 @@ type qp struct {
 	rqTail uint64
 
 	// responder
-	expPSN  uint32
-	respBuf []byte
-	respSeg [1]seg // READ response source on a direct (shm) link
-	// requester staging buffer for outgoing payloads
-	txBuf   []byte
-	txSegs  []seg // SEND/WRITE sources on a direct (shm) link
-	txPkt   packet
-	respPkt packet
+	expPSN    uint32
+	respPiece [1][]byte // READ response source on a staging link
+	respSeg   [1]seg    // READ response source on a direct (shm) link
+	// requester: the checked sources of the WR being sent
+	txPieces [][]byte
+	txSegs   []seg // SEND/WRITE sources on a direct (shm) link
+	txPkt    packet
+	respPkt  packet
 
 	// injection
 	errAfter  int // QP → ERR before this many more WRs start; -1 off

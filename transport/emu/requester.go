@@ -244,8 +244,8 @@ func (q *qp) progress() (sent link) {
 	}
 }
 
-// buildRequestLocked gathers the WR's payload into the QP's staging buffer
-// and describes it as a packet. It fails if a local SGE is bad: the sinks
+// buildRequestLocked describes the WR as a packet whose payload is the
+// checked source memory itself (pieces). It fails if a local SGE is bad: the sinks
 // of a READ with LOC_PROT_ERR, the sources of a SEND or WRITE with
 // device.sgeStatus. REQUIRES: q.mu.
 func (q *qp) buildRequestLocked(w *wqe) (*packet, *opError) {
@@ -307,23 +307,23 @@ func (q *qp) buildRequestLocked(w *wqe) (*packet, *opError) {
 		pkt.segs = segs
 		return pkt, nil
 	}
-	n := int(transport.SGLLen(wr.SGL))
-	if cap(q.txBuf) < n {
-		q.txBuf = make([]byte, n)
-	}
-	buf := q.txBuf[:n]
+	// The link copies the sources into its frame itself (pieces): no
+	// staging copy here.
 	d := q.dev
 	d.mem.RLock()
 	defer d.mem.RUnlock()
-	off := 0
+	pieces := q.txPieces[:0]
 	for _, s := range wr.SGL {
 		src, bad := d.checkLocalLocked(q, s, false)
 		if bad != nil {
 			return nil, &opError{status: d.sgeStatus(bad), reason: bad.reason}
 		}
-		off += copy(buf[off:], src)
+		if len(src) > 0 {
+			pieces = append(pieces, src)
+		}
 	}
-	pkt.payload = buf
+	q.txPieces = pieces
+	pkt.pieces = pieces
 	return pkt, nil
 }
 

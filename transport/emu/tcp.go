@@ -330,7 +330,8 @@ func (l *tcpLink) try(fd uintptr) bool {
 // back to reading. The peer's window of outstanding requests bounds the
 // responses queued.
 func (l *tcpLink) add(p *packet, mayWait bool) {
-	n := headerLen + len(p.payload)
+	m := p.dataLen()
+	n := headerLen + m
 	l.txMu.Lock()
 	for mayWait && len(l.pend) > tcpPendMax && !l.txEnded {
 		if !l.txBusy {
@@ -346,8 +347,8 @@ func (l *tcpLink) add(p *packet, mayWait bool) {
 		l.ackOnly = p.kind == pktAck && (k == 0 || l.ackOnly)
 		l.pend = append(l.pend, make([]byte, n)...)[:k+n]
 		putHeader(l.pend[k:], &header{kind: p.kind, flags: p.flags, nak: p.nak, psn: p.psn, imm: p.imm,
-			key: p.key, va: p.va, length: p.length, paylen: uint32(len(p.payload))})
-		copy(l.pend[k+headerLen:], p.payload)
+			key: p.key, va: p.va, length: p.length, paylen: uint32(m)})
+		p.gather(l.pend[k+headerLen:])
 	}
 	l.txMu.Unlock()
 }
@@ -499,7 +500,10 @@ var errLinkLost = errors.New("emu: link lost")
 
 func (l *tcpLink) reader() {
 	defer l.wg.Done()
-	br := bufio.NewReaderSize(l.nc, 256<<10)
+	// 64 KiB: a burst of small frames per read, while a large payload
+	// is read straight into its buffer (bufio bypasses itself for reads
+	// at least its size) instead of through a second copy.
+	br := bufio.NewReaderSize(l.nc, 64<<10)
 	var hb [headerLen]byte
 	var h header
 	var buf []byte
