@@ -81,9 +81,12 @@ func (e *LoginError) Unwrap() error { return ErrRejected }
 // Length say where. Offsets and lengths must be multiples of the block
 // size and a transfer at most Session.MaxTransfer bytes. When the request
 // completes, Err is set and the request is sent on Done, which must have
-// room for it: the channel's poller blocks until it is taken.
+// room for it: the channel's poller blocks until it is taken. If OnDone is
+// set it is called instead, on the poller's goroutine: it must return
+// quickly and never block (hand the request on, as a completion queue
+// entry), and it saves the hand-off to a goroutine waiting on Done.
 //
-// A Request may be reused after it has come back on Done.
+// A Request may be reused after it has come back on Done (or OnDone).
 type Request struct {
 	Op     Op
 	Buf    []byte
@@ -91,6 +94,7 @@ type Request struct {
 	Length int64
 	FUA    bool
 	Done   chan<- *Request
+	OnDone func(*Request)
 	Err    error
 
 	vol     *Volume
@@ -129,7 +133,10 @@ func (r *Request) abandoned() bool { return r.state.Load() == reqAbandoned }
 // deliver reports a claimed request.
 func (r *Request) deliver(err error) {
 	r.Err = err
-	if r.Done != nil {
+	switch {
+	case r.OnDone != nil:
+		r.OnDone(r)
+	case r.Done != nil:
 		r.Done <- r
 	}
 }

@@ -43,8 +43,8 @@ var reqPool = sync.Pool{New: func() any {
 	return &Request{sync: ch, Done: ch}
 }}
 
-// Submit starts an asynchronous request; it is sent on r.Done when it
-// completes. Offsets and lengths must be block aligned and a transfer at
+// Submit starts an asynchronous request; it is sent on r.Done (or passed
+// to r.OnDone) when it completes. Offsets and lengths must be block aligned and a transfer at
 // most MaxTransfer bytes.
 func (v *Volume) Submit(r *Request) error {
 	if err := v.check(r.Op, r.Offset, r.length()); err != nil {

@@ -216,6 +216,52 @@ func (n *nbdVolume) PutBuffer(b []byte) {
 	}
 }
 
+// nbdIO is one NBD read or write in flight through Volume.Submit.
+type nbdIO struct {
+	r    initiator.Request
+	done nbd.Completion
+}
+
+// nbdIOPool recycles nbdIOs (New is set in init: it refers to complete,
+// which puts back into the pool).
+var nbdIOPool sync.Pool
+
+func init() {
+	nbdIOPool.New = func() any {
+		x := new(nbdIO)
+		x.r.OnDone = x.complete
+		return x
+	}
+}
+
+// complete runs on the initiator's poller: it only hands the outcome to
+// the NBD reply writer.
+func (x *nbdIO) complete(r *initiator.Request) {
+	done, err := x.done, nbdErr(r.Err, r.Op == initiator.OpWrite)
+	x.done, x.r.Buf = nil, nil
+	nbdIOPool.Put(x)
+	done.Complete(err)
+}
+
+// StartIO implements nbd.AsyncBackend: an aligned transfer the session
+// takes in one command is submitted as is, so a request costs the NBD
+// server no goroutine and the initiator no synchronous waiter. Anything
+// else (unaligned, larger than MaxTransfer) takes the blocking path, which
+// splits and bounces as needed.
+func (n *nbdVolume) StartIO(p []byte, off int64, write, fua bool, done nbd.Completion) bool {
+	x := nbdIOPool.Get().(*nbdIO)
+	x.r.Op, x.r.Buf, x.r.Offset, x.r.FUA, x.done = initiator.OpRead, p, off, fua, done
+	if write {
+		x.r.Op = initiator.OpWrite
+	}
+	if err := n.v.Submit(&x.r); err != nil {
+		x.done, x.r.Buf = nil, nil
+		nbdIOPool.Put(x)
+		return false
+	}
+	return true
+}
+
 func (n *nbdVolume) ReadAt(ctx context.Context, p []byte, off int64) error {
 	_, err := n.v.ReadAtContext(ctx, p, off)
 	return nbdErr(err, false)

@@ -41,6 +41,23 @@ type BufferPool interface {
 	PutBuffer(b []byte)
 }
 
+// AsyncBackend is implemented by a Backend that can start reads and
+// writes without blocking: the server then runs no goroutine per request,
+// and a completion goes from the backend straight to the reply writer.
+type AsyncBackend interface {
+	// StartIO starts a read into p (write false) or a write from p at off
+	// and reports true, or reports false when it cannot start this one
+	// (too large, say): the server then calls ReadAt or WriteAt. A
+	// started I/O calls done.Complete exactly once, from any goroutine;
+	// Complete never blocks.
+	StartIO(p []byte, off int64, write, fua bool, done Completion) bool
+}
+
+// Completion receives the outcome of an I/O an AsyncBackend started.
+type Completion interface {
+	Complete(err error)
+}
+
 // Export is the one export a Server offers.
 type Export struct {
 	// Name is the export name; the empty name (the default export) selects
@@ -278,6 +295,7 @@ type conn struct {
 	// transmission phase
 	b        Backend
 	pool     BufferPool
+	async    AsyncBackend
 	size     uint64
 	bs       uint64
 	readOnly bool
@@ -537,6 +555,7 @@ func (c *conn) sendInfo(opt uint32, ir infoRequest) error {
 
 // op is one request on its way through the backend to the writer.
 type op struct {
+	c     *conn
 	req   request
 	errno uint32
 	data  []byte // READ: the payload to send; WRITE: the payload received
@@ -581,6 +600,7 @@ func (c *conn) getBuf(n int) []byte {
 func (c *conn) transmit() {
 	c.b = c.s.Export.Backend
 	c.pool, _ = c.b.(BufferPool)
+	c.async, _ = c.b.(AsyncBackend)
 	c.size = uint64(c.b.Size())
 	c.bs = uint64(c.b.BlockSize())
 	c.readOnly = c.b.ReadOnly()
@@ -631,7 +651,7 @@ func (c *conn) reader() (string, error) {
 		if r.Type == CmdDisc {
 			return "client sent NBD_CMD_DISC", nil
 		}
-		o := &op{req: r}
+		o := &op{c: c, req: r}
 		if r.Type == CmdWrite {
 			if r.Length > uint32(c.s.MaxPayload) {
 				return "", fmt.Errorf("%w: WRITE of %d bytes, above the advertised maximum %d", errProtocol, r.Length, c.s.MaxPayload)
@@ -662,6 +682,10 @@ func (c *conn) reader() (string, error) {
 		}
 		c.slots <- struct{}{}
 		c.inflight.Add(1)
+		if c.async != nil && (r.Type == CmdRead || r.Type == CmdWrite) && r.Length > 0 &&
+			c.async.StartIO(o.data, int64(r.Offset), r.Type == CmdWrite, r.Flags&CmdFlagFUA != 0, o) {
+			continue
+		}
 		go c.exec(o)
 	}
 }
@@ -719,6 +743,28 @@ func (c *conn) finish(o *op, errno uint32) {
 	c.replies <- o
 }
 
+// Complete implements Completion: an AsyncBackend finished the op.
+func (o *op) Complete(err error) {
+	c := o.c
+	if o.req.Type == CmdWrite {
+		c.putBuf(o) // the payload is written: give the memory back before the reply
+	}
+	c.done(o, err)
+	<-c.slots
+	c.inflight.Done()
+}
+
+// done queues the reply of an executed op.
+func (c *conn) done(o *op, err error) {
+	errno := uint32(0)
+	if err != nil {
+		errno = Errno(err)
+		r := o.req
+		c.log.Warn("nbd: request failed", "cmd", cmdName(r.Type), "offset", r.Offset, "length", r.Length, "errno", errnoName(errno), "err", err)
+	}
+	c.finish(o, errno)
+}
+
 func (c *conn) exec(o *op) {
 	defer func() {
 		<-c.slots
@@ -754,12 +800,7 @@ func (c *conn) exec(o *op) {
 			err = c.b.Flush(c.ctx)
 		}
 	}
-	errno := uint32(0)
-	if err != nil {
-		errno = Errno(err)
-		c.log.Warn("nbd: request failed", "cmd", cmdName(r.Type), "offset", r.Offset, "length", r.Length, "errno", errnoName(errno), "err", err)
-	}
-	c.finish(o, errno)
+	c.done(o, err)
 }
 
 var zeros = make([]byte, 1<<20)

@@ -526,3 +526,101 @@ func TestStress(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// asyncMemory is a Memory that starts aligned I/O of at most one block
+// asynchronously, completing it from its own goroutine in reverse order of
+// arrival once `batch` have started, and declines everything else (the
+// server must then take the blocking path).
+type asyncMemory struct {
+	*Memory
+	mu      sync.Mutex
+	batch   int
+	pending []func()
+	started atomic.Int64
+	failAt  int64
+}
+
+func (m *asyncMemory) StartIO(p []byte, off int64, write, fua bool, done Completion) bool {
+	if len(p) > testBS || off%testBS != 0 {
+		return false
+	}
+	m.started.Add(1)
+	m.mu.Lock()
+	fail := off == m.failAt
+	m.mu.Unlock()
+	io := func() {
+		var err error
+		switch {
+		case fail:
+			err = WithErrno(errors.New("injected"), EIO)
+		case write:
+			err = m.Memory.WriteAt(context.Background(), p, off, fua)
+		default:
+			err = m.Memory.ReadAt(context.Background(), p, off)
+		}
+		done.Complete(err)
+	}
+	m.mu.Lock()
+	m.pending = append(m.pending, io)
+	var run []func()
+	if len(m.pending) == m.batch {
+		run, m.pending = m.pending, nil
+	}
+	m.mu.Unlock()
+	if run != nil {
+		go func() {
+			for i := len(run) - 1; i >= 0; i-- {
+				run[i]()
+			}
+		}()
+	}
+	return true
+}
+
+// TestAsyncBackend checks the AsyncBackend path: completions from another
+// goroutine in any order reach the right replies with the right data, an
+// error completion becomes its errno, and I/O the backend declines is
+// served by the blocking path.
+func TestAsyncBackend(t *testing.T) {
+	mem := NewMemory(testSize, testBS, false)
+	am := &asyncMemory{Memory: mem, batch: 8, failAt: -1}
+	ts := startServer(t, mem, func(s *Server) { s.Export.Backend = am })
+	tc := connect(t, ts.addr, "vol0")
+	want := map[uint64][]byte{}
+	for i := range 8 {
+		b := bytes.Repeat([]byte{byte(i + 1)}, testBS)
+		want[uint64(i)] = b
+		tc.send(CmdWrite, 0, uint64(100+i), uint64(i*testBS), testBS, b)
+	}
+	for range 8 {
+		if r := tc.reply(); r.errno != 0 {
+			t.Fatalf("write reply %+v", r)
+		}
+	}
+	for i := range 8 {
+		tc.send(CmdRead, 0, uint64(i), uint64(i*testBS), testBS, nil)
+	}
+	for range 8 {
+		r := tc.reply()
+		if r.errno != 0 {
+			t.Fatalf("read reply %+v", r)
+		}
+		if d := tc.read(testBS); !bytes.Equal(d, want[r.cookie]) {
+			t.Fatalf("reply %d carries block %d", r.cookie, d[0])
+		}
+	}
+	if n := am.started.Load(); n != 16 {
+		t.Fatalf("%d I/Os went the asynchronous way, want 16", n)
+	}
+	// Two blocks at once: declined, served by ReadAt.
+	_, got := tc.do(CmdRead, 0, 0, 2*testBS, nil)
+	if !bytes.Equal(got, append(append([]byte{}, want[0]...), want[1]...)) {
+		t.Fatal("declined read returned the wrong data")
+	}
+	am.mu.Lock()
+	am.batch, am.failAt = 1, 3*testBS
+	am.mu.Unlock()
+	if errno, _ := tc.do(CmdRead, 0, 3*testBS, testBS, nil); errno != EIO {
+		t.Fatalf("failed read: errno %d, want EIO", errno)
+	}
+}

@@ -83,8 +83,12 @@ stop_servers() { # the last started first: srpc nbd flushes before srpd stops
 	done
 	SERVER_PIDS=
 }
-wait_for() { # wait_for WHAT CMD...: retry for 30 s
-	for _ in $(seq 300); do "${@:2}" >/dev/null 2>&1 && return 0; sleep 0.1; done
+wait_for() { # wait_for WHAT CMD...: retry for 30 s while the last started process lives
+	for _ in $(seq 300); do
+		"${@:2}" >/dev/null 2>&1 && return 0
+		kill -0 "$LASTPID" 2>/dev/null || { echo "   ! $1 exited before it came up"; return 1; }
+		sleep 0.1
+	done
 	echo "   ! $1 did not come up"; return 1
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -144,16 +148,24 @@ run_tmpfs() {
 run_nbdkit() { # run_nbdkit unix|tcp
 	local key=nbdkit-$1 uri
 	want "$key" || return 0
-	if [ "$1" = unix ]; then
-		start "$RD/$key.log" nbdkit -f -U "$WORK/nbdkit.sock" memory 1G
-		uri="nbd+unix:///?socket=$WORK/nbdkit.sock"
-	else
-		local port; port=$(free_port)
-		start "$RD/$key.log" nbdkit -f -i 127.0.0.1 -p "$port" memory 1G
-		uri="nbd://127.0.0.1:$port/"
-	fi
-	SERVER_PIDS=$LASTPID
-	wait_for nbdkit nbdinfo --size "$uri" || { stop_servers; return 0; }
+	local try
+	for try in 1 2 3; do
+		# A fresh socket path and port each try: a previous nbdkit that
+		# has not finished exiting must not hold them.
+		if [ "$1" = unix ]; then
+			local sock=$WORK/nbdkit-$RANDOM.sock
+			start "$RD/$key.log" nbdkit -f -U "$sock" memory 1G
+			uri="nbd+unix:///?socket=$sock"
+		else
+			local port; port=$(free_port)
+			start "$RD/$key.log" nbdkit -f -i 127.0.0.1 -p "$port" memory 1G
+			uri="nbd://127.0.0.1:$port/"
+		fi
+		SERVER_PIDS=$LASTPID
+		wait_for nbdkit nbdinfo --size "$uri" && break
+		stop_servers
+		[ "$try" = 3 ] && return 0
+	done
 	prefill_nbd "$uri"
 	for j in $JOBS; do fio_job "$key" $j --ioengine=nbd --uri="$uri"; done
 	stop_servers
