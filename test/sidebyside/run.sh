@@ -20,7 +20,8 @@
 #
 # Env: ROUNDS (3), QUICK (0), OUT (results dir; default a new /tmp dir,
 # kept), ONLY (space-separated target keys to run, e.g. "nbdkit-unix
-# gosrp-nbd-shm"). All traffic stays on loopback and unix sockets. Missing
+# gosrp-nbd-shm"), SHM_POLL (the emu shm-poll option: adaptive, the
+# default, or eager). All traffic stays on loopback and unix sockets. Missing
 # tools (fio, nbdkit, qemu-utils, libnbd-bin, python3) are installed with
 # apt-get. A benchmark, never a test: run it on a quiet machine.
 set -euo pipefail
@@ -36,6 +37,10 @@ OUT=${OUT:-$(mktemp -d /tmp/gosrp-sidebyside.XXXXXX)}
 mkdir -p "$OUT"
 WORK=$(mktemp -d /dev/shm/gosrp-sbs.XXXXXX) # tmpfs: files, sockets, pebble data
 ONLY=${ONLY:-}
+# SHM_POLL=eager runs every gosrp process with --provider-option
+# shm-poll=eager (poll for answers as a dedicated core would).
+POLL_OPT=()
+if [ -n "${SHM_POLL:-}" ]; then POLL_OPT=(--provider-option "shm-poll=$SHM_POLL"); fi
 
 # ---- tools ----
 need=()
@@ -188,11 +193,11 @@ start_srpd() {
 	mkdir -p "$d"
 	if [ "$wire" = shm ]; then SRPD_ADDR=$d/srpd.shm; else SRPD_ADDR=127.0.0.1:$(free_port); fi
 	start "$RD/srpd-$wire-$backend.log" "$WORK/bin/srpd" --data "$d/data" --listen "$SRPD_ADDR" \
-		--backend "$backend" --wire "$wire" --log-level warn
+		--backend "$backend" --wire "$wire" --log-level warn "${POLL_OPT[@]}"
 	SERVER_PIDS=$LASTPID
 	wait_for srpd "$WORK/bin/srpd" status --data "$d/data" || return 1
 	start "$RD/srpc-nbd-$wire-$backend.log" "$WORK/bin/srpc" nbd --target "$SRPD_ADDR" --wire "$wire" \
-		--socket "$d/nbd.sock" vol0
+		"${POLL_OPT[@]}" --socket "$d/nbd.sock" vol0
 	SERVER_PIDS=$SERVER_PIDS,$LASTPID
 	NBD_URI="nbd+unix:///vol0?socket=$d/nbd.sock"
 	wait_for "srpc nbd" nbdinfo --size "$NBD_URI"
@@ -207,7 +212,7 @@ run_gosrp() { # run_gosrp tcp|shm
 	fi
 	if [ -n "$BENCH" ] && want "bench-$wire"; then
 		# bench is the only client now: the NBD front end idles (its CPU counts).
-		for j in $JOBS; do bench_job "bench-$wire" $j --target "$SRPD_ADDR" --provider emu --wire "$wire"; done
+		for j in $JOBS; do bench_job "bench-$wire" $j --target "$SRPD_ADDR" --provider emu --wire "$wire" "${POLL_OPT[@]}"; done
 	fi
 	stop_servers
 }

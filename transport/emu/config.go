@@ -19,6 +19,12 @@ const (
 // Wires lists the wires this build supports.
 func Wires() []string { return []string{WireLoop, WireTCP, WireShm} }
 
+// Config.ShmPoll values.
+const (
+	ShmPollAdaptive = "adaptive"
+	ShmPollEager    = "eager"
+)
+
 // Config configures a software NIC.
 type Config struct {
 	// Profile names a quirk bundle: strict (default), ib, iwarp, rxe.
@@ -41,6 +47,13 @@ type Config struct {
 	// 1ms and 7.
 	RNRTimeout time.Duration
 	RNRRetry   int
+	// ShmPoll is how the shm wire's ring readers wait for answers to
+	// their requests: ShmPollAdaptive (default) polls for them only while
+	// the CPUs are not oversubscribed, ShmPollEager always polls up to
+	// 200µs, as a dedicated polling core would (SPDK's poll mode): the
+	// lowest latency when each process has a core to itself, CPU taken
+	// from co-scheduled processes when not.
+	ShmPoll string
 	// Logger receives the NIC's log (QP errors and their reasons). Default:
 	// slog.Default().
 	Logger *slog.Logger
@@ -74,7 +87,7 @@ func (f Faults) any() bool {
 }
 
 // ConfigFromOptions builds a Config from transport.Options: profile, wire,
-// seed, and fault rates named after the Faults fields in lower case
+// seed, shm-poll (adaptive or eager), and fault rates named after the Faults fields in lower case
 // (qperror, postfail, dropcqe, corruptcqe, duplicate, delay, linkcut).
 func ConfigFromOptions(o transport.Options) (Config, error) {
 	var c Config
@@ -85,6 +98,8 @@ func ConfigFromOptions(o transport.Options) (Config, error) {
 			c.Profile = v
 		case "wire":
 			c.Wire = v
+		case "shm-poll":
+			c.ShmPoll = v
 		case "seed":
 			c.Seed, err = strconv.ParseInt(v, 0, 64)
 		case "qperror":

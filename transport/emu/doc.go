@@ -152,8 +152,10 @@
 //     that PSN.
 //   - A ring reader per connection side drains both incoming rings; when
 //     idle it polls for about twice its recent average wait (2–50 µs),
-//     then sleeps, so a slow or co-scheduled peer does not cost it a
-//     spinning CPU. Its doorbell flag in shared
+//     and up to 200 µs while its own requests await answers unless a
+//     poll shows the CPUs oversubscribed (Config.ShmPoll "eager" polls
+//     for answers regardless), then sleeps, so a slow or co-scheduled
+//     peer does not cost it a spinning CPU. Its doorbell flag in shared
 //     memory tells producers whether it sleeps: only then does one of them
 //     send a WAKE datagram, so a busy connection makes no system call per
 //     work request. The sleeper waits in the netpoller, not FUTEX_WAIT,

@@ -47,6 +47,13 @@ func New(cfg Config) (*Provider, error) {
 	default:
 		return nil, fmt.Errorf("emu: unknown wire %q (have %v): %w", cfg.Wire, Wires(), transport.ErrNotFound)
 	}
+	switch cfg.ShmPoll {
+	case "":
+		cfg.ShmPoll = ShmPollAdaptive
+	case ShmPollAdaptive, ShmPollEager:
+	default:
+		return nil, fmt.Errorf("emu: unknown shm-poll %q (have %s, %s): %w", cfg.ShmPoll, ShmPollAdaptive, ShmPollEager, transport.ErrInvalidArgument)
+	}
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano()
 	}

@@ -60,6 +60,13 @@ func (q *qp) pump() {
 	}
 }
 
+// awaitingAnswers reports whether transmitted requests wait for answers.
+func (q *qp) awaitingAnswers() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.inflight) > 0
+}
+
 // armLocked sets the timer for the earliest retry or RNR deadline.
 func (q *qp) armLocked(now time.Time) {
 	var at time.Time

@@ -524,6 +524,24 @@ const (
 	shmMapWait = 5 * time.Second
 )
 
+// shmSpinAwait is how long a reader whose QP has requests in flight
+// polls for their answers before it sleeps, whatever its average wait,
+// unless the CPUs are oversubscribed (Config.ShmPoll adaptive): an answer
+// comes from the peer's NIC (its ring reader) alone. Waits for new
+// requests, which come from the peer's application and may take any time
+// (an NBD client, another process on the same cores), get only the
+// adaptive budget: spinning through those starved the very processes that
+// would send them.
+const shmSpinAwait = 200 * time.Microsecond
+
+// A poll that takes longer than shmPreempted means the reader was
+// descheduled: for shmContendedFor after it, answers are waited for with
+// the adaptive budget only.
+const (
+	shmPreempted    = 20 * time.Microsecond
+	shmContendedFor = 50 * time.Millisecond
+)
+
 // spinBudget is how long to poll before sleeping, from the average wait.
 func spinBudget(avgWait int64) int64 {
 	if avgWait > int64(shmSpinMax) {
@@ -910,6 +928,10 @@ func (l *shmLink) reader() {
 	defer l.exit()
 	var avgWait int64 // moving average of idle waits, ns
 	var since int64   // start of the current idle wait; 0 while busy
+	awaiting := 0     // this wait: 0 not asked yet, 1 answers are due, 2 none
+	var prev int64    // the previous idle poll
+	var contendedUntil int64
+	eager := l.p.cfg.ShmPoll == ShmPollEager
 	for !l.closing.Load() {
 		n, ok := l.poll()
 		if !ok {
@@ -918,7 +940,7 @@ func (l *shmLink) reader() {
 		if n > 0 {
 			if since != 0 {
 				avgWait += (nanotime() - since - avgWait) / 8
-				since = 0
+				since, awaiting = 0, 0
 			}
 			continue
 		}
@@ -928,11 +950,31 @@ func (l *shmLink) reader() {
 		}
 		now := nanotime()
 		if since == 0 {
-			since = now
+			since, prev = now, now
 			continue
 		}
+		if now-prev > int64(shmPreempted) {
+			// One poll took this long: the kernel ran someone else on
+			// this CPU meanwhile. The CPUs are oversubscribed, and a
+			// spinning reader takes time from the processes that would
+			// produce its work.
+			contendedUntil = now + int64(shmContendedFor)
+		}
+		prev = now
 		if now-since < spinBudget(avgWait) {
 			runtime.Gosched() // let this process's other goroutines run
+			continue
+		}
+		if awaiting == 0 {
+			awaiting = 2
+			if l.q.awaitingAnswers() {
+				awaiting = 1
+			}
+		}
+		if awaiting == 1 && now-since < int64(shmSpinAwait) && (eager || now >= contendedUntil) {
+			// Our requests are out: the peer's NIC answers them without
+			// waiting for anyone, so the answer is worth polling for.
+			runtime.Gosched()
 			continue
 		}
 		l.sleep()

@@ -1,0 +1,37 @@
+package emu
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// TestOptions checks the provider options a program passes through
+// (srpd --provider-option, bench, srpc): each known key lands in the
+// Config, and unknown keys or bad values fail with ErrInvalidArgument.
+func TestOptions(t *testing.T) {
+	c, err := ConfigFromOptions(transport.Options{"profile": "rxe", "wire": "shm", "seed": "7", "shm-poll": "eager", "duplicate": "0.5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Profile != "rxe" || c.Wire != "shm" || c.Seed != 7 || c.ShmPoll != ShmPollEager || c.Faults.Duplicate != 0.5 {
+		t.Fatalf("config %+v", c)
+	}
+	for _, o := range []transport.Options{{"bogus": "1"}, {"seed": "x"}, {"linkcut": "often"}} {
+		if _, err := ConfigFromOptions(o); !errors.Is(err, transport.ErrInvalidArgument) {
+			t.Errorf("%v: %v, want ErrInvalidArgument", o, err)
+		}
+	}
+	if _, err := New(Config{ShmPoll: "sometimes"}); !errors.Is(err, transport.ErrInvalidArgument) {
+		t.Errorf("ShmPoll sometimes: %v, want ErrInvalidArgument", err)
+	}
+	p, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.cfg.ShmPoll != ShmPollAdaptive {
+		t.Errorf("default ShmPoll %q, want %q", p.cfg.ShmPoll, ShmPollAdaptive)
+	}
+}
