@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -345,7 +346,9 @@ func (l *tcpLink) add(p *packet, mayWait bool) {
 	if !l.txEnded {
 		k := len(l.pend)
 		l.ackOnly = p.kind == pktAck && (k == 0 || l.ackOnly)
-		l.pend = append(l.pend, make([]byte, n)...)[:k+n]
+		// Grow, not append(make): every byte is written just below, and
+		// zeroing the frame first showed as 2.5% of the target's CPU.
+		l.pend = slices.Grow(l.pend, n)[:k+n]
 		putHeader(l.pend[k:], &header{kind: p.kind, flags: p.flags, nak: p.nak, psn: p.psn, imm: p.imm,
 			key: p.key, va: p.va, length: p.length, paylen: uint32(m)})
 		p.gather(l.pend[k+headerLen:])
