@@ -174,8 +174,10 @@
 // Locking: a device-wide RWMutex guards memory-object state; data copies
 // hold it shared, memory operations (REG_MR, LOCAL_INV, BIND_MW, remote
 // invalidation, deregistration) hold it exclusively, so no byte is placed
-// through a key that is being invalidated. No lock is held across a
-// socket read or write: the tcp wire stages payloads in per-QP buffers;
-// the shm wire copies under the same shared lock, straight between the
-// two processes' arenas.
+// or read through a remote key that is being invalidated. No lock is held
+// across a socket read or write: the tcp wire copies a READ response into
+// a per-QP buffer under the lock and frames SEND and WRITE sources (the
+// requester's own, lkey-checked memory) straight from the arena into its
+// pending batch; the shm wire copies under the same shared lock, straight
+// between the two processes' arenas.
 package emu

@@ -57,9 +57,8 @@ type packet struct {
 	// pieces is set instead of payload by the shm link on delivery: the
 	// memory the peer named in segs, mapped here and bounded by the link
 	// against the mapped size. On the other links a requester's SEND and
-	// WRITE and a responder's READ response carry their checked source
-	// memory as pieces, which the link copies once: into its frame (tcp)
-	// or into the peer's memory (loop).
+	// WRITE carry their checked local sources as pieces, which the link
+	// copies once: into its frame (tcp) or into the peer's memory (loop).
 	pieces [][]byte
 	// placed marks a READ response whose data the responder's NIC has
 	// already written into the requester's sinks (shm).

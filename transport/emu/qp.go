@@ -82,9 +82,9 @@ type qp struct {
 	rqTail uint64
 
 	// responder
-	expPSN    uint32
-	respPiece [1][]byte // READ response source on a staging link
-	respSeg   [1]seg    // READ response source on a direct (shm) link
+	expPSN  uint32
+	respBuf []byte
+	respSeg [1]seg // READ response source on a direct (shm) link
 	// requester: the checked sources of the WR being sent
 	txPieces [][]byte
 	txSegs   []seg // SEND/WRITE sources on a direct (shm) link

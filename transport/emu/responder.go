@@ -215,19 +215,23 @@ func (q *qp) readLocked(pkt *packet, resp *packet, dup bool) {
 		}
 		d.mem.RUnlock()
 	} else {
+		// Copied under the shared lock, as every access through a remote
+		// key is: a key invalidated right after the check must not let
+		// the memory's later contents out.
+		if cap(q.respBuf) < int(n) {
+			q.respBuf = make([]byte, n)
+		}
+		resp.payload = q.respBuf[:n]
 		d.mem.RLock()
 		src, why := d.checkRemoteLocked(q, pkt.key, pkt.va, n, transport.AccessRemoteRead)
 		if bad = why; bad == "" {
-			// The link copies the source into its frame at once (tcp),
-			// or the requester into its sinks (loop).
-			q.respPiece[0] = src
-			resp.pieces = q.respPiece[:]
+			copy(resp.payload, src)
 		}
 		d.mem.RUnlock()
 	}
 	if bad != "" {
 		d.p.counters.remoteAccessErrors.Add(1)
-		resp.kind, resp.nak, resp.payload, resp.pieces, resp.segs, resp.placed = pktNak, nakAccess, nil, nil, nil, false
+		resp.kind, resp.nak, resp.payload, resp.segs, resp.placed = pktNak, nakAccess, nil, nil, false
 		if dup {
 			bad = "duplicate " + bad
 		}
