@@ -155,19 +155,7 @@ func BenchmarkStream64K(b *testing.B) {
 		})
 	}
 	b.Run("raw-tcp", func(b *testing.B) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ln.Close()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
+		c := rawTCP(b, func(c net.Conn) {
 			buf := make([]byte, size)
 			for {
 				if _, err := io.ReadFull(c, buf); err != nil {
@@ -177,11 +165,7 @@ func BenchmarkStream64K(b *testing.B) {
 					return
 				}
 			}
-		}()
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Fatal(err)
-		}
+		})
 		buf := make([]byte, size)
 		ack := make([]byte, depth)
 		b.SetBytes(size * depth)
@@ -196,9 +180,37 @@ func BenchmarkStream64K(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// rawTCP connects to a loopback TCP server running serve on the accepted
+// connection; the cleanup closes the client and waits for serve to return.
+func rawTCP(b *testing.B, serve func(net.Conn)) net.Conn {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		ln.Close()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		serve(c)
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
 		c.Close()
 		<-done
 	})
+	return c
 }
 
 // BenchmarkTCPFloor4K measures the least any request/response design over
@@ -209,19 +221,7 @@ func BenchmarkStream64K(b *testing.B) {
 // socket's own; each op is one 4 KiB read served.
 func BenchmarkTCPFloor4K(b *testing.B) {
 	const depth, reqLen, respLen = 32, 32, 4096
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	c := rawTCP(b, func(c net.Conn) {
 		in := make([]byte, depth*reqLen)
 		out := make([]byte, depth*respLen)
 		have := 0
@@ -241,11 +241,7 @@ func BenchmarkTCPFloor4K(b *testing.B) {
 				return
 			}
 		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
+	})
 	req := make([]byte, depth*reqLen)
 	resp := make([]byte, depth*respLen)
 	if _, err := c.Write(req); err != nil {
@@ -271,6 +267,4 @@ func BenchmarkTCPFloor4K(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	c.Close()
-	<-done
 }

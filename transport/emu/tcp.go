@@ -218,7 +218,7 @@ func (p *Provider) connectTCP(ctx context.Context, addr string, q *qp, priv []by
 // tcpLink is a connected QP's end of a TCP connection. It owns a reader
 // goroutine (frames → responder/requester) and a flusher goroutine that
 // only runs when the socket is full. Frames are written by whichever
-// goroutine queues one while nobody else is writing (see enqueue), with a
+// goroutine flushes while nobody else is writing (see add and flush), with a
 // non-blocking write, so a packet normally leaves without waking anyone.
 // disconnect stops both goroutines.
 type tcpLink struct {
@@ -380,10 +380,7 @@ func (l *tcpLink) flush() {
 		return
 	}
 	for len(l.pend) > 0 && !l.txEnded {
-		b := l.pend
-		l.pend = l.spare[:0]
-		l.txRoom.Broadcast()
-		l.txMu.Unlock()
+		b := l.takeLocked()
 		l.wbuf = b
 		err := l.rc.Write(l.tryFn)
 		l.wbuf = nil
@@ -406,6 +403,16 @@ func (l *tcpLink) flush() {
 		}
 	}
 	l.idleLocked()
+}
+
+// takeLocked hands the pending batch to the writer and starts a new one in
+// the spare buffer. REQUIRES: txMu and the writer's role; releases txMu.
+func (l *tcpLink) takeLocked() []byte {
+	b := l.pend
+	l.pend = l.spare[:0]
+	l.txRoom.Broadcast()
+	l.txMu.Unlock()
+	return b
 }
 
 // wrote takes the written batch back as the spare buffer, with txMu
@@ -462,10 +469,7 @@ func (l *tcpLink) flusher() {
 		}
 		l.txMu.Lock()
 		for len(l.pend) > 0 && !l.txEnded {
-			b := l.pend
-			l.pend = l.spare[:0]
-			l.txRoom.Broadcast()
-			l.txMu.Unlock()
+			b := l.takeLocked()
 			_, err := l.nc.Write(b)
 			if !l.wrote(b, err) {
 				return
