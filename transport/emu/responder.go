@@ -39,21 +39,18 @@ func (q *qp) onRequest(pkt *packet) {
 		if pkt.kind == pktRead {
 			q.readLocked(pkt, resp, true)
 		}
-		q.unlock()
-		l.sendResponse(resp)
+		q.answer(l, resp)
 		return
 	}
 	switch pkt.kind {
 	case pktSend:
 		if !q.sendLocked(pkt, resp) {
-			q.unlock()
-			l.sendResponse(resp) // RNR: expPSN stays, the request comes again
+			q.answer(l, resp) // RNR: expPSN stays, the request comes again
 			return
 		}
 	case pktWrite:
 		if !q.writeLocked(pkt, resp) {
-			q.unlock()
-			l.sendResponse(resp)
+			q.answer(l, resp)
 			return
 		}
 	case pktRead:
@@ -63,19 +60,47 @@ func (q *qp) onRequest(pkt *packet) {
 		return
 	}
 	q.expPSN++
-	q.unlock()
-	l.sendResponse(resp)
+	q.answer(l, resp)
 }
 
-// responderErrLocked moves the responder to ERR after a request it could
-// not serve (rxe_resp.c error classes) and raises the async event ev,
-// unless the device raises none (Quirks.NoQPErrorEvents: rxe, where the
-// error shows only in completions).
+// respErr is a responder error waiting for its NAK to be sent.
+type respErr struct {
+	set    bool
+	ev     transport.EventType
+	status transport.Status
+	reason string
+}
+
+// responderErrLocked records that the responder goes to ERR after a
+// request it could not serve (rxe_resp.c error classes). The transition
+// happens once the NAK is sent (answer): the NAK leaves the responder
+// before its QP flushes, as rxe_resp.c sends the NAK from the responder
+// task and only then moves the QP to ERR. Flushing first would let the
+// consumer see its receives flush, tear the connection down and lose the
+// NAK, leaving the requester with WR_FLUSH_ERR instead of the status that
+// names the fault.
 func (q *qp) responderErrLocked(ev transport.EventType, status transport.Status, reason string) {
-	q.dev.p.log.Debug("responder error", "qp", q.num, "status", status, "reason", reason)
-	q.toErrLocked(status, reason)
+	q.respErr = respErr{set: true, ev: ev, status: status, reason: reason}
+}
+
+// answer unlocks the QP, sends resp and then applies a pending responder
+// error: the QP goes to ERR and raises the async event, unless the device
+// raises none (Quirks.NoQPErrorEvents: rxe, where the error shows only
+// in completions).
+func (q *qp) answer(l link, resp *packet) {
+	e := q.respErr
+	q.respErr = respErr{}
+	q.unlock()
+	l.sendResponse(resp)
+	if !e.set {
+		return
+	}
+	q.dev.p.log.Debug("responder error", "qp", q.num, "status", e.status, "reason", e.reason)
+	q.mu.Lock()
+	q.toErrLocked(e.status, e.reason)
+	q.unlock()
 	if !q.dev.p.quirks.NoQPErrorEvents {
-		q.dev.event(transport.AsyncEvent{Type: ev, QPNum: q.num, Reason: reason})
+		q.dev.event(transport.AsyncEvent{Type: e.ev, QPNum: q.num, Reason: e.reason})
 	}
 }
 

@@ -933,6 +933,10 @@ func (l *shmLink) reader() {
 	var contendedUntil int64
 	eager := l.p.cfg.ShmPoll == ShmPollEager
 	for !l.closing.Load() {
+		// Read the peer's end before polling: a peer that publishes its
+		// last answers and then goes leaves them in the rings, and an
+		// empty poll after seeing it gone means they were all taken.
+		gone := l.peerGone()
 		n, ok := l.poll()
 		if !ok {
 			return
@@ -944,7 +948,7 @@ func (l *shmLink) reader() {
 			}
 			continue
 		}
-		if l.peerGone() {
+		if gone {
 			l.disconnect(l.goneErr) // everything published before is done
 			return
 		}
