@@ -73,6 +73,7 @@ func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	o.applyProcs()
 	out := stdout
 	if o.Output != "" {
 		f, err := os.Create(o.Output)

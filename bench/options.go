@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ type Options struct {
 	BS         int64
 	IODepth    int
 	NumJobs    int
+	Procs      int // GOMAXPROCS; procsAuto: --numjobs with --target, else the Go default
 	Runtime    time.Duration
 	Ramp       time.Duration
 	Size       int64 // 0: the volume's size (or 1 GiB embedded)
@@ -161,6 +164,7 @@ func defaultOptions() *Options {
 		RW: "randread", BS: 4096, IODepth: 1, NumJobs: 1, Runtime: 5 * time.Second,
 		RWMixRead: 50, OutFormat: "normal", Volume: "vol0", Backend: "memory",
 		Provider: "emu", Profile: "strict", Channels: 1, Name: "gosrp-bench", Interval: time.Second,
+		Procs: procsAuto,
 	}
 }
 
@@ -169,6 +173,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.Var(sizeValue{&o.BS}, "bs", "block `SIZE` of every I/O, e.g. 4k, 128k (a multiple of the volume's block size)")
 	fs.IntVar(&o.IODepth, "iodepth", o.IODepth, "I/Os each job keeps in flight (`N`, 1..1024)")
 	fs.IntVar(&o.NumJobs, "numjobs", o.NumJobs, "`N` jobs: goroutines, each with its own session (connection) and queue of --iodepth I/Os")
+	fs.Var(procsValue{&o.Procs}, "procs", "`N` threads running Go code (GOMAXPROCS); auto: --numjobs with --target (a thread per job, as fio), the Go default when embedded")
 	fs.Var(durationValue{&o.Runtime}, "runtime", "measure for `DURATION` (5s, 300ms, or seconds) after the ramp")
 	fs.Var(durationValue{&o.Ramp}, "ramp", "run for `DURATION` before measuring; nothing from the ramp is counted (fio's ramp_time)")
 	fs.Var(sizeValue{&o.Size}, "size", "`SIZE` of the region I/O goes to, from --offset (default: the whole volume; embedded: 1g)")
@@ -208,6 +213,47 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.Channels, "channels", o.Channels, "connections (QPs) per job's session, `N`")
 	fs.IntVar(&o.TargetPID, "target-pid", 0, "count the CPU time of process `PID` as the target's (default: found from the listening socket when the target is local)")
 	fs.Var(durationValue{&o.Interval}, "interval", "print a table row every `DURATION`")
+}
+
+// procsAuto is --procs auto.
+const procsAuto = -1
+
+// procsValue is the --procs flag: a thread count or auto.
+type procsValue struct{ p *int }
+
+func (v procsValue) String() string {
+	if v.p == nil || *v.p == procsAuto {
+		return "auto"
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v procsValue) Set(s string) error {
+	if s == "auto" {
+		*v.p = procsAuto
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("want auto or a count of at least 1")
+	}
+	*v.p = n
+	return nil
+}
+
+// applyProcs sets GOMAXPROCS from --procs once the mode is known. An
+// explicit GOMAXPROCS in the environment wins over auto.
+func (o *Options) applyProcs() {
+	n := o.Procs
+	if n == procsAuto {
+		if o.Embedded || os.Getenv("GOMAXPROCS") != "" {
+			o.Procs = runtime.GOMAXPROCS(0)
+			return
+		}
+		n = min(o.NumJobs, runtime.NumCPU())
+	}
+	runtime.GOMAXPROCS(n)
+	o.Procs = n
 }
 
 // validate checks the options that do not need the volume.

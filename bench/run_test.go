@@ -187,7 +187,7 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("--help: exit %d", code)
 	}
 	for _, f := range []string{"--rw", "--bs", "--iodepth", "--numjobs", "--runtime", "--ramp", "--size", "--rwmixread",
-		"--verify", "--target", "--volume", "--embedded", "--backend", "--output-format", "--plot", "--provider", "--wire", "--profile"} {
+		"--verify", "--target", "--volume", "--embedded", "--backend", "--output-format", "--plot", "--provider", "--wire", "--profile", "--procs"} {
 		if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
 			t.Errorf("help lacks %s", f)
 		}
@@ -195,6 +195,7 @@ func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"--rw", "trim"}, {"--bs", "4x"}, {"--iodepth", "0"}, {"--runtime", "soon"}, {"--output-format", "xml"},
 		{"--target", "127.0.0.1:1", "--embedded"}, {"--wire", "carrier-pigeon"}, {"extra"}, {"--bogus"},
+		{"--procs", "0"}, {"--procs", "many"},
 		{"--verify", "--size", "16k", "--iodepth", "4", "--runtime", "100ms"}, {"--bs", "6k", "--runtime", "100ms", "--size", "60k"},
 	} {
 		if code, _, errs := bench(t, args...); code != 2 {

@@ -55,7 +55,7 @@ type connFlags struct {
 	target, name, secret, secretFile string
 	provider, profile, wire          string
 	providerOpts                     []string
-	channels                         int
+	channels, procs                  int
 	timeout                          time.Duration
 }
 
@@ -80,6 +80,7 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	})
 	fs.IntVar(&c.channels, "channels", 1, "`N` connections (queue pairs) to spread I/O over")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up on a lost or unreachable target after `DURATION`")
+	cli.RegisterProcs(fs, &c.procs)
 }
 
 // session is a logged-in session and its provider.
@@ -95,6 +96,9 @@ func (s *session) Close() error {
 }
 
 func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error) {
+	if err := cli.SetProcs(c.procs); err != nil {
+		return nil, err
+	}
 	opts := transport.Options{}
 	if c.provider == "emu" {
 		opts["wire"], opts["profile"] = c.wire, c.profile

@@ -37,6 +37,7 @@ type Config struct {
 	ProviderOptions map[string]string `json:"provider_options" toml:"provider_options"`
 	Metrics         string            `json:"metrics" toml:"metrics"`
 	Pprof           bool              `json:"pprof" toml:"pprof"`
+	Procs           int               `json:"procs" toml:"procs"`
 	LogLevel        string            `json:"log_level" toml:"log_level"`
 	LogFormat       string            `json:"log_format" toml:"log_format"`
 	Name            string            `json:"name" toml:"name"`
@@ -78,6 +79,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "serve Prometheus /metrics on `HOST:PORT` (off when empty)")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "also serve Go's /debug/pprof/ profiles on the --metrics address")
+	cli.RegisterProcs(fs, &c.Procs)
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `FORMAT`: text or json")
 	fs.StringVar(&c.Name, "name", c.Name, "target `NAME` reported to initiators at login")

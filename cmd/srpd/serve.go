@@ -113,6 +113,9 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			cfg.ProviderOptions[k] = v
 		}
 	}
+	if err := cli.SetProcs(cfg.Procs); err != nil {
+		return err
+	}
 	log, err := newLogger(cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err

@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -73,5 +75,20 @@ func TestExecute(t *testing.T) {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("help lacks %q:\n%s", w, out.String())
 		}
+	}
+}
+
+func TestSetProcs(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(prev)
+	var u *UsageError
+	if err := SetProcs(-1); !errors.As(err, &u) {
+		t.Fatalf("--procs -1: %v, want a usage error", err)
+	}
+	if err := SetProcs(0); err != nil || runtime.GOMAXPROCS(0) != prev {
+		t.Fatalf("--procs 0: %v, GOMAXPROCS %d, want it left at %d", err, runtime.GOMAXPROCS(0), prev)
+	}
+	if err := SetProcs(prev + 1); err != nil || runtime.GOMAXPROCS(0) != prev+1 {
+		t.Fatalf("--procs %d: %v, GOMAXPROCS %d", prev+1, err, runtime.GOMAXPROCS(0))
 	}
 }

@@ -21,7 +21,10 @@
 # Env: ROUNDS (3), QUICK (0), OUT (results dir; default a new /tmp dir,
 # kept), ONLY (space-separated target keys to run, e.g. "nbdkit-unix
 # gosrp-nbd-shm"), SHM_POLL (the emu shm-poll option: adaptive, the
-# default, or eager). All traffic stays on loopback and unix sockets. Missing
+# default, or eager), PROCS (--procs of every gosrp process, default 1:
+# the processes of one job share two cores; 0 is Go's default, a thread
+# per CPU in each; bench's auto is 1 here, one job), PEBBLE_PROCS (the
+# pebble srpd's --procs, default 0: its compactions run beside the I/O). All traffic stays on loopback and unix sockets. Missing
 # tools (fio, nbdkit, qemu-utils, libnbd-bin, python3) are installed with
 # apt-get. A benchmark, never a test: run it on a quiet machine.
 set -euo pipefail
@@ -41,6 +44,8 @@ ONLY=${ONLY:-}
 # shm-poll=eager (poll for answers as a dedicated core would).
 POLL_OPT=()
 if [ -n "${SHM_POLL:-}" ]; then POLL_OPT=(--provider-option "shm-poll=$SHM_POLL"); fi
+PROCS=${PROCS:-1}
+PEBBLE_PROCS=${PEBBLE_PROCS:-0}
 
 # ---- tools ----
 need=()
@@ -188,16 +193,17 @@ run_qemu_nbd() {
 # start_srpd WIRE BACKEND: srpd plus 'srpc nbd' in front of it; sets
 # SRPD_ADDR, NBD_URI, SERVER_PIDS.
 start_srpd() {
-	local wire=$1 backend=$2 d=$WORK/srpd-$1-$2
+	local wire=$1 backend=$2 d=$WORK/srpd-$1-$2 procs=$PROCS
+	if [ "$2" = pebble ]; then procs=$PEBBLE_PROCS; fi
 	rm -rf "$d"
 	mkdir -p "$d"
 	if [ "$wire" = shm ]; then SRPD_ADDR=$d/srpd.shm; else SRPD_ADDR=127.0.0.1:$(free_port); fi
 	start "$RD/srpd-$wire-$backend.log" "$WORK/bin/srpd" --data "$d/data" --listen "$SRPD_ADDR" \
-		--backend "$backend" --wire "$wire" --log-level warn "${POLL_OPT[@]}"
+		--backend "$backend" --wire "$wire" --log-level warn --procs "$procs" "${POLL_OPT[@]}"
 	SERVER_PIDS=$LASTPID
 	wait_for srpd "$WORK/bin/srpd" status --data "$d/data" || return 1
 	start "$RD/srpc-nbd-$wire-$backend.log" "$WORK/bin/srpc" nbd --target "$SRPD_ADDR" --wire "$wire" \
-		"${POLL_OPT[@]}" --socket "$d/nbd.sock" vol0
+		--procs "$PROCS" "${POLL_OPT[@]}" --socket "$d/nbd.sock" vol0
 	SERVER_PIDS=$SERVER_PIDS,$LASTPID
 	NBD_URI="nbd+unix:///vol0?socket=$d/nbd.sock"
 	wait_for "srpc nbd" nbdinfo --size "$NBD_URI"
@@ -211,8 +217,10 @@ run_gosrp() { # run_gosrp tcp|shm
 		for j in $JOBS; do fio_job "gosrp-nbd-$wire" $j --ioengine=nbd --uri="$NBD_URI"; done
 	fi
 	if [ -n "$BENCH" ] && want "bench-$wire"; then
+		local bprocs=$PROCS
+		if [ "$PROCS" = 0 ]; then bprocs=$(nproc); fi
 		# bench is the only client now: the NBD front end idles (its CPU counts).
-		for j in $JOBS; do bench_job "bench-$wire" $j --target "$SRPD_ADDR" --provider emu --wire "$wire" "${POLL_OPT[@]}"; done
+		for j in $JOBS; do bench_job "bench-$wire" $j --target "$SRPD_ADDR" --provider emu --wire "$wire" --procs "$bprocs" "${POLL_OPT[@]}"; done
 	fi
 	stop_servers
 }
@@ -225,6 +233,7 @@ run_pebble() {
 }
 
 per_round=$((6 * 9 + 10))
+echo "== gosrp processes: --procs $PROCS (pebble srpd: $PEBBLE_PROCS), shm-poll ${SHM_POLL:-adaptive}"
 echo "== $ROUNDS round(s) of about $((per_round * (RUNTIME + RAMP + 1) / 60 + 1)) min; results in $OUT"
 for r in $(seq "$ROUNDS"); do
 	RD=$OUT/r$r
