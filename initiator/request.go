@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/gosrp/gosrp/internal/wire"
 )
@@ -99,7 +98,7 @@ type Request struct {
 
 	vol     *Volume
 	next    *Request
-	start   time.Time
+	start   int64         // nanotime at submission
 	state   atomic.Uint32 // reqPending, reqClaimed, reqAbandoned
 	ctrl    *wire.ControlRequest
 	ctrlRsp wire.ControlResponse

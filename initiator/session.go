@@ -233,7 +233,7 @@ func (s *Session) control(ctx context.Context, c *channel, req *wire.ControlRequ
 func (s *Session) controlReq(ctx context.Context, c *channel, r *Request) (*wire.ControlResponse, error) {
 	done := make(chan *Request, 1)
 	r.Done = done
-	r.start = timeNow()
+	r.start = nanotime()
 	if err := c.submit(r); err != nil {
 		return nil, err
 	}
