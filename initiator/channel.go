@@ -49,8 +49,8 @@ type ioSlot struct {
 	hasReg  bool
 	inv     bool // a LOCAL_INV still has to be posted
 	rsp     wire.Response
-	bounce  int // offset of the bounce buffer in the session arena
-	sendOff int // offset of the send buffer in the channel arena
+	bounce  int   // offset of the bounce buffer in the session arena
+	sendOff int   // offset of the send buffer in the channel arena
 	started int64 // nanotime when posted
 }
 
