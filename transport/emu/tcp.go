@@ -510,7 +510,7 @@ func (l *tcpLink) reader() {
 	// 64 KiB: a burst of small frames per read, while a large payload
 	// is read straight into its buffer (bufio bypasses itself for reads
 	// at least its size) instead of through a second copy.
-	br := bufio.NewReaderSize(l.nc, 64<<10)
+	br := bufio.NewReaderSize(newSockReader(l), 64<<10)
 	var hb [headerLen]byte
 	var h header
 	var buf []byte
@@ -558,4 +558,83 @@ func (l *tcpLink) hostile(err error, kind pktKind) {
 	l.p.log.Warn("malformed frame: QP to ERR", "qp", l.q.num, "remote", l.nc.RemoteAddr().String(), "err", err)
 	l.q.fatal(transport.EventQPFatal, err.Error())
 	l.disconnect(fmt.Errorf("emu: %w", err))
+}
+
+// tcpSpinAwait is how long the reader polls a quiet socket while its QP
+// has requests in flight, before it parks in the netpoller. Parking costs
+// an epoll_wait, a sleep and a wake-up per burst; the peer's answers to a
+// deep queue come within tens of microseconds. Linux's busy polling
+// (SO_BUSY_POLL, net.core.busy_read) makes the same trade in the kernel,
+// and does not apply to loopback.
+const tcpSpinAwait = 50 * time.Microsecond
+
+// sockReader is the reader goroutine's view of the socket: reads that
+// poll for up to tcpSpinAwait while answers are due (and the CPUs are not
+// oversubscribed, judged as the shm reader judges it) before parking.
+type sockReader struct {
+	l   *tcpLink
+	buf []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool // r.try, bound once: a read allocates nothing
+	// contendedUntil: a poll that took longer than shmPreempted means
+	// another thread ran on this CPU; until then, no polling.
+	contendedUntil int64
+}
+
+func newSockReader(l *tcpLink) *sockReader {
+	r := &sockReader{l: l}
+	r.fn = r.try
+	return r
+}
+
+func (r *sockReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.buf, r.n, r.err = p, 0, nil
+	err := r.l.rc.Read(r.fn)
+	r.buf = nil
+	if err != nil {
+		return 0, err
+	}
+	return r.n, r.err
+}
+
+// try reads once, and on an empty socket polls while that pays; false
+// parks the goroutine until the socket is readable.
+func (r *sockReader) try(fd uintptr) bool {
+	var start, prev int64
+	for {
+		n, err := unix.Read(int(fd), r.buf)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+		case err != nil:
+			r.err = err
+			return true
+		case n == 0:
+			r.err = io.EOF
+			return true
+		default:
+			r.n = n
+			return true
+		}
+		now := nanotime()
+		switch {
+		case start == 0:
+			if now < r.contendedUntil || !r.l.q.awaitingAnswers() {
+				return false
+			}
+			start = now
+		case now-prev > int64(shmPreempted):
+			r.contendedUntil = now + int64(shmContendedFor)
+			return false
+		case now-start >= int64(tcpSpinAwait):
+			return false
+		}
+		prev = now
+		runtime.Gosched() // let this process's other goroutines run
+	}
 }
