@@ -49,7 +49,7 @@ type memCore struct {
 	closed bool // store closed or volume deleted
 	sz     int64
 	gen    uint64 // bumped by every snapshot and resize
-	blocks map[int64]*memBlock
+	blocks blockTable
 }
 
 func (s *MemStore) errClosed(op string) error {
@@ -70,7 +70,7 @@ func (s *MemStore) Create(name string, size int64, blockSize int) (Volume, error
 	if _, ok := s.vols[name]; ok {
 		return nil, fmt.Errorf("block: volume %q: create: %w", name, ErrExists)
 	}
-	c := &memCore{nm: name, bs: bs, sz: size, created: time.Now(), gen: 1, blocks: map[int64]*memBlock{}}
+	c := &memCore{nm: name, bs: bs, sz: size, created: time.Now(), gen: 1, blocks: newBlockTable()}
 	s.vols[name] = c
 	return s.openLocked(c), nil
 }
@@ -139,7 +139,7 @@ func (s *MemStore) Delete(name string) error {
 	delete(s.vols, name)
 	delete(s.snaps, name)
 	c.mu.Lock()
-	c.closed, c.blocks = true, nil
+	c.closed, c.blocks = true, blockTable{}
 	c.mu.Unlock()
 	return nil
 }
@@ -191,10 +191,7 @@ func (s *MemStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
 // freezeLocked returns a new core sharing c's blocks and bumps c.gen so
 // that c copies a shared block before changing it. REQUIRES: c.mu.
 func (c *memCore) freezeLocked(name string, readOnly bool) *memCore {
-	blocks := make(map[int64]*memBlock, len(c.blocks))
-	for k, b := range c.blocks {
-		blocks[k] = b
-	}
+	blocks := c.blocks.clone()
 	c.gen++
 	return &memCore{nm: name, bs: c.bs, readOnly: readOnly, created: time.Now(), sz: c.sz, gen: c.gen + 1, blocks: blocks}
 }
@@ -311,7 +308,7 @@ func (c *memCore) readAt(p []byte, off int64) error {
 	bs := int64(c.bs)
 	for i := int64(0); i < int64(len(p)); i += bs {
 		dst := p[i : i+bs]
-		if b, ok := c.blocks[(off+i)/bs]; ok {
+		if b := c.blocks.get((off + i) / bs); b != nil {
 			copy(dst, b.data)
 		} else {
 			clear(dst)
@@ -333,11 +330,11 @@ func (c *memCore) writeAt(p []byte, off int64, fua bool) error {
 	bs := int64(c.bs)
 	for i := int64(0); i < int64(len(p)); i += bs {
 		idx := (off + i) / bs
-		b, ok := c.blocks[idx]
-		if !ok || b.gen != c.gen {
+		b := c.blocks.get(idx)
+		if b == nil || b.gen != c.gen {
 			// Absent, or possibly shared with a snapshot: copy on write.
 			b = &memBlock{gen: c.gen, data: make([]byte, bs)}
-			c.blocks[idx] = b
+			c.blocks.set(idx, b)
 		}
 		copy(b.data, p[i:i+bs])
 	}
@@ -361,19 +358,7 @@ func (c *memCore) zero(op string, off, n int64) error {
 		return err
 	}
 	bs := int64(c.bs)
-	first, end := off/bs, (off+n)/bs
-	if end-first > int64(len(c.blocks)) {
-		// Large range over a sparse map: walk the map, not the range.
-		for k := range c.blocks {
-			if k >= first && k < end {
-				delete(c.blocks, k)
-			}
-		}
-		return nil
-	}
-	for k := first; k < end; k++ {
-		delete(c.blocks, k)
-	}
+	c.blocks.deleteRange(off/bs, (off+n)/bs)
 	return nil
 }
 
@@ -392,12 +377,7 @@ func (c *memCore) resize(n int64) error {
 	if err := checkSize(c.nm, n, c.bs); err != nil {
 		return err
 	}
-	end := n / int64(c.bs)
-	for k := range c.blocks {
-		if k >= end {
-			delete(c.blocks, k)
-		}
-	}
+	c.blocks.deleteRange(n/int64(c.bs), maxBlocks)
 	c.sz = n
 	c.gen++ // metadata generation; also harmless for copy-on-write
 	return nil
