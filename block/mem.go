@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// MemStore is the memory backend: volumes live in maps of blocks on the Go
+// MemStore is the memory backend: volumes live in tables of blocks on the Go
 // heap and vanish with the process. It exists for tests and for measuring
 // the transport without storage. Flush and FUA succeed trivially (there is
 // no stable storage to reach), so its volumes report CapFlush and CapFUA
