@@ -5,9 +5,9 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/clock"
 )
 
 // Op indices of per-operation arrays.
@@ -57,7 +57,7 @@ type slot struct {
 	op     int
 	lba    int64 // block index in the region
 	gen    uint64
-	t0, t1 int64 // nanotime before and after Submit
+	t0, t1 int64 // clock.Nanos before and after Submit
 }
 
 // job is one --numjobs worker: its own session, volume handle, requests,
@@ -157,18 +157,11 @@ func (j *job) pick(s *slot) {
 	s.req.Offset = (j.base + s.lba) * j.o.BS
 }
 
-// nanotime is a monotonic clock in nanoseconds: three readings per I/O
-// (fio's slat and clat), at half the cost of time.Now, which also reads
-// the wall clock.
-func nanotime() int64 { return int64(time.Since(clockBase)) }
-
-var clockBase = time.Now()
-
 func (j *job) submit(s *slot) error {
 	j.pick(s)
-	s.t0 = nanotime()
+	s.t0 = clock.Nanos()
 	err := j.vol.Submit(&s.req)
-	s.t1 = nanotime()
+	s.t1 = clock.Nanos()
 	if err != nil && j.vs != nil {
 		j.vs.unlock(s.lba, j.vs.gen(s.lba))
 	}
@@ -189,7 +182,7 @@ func (j *job) run() {
 	for inflight > 0 {
 		r := <-j.done
 		inflight--
-		t2 := nanotime()
+		t2 := clock.Nanos()
 		s := j.bySlot[r]
 		if r.Err != nil {
 			if j.vs != nil {

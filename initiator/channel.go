@@ -51,7 +51,7 @@ type ioSlot struct {
 	rsp     wire.Response
 	bounce  int   // offset of the bounce buffer in the session arena
 	sendOff int   // offset of the send buffer in the channel arena
-	started int64 // nanotime when posted
+	started int64 // clock.Nanos when posted
 }
 
 // channel is one connection of a session: a QP, its CQ, its FRMR pool and

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/internal/clock"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -203,7 +204,7 @@ func (c *channel) start(r *Request) bool {
 	c.avail--
 	sl.state = slotSent
 	sl.req = r
-	sl.started = nanotime()
+	sl.started = clock.Nanos()
 	return true
 }
 
@@ -358,7 +359,7 @@ func (c *channel) complete(si int) {
 	if r.Op != opControl && sl.rsp.Status != wire.StatusGood {
 		err = &IOError{Op: r.Op, Off: r.Offset, Len: r.length(), Sense: sl.rsp.Sense}
 	}
-	c.s.stats.record(r.Op, r.length(), time.Duration(nanotime()-r.start), err != nil)
+	c.s.stats.record(r.Op, r.length(), time.Duration(clock.Nanos()-r.start), err != nil)
 	if r.Op == opControl {
 		c.mu.Lock()
 		r.epoch = c.epoch
@@ -384,7 +385,7 @@ func (c *channel) onTick() {
 		c.fail(fmt.Errorf("initiator: %w", err))
 		return
 	}
-	now := nanotime()
+	now := clock.Nanos()
 	for i := range c.slots {
 		if sl := &c.slots[i]; sl.state == slotSent && time.Duration(now-sl.started) > c.s.cfg.IOTimeout {
 			c.fail(fmt.Errorf("initiator: %s outstanding for %s (I/O timeout %s)", sl.req.Op, time.Duration(now-sl.started).Round(time.Millisecond), c.s.cfg.IOTimeout))

@@ -98,7 +98,7 @@ type Request struct {
 
 	vol     *Volume
 	next    *Request
-	start   int64         // nanotime at submission
+	start   int64         // clock.Nanos at submission
 	state   atomic.Uint32 // reqPending, reqClaimed, reqAbandoned
 	ctrl    *wire.ControlRequest
 	ctrlRsp wire.ControlResponse

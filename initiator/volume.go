@@ -5,17 +5,10 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"time"
 
+	"github.com/gosrp/gosrp/internal/clock"
 	"github.com/gosrp/gosrp/internal/wire"
 )
-
-// nanotime is a monotonic clock in nanoseconds. A request reads it when
-// submitted, posted and completed, and it costs half of time.Now, which
-// also reads the wall clock (about 45 ns against 23 ns on this kind of VM).
-func nanotime() int64 { return int64(time.Since(clockBase)) }
-
-var clockBase = time.Now()
 
 // Volume is an open remote volume. ReadAt and WriteAt take any offset and
 // length; the Context variants bound the wait; Submit is the asynchronous,
@@ -61,7 +54,7 @@ func (v *Volume) Submit(r *Request) error {
 	r.vol = v
 	r.Err = nil
 	r.state.Store(reqPending)
-	r.start = nanotime()
+	r.start = clock.Nanos()
 	return v.s.pick().submit(r)
 }
 
@@ -111,7 +104,7 @@ func (v *Volume) do(ctx context.Context, op Op, buf []byte, off, n int64, fua bo
 		}
 		r.vol = v
 		r.state.Store(reqPending)
-		r.start = nanotime()
+		r.start = clock.Nanos()
 		if err = v.s.pick().submit(r); err != nil {
 			reqPool.Put(r)
 			break

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gosrp/gosrp/internal/clock"
 	"github.com/gosrp/gosrp/transport"
 )
 
@@ -534,13 +535,31 @@ const (
 // would send them.
 const shmSpinAwait = 200 * time.Microsecond
 
-// A poll that takes longer than shmPreempted means the reader was
-// descheduled: for shmContendedFor after it, answers are waited for with
-// the adaptive budget only.
+// A poll that takes longer than pollPreempted means the reader was
+// descheduled: the kernel ran another thread on this CPU meanwhile. The
+// CPUs are oversubscribed, and a reader polling for answers takes time
+// from the processes that would produce them, so for pollContendedFor
+// after it, the shm and tcp readers do not poll for answers.
 const (
-	shmPreempted    = 20 * time.Microsecond
-	shmContendedFor = 50 * time.Millisecond
+	pollPreempted    = 20 * time.Microsecond
+	pollContendedFor = 50 * time.Millisecond
 )
+
+// contention is a polling reader's record of being descheduled.
+type contention struct{ until int64 }
+
+// observe records one poll that began at prev and ended at now (clock
+// nanoseconds); it reports whether the reader was descheduled in between.
+func (c *contention) observe(prev, now int64) bool {
+	if now-prev > int64(pollPreempted) {
+		c.until = now + int64(pollContendedFor)
+		return true
+	}
+	return false
+}
+
+// contended reports whether polling for answers should stop at now.
+func (c *contention) contended(now int64) bool { return now < c.until }
 
 // spinBudget is how long to poll before sleeping, from the average wait.
 func spinBudget(avgWait int64) int64 {
@@ -930,40 +949,40 @@ func (l *shmLink) reader() {
 	var since int64   // start of the current idle wait; 0 while busy
 	awaiting := 0     // this wait: 0 not asked yet, 1 answers are due, 2 none
 	var prev int64    // the previous idle poll
-	var contendedUntil int64
+	var cont contention
 	eager := l.p.cfg.ShmPoll == ShmPollEager
 	for !l.closing.Load() {
-		// Read the peer's end before polling: a peer that publishes its
-		// last answers and then goes leaves them in the rings, and an
-		// empty poll after seeing it gone means they were all taken.
-		gone := l.peerGone()
 		n, ok := l.poll()
 		if !ok {
 			return
 		}
 		if n > 0 {
 			if since != 0 {
-				avgWait += (nanotime() - since - avgWait) / 8
+				avgWait += (clock.Nanos() - since - avgWait) / 8
 				since, awaiting = 0, 0
 			}
 			continue
 		}
-		if gone {
+		if l.peerGone() {
+			// A peer publishes its last answers and then goes: poll once
+			// more after seeing it gone, so an answer published between
+			// the empty poll and its going is not lost.
+			n, ok := l.poll()
+			if !ok {
+				return
+			}
+			if n > 0 {
+				continue
+			}
 			l.disconnect(l.goneErr) // everything published before is done
 			return
 		}
-		now := nanotime()
+		now := clock.Nanos()
 		if since == 0 {
 			since, prev = now, now
 			continue
 		}
-		if now-prev > int64(shmPreempted) {
-			// One poll took this long: the kernel ran someone else on
-			// this CPU meanwhile. The CPUs are oversubscribed, and a
-			// spinning reader takes time from the processes that would
-			// produce its work.
-			contendedUntil = now + int64(shmContendedFor)
-		}
+		cont.observe(prev, now)
 		prev = now
 		if now-since < spinBudget(avgWait) {
 			runtime.Gosched() // let this process's other goroutines run
@@ -975,7 +994,7 @@ func (l *shmLink) reader() {
 				awaiting = 1
 			}
 		}
-		if awaiting == 1 && now-since < int64(shmSpinAwait) && (eager || now >= contendedUntil) {
+		if awaiting == 1 && now-since < int64(shmSpinAwait) && (eager || !cont.contended(now)) {
 			// Our requests are out: the peer's NIC answers them without
 			// waiting for anyone, so the answer is worth polling for.
 			runtime.Gosched()

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/clock"
 	"github.com/gosrp/gosrp/transport"
 	"golang.org/x/sys/unix"
 )
@@ -245,7 +246,7 @@ type tcpLink struct {
 	// flushAnswers).
 	ackOnly bool
 	full    chan struct{} // cap 1: the flusher takes over (socket full, or link busy)
-	// lastWrite is when the last batch was written (nanotime).
+	// lastWrite is when the last batch was written (clock.Nanos).
 	lastWrite int64
 
 	// Owned by the writer of the moment: the bytes it writes, the
@@ -259,11 +260,6 @@ type tcpLink struct {
 // tcpBusyGap: a flush this soon after the previous write hands the batch
 // to the flusher goroutine instead of writing it inline (see flush).
 const tcpBusyGap = int64(20 * time.Microsecond)
-
-// nanotime is a monotonic clock reading in nanoseconds.
-func nanotime() int64 { return int64(time.Since(epoch)) }
-
-var epoch = time.Now()
 
 // tcpPendMax bounds the bytes queued behind a write in progress; a producer
 // beyond it waits, as a full send queue back-pressures a NIC.
@@ -371,7 +367,7 @@ func (l *tcpLink) flush() {
 		return
 	}
 	l.txBusy = true
-	if now := nanotime(); now-l.lastWrite < tcpBusyGap {
+	if now := clock.Nanos(); now-l.lastWrite < tcpBusyGap {
 		// Writes follow each other closely: the link is busy, and a
 		// writer goroutine that keeps writing while the producers go on
 		// producing batches more per syscall than writing inline would.
@@ -432,7 +428,7 @@ func (l *tcpLink) wrote(b []byte, err error) bool {
 
 // idleLocked gives up the writer's role. REQUIRES: txMu; releases it.
 func (l *tcpLink) idleLocked() {
-	l.lastWrite = nanotime()
+	l.lastWrite = clock.Nanos()
 	l.txBusy = false
 	l.txMu.Unlock()
 }
@@ -572,14 +568,12 @@ const tcpSpinAwait = 50 * time.Microsecond
 // poll for up to tcpSpinAwait while answers are due (and the CPUs are not
 // oversubscribed, judged as the shm reader judges it) before parking.
 type sockReader struct {
-	l   *tcpLink
-	buf []byte
-	n   int
-	err error
-	fn  func(fd uintptr) bool // r.try, bound once: a read allocates nothing
-	// contendedUntil: a poll that took longer than shmPreempted means
-	// another thread ran on this CPU; until then, no polling.
-	contendedUntil int64
+	l    *tcpLink
+	buf  []byte
+	n    int
+	err  error
+	fn   func(fd uintptr) bool // r.try, bound once: a read allocates nothing
+	cont contention            // no polling while the CPUs are oversubscribed
 }
 
 func newSockReader(l *tcpLink) *sockReader {
@@ -621,15 +615,14 @@ func (r *sockReader) try(fd uintptr) bool {
 			r.n = n
 			return true
 		}
-		now := nanotime()
+		now := clock.Nanos()
 		switch {
 		case start == 0:
-			if now < r.contendedUntil || !r.l.q.awaitingAnswers() {
+			if r.cont.contended(now) || !r.l.q.awaitingAnswers() {
 				return false
 			}
 			start = now
-		case now-prev > int64(shmPreempted):
-			r.contendedUntil = now + int64(shmContendedFor)
+		case r.cont.observe(prev, now):
 			return false
 		case now-start >= int64(tcpSpinAwait):
 			return false
