@@ -88,13 +88,15 @@ func (q *qp) responderErrLocked(ev transport.EventType, status transport.Status,
 // raises none (Quirks.NoQPErrorEvents: rxe, where the error shows only
 // in completions).
 func (q *qp) answer(l link, resp *packet) {
+	if !q.respErr.set {
+		q.unlock()
+		l.sendResponse(resp)
+		return
+	}
 	e := q.respErr
 	q.respErr = respErr{}
 	q.unlock()
 	l.sendResponse(resp)
-	if !e.set {
-		return
-	}
 	q.dev.p.log.Debug("responder error", "qp", q.num, "status", e.status, "reason", e.reason)
 	q.mu.Lock()
 	q.toErrLocked(e.status, e.reason)
