@@ -525,8 +525,18 @@ func (q *qp) maybeDrainedLocked() {
 // (IBA 10.3.1; rxe flush_send_queue). status is the error that caused it
 // (0 for a consumer's modify), for the async event and log.
 func (q *qp) toErrLocked(status transport.Status, reason string) {
+	if q.enterErrLocked(status, reason) {
+		q.flushLocked()
+	}
+}
+
+// enterErrLocked is the state change of toErrLocked without the flush; it
+// reports false if the QP was in ERR already. A QP in ERR answers no
+// request, and a post to it flushes both queues in order (postOneLocked),
+// so until flushLocked runs only the flush completions are held back.
+func (q *qp) enterErrLocked(status transport.Status, reason string) bool {
 	if q.state == transport.QPErr {
-		return
+		return false
 	}
 	prev := q.state
 	q.state = transport.QPErr
@@ -536,10 +546,15 @@ func (q *qp) toErrLocked(status transport.Status, reason string) {
 	if status != transport.StatusSuccess || reason != "" {
 		q.dev.p.log.Debug("qp to ERR", "qp", q.num, "from", prev, "status", status, "reason", reason)
 	}
-	q.flushSendLocked()
-	q.flushRecvLocked()
 	q.blocked = false
 	q.rnrUntil = time.Time{}
+	return true
+}
+
+// flushLocked completes both queues' outstanding WRs with WR_FLUSH_ERR.
+func (q *qp) flushLocked() {
+	q.flushSendLocked()
+	q.flushRecvLocked()
 }
 
 // flushSendLocked completes every unreported send WR with WR_FLUSH_ERR,

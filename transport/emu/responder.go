@@ -63,30 +63,32 @@ func (q *qp) onRequest(pkt *packet) {
 	q.answer(l, resp)
 }
 
-// respErr is a responder error waiting for its NAK to be sent.
+// respErr is a responder error whose flush and event wait for its NAK.
 type respErr struct {
 	set    bool
 	ev     transport.EventType
-	status transport.Status
 	reason string
 }
 
-// responderErrLocked records that the responder goes to ERR after a
-// request it could not serve (rxe_resp.c error classes). The transition
-// happens once the NAK is sent (answer): the NAK leaves the responder
-// before its QP flushes, as rxe_resp.c sends the NAK from the responder
-// task and only then moves the QP to ERR. Flushing first would let the
-// consumer see its receives flush, tear the connection down and lose the
-// NAK, leaving the requester with WR_FLUSH_ERR instead of the status that
-// names the fault.
+// responderErrLocked moves the responder to ERR after a request it could
+// not serve (rxe_resp.c error classes). The state changes at once, so the
+// failed receive's completion and the ERR state are seen together, but
+// the flush of the other WRs and the async event wait until the NAK is
+// sent (answer): rxe_resp.c sends the NAK from the responder task and
+// only then flushes the queues. Flushing first let a consumer see its
+// receives flush, tear the connection down and lose the NAK, leaving the
+// requester with WR_FLUSH_ERR instead of the status that names the fault.
 func (q *qp) responderErrLocked(ev transport.EventType, status transport.Status, reason string) {
-	q.respErr = respErr{set: true, ev: ev, status: status, reason: reason}
+	q.dev.p.log.Debug("responder error", "qp", q.num, "status", status, "reason", reason)
+	if q.enterErrLocked(status, reason) {
+		q.respErr = respErr{set: true, ev: ev, reason: reason}
+	}
 }
 
-// answer unlocks the QP, sends resp and then applies a pending responder
-// error: the QP goes to ERR and raises the async event, unless the device
-// raises none (Quirks.NoQPErrorEvents: rxe, where the error shows only
-// in completions).
+// answer unlocks the QP and sends resp; after a responder error it then
+// flushes the queues and raises the async event, unless the device raises
+// none (Quirks.NoQPErrorEvents: rxe, where the error shows only in
+// completions).
 func (q *qp) answer(l link, resp *packet) {
 	if !q.respErr.set {
 		q.unlock()
@@ -97,9 +99,10 @@ func (q *qp) answer(l link, resp *packet) {
 	q.respErr = respErr{}
 	q.unlock()
 	l.sendResponse(resp)
-	q.dev.p.log.Debug("responder error", "qp", q.num, "status", e.status, "reason", e.reason)
 	q.mu.Lock()
-	q.toErrLocked(e.status, e.reason)
+	if q.state == transport.QPErr { // not reset by the consumer meanwhile
+		q.flushLocked()
+	}
 	q.unlock()
 	if !q.dev.p.quirks.NoQPErrorEvents {
 		q.dev.event(transport.AsyncEvent{Type: e.ev, QPNum: q.num, Reason: e.reason})
