@@ -27,6 +27,8 @@ var (
 	ErrUnsupported = errors.New("block: unsupported operation")
 	// ErrInvalid reports a bad argument: a bad name, block size or volume size.
 	ErrInvalid = errors.New("block: invalid argument")
+	// ErrNoSpace reports a write the backend has no memory or space left to store.
+	ErrNoSpace = errors.New("block: no space")
 	// ErrCorrupt reports a stored record that cannot be decoded or is inconsistent.
 	ErrCorrupt = errors.New("block: corrupt record")
 	// ErrFormatVersion reports a store or record written by a newer format than this code reads.

@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// MemStore is the memory backend: volumes live in tables of blocks on the Go
-// heap and vanish with the process. It exists for tests and for measuring
+// MemStore is the memory backend: volumes live in anonymous memory, in
+// chunks of contiguous blocks (see blockTable), and vanish with the process. It exists for tests and for measuring
 // the transport without storage. Flush and FUA succeed trivially (there is
 // no stable storage to reach), so its volumes report CapFlush and CapFUA
 // but not CapPersistent; I/O never waits, so they report CapImmediate.
-// Snapshots share unchanged blocks with the volume.
+// Snapshots share unchanged chunks with the volume.
 type MemStore struct {
 	mu     sync.Mutex
 	closed bool
@@ -31,13 +31,6 @@ func NewMemStore() *MemStore {
 	return &MemStore{vols: map[string]*memCore{}, snaps: map[string]map[string]*memCore{}, refs: map[*memCore]int{}}
 }
 
-// memBlock is one stored block. Blocks whose gen is older than their
-// volume's gen may be shared with a snapshot and are never modified in place.
-type memBlock struct {
-	gen  uint64
-	data []byte
-}
-
 // memCore is a memory volume or snapshot.
 type memCore struct {
 	nm       string
@@ -48,7 +41,7 @@ type memCore struct {
 	mu     sync.RWMutex
 	closed bool // store closed or volume deleted
 	sz     int64
-	gen    uint64 // bumped by every snapshot and resize
+	gen    uint64 // bumped by every snapshot and resize (VolumeInfo.Generation)
 	blocks blockTable
 }
 
@@ -70,7 +63,7 @@ func (s *MemStore) Create(name string, size int64, blockSize int) (Volume, error
 	if _, ok := s.vols[name]; ok {
 		return nil, fmt.Errorf("block: volume %q: create: %w", name, ErrExists)
 	}
-	c := &memCore{nm: name, bs: bs, sz: size, created: time.Now(), gen: 1, blocks: newBlockTable()}
+	c := &memCore{nm: name, bs: bs, sz: size, created: time.Now(), gen: 1, blocks: newBlockTable(bs)}
 	s.vols[name] = c
 	return s.openLocked(c), nil
 }
@@ -136,11 +129,13 @@ func (s *MemStore) Delete(name string) error {
 			return fmt.Errorf("block: volume %q: delete: snapshot %q is open: %w", name, sn, ErrBusy)
 		}
 	}
+	snaps := s.snaps[name]
 	delete(s.vols, name)
 	delete(s.snaps, name)
-	c.mu.Lock()
-	c.closed, c.blocks = true, blockTable{}
-	c.mu.Unlock()
+	c.drop()
+	for _, sc := range snaps {
+		sc.drop()
+	}
 	return nil
 }
 
@@ -152,13 +147,25 @@ func (s *MemStore) Close() error {
 		return s.errClosed("close")
 	}
 	s.closed = true
-	for c := range s.refs {
-		c.mu.Lock()
-		c.closed = true
-		c.mu.Unlock()
+	for _, c := range s.vols {
+		c.drop()
+	}
+	for _, snaps := range s.snaps {
+		for _, sc := range snaps {
+			sc.drop()
+		}
 	}
 	s.vols, s.snaps = nil, nil
 	return nil
+}
+
+// drop closes c and gives its memory back: handles still open then fail
+// with ErrClosed. Every core the store dropped is in vols or snaps.
+func (c *memCore) drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.blocks.release()
 }
 
 // Snapshot implements Snapshotter.
@@ -188,8 +195,8 @@ func (s *MemStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
 	return SnapshotInfo{Volume: volume, Name: snap, Size: sc.sz, BlockSize: sc.bs, Created: sc.created}, nil
 }
 
-// freezeLocked returns a new core sharing c's blocks and bumps c.gen so
-// that c copies a shared block before changing it. REQUIRES: c.mu.
+// freezeLocked returns a new core sharing c's chunks; each copies a shared
+// chunk before changing it. REQUIRES: c.mu.
 func (c *memCore) freezeLocked(name string, readOnly bool) *memCore {
 	blocks := c.blocks.clone()
 	c.gen++
@@ -248,6 +255,7 @@ func (s *MemStore) DeleteSnapshot(volume, snap string) error {
 		return fmt.Errorf("block: volume %q: delete snapshot %q: %w", volume, snap, ErrBusy)
 	}
 	delete(s.snaps[volume], snap)
+	sc.drop()
 	return nil
 }
 
@@ -305,15 +313,7 @@ func (c *memCore) readAt(p []byte, off int64) error {
 	if err := c.check("read", off, int64(len(p)), false); err != nil {
 		return err
 	}
-	bs := int64(c.bs)
-	for i := int64(0); i < int64(len(p)); i += bs {
-		dst := p[i : i+bs]
-		if b := c.blocks.get((off + i) / bs); b != nil {
-			copy(dst, b.data)
-		} else {
-			clear(dst)
-		}
-	}
+	c.blocks.read(p, off/int64(c.bs))
 	return nil
 }
 
@@ -327,16 +327,8 @@ func (c *memCore) writeAt(p []byte, off int64, fua bool) error {
 	if err := c.check(op, off, int64(len(p)), true); err != nil {
 		return err
 	}
-	bs := int64(c.bs)
-	for i := int64(0); i < int64(len(p)); i += bs {
-		idx := (off + i) / bs
-		b := c.blocks.get(idx)
-		if b == nil || b.gen != c.gen {
-			// Absent, or possibly shared with a snapshot: copy on write.
-			b = &memBlock{gen: c.gen, data: make([]byte, bs)}
-			c.blocks.set(idx, b)
-		}
-		copy(b.data, p[i:i+bs])
+	if err := c.blocks.write(p, off/int64(c.bs)); err != nil {
+		return ioErr(c.nm, op, int64(len(p)), off, err)
 	}
 	return nil
 }
@@ -379,6 +371,6 @@ func (c *memCore) resize(n int64) error {
 	}
 	c.blocks.deleteRange(n/int64(c.bs), maxBlocks)
 	c.sz = n
-	c.gen++ // metadata generation; also harmless for copy-on-write
+	c.gen++
 	return nil
 }
