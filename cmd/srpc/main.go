@@ -27,6 +27,7 @@ import (
 )
 
 func main() {
+	cli.QuietSysmon()
 	cli.Main(context.Background(), rootCommand())
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -50,6 +51,12 @@ func TestNewUser(t *testing.T) {
 	d := e2etest.StartDaemon(t, srpd, data, addr, metrics)
 	if !strings.Contains(d.Log(), "created default volume") || !strings.Contains(d.Log(), "vol0") {
 		t.Errorf("no log line about the default volume:\n%s", d.Log())
+	}
+	// srpd re-executes itself with sysmon's deep sleep off (cli.QuietSysmon).
+	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", d.Cmd.Process.Pid)); err == nil && !strings.Contains(os.Getenv("GODEBUG"), "schedtrace=") {
+		if !strings.Contains(string(env), "GODEBUG=schedtrace=") && !strings.Contains(string(env), ",schedtrace=") {
+			t.Errorf("srpd runs without a schedtrace in GODEBUG: %q", env)
+		}
 	}
 
 	// Import 64 MiB of random data into vol0 and export it back.

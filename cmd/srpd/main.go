@@ -17,6 +17,7 @@ import (
 )
 
 func main() {
+	cli.QuietSysmon()
 	cli.Main(context.Background(), rootCommand())
 }
 
