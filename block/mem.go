@@ -8,8 +8,9 @@ import (
 )
 
 // MemStore is the memory backend: volumes live in anonymous memory, in
-// chunks of contiguous blocks (see blockTable), and vanish with the process. It exists for tests and for measuring
-// the transport without storage. Flush and FUA succeed trivially (there is
+// chunks of contiguous blocks (see blockTable), and vanish with the
+// process. It exists for tests and for measuring the transport without
+// storage. Flush and FUA succeed trivially (there is
 // no stable storage to reach), so its volumes report CapFlush and CapFUA
 // but not CapPersistent; I/O never waits, so they report CapImmediate.
 // Snapshots share unchanged chunks with the volume.
@@ -159,8 +160,9 @@ func (s *MemStore) Close() error {
 	return nil
 }
 
-// drop closes c and gives its memory back: handles still open then fail
-// with ErrClosed. Every core the store dropped is in vols or snaps.
+// drop closes c and gives its memory back; handles still open then fail
+// with ErrClosed. The store drops a core when it removes it from vols or
+// snaps, and every core there at Close.
 func (c *memCore) drop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
