@@ -19,10 +19,9 @@ const chunkBytes = 2 << 20
 // page (madvise(MADV_COLLAPSE)). Snapshots share slabs; refs counts the
 // tables holding one, and the last to drop it unmaps it.
 type slab struct {
-	b    []byte
+	*mapping
 	refs atomic.Int32
 	huge bool // collapse was asked for once (guarded by the owner's lock)
-	m    *mapping
 }
 
 // mapping is a slab's memory as the cleanup sees it: a slab that is
@@ -30,12 +29,8 @@ type slab struct {
 // the garbage collector finds it unreachable.
 type mapping struct {
 	b    []byte
-	done atomic.Bool
+	done atomic.Bool // unmapped
 }
-
-// liveSlabs counts mapped slabs, for tests that check that dropping
-// volumes unmaps their memory.
-var liveSlabs atomic.Int64
 
 // newSlab maps a zeroed chunk held by one table.
 func newSlab() (*slab, error) {
@@ -43,10 +38,9 @@ func newSlab() (*slab, error) {
 	if err != nil {
 		return nil, err
 	}
-	liveSlabs.Add(1)
-	s := &slab{b: b, m: &mapping{b: b}}
+	s := &slab{mapping: &mapping{b: b}}
 	s.refs.Store(1)
-	runtime.AddCleanup(s, (*mapping).unmap, s.m)
+	runtime.AddCleanup(s, (*mapping).unmap, s.mapping)
 	return s, nil
 }
 
@@ -61,13 +55,12 @@ func (s *slab) shared() bool { return s.refs.Load() > 1 }
 // The caller must not touch s.b afterwards.
 func (s *slab) release() {
 	if s.refs.Add(-1) == 0 {
-		s.m.unmap()
+		s.unmap()
 	}
 }
 
 func (m *mapping) unmap() {
 	if m.done.CompareAndSwap(false, true) {
 		unmapChunk(m.b)
-		liveSlabs.Add(-1)
 	}
 }

@@ -50,25 +50,20 @@ func (c *blockChunk) all(j, e int64) bool {
 	return true
 }
 
-// spans calls f for each run of blocks of [first, first+count) that lies in
-// one chunk: chunk number, first block in the chunk, block count, and the
-// offset of the run in blocks from first.
-func (t *blockTable) spans(first, count int64, f func(k, j, cnt, at int64)) {
+// span locates block i: its chunk k, its index j in the chunk, and how
+// many of the n blocks from i on lie in that chunk.
+func (t *blockTable) span(i, n int64) (k, j, cnt int64) {
 	per := int64(1) << t.shift
-	for at := int64(0); at < count; {
-		i := first + at
-		j := i & (per - 1)
-		cnt := min(count-at, per-j)
-		f(i>>t.shift, j, cnt, at)
-		at += cnt
-	}
+	j = i & (per - 1)
+	return i >> t.shift, j, min(n, per-j)
 }
 
 // read fills p, a whole number of blocks, with the blocks from first on.
 func (t *blockTable) read(p []byte, first int64) {
 	bs := t.bs
-	t.spans(first, int64(len(p))/bs, func(k, j, cnt, at int64) {
-		dst := p[at*bs : (at+cnt)*bs]
+	for len(p) > 0 {
+		k, j, cnt := t.span(first, int64(len(p))/bs)
+		dst := p[:cnt*bs]
 		c := t.chunks[k]
 		switch {
 		case c == nil:
@@ -85,7 +80,8 @@ func (t *blockTable) read(p []byte, first int64) {
 				}
 			}
 		}
-	})
+		p, first = p[cnt*bs:], first+cnt
+	}
 }
 
 // write stores p, a whole number of blocks, as the blocks from first on.
@@ -93,16 +89,13 @@ func (t *blockTable) read(p []byte, first int64) {
 // may have stored a prefix of p.
 func (t *blockTable) write(p []byte, first int64) error {
 	bs := t.bs
-	var err error
-	t.spans(first, int64(len(p))/bs, func(k, j, cnt, at int64) {
+	for len(p) > 0 {
+		k, j, cnt := t.span(first, int64(len(p))/bs)
+		c, err := t.own(k)
 		if err != nil {
-			return
+			return err
 		}
-		var c *blockChunk
-		if c, err = t.own(k); err != nil {
-			return
-		}
-		copy(c.slab.b[j*bs:], p[at*bs:(at+cnt)*bs])
+		copy(c.slab.b[j*bs:], p[:cnt*bs])
 		for x := j; x < j+cnt; x++ {
 			if !c.has(x) {
 				c.present[x>>6] |= 1 << (x & 63)
@@ -114,8 +107,9 @@ func (t *blockTable) write(p []byte, first int64) error {
 			c.slab.huge = true
 			collapse(c.slab.b)
 		}
-	})
-	return err
+		p, first = p[cnt*bs:], first+cnt
+	}
+	return nil
 }
 
 // own returns chunk k ready to be written in place: created if absent,

@@ -60,7 +60,7 @@ func testBlockTable(t *testing.T, bs int) {
 		n := 0
 		for k, c := range tb.chunks {
 			seen[c.slab] = true
-			if c.slab.m.done.Load() {
+			if c.slab.done.Load() {
 				t.Fatalf("step %d: chunk %d reads an unmapped slab", step, k)
 			}
 			live := 0
@@ -144,7 +144,7 @@ func testBlockTable(t *testing.T, bs int) {
 		s.tab.release()
 	}
 	for sl := range seen {
-		if !sl.m.done.Load() {
+		if !sl.done.Load() {
 			t.Fatalf("a slab is still mapped after every table released it")
 		}
 	}
@@ -181,7 +181,7 @@ func TestMemStoreUnmaps(t *testing.T) {
 	mapped := func(want bool, ss ...*slab) {
 		t.Helper()
 		for _, sl := range ss {
-			if !sl.m.done.Load() != want {
+			if !sl.done.Load() != want {
 				t.Fatalf("slab mapped=%v, want %v", !want, want)
 			}
 		}
@@ -199,7 +199,7 @@ func TestMemStoreUnmaps(t *testing.T) {
 	mapped(true, own...)
 	var gone int
 	for _, sl := range shared {
-		if sl.m.done.Load() {
+		if sl.done.Load() {
 			gone++
 		}
 	}
