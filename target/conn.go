@@ -290,11 +290,13 @@ func (c *conn) pollOnce() bool {
 			c.core.close("poll CQ: "+err.Error(), false)
 			return true
 		}
-		now := c.now()
-		for i := 0; i < n; i++ {
-			c.core.completion(&c.wcs[i], now)
-		}
 		if n > 0 {
+			// Read the clock only for completions: most polls of an
+			// idle pass find none.
+			now := c.now()
+			for i := 0; i < n; i++ {
+				c.core.completion(&c.wcs[i], now)
+			}
 			got = true
 		}
 		if n < len(c.wcs) {
