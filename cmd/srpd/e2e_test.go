@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gosrp/gosrp/internal/admin"
+	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/internal/e2etest"
 )
 
@@ -53,9 +54,15 @@ func TestNewUser(t *testing.T) {
 		t.Errorf("no log line about the default volume:\n%s", d.Log())
 	}
 	// srpd re-executes itself with sysmon's deep sleep off (cli.QuietSysmon).
-	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", d.Cmd.Process.Pid)); err == nil && !strings.Contains(os.Getenv("GODEBUG"), "schedtrace=") {
-		if !strings.Contains(string(env), "GODEBUG=schedtrace=") && !strings.Contains(string(env), ",schedtrace=") {
-			t.Errorf("srpd runs without a schedtrace in GODEBUG: %q", env)
+	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", d.Cmd.Process.Pid)); err == nil && !cli.SetsSchedtrace(os.Getenv("GODEBUG")) {
+		godebug := ""
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+				godebug = v
+			}
+		}
+		if !cli.SetsSchedtrace(godebug) {
+			t.Errorf("srpd runs without a schedtrace in GODEBUG (%q)", godebug)
 		}
 	}
 

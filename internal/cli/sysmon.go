@@ -22,13 +22,22 @@ const sysmonSetting = "schedtrace=2147483647"
 // when the user's GODEBUG already chose a schedtrace (schedtrace=0
 // restores Go's default).
 func withSysmonSetting(godebug string) (string, bool) {
-	for _, kv := range strings.Split(godebug, ",") {
-		if strings.HasPrefix(strings.TrimSpace(kv), "schedtrace=") {
-			return godebug, false
-		}
+	if SetsSchedtrace(godebug) {
+		return godebug, false
 	}
 	if godebug == "" {
 		return sysmonSetting, true
 	}
 	return godebug + "," + sysmonSetting, true
+}
+
+// SetsSchedtrace reports whether a GODEBUG value chooses a schedtrace
+// interval, which QuietSysmon then leaves as it is.
+func SetsSchedtrace(godebug string) bool {
+	for _, kv := range strings.Split(godebug, ",") {
+		if strings.HasPrefix(strings.TrimSpace(kv), "schedtrace=") {
+			return true
+		}
+	}
+	return false
 }
