@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/internal/clock"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -51,7 +52,7 @@ type ioSlot struct {
 	rsp     wire.Response
 	bounce  int   // offset of the bounce buffer in the session arena
 	sendOff int   // offset of the send buffer in the channel arena
-	started int64 // clock.Nanos when posted
+	started int64 // passClock stamp of the pass that posted it
 }
 
 // channel is one connection of a session: a QP, its CQ, its FRMR pool and
@@ -95,6 +96,7 @@ type channel struct {
 	free        []int
 	waiting     []int // slots in slotResponded
 	invPending  []int // slots whose LOCAL_INV could not be posted yet
+	clk         passClock
 	recvWRs     []transport.RecvWR
 	recvSGE     []transport.SGE
 	chain       [2]transport.SendWR
@@ -134,6 +136,7 @@ func (c *channel) submit(r *Request) error {
 		c.mu.Unlock()
 		return fmt.Errorf("initiator: channel %d down since %s: %w", c.id, c.downAt.Format(time.RFC3339), ErrConnectionLost)
 	}
+	r.start = clock.Nanos()
 	c.q.push(r)
 	c.mu.Unlock()
 	c.ring()

@@ -74,6 +74,7 @@ func (c *channel) applyHandles() {
 
 // dispatch moves queued requests onto free credits.
 func (c *channel) dispatch() {
+	c.clk.reset()
 	c.applyHandles()
 	for len(c.invPending) > 0 {
 		si := c.invPending[0]
@@ -204,7 +205,7 @@ func (c *channel) start(r *Request) bool {
 	c.avail--
 	sl.state = slotSent
 	sl.req = r
-	sl.started = clock.Nanos()
+	sl.started = c.clk.now()
 	return true
 }
 
@@ -213,6 +214,7 @@ func (c *channel) poll() int {
 	if c.cq == nil {
 		return 0
 	}
+	c.clk.reset()
 	n, err := c.cq.Poll(c.wcs[:])
 	if err != nil {
 		c.fail(fmt.Errorf("initiator: poll: %w", err))
@@ -359,7 +361,7 @@ func (c *channel) complete(si int) {
 	if r.Op != opControl && sl.rsp.Status != wire.StatusGood {
 		err = &IOError{Op: r.Op, Off: r.Offset, Len: r.length(), Sense: sl.rsp.Sense}
 	}
-	c.s.stats.record(r.Op, r.length(), time.Duration(clock.Nanos()-r.start), err != nil)
+	c.s.stats.record(r.Op, r.length(), time.Duration(c.clk.now()-r.start), err != nil)
 	if r.Op == opControl {
 		c.mu.Lock()
 		r.epoch = c.epoch
@@ -559,4 +561,19 @@ func (c *channel) shutdown() {
 	if c.arena != nil {
 		c.arena.Close()
 	}
+}
+
+// passClock reads the clock at most once per pass of the run loop: the
+// requests posted in one dispatch pass, or completed in one poll, share a
+// stamp. dispatch and poll reset it on entry, so a stamp never outlives
+// the pass that took it by more than that pass's own work.
+type passClock struct{ t int64 }
+
+func (p *passClock) reset() { p.t = 0 }
+
+func (p *passClock) now() int64 {
+	if p.t == 0 {
+		p.t = clock.Nanos()
+	}
+	return p.t
 }

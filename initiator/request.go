@@ -98,7 +98,7 @@ type Request struct {
 
 	vol     *Volume
 	next    *Request
-	start   int64         // clock.Nanos at submission
+	start   int64         // clock.Nanos when queued on a channel (channel.submit)
 	state   atomic.Uint32 // reqPending, reqClaimed, reqAbandoned
 	ctrl    *wire.ControlRequest
 	ctrlRsp wire.ControlResponse

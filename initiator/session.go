@@ -11,7 +11,6 @@ import (
 	"unsafe"
 
 	"github.com/gosrp/gosrp/frmr"
-	"github.com/gosrp/gosrp/internal/clock"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -234,7 +233,6 @@ func (s *Session) control(ctx context.Context, c *channel, req *wire.ControlRequ
 func (s *Session) controlReq(ctx context.Context, c *channel, r *Request) (*wire.ControlResponse, error) {
 	done := make(chan *Request, 1)
 	r.Done = done
-	r.start = clock.Nanos()
 	if err := c.submit(r); err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"sync"
 
-	"github.com/gosrp/gosrp/internal/clock"
 	"github.com/gosrp/gosrp/internal/wire"
 )
 
@@ -54,7 +53,6 @@ func (v *Volume) Submit(r *Request) error {
 	r.vol = v
 	r.Err = nil
 	r.state.Store(reqPending)
-	r.start = clock.Nanos()
 	return v.s.pick().submit(r)
 }
 
@@ -104,7 +102,6 @@ func (v *Volume) do(ctx context.Context, op Op, buf []byte, off, n int64, fua bo
 		}
 		r.vol = v
 		r.state.Store(reqPending)
-		r.start = clock.Nanos()
 		if err = v.s.pick().submit(r); err != nil {
 			reqPool.Put(r)
 			break
