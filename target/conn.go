@@ -43,6 +43,7 @@ type conn struct {
 
 	jobs    chan int32
 	done    chan int32
+	inline  []int32 // jobs execute ran on the run loop, to report (finishInline)
 	workers sync.WaitGroup
 	cqReady <-chan struct{}
 	rearm   chan struct{}
@@ -184,6 +185,7 @@ func (c *conn) run() {
 	n := c.core.credits
 	c.jobs = make(chan int32, n)
 	c.done = make(chan int32, n)
+	c.inline = make([]int32, 0, n)
 	for range n {
 		c.workers.Add(1)
 		go c.worker()
@@ -211,6 +213,9 @@ func (c *conn) run() {
 	yields := 0     // idle passes since the last progress
 	for !c.core.acts.disconnect {
 		progressed := c.pollOnce()
+		if c.finishInline() {
+			progressed = true
+		}
 		// A select locks every channel it names, even when none is
 		// ready. The busy loop selects only when a job finished or a
 		// signal came (len of a channel and an atomic load take no
@@ -236,7 +241,7 @@ func (c *conn) run() {
 			}
 		}
 		c.execute()
-		if progressed || c.core.acts.disconnect {
+		if progressed || len(c.inline) > 0 || c.core.acts.disconnect {
 			yields = 0
 			continue
 		}
@@ -333,10 +338,11 @@ func (c *conn) execute() {
 	}
 	for _, idx := range a.jobs {
 		if s := &c.core.slots[idx]; s.job >= jobRead && s.job <= jobWriteZeroes && s.ov.now {
-			// A memory volume's I/O is a copy: run it here and report
-			// it the way a worker would, without waking one.
+			// A memory volume's I/O is a copy: run it here, and report
+			// it on the run loop's next pass (finishInline) without
+			// waking a worker or passing it through a channel.
 			runJob(s, c.t.cfg.Catalog)
-			c.done <- idx
+			c.inline = append(c.inline, idx)
 			continue
 		}
 		c.jobs <- idx // never blocks: capacity covers every slot
@@ -351,6 +357,22 @@ func (c *conn) execute() {
 	c.stateNum.Store(uint32(c.core.state))
 	c.nopen.Store(int32(c.core.nhandles))
 	a.reset()
+}
+
+// finishInline reports the jobs execute ran inline, all with one clock
+// reading; it reports whether there were any. Sending each through the
+// done channel cost a channel send and a select per I/O: 4–5 % of a memory
+// target's CPU at 4 KiB QD32 over shm.
+func (c *conn) finishInline() bool {
+	if len(c.inline) == 0 {
+		return false
+	}
+	now := c.now()
+	for _, idx := range c.inline {
+		c.core.backendDone(idx, now)
+	}
+	c.inline = c.inline[:0]
+	return true
 }
 
 func (c *conn) worker() {
@@ -407,6 +429,7 @@ func (c *conn) teardown() {
 		c.log.Debug("connection closed", "reason", a.reason, "remote", c.remote, "initiator", ini, "conn", c.id)
 	}
 	c.cm.Disconnect()
+	c.finishInline()
 	for c.core.jobsInFlight > 0 {
 		idx := <-c.done
 		c.core.backendDone(idx, c.now())
