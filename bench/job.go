@@ -19,6 +19,10 @@ const (
 
 var opNames = [numOps]string{"read", "write"}
 
+// opFlush marks a slot carrying a --fsync FLUSH. Flushes are kept out of
+// the per-operation arrays and reported apart, as fio's sync section.
+const opFlush = numOps
+
 // Run phases, in order. I/O completing outside phaseMeasure is not counted.
 const (
 	phaseRamp int32 = iota
@@ -76,12 +80,14 @@ type job struct {
 	base     int64 // first block of the region (offset / bs)
 	seqNext  int64
 	readPct  int
+	unsynced int // writes submitted since the last FLUSH (--fsync)
 	slots    []slot
 	bySlot   map[*initiator.Request]*slot
 	done     chan *initiator.Request
 	interval [numOps]intervalHist
 	// Job-owned totals of the measured phase, read after the job ends.
 	slat, clat, lat [numOps]Histogram
+	syncLat         Histogram // FLUSH latencies
 	err             error
 }
 
@@ -122,6 +128,11 @@ func newJob(id int, o *Options, sess *initiator.Session, vol *initiator.Volume, 
 // pick chooses the next operation and block of s and, with --verify,
 // locks the block and fills a write's buffer.
 func (j *job) pick(s *slot) {
+	if j.o.Fsync > 0 && j.unsynced >= j.o.Fsync {
+		j.unsynced = 0
+		s.op, s.req.Op, s.req.Offset = opFlush, initiator.OpFlush, 0
+		return
+	}
 	s.op = opRead
 	switch {
 	case j.readPct == 0:
@@ -147,6 +158,7 @@ func (j *job) pick(s *slot) {
 	}
 	if s.op == opWrite {
 		s.req.Op = initiator.OpWrite
+		j.unsynced++
 		if j.vs != nil {
 			s.gen = j.vs.gen(s.lba) + 1
 			fillBlock(s.req.Buf, uint64(j.base+s.lba), s.gen, j.vs.run)
@@ -162,7 +174,7 @@ func (j *job) submit(s *slot) error {
 	s.t0 = clock.Nanos()
 	err := j.vol.Submit(&s.req)
 	s.t1 = clock.Nanos()
-	if err != nil && j.vs != nil {
+	if err != nil && j.vs != nil && s.op != opFlush {
 		j.vs.unlock(s.lba, j.vs.gen(s.lba))
 	}
 	return err
@@ -184,6 +196,10 @@ func (j *job) run() {
 		inflight--
 		t2 := clock.Nanos()
 		s := j.bySlot[r]
+		if r.Err != nil && s.op == opFlush {
+			j.fail(fmt.Errorf("job %d: flush: %w", j.id, r.Err))
+			continue
+		}
 		if r.Err != nil {
 			if j.vs != nil {
 				j.vs.unlock(s.lba, j.vs.gen(s.lba)) // the block's state is unknown; no longer checked exactly
@@ -191,7 +207,7 @@ func (j *job) run() {
 			j.fail(fmt.Errorf("job %d: %s of %d bytes at %d: %w", j.id, opNames[s.op], len(s.req.Buf), s.req.Offset, r.Err))
 			continue
 		}
-		if j.vs != nil {
+		if j.vs != nil && s.op != opFlush {
 			if s.op == opRead {
 				j.vs.check(s.req.Buf, s.lba)
 				j.vs.unlock(s.lba, j.vs.gen(s.lba))
@@ -200,7 +216,9 @@ func (j *job) run() {
 			}
 		}
 		ph := j.phase.Load()
-		if ph == phaseMeasure {
+		if ph == phaseMeasure && s.op == opFlush {
+			j.syncLat.Record(t2 - s.t0)
+		} else if ph == phaseMeasure {
 			total := t2 - s.t0
 			j.lat[s.op].Record(total)
 			j.slat[s.op].Record(s.t1 - s.t0)

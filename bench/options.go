@@ -26,6 +26,7 @@ type Options struct {
 	Offset     int64
 	RWMixRead  int
 	Verify     bool
+	Fsync      int // FLUSH after every Fsync writes (0: never)
 	Prefill    triBool
 	Seed       uint64
 	OutFormat  string // normal, json
@@ -179,6 +180,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.Var(sizeValue{&o.Size}, "size", "`SIZE` of the region I/O goes to, from --offset (default: the whole volume; embedded: 1g)")
 	fs.Var(sizeValue{&o.Offset}, "offset", "start of the region, a `SIZE` (multiple of --bs)")
 	fs.IntVar(&o.RWMixRead, "rwmixread", o.RWMixRead, "`PERCENT` of randrw I/Os that are reads")
+	fs.IntVar(&o.Fsync, "fsync", 0, "issue a FLUSH after every `N` writes, as fio's --fsync (0: never); a FLUSH takes one of the --iodepth slots and is reported apart, as fio's sync")
 	fs.BoolVar(&o.Verify, "verify", false, "write patterned blocks (LBA, generation, run ID, CRC-32C) and check every read; mismatches are counted, reported and make the exit status 1")
 	fs.Var(&o.Prefill, "prefill", "write the whole region before the run (patterned with --verify) so reads hit data (default: true when --embedded and the workload reads)")
 	fs.Func("seed", "`N` seeding the offsets and the verify run ID (default: from the clock)", func(s string) error {
@@ -278,6 +280,8 @@ func (o *Options) validate() error {
 		return cli.Usagef("--runtime must be positive")
 	case o.RWMixRead < 0 || o.RWMixRead > 100:
 		return cli.Usagef("--rwmixread %d: want 0..100", o.RWMixRead)
+	case o.Fsync < 0:
+		return cli.Usagef("--fsync %d: want 0 (never) or a number of writes", o.Fsync)
 	case o.Channels < 1 || o.Channels > 64:
 		return cli.Usagef("--channels %d: want 1..64", o.Channels)
 	case o.Interval < 10*time.Millisecond:

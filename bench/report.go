@@ -37,6 +37,10 @@ func writeSummary(w io.Writer, r *result) {
 		s, c := &r.ops[op].Slat, &r.ops[op].Clat
 		fmt.Fprintf(w, "    slat avg=%.1fus, clat avg=%.1fus p99=%.1fus\n", s.Mean()/1e3, c.Mean()/1e3, us(c.Percentile(99)))
 	}
+	if h := &r.syncs; o.Fsync > 0 && o.writes() {
+		fmt.Fprintf(w, "  sync : %d flushes (%.1f/s), one per %d writes; lat (usec): p50=%.1f, p99=%.1f, max=%.1f\n",
+			h.Count(), float64(h.Count())/el, o.Fsync, us(h.Percentile(50)), us(h.Percentile(99)), us(h.Max()))
+	}
 	ios := r.totalIOs()
 	perIO := func(d time.Duration) string {
 		if ios == 0 {
@@ -122,6 +126,7 @@ type fioJob struct {
 	Read       fioIO              `json:"read"`
 	Write      fioIO              `json:"write"`
 	Trim       fioIO              `json:"trim"`
+	Sync       fioSync            `json:"sync"`
 	JobRuntime int64              `json:"job_runtime"`
 	UsrCPU     float64            `json:"usr_cpu"`
 	SysCPU     float64            `json:"sys_cpu"`
@@ -157,6 +162,12 @@ type fioIO struct {
 	IOPSMean    float64 `json:"iops_mean"`
 	IOPSStddev  float64 `json:"iops_stddev"`
 	IOPSSamples int     `json:"iops_samples"`
+}
+
+// fioSync is fio's sync section: the FLUSHes --fsync issued.
+type fioSync struct {
+	TotalIOs uint64 `json:"total_ios"`
+	LatNS    fioLat `json:"lat_ns"`
 }
 
 type fioLat struct {
@@ -361,6 +372,7 @@ func writeJSON(w io.Writer, r *result) error {
 		}
 		j.Read = ioJSON(r, opRead, &r.jobs[ji][opRead], samples[opRead], groupBW[opRead])
 		j.Write = ioJSON(r, opWrite, &r.jobs[ji][opWrite], samples[opWrite], groupBW[opWrite])
+		j.Sync = fioSync{TotalIOs: r.jobSyncs[ji].Count(), LatNS: latJSON(&r.jobSyncs[ji], true)}
 		var all Histogram
 		all.Merge(&r.jobs[ji][opRead].Lat)
 		all.Merge(&r.jobs[ji][opWrite].Lat)

@@ -51,6 +51,8 @@ type result struct {
 	elapsed    time.Duration // measured phase
 	ops        [numOps]opResult
 	jobs       [][numOps]opResult
+	syncs      Histogram   // --fsync FLUSH latencies, all jobs
+	jobSyncs   []Histogram // the same per job
 	samples    []sample
 	cpu        cpuTimes
 	targetPID  int
@@ -333,7 +335,10 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 		return nil, *p
 	}
 	res.jobs = make([][numOps]opResult, len(jobs))
+	res.jobSyncs = make([]Histogram, len(jobs))
 	for ji, j := range jobs {
+		res.jobSyncs[ji] = j.syncLat
+		res.syncs.Merge(&j.syncLat)
 		for op := range numOps {
 			res.jobs[ji][op].Slat = j.slat[op]
 			res.jobs[ji][op].Clat = j.clat[op]

@@ -91,9 +91,17 @@ type fioJSONReport struct {
 			IOPSSamples int `json:"iops_samples"`
 		} `json:"read"`
 		Write struct {
-			IOPS    float64 `json:"iops"`
-			BWBytes int64   `json:"bw_bytes"`
+			IOPS     float64 `json:"iops"`
+			BWBytes  int64   `json:"bw_bytes"`
+			TotalIOs uint64  `json:"total_ios"`
 		} `json:"write"`
+		Sync struct {
+			TotalIOs uint64 `json:"total_ios"`
+			LatNS    struct {
+				N          uint64           `json:"N"`
+				Percentile map[string]int64 `json:"percentile"`
+			} `json:"lat_ns"`
+		} `json:"sync"`
 		UsrCPU    float64            `json:"usr_cpu"`
 		LatencyUS map[string]float64 `json:"latency_us"`
 	} `json:"jobs"`
@@ -181,13 +189,42 @@ func TestJSONOutputShape(t *testing.T) {
 	}
 }
 
+// TestFsync checks that --fsync issues one FLUSH per N writes to a
+// pebble volume (whose FLUSH syncs its log) and reports them in fio's
+// sync section, with every write still verified.
+func TestFsync(t *testing.T) {
+	const n, depth = 50, 4
+	code, out, errs := bench(t, "--output-format", "json", "--backend", "pebble", "--dir", t.TempDir(), "--rw", "randrw",
+		"--verify", "--fsync", "50", "--runtime", "300ms", "--size", "4m", "--iodepth", "4")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errs)
+	}
+	var rep fioJSONReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	j := rep.Jobs[0]
+	w, s := j.Write.TotalIOs, j.Sync.TotalIOs
+	// Flushes and writes completed in the measured phase may differ from
+	// those submitted in it by the I/Os in flight at either end.
+	if w < 10*n || s+depth+1 < w/n || s > w/n+depth+1 {
+		t.Fatalf("%d writes and %d flushes, want one flush per %d writes", w, s, n)
+	}
+	if j.Sync.LatNS.N != s || j.Sync.LatNS.Percentile["50.000000"] <= 0 {
+		t.Errorf("sync lat_ns %+v for %d flushes", j.Sync.LatNS, s)
+	}
+	if v := rep.Gosrp.Verify; v == nil || v.Checked == 0 || v.Mismatches != 0 {
+		t.Errorf("gosrp.verify = %+v", v)
+	}
+}
+
 func TestUsage(t *testing.T) {
 	code, out, _ := bench(t, "--help")
 	if code != 0 {
 		t.Fatalf("--help: exit %d", code)
 	}
 	for _, f := range []string{"--rw", "--bs", "--iodepth", "--numjobs", "--runtime", "--ramp", "--size", "--rwmixread",
-		"--verify", "--target", "--volume", "--embedded", "--backend", "--output-format", "--plot", "--provider", "--wire", "--profile", "--procs"} {
+		"--verify", "--fsync", "--target", "--volume", "--embedded", "--backend", "--output-format", "--plot", "--provider", "--wire", "--profile", "--procs"} {
 		if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
 			t.Errorf("help lacks %s", f)
 		}
@@ -195,7 +232,7 @@ func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"--rw", "trim"}, {"--bs", "4x"}, {"--iodepth", "0"}, {"--runtime", "soon"}, {"--output-format", "xml"},
 		{"--target", "127.0.0.1:1", "--embedded"}, {"--wire", "carrier-pigeon"}, {"extra"}, {"--bogus"},
-		{"--procs", "0"}, {"--procs", "many"},
+		{"--procs", "0"}, {"--procs", "many"}, {"--fsync", "-1"},
 		{"--verify", "--size", "16k", "--iodepth", "4", "--runtime", "100ms"}, {"--bs", "6k", "--runtime", "100ms", "--size", "60k"},
 	} {
 		if code, _, errs := bench(t, args...); code != 2 {
