@@ -208,6 +208,15 @@ func TestOpenStoreByName(t *testing.T) {
 	}
 	_, err := OpenStore("tape", t.TempDir())
 	require.ErrorIs(t, err, ErrInvalid)
+	// A store that fails to open is a nil Store, so a caller's cleanup
+	// that closes a non-nil store does not crash.
+	notDir := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(notDir, []byte("x"), 0o644))
+	for _, kind := range []string{"pebble", "file"} {
+		s, err := OpenStore(kind, notDir)
+		require.Error(t, err, kind)
+		require.True(t, s == nil, "%s: OpenStore returned %#v, want a nil Store", kind, s)
+	}
 }
 
 func TestFileVolumeRaw(t *testing.T) {

@@ -148,11 +148,22 @@ type Snapshotter interface {
 // OpenStore opens a store by backend name: "pebble" (the default when kind
 // is empty) and "file" take a directory, "memory" ignores dir.
 func OpenStore(kind, dir string) (Store, error) {
+	// A failed open returns a nil Store, not a nil *PebbleStore or
+	// *FileStore inside a non-nil interface that a caller's cleanup would
+	// then try to close.
 	switch kind {
 	case "", "pebble":
-		return OpenPebbleStore(dir, nil)
+		s, err := OpenPebbleStore(dir, nil)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case "file":
-		return OpenFileStore(dir)
+		s, err := OpenFileStore(dir)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case "memory", "mem":
 		return NewMemStore(), nil
 	default:
