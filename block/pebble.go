@@ -23,9 +23,12 @@ type PebbleOptions struct {
 	// of a block held in a blob file also reads the blob file's index
 	// block, which a small cache evicts under random reads.
 	CacheSize int64
-	// MemTableSize is the size of one memtable in bytes; 0 means 64 MiB.
+	// MemTableSize is the size of one memtable in bytes; 0 means 128 MiB.
 	// Larger memtables absorb more overwrites of hot blocks before they
-	// reach an sstable, which lowers write amplification.
+	// reach an sstable, and each flush's compaction into Lbase, which
+	// rewrites the keys of the whole span a flush of random writes covers,
+	// is paid for by more writes. Pebble grows a memtable to this size
+	// from a small first one, so idle stores stay small.
 	MemTableSize uint64
 	// FS replaces the file system (tests use pebble's vfs.NewMem or a
 	// wrapper that counts syncs); nil means the OS.
@@ -78,7 +81,7 @@ func OpenPebbleStore(dir string, o *PebbleOptions) (*PebbleStore, error) {
 	}
 	memSize := o.MemTableSize
 	if memSize == 0 {
-		memSize = 64 << 20
+		memSize = 128 << 20
 	}
 	logger := o.Logger
 	if logger == nil {
