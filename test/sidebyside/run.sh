@@ -10,7 +10,8 @@
 #   (fio's nbd engine) and directly with 'bench';
 # plus 4 KiB randwrite QD32 with a flush about every second (fio fsync=N,
 # N = that target's plain QD32 randwrite IOPS of the same round) for
-# pebble-backed srpd (data on tmpfs) and qemu-nbd. Targets are started,
+# pebble-backed srpd (data on tmpfs; through 'srpc nbd' and with 'bench
+# --fsync') and qemu-nbd. Targets are started,
 # pre-written, measured and stopped one at a time, interleaved per round.
 # It prints a table (median [min–max] over rounds, p50 latency, IOPS per
 # busy core) and the issue's goals as ratios.
@@ -114,19 +115,20 @@ job_args() { # job_args JOB -> fio-style rw bs iodepth
 JOBS="rr1 rr32 rw1 rw32 sr8 sw8"
 RD=
 
+# fsync_every TARGET: the N of fsync=N for a flush about every second, N =
+# the IOPS TARGET measured just before: the plain QD32 run the first time,
+# the previous flush run the second (fio and bench write the same JSON).
+fsync_every() {
+	local prev=$RD/$1.rw32.json
+	[ -f "$RD/$1.fl32.json" ] && prev=$RD/$1.fl32.json
+	python3 -c "import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[t.index('{'):])['jobs'][0]['write']; print(max(1,int(j['iops'])))" "$prev" 2>/dev/null || echo 10000
+}
 # fio_job TARGET JOB ENGINE-ARGS... (iodepth forced to 1 for psync)
 fio_job() {
 	local target=$1 job=$2; shift 2
 	read -r rw bs qd <<<"$(job_args "$job")"
 	local extra=()
-	if [ "$job" = fl32 ]; then
-		# Flush every N writes, N = IOPS measured just before: the plain
-		# QD32 run the first time, the previous flush run the second.
-		local n prev=$RD/$target.rw32.json
-		[ -f "$RD/$target.fl32.json" ] && prev=$RD/$target.fl32.json
-		n=$(python3 -c "import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[t.index('{'):])['jobs'][0]['write']; print(max(1,int(j['iops'])))" "$prev" 2>/dev/null || echo 10000)
-		extra=(--fsync="$n")
-	fi
+	if [ "$job" = fl32 ]; then extra=(--fsync="$(fsync_every "$target")"); fi
 	case " $* " in *" --ioengine=psync "*) qd=1 ;; esac
 	python3 $HERE/sbs.py run "$RD/$target.$job" "$SERVER_PIDS" -- \
 		fio --name="$target-$job" "$@" --rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs=1 \
@@ -136,8 +138,10 @@ fio_job() {
 bench_job() { # bench_job TARGET JOB bench-args...
 	local target=$1 job=$2; shift 2
 	read -r rw bs qd <<<"$(job_args "$job")"
+	local extra=()
+	if [ "$job" = fl32 ]; then extra=(--fsync "$(fsync_every "$target")"); fi
 	python3 $HERE/sbs.py run "$RD/$target.$job" "$SERVER_PIDS" -- \
-		"$BENCH" "$@" --volume vol0 --rw "$rw" --bs "$bs" --iodepth "$qd" --size 1GiB \
+		"$BENCH" "$@" "${extra[@]}" --volume vol0 --rw "$rw" --bs "$bs" --iodepth "$qd" --size 1GiB \
 		--runtime "${RUNTIME}s" --ramp "${RAMP}s" --prefill=false --interval 1h \
 		--output-format json --output "$RD/$target.$job.json" || true
 }
@@ -225,14 +229,21 @@ run_gosrp() { # run_gosrp tcp|shm
 	stop_servers
 }
 run_pebble() {
-	want gosrp-pebble || return 0
+	want gosrp-pebble || want bench-pebble-tcp || return 0
 	start_srpd tcp pebble || { stop_servers; return 0; }
 	prefill_nbd "$NBD_URI"
-	for j in rw32 fl32 fl32; do fio_job gosrp-pebble $j --ioengine=nbd --uri="$NBD_URI"; done
+	if want gosrp-pebble; then
+		for j in rw32 fl32 fl32; do fio_job gosrp-pebble $j --ioengine=nbd --uri="$NBD_URI"; done
+	fi
+	if [ -n "$BENCH" ] && want bench-pebble-tcp; then
+		local bprocs=$PROCS
+		if [ "$PROCS" = 0 ]; then bprocs=$(nproc); fi
+		for j in rw32 fl32 fl32; do bench_job bench-pebble-tcp $j --target "$SRPD_ADDR" --provider emu --wire tcp --procs "$bprocs"; done
+	fi
 	stop_servers
 }
 
-per_round=$((6 * 9 + 10))
+per_round=$((6 * 9 + 13))
 echo "== gosrp processes: --procs $PROCS (pebble srpd: $PEBBLE_PROCS), shm-poll ${SHM_POLL:-adaptive}"
 echo "== $ROUNDS round(s) of about $((per_round * (RUNTIME + RAMP + 1) / 60 + 1)) min; results in $OUT"
 for r in $(seq "$ROUNDS"); do

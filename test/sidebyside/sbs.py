@@ -58,6 +58,7 @@ TARGETS = [  # key, label
     ("bench-tcp", "bench → srpd mem, emu tcp"),
     ("bench-shm", "bench → srpd mem, emu shm"),
     ("gosrp-pebble", "fio → srpc nbd → srpd pebble(tmpfs), tcp"),
+    ("bench-pebble-tcp", "bench → srpd pebble(tmpfs), emu tcp"),
 ]
 NBD_PEERS = ["nbdkit-unix", "nbdkit-tcp", "qemu-nbd"]
 
@@ -162,7 +163,8 @@ def cmd_report(argv):
         goal(f"4K randread QD32 {src} ÷ fio io_uring on tmpfs", m(src, "rr32", "iops"), m("tmpfs-uring", "rr32", "iops"), 1)
     for src in ("bench-shm", "gosrp-nbd-shm"):
         goal(f"4K randread QD1 p50 {src} ÷ nbdkit-memory unix", m(src, "rr1", "p50"), m("nbdkit-unix", "rr1", "p50"), 0.2, lower=True)
-    goal("4K randwrite QD32 +flush/s pebble srpd ÷ qemu-nbd raw tmpfs", m("gosrp-pebble", "fl32", "iops"), m("qemu-nbd", "fl32", "iops"), 2)
+    for src in ("bench-pebble-tcp", "gosrp-pebble"):
+        goal(f"4K randwrite QD32 +flush/s {src} ÷ qemu-nbd raw tmpfs", m(src, "fl32", "iops"), m("qemu-nbd", "fl32", "iops"), 2)
     for src in ("bench-tcp", "gosrp-nbd-tcp"):
         goal(f"128K read QD8 {src} ÷ nbdkit-memory TCP", m(src, "sr8", "mib"), m("nbdkit-tcp", "sr8", "mib"), 1.5)
     for j in ("rr32", "rw32"):
