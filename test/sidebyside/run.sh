@@ -145,6 +145,7 @@ bench_job() { # bench_job TARGET JOB bench-args...
 		--runtime "${RUNTIME}s" --ramp "${RAMP}s" --prefill=false --interval 1h \
 		--output-format json --output "$RD/$target.$job.json" || true
 }
+bench_procs() { if [ "$PROCS" = 0 ]; then nproc; else echo "$PROCS"; fi; } # bench's --procs for PROCS
 prefill_nbd() { # prefill_nbd URI: write the device end to end
 	fio --name=prefill --ioengine=nbd --uri="$1" --rw=write --bs=1m --iodepth=8 --size=$SIZE \
 		--output="$RD/prefill.log" >/dev/null 2>&1 || echo "   ! prefill of $1 failed"
@@ -221,10 +222,8 @@ run_gosrp() { # run_gosrp tcp|shm
 		for j in $JOBS; do fio_job "gosrp-nbd-$wire" $j --ioengine=nbd --uri="$NBD_URI"; done
 	fi
 	if [ -n "$BENCH" ] && want "bench-$wire"; then
-		local bprocs=$PROCS
-		if [ "$PROCS" = 0 ]; then bprocs=$(nproc); fi
 		# bench is the only client now: the NBD front end idles (its CPU counts).
-		for j in $JOBS; do bench_job "bench-$wire" $j --target "$SRPD_ADDR" --provider emu --wire "$wire" --procs "$bprocs" "${POLL_OPT[@]}"; done
+		for j in $JOBS; do bench_job "bench-$wire" $j --target "$SRPD_ADDR" --provider emu --wire "$wire" --procs "$(bench_procs)" "${POLL_OPT[@]}"; done
 	fi
 	stop_servers
 }
@@ -236,9 +235,7 @@ run_pebble() {
 		for j in rw32 fl32 fl32; do fio_job gosrp-pebble $j --ioengine=nbd --uri="$NBD_URI"; done
 	fi
 	if [ -n "$BENCH" ] && want bench-pebble-tcp; then
-		local bprocs=$PROCS
-		if [ "$PROCS" = 0 ]; then bprocs=$(nproc); fi
-		for j in rw32 fl32 fl32; do bench_job bench-pebble-tcp $j --target "$SRPD_ADDR" --provider emu --wire tcp --procs "$bprocs"; done
+		for j in rw32 fl32 fl32; do bench_job bench-pebble-tcp $j --target "$SRPD_ADDR" --provider emu --wire tcp --procs "$(bench_procs)"; done
 	fi
 	stop_servers
 }
