@@ -38,6 +38,58 @@ func (h *handle) closedErr(op string, n, off int64) error {
 	return ioErr(h.c.name(), op, n, off, ErrClosed)
 }
 
+// BatchWriter is implemented by volumes that apply several writes as one
+// unit more cheaply than one by one (pebble: one batch, one trip through its
+// commit pipeline). The target uses it for the writes that arrive together.
+type BatchWriter interface {
+	// WriteBatch writes bufs[i] at offs[i] for every i, all or nothing: it
+	// validates every request before writing any, and the writes are
+	// visible, like WriteAt's, when it returns nil. Overlapping requests
+	// land in order, the last one winning.
+	WriteBatch(bufs [][]byte, offs []int64) error
+	// Stalled reports whether the store is holding writes back (pebble: a
+	// write stall, until compactions catch up), so that a write started
+	// now may wait for a long time. The target runs write batches on its
+	// connection loop only while this is false.
+	Stalled() bool
+}
+
+// batchCore is a core that applies write batches itself.
+type batchCore interface {
+	core
+	writeBatch(bufs [][]byte, offs []int64) error
+	stalled() bool
+}
+
+// batchHandle is a handle on a core that writes batches.
+type batchHandle struct {
+	*handle
+	bc batchCore
+}
+
+var _ BatchWriter = batchHandle{}
+
+// newVolumeHandle returns a handle on c that also implements BatchWriter
+// when c writes batches itself.
+func newVolumeHandle(c core, release func()) Volume {
+	h := newHandle(c, release)
+	if bc, ok := c.(batchCore); ok {
+		return batchHandle{h, bc}
+	}
+	return h
+}
+
+// WriteBatch implements BatchWriter.
+func (h batchHandle) WriteBatch(bufs [][]byte, offs []int64) error {
+	if h.closed.Load() {
+		return fmt.Errorf("block: volume %q: write batch: %w", h.c.name(), ErrClosed)
+	}
+	return h.bc.writeBatch(bufs, offs)
+}
+
+// Stalled implements BatchWriter.
+func (h batchHandle) Stalled() bool { return h.bc.stalled() }
+
 // Name implements Volume.
 func (h *handle) Name() string { return h.c.name() }
 

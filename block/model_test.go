@@ -148,20 +148,39 @@ func (m *modelRun) span(r *refVol, maxBlocks int64) (off, n int64, ok bool) {
 	return first * int64(r.bs), cnt * int64(r.bs), true
 }
 
+// data returns n bytes of random non-zero data.
+func (m *modelRun) data(n int64) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(m.rng.IntN(255) + 1)
+	}
+	return p
+}
+
 func (m *modelRun) step() string {
 	t := m.t
 	name := m.pickVol()
 	v, r := m.vols[name], m.ref[name]
 	snapper, canSnap := m.store.(Snapshotter)
 	switch op := m.rng.IntN(100); {
-	case op < 35: // write / FUA write
+	case op < 35: // write / FUA write / write batch
 		off, n, ok := m.span(r, 8)
 		if !ok {
 			return "write on empty volume"
 		}
-		p := make([]byte, n)
-		for i := range p {
-			p[i] = byte(m.rng.IntN(255) + 1)
+		p := m.data(n)
+		if bw, ok := v.(BatchWriter); ok && op < 10 {
+			// Up to four writes, overlapping at random: the last wins.
+			bufs, offs := [][]byte{p}, []int64{off}
+			for k := m.rng.IntN(4); k > 0; k-- {
+				o, n, _ := m.span(r, 8)
+				bufs, offs = append(bufs, m.data(n)), append(offs, o)
+			}
+			require.NoError(t, bw.WriteBatch(bufs, offs))
+			for i := range bufs {
+				r.write(bufs[i], offs[i])
+			}
+			return fmt.Sprintf("batch %s %d writes, first %d@%d", name, len(bufs), n, off)
 		}
 		var err error
 		if op < 25 {
@@ -201,6 +220,13 @@ func (m *modelRun) step() string {
 		_, err = v.ReadAt(make([]byte, bs+1), 0)
 		require.ErrorIs(t, err, ErrMisaligned)
 		require.ErrorIs(t, v.Discard(0, 0), ErrZeroLength)
+		if bw, ok := v.(BatchWriter); ok {
+			// A batch with one bad request writes none of them.
+			good := m.data(bs)
+			require.ErrorIs(t, bw.WriteBatch([][]byte{good, good}, []int64{0, r.size}), ErrOutOfRange)
+			require.ErrorIs(t, bw.WriteBatch([][]byte{good[1:], good}, []int64{0, 0}), ErrMisaligned)
+			require.ErrorIs(t, bw.WriteBatch([][]byte{good}, nil), ErrInvalid)
+		}
 		return "bad requests"
 	case op < 72 && canSnap && len(m.snaps) < 6:
 		m.seq++

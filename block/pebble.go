@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -53,6 +54,10 @@ type PebbleStore struct {
 	nextLayer uint64
 	open      map[string]*pebbleCore // by "volume" or "volume@snapshot"
 	refs      map[*pebbleCore]int
+
+	// stalls counts the writers pebble is holding back (a write stall:
+	// too many memtables waiting for a flush, or too many L0 files).
+	stalls atomic.Int32
 }
 
 var (
@@ -89,7 +94,14 @@ func OpenPebbleStore(dir string, o *PebbleOptions) (*PebbleStore, error) {
 	}
 	cache := pebble.NewCache(cacheSize)
 	defer cache.Unref()
+	s := &PebbleStore{dir: dir, open: map[string]*pebbleCore{}, refs: map[*pebbleCore]int{}}
 	opts := &pebble.Options{
+		// Pebble calls Begin and End in pairs, once per stalled write
+		// (DB.maybeInduceWriteStall).
+		EventListener: &pebble.EventListener{
+			WriteStallBegin: func(pebble.WriteStallBeginInfo) { s.stalls.Add(1) },
+			WriteStallEnd:   func() { s.stalls.Add(-1) },
+		},
 		Cache:        cache,
 		FS:           o.FS,
 		MemTableSize: memSize,
@@ -139,7 +151,7 @@ func OpenPebbleStore(dir string, o *PebbleOptions) (*PebbleStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("block: pebble store %s: open: %w", dir, err)
 	}
-	s := &PebbleStore{dir: dir, db: db, open: map[string]*pebbleCore{}, refs: map[*pebbleCore]int{}}
+	s.db = db
 	if err := s.init(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -338,7 +350,7 @@ func (s *PebbleStore) openCoreLocked(key string, m *volumeMeta) Volume {
 		s.open[key] = c
 	}
 	s.refs[c]++
-	return newHandle(c, func() { s.release(key, c) })
+	return newVolumeHandle(c, func() { s.release(key, c) })
 }
 
 func (s *PebbleStore) release(key string, c *pebbleCore) {

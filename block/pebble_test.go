@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -168,4 +169,102 @@ func TestPebbleSnapshotLayers(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, it.First(), "data left after deleting every volume")
 	require.NoError(t, it.Close())
+}
+
+// gateFS holds every new sstable and blob file's creation until open is
+// closed, so pebble's memtable flushes cannot finish.
+type gateFS struct {
+	vfs.FS
+	open chan struct{}
+}
+
+func (fs gateFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob") {
+		<-fs.open
+	}
+	return fs.FS.Create(name, c)
+}
+
+// TestBatchWriter checks which volumes take write batches and how a batch
+// fails; TestModel checks their contents against a model.
+func TestBatchWriter(t *testing.T) {
+	for _, be := range backends() {
+		s := be.open(t, t.TempDir())
+		v, err := s.Create("v", 64<<10, 4096)
+		require.NoError(t, err)
+		_, ok := v.(BatchWriter)
+		// Memory volumes run inline on the target's loop already; files
+		// have no cheaper form of several scattered writes.
+		require.Equal(t, be.name == "pebble", ok, "%s volume implements BatchWriter", be.name)
+		require.NoError(t, v.Close())
+		require.NoError(t, s.Close())
+	}
+
+	s, err := OpenPebbleStore(t.TempDir(), &PebbleOptions{CacheSize: 8 << 20, MemTableSize: 4 << 20})
+	require.NoError(t, err)
+	defer s.Close()
+	v, err := s.Create("v", 64<<10, 4096)
+	require.NoError(t, err)
+	bw := v.(BatchWriter)
+	require.False(t, bw.Stalled())
+	a, b := bytes.Repeat([]byte{1}, 8192), bytes.Repeat([]byte{2}, 4096)
+	require.NoError(t, bw.WriteBatch([][]byte{a, b}, []int64{0, 4096}))
+	got := make([]byte, 8192)
+	_, err = v.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, append(a[:4096:4096], b...), got, "the later write of block 1 wins")
+
+	_, err = s.Snapshot("v", "s")
+	require.NoError(t, err)
+	snap, err := s.OpenSnapshot("v", "s")
+	require.NoError(t, err)
+	require.ErrorIs(t, snap.(BatchWriter).WriteBatch([][]byte{b}, []int64{0}), ErrReadOnly)
+	require.NoError(t, snap.Close())
+
+	require.NoError(t, v.Close())
+	require.ErrorIs(t, bw.WriteBatch([][]byte{b}, []int64{0}), ErrClosed)
+}
+
+// TestPebbleStalled checks that a pebble volume reports a write stall while
+// pebble holds writes back (here: its memtable flushes cannot finish) and
+// stops reporting it when the stall ends.
+func TestPebbleStalled(t *testing.T) {
+	fs := gateFS{FS: vfs.NewMem(), open: make(chan struct{})}
+	s, err := OpenPebbleStore("db", &PebbleOptions{CacheSize: 8 << 20, MemTableSize: 1 << 20, FS: fs})
+	require.NoError(t, err)
+	defer s.Close()
+	release := sync.OnceFunc(func() { close(fs.open) })
+	defer release() // before s.Close, should the test fail
+	const size = 8 << 20
+	v, err := s.Create("v", size, 4096)
+	require.NoError(t, err)
+	defer v.Close()
+	bw := v.(BatchWriter)
+
+	// Write until pebble stalls the writer: four full memtables wait
+	// for a flush (MemTableStopWritesThreshold).
+	done := make(chan error, 1)
+	go func() {
+		p := make([]byte, 64<<10)
+		for i := int64(0); i < 16*size/int64(len(p)); i++ {
+			if err := bw.WriteBatch([][]byte{p}, []int64{i * int64(len(p)) % size}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !bw.Stalled() {
+		select {
+		case err := <-done:
+			t.Fatalf("16 volumes' worth of writes finished (err %v) with flushes held", err)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "no write stall within a minute")
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	require.NoError(t, <-done)
+	require.False(t, bw.Stalled(), "stall reported after the writes went through")
 }

@@ -34,6 +34,22 @@ type Immediate interface {
 	Immediate() bool
 }
 
+// BatchWriter is implemented by volumes that apply several writes at once
+// more cheaply than one by one, and whose writes do not wait for a device
+// unless the volume says so (block's pebble volumes: one batch, one trip
+// through pebble's commit pipeline, no sync). The plain writes that become
+// ready in one pass of a connection's loop go to WriteBatch together, on
+// the loop itself unless Stalled, else on a worker.
+type BatchWriter interface {
+	// WriteBatch writes bufs[i] at offs[i] for every i, all or nothing.
+	// On an error the target retries the requests one by one, so that
+	// each gets its own status.
+	WriteBatch(bufs [][]byte, offs []int64) error
+	// Stalled reports whether a write started now may wait (for
+	// compactions, say).
+	Stalled() bool
+}
+
 // VolumeInfo describes a servable volume.
 type VolumeInfo struct {
 	Name      string

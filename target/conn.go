@@ -43,7 +43,9 @@ type conn struct {
 
 	jobs    chan int32
 	done    chan int32
-	inline  []int32 // jobs execute ran on the run loop, to report (finishInline)
+	inline  []int32  // jobs execute ran on the run loop, to report (finishInline)
+	wbufs   [][]byte // runBatch's scratch on the run loop
+	woffs   []int64
 	workers sync.WaitGroup
 	cqReady <-chan struct{}
 	rearm   chan struct{}
@@ -227,7 +229,7 @@ func (c *conn) run() {
 			}
 			select {
 			case idx := <-c.done:
-				c.core.backendDone(idx, c.now())
+				c.jobDone(idx)
 				progressed = true
 			case <-drainCh:
 				drainCh = nil
@@ -270,7 +272,7 @@ func (c *conn) run() {
 		case <-c.cqReady:
 			armed = false
 		case idx := <-c.done:
-			c.core.backendDone(idx, c.now())
+			c.jobDone(idx)
 		case <-timer.C:
 			c.core.tick(c.now())
 		case <-drainCh:
@@ -336,8 +338,10 @@ func (c *conn) execute() {
 			c.core.postFailed(fmt.Errorf("post %d sends (%d accepted): %w", len(a.send), n, err))
 		}
 	}
+	lead, tail := int32(-1), int32(-1) // the write batch being gathered
 	for _, idx := range a.jobs {
-		if s := &c.core.slots[idx]; s.job >= jobRead && s.job <= jobWriteZeroes && s.ov.now {
+		s := &c.core.slots[idx]
+		if s.job >= jobRead && s.job <= jobWriteZeroes && s.ov.now {
 			// A memory volume's I/O is a copy: run it here, and report
 			// it on the run loop's next pass (finishInline) without
 			// waking a worker or passing it through a channel.
@@ -345,7 +349,35 @@ func (c *conn) execute() {
 			c.inline = append(c.inline, idx)
 			continue
 		}
+		if s.job == jobWrite && s.ov.batch != nil && (lead < 0 || c.core.slots[lead].ov == s.ov) {
+			// Plain writes to a batching volume that became ready in
+			// this pass are written as one batch (runBatch).
+			if lead < 0 {
+				lead = idx
+			} else {
+				c.core.slots[tail].next = idx
+			}
+			tail = idx
+			continue
+		}
 		c.jobs <- idx // never blocks: capacity covers every slot
+	}
+	if lead >= 0 {
+		if c.core.slots[lead].ov.batch.Stalled() {
+			c.jobs <- lead
+		} else {
+			// Unless the volume is holding writes back, the batch costs
+			// CPU only: run it here. On a worker it cost two goroutine
+			// hand-offs per batch, and each woke an idle thread; with
+			// pebble on tmpfs, bench randwrite 4 KiB QD32 over tcp ran
+			// 104k-111k IOPS this way against 90k-94k on a worker.
+			c.wbufs, c.woffs = runBatch(c.core.slots, &c.core.slots[lead], c.wbufs[:0], c.woffs[:0])
+			for idx := lead; idx >= 0; {
+				s := &c.core.slots[idx]
+				c.inline = append(c.inline, idx)
+				idx, s.next = s.next, -1
+			}
+		}
 	}
 	if a.loggedIn {
 		ini := c.core.initiator
@@ -375,11 +407,31 @@ func (c *conn) finishInline() bool {
 	return true
 }
 
+// jobDone reports the job a worker sent back on done: one slot, or a
+// write batch's chain of slots, all with one clock reading.
+func (c *conn) jobDone(idx int32) {
+	now := c.now()
+	for idx >= 0 {
+		s := &c.core.slots[idx]
+		next := s.next
+		s.next = -1
+		c.core.backendDone(idx, now)
+		idx = next
+	}
+}
+
 func (c *conn) worker() {
 	defer c.workers.Done()
 	cat := c.t.cfg.Catalog
+	var bufs [][]byte
+	var offs []int64
 	for idx := range c.jobs {
-		runJob(&c.core.slots[idx], cat)
+		s := &c.core.slots[idx]
+		if s.next >= 0 {
+			bufs, offs = runBatch(c.core.slots, s, bufs[:0], offs[:0])
+		} else {
+			runJob(s, cat)
+		}
 		c.done <- idx
 	}
 }
@@ -431,8 +483,7 @@ func (c *conn) teardown() {
 	c.cm.Disconnect()
 	c.finishInline()
 	for c.core.jobsInFlight > 0 {
-		idx := <-c.done
-		c.core.backendDone(idx, c.now())
+		c.jobDone(<-c.done)
 	}
 	close(c.jobs)
 	c.workers.Wait()

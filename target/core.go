@@ -122,6 +122,7 @@ func newCore(p coreParams) *core {
 	for i := n - 1; i >= 0; i-- {
 		s := &c.slots[i]
 		s.idx = int32(i)
+		s.next = -1
 		s.send = p.iu[i*iuSize : (i+1)*iuSize : (i+1)*iuSize]
 		s.sendAddr = p.iuAddr + uint64(i*iuSize)
 		s.data = p.data[i*p.maxXfer : (i+1)*p.maxXfer : (i+1)*p.maxXfer]
@@ -697,6 +698,9 @@ func (c *core) finishControl(s *slot) {
 			ro: s.ctlRO || info.ReadOnly, stats: c.p.volStats(req.Volume)}
 		if im, ok := s.opened.(Immediate); ok {
 			ov.now = im.Immediate()
+		}
+		if bw, ok := s.opened.(BatchWriter); ok && !ov.now && !ov.ro {
+			ov.batch = bw
 		}
 		s.opened = nil
 		h := -1

@@ -71,7 +71,11 @@
 // provider calls. The shell is one goroutine per connection that polls
 // the CQ in batches, posts the core's work requests, and hands volume and
 // catalog calls to a pool of workers (one per credit), so the poller never
-// blocks on storage. Every wr_id encodes the connection generation, the
+// blocks on storage. Two kinds of volume call run on the shell itself,
+// where a hand-off would cost more than the call: I/O on an Immediate
+// volume (memory), and the plain writes that became ready in one pass to
+// a BatchWriter volume (pebble), as one batch, unless the volume reports
+// that writes are stalled. Every wr_id encodes the connection generation, the
 // kind of request (receive, RDMA READ, RDMA WRITE, response, login) and
 // the slot or buffer index. In steady state a command allocates nothing.
 //

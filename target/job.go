@@ -44,6 +44,47 @@ func runJob(s *slot, cat Catalog) {
 	}
 }
 
+// runBatch writes the chain of slots that starts at lead with one call to
+// the volume's WriteBatch (see BatchWriter), or one by one if the batch
+// fails, so that each request gets its own status. bufs and offs are the
+// worker's scratch, returned for reuse.
+func runBatch(slots []slot, lead *slot, bufs [][]byte, offs []int64) ([][]byte, []int64) {
+	for s := lead; ; s = &slots[s.next] {
+		bufs = append(bufs, s.data[:s.cmd.Length])
+		offs = append(offs, int64(s.cmd.Offset))
+		if s.next < 0 {
+			break
+		}
+	}
+	if err := writeBatch(lead.ov.batch, bufs, offs); err != nil {
+		for s := lead; ; s = &slots[s.next] {
+			runJob(s, nil)
+			if s.next < 0 {
+				break
+			}
+		}
+		return bufs, offs
+	}
+	for s := lead; ; s = &slots[s.next] {
+		s.err = nil
+		s.ov.inflight.Done()
+		if s.next < 0 {
+			break
+		}
+	}
+	return bufs, offs
+}
+
+// writeBatch calls w.WriteBatch, turning a panic into an error like runJob.
+func writeBatch(w BatchWriter, bufs [][]byte, offs []int64) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("target: write batch panicked: %v", r)
+		}
+	}()
+	return w.WriteBatch(bufs, offs)
+}
+
 func full(n int, err error) error {
 	if err != nil {
 		return err

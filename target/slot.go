@@ -114,7 +114,9 @@ type openVol struct {
 	bs     int64
 	ro     bool
 	// now: the volume's I/O runs inline (see Immediate).
-	now   bool
+	now bool
+	// batch: the volume takes plain writes in batches (see BatchWriter).
+	batch BatchWriter
 	stats *ioCounters
 	// inflight counts backend operations on vol; a close waits for them.
 	inflight sync.WaitGroup
@@ -136,6 +138,10 @@ type slot struct {
 
 	// job, set by the core before dispatch
 	job jobKind
+	// next links the slots of one write batch, the first slot's index
+	// going to a worker for all of them; -1 ends the chain. Set and
+	// cleared by the connection's loop.
+	next int32
 	// results, set by the worker
 	err      error
 	list     []VolumeInfo
