@@ -10,13 +10,13 @@
 #   (fio's nbd engine) and directly with 'bench';
 # plus 4 KiB randwrite QD32 with a flush about every second (fio fsync=N,
 # N = that target's plain QD32 randwrite IOPS of the same round) for
-# pebble-backed srpd (data on tmpfs; through 'srpc nbd' and with 'bench
-# --fsync') and qemu-nbd. Targets are started,
+# pebble-backed srpd (data on tmpfs; through 'srpc nbd' over tcp, and with
+# 'bench --fsync' over tcp and over shm) and qemu-nbd. Targets are started,
 # pre-written, measured and stopped one at a time, interleaved per round.
 # It prints a table (median [min–max] over rounds, p50 latency, IOPS per
 # busy core) and the issue's goals as ratios.
 #
-#   test/sidebyside/run.sh                 # 3 rounds, about 20 minutes
+#   test/sidebyside/run.sh                 # 3 rounds, about 22 minutes
 #   ROUNDS=1 QUICK=1 test/sidebyside/run.sh   # 2 s + 1 s jobs, about 4 minutes
 #
 # Env: ROUNDS (3), QUICK (0), OUT (results dir; default a new /tmp dir,
@@ -227,27 +227,29 @@ run_gosrp() { # run_gosrp tcp|shm
 	fi
 	stop_servers
 }
-run_pebble() {
-	want gosrp-pebble || want bench-pebble-tcp || return 0
-	start_srpd tcp pebble || { stop_servers; return 0; }
+run_pebble() { # run_pebble tcp|shm
+	local wire=$1 nbd=gosrp-pebble
+	[ "$wire" = tcp ] || nbd= # the NBD front end is measured over tcp only
+	{ [ -n "$nbd" ] && want $nbd; } || want "bench-pebble-$wire" || return 0
+	start_srpd "$wire" pebble || { stop_servers; return 0; }
 	prefill_nbd "$NBD_URI"
-	if want gosrp-pebble; then
-		for j in rw32 fl32 fl32; do fio_job gosrp-pebble $j --ioengine=nbd --uri="$NBD_URI"; done
+	if [ -n "$nbd" ] && want $nbd; then
+		for j in rw32 fl32 fl32; do fio_job $nbd $j --ioengine=nbd --uri="$NBD_URI"; done
 	fi
-	if [ -n "$BENCH" ] && want bench-pebble-tcp; then
-		for j in rw32 fl32 fl32; do bench_job bench-pebble-tcp $j --target "$SRPD_ADDR" --provider emu --wire tcp --procs "$(bench_procs)"; done
+	if [ -n "$BENCH" ] && want "bench-pebble-$wire"; then
+		for j in rw32 fl32 fl32; do bench_job "bench-pebble-$wire" $j --target "$SRPD_ADDR" --provider emu --wire "$wire" --procs "$(bench_procs)" "${POLL_OPT[@]}"; done
 	fi
 	stop_servers
 }
 
-per_round=$((6 * 9 + 13))
+per_round=$((6 * 9 + 16))
 echo "== gosrp processes: --procs $PROCS (pebble srpd: $PEBBLE_PROCS), shm-poll ${SHM_POLL:-adaptive}"
 echo "== $ROUNDS round(s) of about $((per_round * (RUNTIME + RAMP + 1) / 60 + 1)) min; results in $OUT"
 for r in $(seq "$ROUNDS"); do
 	RD=$OUT/r$r
 	mkdir -p "$RD"
 	echo "== round $r/$ROUNDS ($(date +%T)): load $(cut -d' ' -f1-3 /proc/loadavg)"
-	for step in run_tmpfs "run_nbdkit unix" "run_nbdkit tcp" run_qemu_nbd "run_gosrp tcp" "run_gosrp shm" run_pebble; do
+	for step in run_tmpfs "run_nbdkit unix" "run_nbdkit tcp" run_qemu_nbd "run_gosrp tcp" "run_gosrp shm" "run_pebble tcp" "run_pebble shm"; do
 		echo "   $step"
 		$step
 	done

@@ -59,6 +59,7 @@ TARGETS = [  # key, label
     ("bench-shm", "bench → srpd mem, emu shm"),
     ("gosrp-pebble", "fio → srpc nbd → srpd pebble(tmpfs), tcp"),
     ("bench-pebble-tcp", "bench → srpd pebble(tmpfs), emu tcp"),
+    ("bench-pebble-shm", "bench → srpd pebble(tmpfs), emu shm"),
 ]
 NBD_PEERS = ["nbdkit-unix", "nbdkit-tcp", "qemu-nbd"]
 
@@ -163,7 +164,7 @@ def cmd_report(argv):
         goal(f"4K randread QD32 {src} ÷ fio io_uring on tmpfs", m(src, "rr32", "iops"), m("tmpfs-uring", "rr32", "iops"), 1)
     for src in ("bench-shm", "gosrp-nbd-shm"):
         goal(f"4K randread QD1 p50 {src} ÷ nbdkit-memory unix", m(src, "rr1", "p50"), m("nbdkit-unix", "rr1", "p50"), 0.2, lower=True)
-    for src in ("bench-pebble-tcp", "gosrp-pebble"):
+    for src in ("bench-pebble-shm", "bench-pebble-tcp", "gosrp-pebble"):
         goal(f"4K randwrite QD32 +flush/s {src} ÷ qemu-nbd raw tmpfs", m(src, "fl32", "iops"), m("qemu-nbd", "fl32", "iops"), 2)
     for src in ("bench-tcp", "gosrp-nbd-tcp"):
         goal(f"128K read QD8 {src} ÷ nbdkit-memory TCP", m(src, "sr8", "mib"), m("nbdkit-tcp", "sr8", "mib"), 1.5)
