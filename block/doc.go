@@ -31,16 +31,18 @@
 //     request's blocks are all old or all new. The file backend inherits the
 //     file system's guarantees, which do not include that.
 //
-// Pebble: a write is one pebble batch committed with NoSync; a FUA write
-// commits with Sync; Flush writes an empty LogData record with Sync (an
-// empty batch would not touch the WAL) and so fsyncs the WAL up to and
-// including every earlier batch. Pebble's commit pipeline gives group
-// commit: concurrent Sync commits share one fsync. The WAL is never
-// disabled. Blocks are compressed with pebble's fastest profile (MinLZ),
-// not its default snappy, which cost a fifth of the target's CPU in
-// compactions of incompressible data. Block data lives in pebble's blob
-// files (value separation): compactions move keys and handles, not 4 KiB
-// values, which more than doubled sustained random-write throughput.
+// Pebble: a write is one pebble batch committed with NoSync, and so is a
+// BatchWriter's WriteBatch of several writes (the target's writes that
+// arrive together: one trip through pebble's commit pipeline for all of
+// them); a FUA write commits with Sync; Flush writes an empty LogData record
+// with Sync (an empty batch would not touch the WAL) and so fsyncs the WAL
+// up to and including every earlier batch. Pebble's commit pipeline gives
+// group commit: concurrent Sync commits share one fsync. The WAL is never
+// disabled. Blocks are compressed with pebble's fastest profile (MinLZ), not
+// its default snappy, which cost a fifth of the target's CPU in compactions
+// of incompressible data. Block data lives in pebble's blob files (value
+// separation): compactions move keys and handles, not 4 KiB values, which
+// more than doubled sustained random-write throughput.
 // File: pwrite/pread, fdatasync for Flush and FUA with a small
 // group-commit helper (syncGroup) so concurrent callers share fsyncs; a
 // failed fdatasync is sticky. Memory: Flush and FUA succeed trivially and
