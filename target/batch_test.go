@@ -52,35 +52,47 @@ func (v *batchVol) WriteAt(p []byte, off int64) (int, error) {
 	return v.Volume.WriteAt(p, off)
 }
 
-// TestWriteBatches runs rounds of eight concurrent writes against a
-// volume that takes batches: on the loop, on a worker while the volume
-// reports a stall, and with batches that fail, where every write must get
-// its own status.
+// TestWriteBatches runs rounds of eight concurrent writes against volumes
+// that take batches: on the loop, on a worker while the volume reports a
+// stall, with batches that fail, where every write must get its own
+// status, and spread over two volumes, each with its own batch.
 func TestWriteBatches(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		stalled   bool
 		failBatch bool
-	}{{"loop", false, false}, {"stalled", true, false}, {"failing", false, true}} {
+		vols      int
+	}{{"loop", false, false, 1}, {"stalled", true, false, 1}, {"failing", false, true, 1}, {"two-volumes", false, false, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var vol *batchVol
+			var mu sync.Mutex
+			vols := map[string]*batchVol{}
 			r := newRig(t, env{wire: "loop", profile: "strict"}, Config{})
 			r.cat.wrap = func(v Volume) Volume {
-				vol = &batchVol{Volume: v, stalled: tc.stalled, failBatch: tc.failBatch, badOff: -1}
+				bv := &batchVol{Volume: v, stalled: tc.stalled, failBatch: tc.failBatch, badOff: -1}
 				if tc.failBatch {
-					vol.badOff = 3 * bs
+					bv.badOff = 3 * bs
 				}
-				return vol
+				mu.Lock()
+				vols[v.(interface{ Name() string }).Name()] = bv
+				mu.Unlock()
+				return bv
 			}
 			c := r.dial(t)
 			c.login("ini")
-			h := c.open("vol0", false)
+			names := []string{"vol0", "vol1"}[:tc.vols]
+			handles := make([]uint32, tc.vols)
+			for i, n := range names {
+				handles[i] = c.open(n, false)
+			}
+			// Write i goes to volume i%vols, block i/vols.
+			where := func(i int) (int, int64) { return i % tc.vols, int64(i/tc.vols) * bs }
 			const n = 8 // the rig's credits
 			for round := range 20 {
 				want := map[uint64]int{} // tag -> write index
 				for i := range n {
+					v, off := where(i)
 					copy(c.data(i*bs, bs), pattern(bs, byte(round*n+i)))
-					cmd := c.io(wire.OpWrite, h, uint64(i)*bs, i*bs, bs, 1)
+					cmd := c.io(wire.OpWrite, handles[v], uint64(off), i*bs, bs, 1)
 					c.postCommand(&cmd)
 					want[cmd.Tag] = i
 				}
@@ -91,39 +103,51 @@ func TestWriteBatches(t *testing.T) {
 						t.Fatalf("response for unknown tag %d", rsp.Tag)
 					}
 					delete(want, rsp.Tag)
-					if int64(i)*bs == vol.badOff {
+					if v, off := where(i); off == vols[names[v]].badOff {
 						expectSense(t, rsp, wire.SenseMediumError)
 					} else {
 						expectGood(t, rsp)
 					}
 				}
-				got := make([]byte, n*bs)
-				if _, err := r.openVol(t, "vol0").ReadAt(got, 0); err != nil {
-					t.Fatal(err)
-				}
 				for i := range n {
-					if int64(i)*bs == vol.badOff {
+					v, off := where(i)
+					if off == vols[names[v]].badOff {
 						continue
 					}
-					if !bytes.Equal(got[i*bs:(i+1)*bs], pattern(bs, byte(round*n+i))) {
-						t.Fatalf("round %d: block %d does not hold its write", round, i)
+					got := make([]byte, bs)
+					if _, err := r.openVol(t, names[v]).ReadAt(got, off); err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, pattern(bs, byte(round*n+i))) {
+						t.Fatalf("round %d: %s block %d does not hold its write", round, names[v], off/bs)
 					}
 				}
 			}
-			vol.mu.Lock()
-			defer vol.mu.Unlock()
-			inBatches := 0
-			for _, k := range vol.batches {
-				inBatches += k
+			inBatches, batches, singles := 0, 0, 0
+			for name, bv := range vols {
+				bv.mu.Lock()
+				if !tc.stalled && len(bv.batches) == 0 {
+					t.Errorf("%s: no write went through WriteBatch", name)
+				}
+				for _, k := range bv.batches {
+					inBatches += k
+				}
+				batches += len(bv.batches)
+				bv.mu.Unlock()
+				singles += int(bv.singles.Load())
 			}
-			singles := int(vol.singles.Load())
 			if tc.failBatch {
 				singles -= inBatches // the retries of failed batches
 			}
-			if inBatches+singles != 20*n {
-				t.Fatalf("%d writes in %d batches and %d alone, want %d writes", inBatches, len(vol.batches), singles, 20*n)
+			if !tc.stalled && singles != 0 {
+				// On the loop every plain write goes through WriteBatch,
+				// alone or not.
+				t.Errorf("%d writes bypassed WriteBatch", singles)
 			}
-			t.Logf("%d writes in %d batches, %d alone", inBatches, len(vol.batches), singles)
+			if inBatches+singles != 20*n {
+				t.Fatalf("%d writes in %d batches and %d alone, want %d writes", inBatches, batches, singles, 20*n)
+			}
+			t.Logf("%d writes in %d batches, %d alone", inBatches, batches, singles)
 		})
 	}
 }

@@ -43,8 +43,9 @@ type conn struct {
 
 	jobs    chan int32
 	done    chan int32
-	inline  []int32  // jobs execute ran on the run loop, to report (finishInline)
-	wbufs   [][]byte // runBatch's scratch on the run loop
+	inline  []int32      // jobs execute ran on the run loop, to report (finishInline)
+	batches []batchChain // execute's write batches, one per volume
+	wbufs   [][]byte     // runBatch's scratch on the run loop
 	woffs   []int64
 	workers sync.WaitGroup
 	cqReady <-chan struct{}
@@ -338,7 +339,7 @@ func (c *conn) execute() {
 			c.core.postFailed(fmt.Errorf("post %d sends (%d accepted): %w", len(a.send), n, err))
 		}
 	}
-	lead, tail := int32(-1), int32(-1) // the write batch being gathered
+	batches := c.batches[:0] // one per volume with plain writes in this pass
 	for _, idx := range a.jobs {
 		s := &c.core.slots[idx]
 		if s.job >= jobRead && s.job <= jobWriteZeroes && s.ov.now {
@@ -349,21 +350,26 @@ func (c *conn) execute() {
 			c.inline = append(c.inline, idx)
 			continue
 		}
-		if s.job == jobWrite && s.ov.batch != nil && (lead < 0 || c.core.slots[lead].ov == s.ov) {
+		if s.job == jobWrite && s.ov.batch != nil {
 			// Plain writes to a batching volume that became ready in
 			// this pass are written as one batch (runBatch).
-			if lead < 0 {
-				lead = idx
-			} else {
-				c.core.slots[tail].next = idx
+			i := 0
+			for i < len(batches) && batches[i].ov != s.ov {
+				i++
 			}
-			tail = idx
+			if i == len(batches) {
+				batches = append(batches, batchChain{ov: s.ov, lead: idx})
+			} else {
+				c.core.slots[batches[i].tail].next = idx
+			}
+			batches[i].tail = idx
 			continue
 		}
 		c.jobs <- idx // never blocks: capacity covers every slot
 	}
-	if lead >= 0 {
-		if c.core.slots[lead].ov.batch.Stalled() {
+	for _, b := range batches {
+		lead := b.lead
+		if b.ov.batch.Stalled() {
 			c.jobs <- lead
 		} else {
 			// Unless the volume is holding writes back, the batch costs
@@ -379,6 +385,8 @@ func (c *conn) execute() {
 			}
 		}
 	}
+	clear(batches) // no openVol outlives its handle here
+	c.batches = batches[:0]
 	if a.loggedIn {
 		ini := c.core.initiator
 		c.iniName.Store(&ini)
@@ -405,6 +413,13 @@ func (c *conn) finishInline() bool {
 	}
 	c.inline = c.inline[:0]
 	return true
+}
+
+// batchChain is a chain of plain writes to one volume, gathered in one pass
+// (see BatchWriter); the slots' next fields link lead to tail.
+type batchChain struct {
+	ov         *openVol
+	lead, tail int32
 }
 
 // jobDone reports the job a worker sent back on done: one slot, or a
