@@ -203,16 +203,10 @@ func (c *pebbleCore) writeAt(p []byte, off int64, fua bool) error {
 	if err := c.check(op, off, n, true); err != nil {
 		return err
 	}
-	bs := int64(c.bs)
-	layer := c.meta.Layers[0]
 	// One batch per request: a multi-block write is atomic, and with
 	// pebble.Sync it joins pebble's group commit.
 	b := c.db.NewBatch()
-	var key [dataKeyLen]byte
-	for i := int64(0); i < n; i += bs {
-		putDataKey(key[:], layer, (off+i)/bs)
-		_ = b.Set(key[:], p[i:i+bs], nil)
-	}
+	c.setBlocksLocked(b, p, off)
 	if err := c.db.Apply(b, opts); err != nil {
 		return ioErr(c.nm, op, n, off, err)
 	}
@@ -235,22 +229,27 @@ func (c *pebbleCore) writeBatch(bufs [][]byte, offs []int64) error {
 			return err
 		}
 	}
-	bs := int64(c.bs)
-	layer := c.meta.Layers[0]
 	b := c.db.NewBatch()
-	var key [dataKeyLen]byte
 	for i, p := range bufs {
-		off, n := offs[i], int64(len(p))
-		for j := int64(0); j < n; j += bs {
-			putDataKey(key[:], layer, (off+j)/bs)
-			_ = b.Set(key[:], p[j:j+bs], nil)
-		}
+		c.setBlocksLocked(b, p, offs[i])
 	}
 	if err := c.db.Apply(b, pebble.NoSync); err != nil {
 		return fmt.Errorf("block: volume %q: write batch of %d requests: %w", c.nm, len(bufs), err)
 	}
 	_ = b.Close()
 	return nil
+}
+
+// setBlocksLocked adds to b the blocks of a checked write of p at off, one
+// key each in the top layer. REQUIRES: c.mu (shared is enough).
+func (c *pebbleCore) setBlocksLocked(b *pebble.Batch, p []byte, off int64) {
+	bs := int64(c.bs)
+	layer := c.meta.Layers[0]
+	var key [dataKeyLen]byte
+	for i := int64(0); i < int64(len(p)); i += bs {
+		putDataKey(key[:], layer, (off+i)/bs)
+		_ = b.Set(key[:], p[i:i+bs], nil)
+	}
 }
 
 // stalled reports whether pebble is holding writes back.

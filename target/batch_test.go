@@ -203,7 +203,7 @@ func TestRunBatch(t *testing.T) {
 				}
 				ov.inflight.Add(1)
 			}
-			bufs, offs := runBatch(slots, &slots[3], nil, nil)
+			bufs, offs := runBatch(slots, 3, nil, nil)
 			if len(bufs) != 3 || len(offs) != 3 {
 				t.Fatalf("scratch of %d buffers and %d offsets, want 3", len(bufs), len(offs))
 			}

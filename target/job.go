@@ -44,32 +44,23 @@ func runJob(s *slot, cat Catalog) {
 	}
 }
 
-// runBatch writes the chain of slots that starts at lead with one call to
-// the volume's WriteBatch (see BatchWriter), or one by one if the batch
-// fails, so that each request gets its own status. bufs and offs are the
-// worker's scratch, returned for reuse.
-func runBatch(slots []slot, lead *slot, bufs [][]byte, offs []int64) ([][]byte, []int64) {
-	for s := lead; ; s = &slots[s.next] {
+// runBatch writes the chain of slots that starts at lead (linked by next)
+// with one call to the volume's WriteBatch (see BatchWriter), or one by one
+// if the batch fails, so that each request gets its own status. bufs and
+// offs are the caller's scratch, returned for reuse.
+func runBatch(slots []slot, lead int32, bufs [][]byte, offs []int64) ([][]byte, []int64) {
+	for i := lead; i >= 0; i = slots[i].next {
+		s := &slots[i]
 		bufs = append(bufs, s.data[:s.cmd.Length])
 		offs = append(offs, int64(s.cmd.Offset))
-		if s.next < 0 {
-			break
-		}
 	}
-	if err := writeBatch(lead.ov.batch, bufs, offs); err != nil {
-		for s := lead; ; s = &slots[s.next] {
+	err := writeBatch(slots[lead].ov.batch, bufs, offs)
+	for i := lead; i >= 0; i = slots[i].next {
+		if s := &slots[i]; err != nil {
 			runJob(s, nil)
-			if s.next < 0 {
-				break
-			}
-		}
-		return bufs, offs
-	}
-	for s := lead; ; s = &slots[s.next] {
-		s.err = nil
-		s.ov.inflight.Done()
-		if s.next < 0 {
-			break
+		} else {
+			s.err = nil
+			s.ov.inflight.Done()
 		}
 	}
 	return bufs, offs
