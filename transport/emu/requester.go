@@ -391,6 +391,27 @@ func (q *qp) onResponse(pkt *packet) {
 	}
 	idx := q.inflight[0]
 	w := q.slot(idx)
+	if pkt.kind == pktAck && int32(pkt.psn-w.psn) > 0 {
+		// A coalesced ACK (IBA 9.7.5.1.2) acknowledges the SENDs and
+		// WRITEs before its PSN as well (rxe_comp.c check_psn). A READ
+		// among them is not: its data comes only in its response, so
+		// the ACK implies the response was lost, and the retry timer
+		// sends the READ again.
+		for w.psn != pkt.psn {
+			if int32(pkt.psn-w.psn) < 0 || w.state != wqeSent || w.wr.Opcode == transport.OpRDMARead {
+				q.retireUnlock()
+				return
+			}
+			w.byteLen = uint32(transport.SGLLen(w.wr.SGL))
+			q.ackedLocked(w, transport.StatusSuccess, "")
+			if len(q.inflight) == 0 {
+				q.retireUnlock()
+				return
+			}
+			idx = q.inflight[0]
+			w = q.slot(idx)
+		}
+	}
 	if w.psn != pkt.psn || w.state != wqeSent {
 		q.unlock()
 		return
@@ -433,6 +454,26 @@ func (q *qp) onResponse(pkt *packet) {
 		q.unlock()
 		return
 	}
+	q.ackedLocked(w, status, reason)
+	q.retireUnlock()
+}
+
+// retireUnlock reports the requests that are done and releases q.mu.
+func (q *qp) retireUnlock() {
+	q.retireLocked()
+	// The requester goroutine is needed only if work waits behind the
+	// window or a fence; an idle send queue has nothing to start.
+	waiting := q.sqNext != q.sqTail
+	q.unlock()
+	if waiting {
+		q.kick()
+	}
+}
+
+// ackedLocked ends the oldest request in flight, w, with status. A failed
+// one blocks the send queue: nothing after it is sent or completed but by
+// the flush. REQUIRES: q.mu.
+func (q *qp) ackedLocked(w *wqe, status transport.Status, reason string) {
 	copy(q.inflight, q.inflight[1:])
 	q.inflight = q.inflight[:len(q.inflight)-1]
 	w.state = wqeDone
@@ -441,14 +482,6 @@ func (q *qp) onResponse(pkt *packet) {
 	if status != transport.StatusSuccess {
 		q.blocked = true
 		q.inflight = q.inflight[:0]
-	}
-	q.retireLocked()
-	// The requester goroutine is needed only if work waits behind the
-	// window or a fence; an idle send queue has nothing to start.
-	waiting := q.sqNext != q.sqTail
-	q.unlock()
-	if waiting {
-		q.kick()
 	}
 }
 

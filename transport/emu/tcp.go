@@ -245,7 +245,11 @@ type tcpLink struct {
 	// ackOnly is set while pend holds nothing but ACKs (see
 	// flushAnswers).
 	ackOnly bool
-	full    chan struct{} // cap 1: the flusher takes over (socket full, or link busy)
+	// ackAt is the offset in pend of its last frame when that frame is an
+	// ACK, else -1: a later ACK replaces it (see add).
+	ackAt  int
+	ackPSN uint32
+	full   chan struct{} // cap 1: the flusher takes over (socket full, or link busy)
 	// lastWrite is when the last batch was written (clock.Nanos).
 	lastWrite int64
 
@@ -284,6 +288,7 @@ func startTCP(p *Provider, q *qp, nc net.Conn, peerPriv []byte) (transport.Conn,
 		full:  make(chan struct{}, 1),
 		pend:  make([]byte, 0, 256<<10),
 		spare: make([]byte, 0, 256<<10),
+		ackAt: -1,
 	}
 	l.txRoom.L = &l.txMu
 	l.tryFn = l.try
@@ -341,6 +346,23 @@ func (l *tcpLink) add(p *packet, mayWait bool) {
 	}
 	if !l.txEnded {
 		k := len(l.pend)
+		if p.kind == pktAck && l.ackAt >= 0 && int32(p.psn-l.ackPSN) > 0 {
+			// The responder coalesces ACKs (IBA 9.7.5.1.2): an ACK
+			// acknowledges every request before it, so one queued
+			// behind another, with nothing between them, replaces
+			// it. The requester completes the earlier SENDs and
+			// WRITEs on it (onResponse). At a deep queue this halves
+			// the frames on the wire. A duplicate's ACK (an older
+			// PSN, after a retry) is queued as it is.
+			l.ackPSN = p.psn
+			putHeader(l.pend[l.ackAt:], &header{kind: pktAck, psn: p.psn})
+			l.txMu.Unlock()
+			return
+		}
+		l.ackAt = -1
+		if p.kind == pktAck {
+			l.ackAt, l.ackPSN = k, p.psn
+		}
 		l.ackOnly = p.kind == pktAck && (k == 0 || l.ackOnly)
 		// Grow, not append(make): every byte is written just below, and
 		// zeroing the frame first showed as 2.5% of the target's CPU.
@@ -390,6 +412,7 @@ func (l *tcpLink) flush() {
 			rest := append(b[:0], b[w:]...)
 			rest = append(rest, l.pend...)
 			l.spare, l.pend = l.pend[:0], rest
+			l.ackAt = -1
 			l.txMu.Unlock()
 			l.full <- struct{}{}
 			return
@@ -406,6 +429,7 @@ func (l *tcpLink) flush() {
 func (l *tcpLink) takeLocked() []byte {
 	b := l.pend
 	l.pend = l.spare[:0]
+	l.ackAt = -1
 	l.txRoom.Broadcast()
 	l.txMu.Unlock()
 	return b

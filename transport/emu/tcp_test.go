@@ -3,6 +3,7 @@ package emu
 import (
 	"bytes"
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -74,5 +75,136 @@ func TestTCPBothWaysFull(t *testing.T) {
 	// by READ alike.
 	if !bytes.Equal(x.aa.Bytes()[size:], x.ab.Bytes()[:size]) || !bytes.Equal(x.ab.Bytes()[size:], x.aa.Bytes()[:size]) {
 		t.Fatal("data did not arrive intact")
+	}
+}
+
+// TestTCPCoalescedACKs checks which answers the tcp link merges: an ACK
+// queued right behind an earlier ACK replaces it, and nothing else does.
+func TestTCPCoalescedACKs(t *testing.T) {
+	type frame struct {
+		kind pktKind
+		psn  uint32
+	}
+	ack := func(psn uint32) frame { return frame{pktAck, psn} }
+	take := frame{kind: 0xff} // the writer takes the pending batch
+	tests := []struct {
+		name string
+		in   []frame
+		want [][]frame // the batches written
+	}{
+		{"consecutive ACKs", []frame{ack(1), ack(2), ack(3)}, [][]frame{{ack(3)}}},
+		{"NAK between", []frame{ack(1), {pktNak, 2}, ack(3), ack(4)}, [][]frame{{ack(1), {pktNak, 2}, ack(4)}}},
+		{"READ response between", []frame{ack(1), {pktReadResp, 2}, ack(3)}, [][]frame{{ack(1), {pktReadResp, 2}, ack(3)}}},
+		{"duplicate's older ACK", []frame{ack(5), ack(2), ack(3)}, [][]frame{{ack(5), ack(3)}}},
+		{"PSN wrap", []frame{ack(1<<32 - 1), ack(0)}, [][]frame{{ack(0)}}},
+		{"not into a batch being written", []frame{ack(1), take, ack(2), ack(3)}, [][]frame{{ack(1)}, {ack(3)}}},
+		{"request after ACK", []frame{ack(1), {pktSend, 7}, ack(2)}, [][]frame{{ack(1), {pktSend, 7}, ack(2)}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &tcpLink{ackAt: -1}
+			l.txRoom.L = &l.txMu
+			var got [][]frame
+			parse := func(b []byte) {
+				var fs []frame
+				for len(b) > 0 {
+					var h header
+					if err := decodeHeader(b, &h); err != nil {
+						t.Fatalf("batch does not parse: %v", err)
+					}
+					fs = append(fs, frame{h.kind, h.psn})
+					b = b[headerLen+int(h.paylen):]
+				}
+				got = append(got, fs)
+			}
+			for _, f := range tc.in {
+				if f == take {
+					l.txMu.Lock()
+					parse(l.takeLocked())
+					continue
+				}
+				p := &packet{kind: f.kind, psn: f.psn}
+				if f.kind == pktNak {
+					p.nak = nakRNR
+				}
+				if f.kind == pktReadResp {
+					p.payload = []byte("data")
+				}
+				if f.kind.isRequest() {
+					l.sendRequest(p)
+				} else {
+					l.sendResponse(p)
+				}
+			}
+			parse(l.pend)
+			if !slices.EqualFunc(got, tc.want, slices.Equal) {
+				t.Fatalf("batches %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTCPCumulativeACK runs a deep chain of SENDs, WRITEs and READs over a
+// tcp link, some unsignaled, with a retry timeout far beyond the test's
+// wait: every WR must complete from the coalesced ACKs alone, in order,
+// with nothing sent twice.
+func TestTCPCumulativeACK(t *testing.T) {
+	const n, bs = 120, 512
+	x := newPair(t, Config{Wire: WireTCP, RetryTimeout: time.Minute}, 2*n*bs)
+	for i := range n * bs {
+		x.aa.Bytes()[i] = byte(i*7 + 1)
+		x.ab.Bytes()[n*bs+i] = byte(i*13 + 2)
+	}
+	var recvs []transport.RecvWR
+	var wrs []transport.SendWR
+	signaled := 0
+	for i := range n {
+		src := transport.SGE{Addr: x.mra.Addr() + uint64(i*bs), Length: bs, LKey: x.mra.LKey()}
+		wr := transport.SendWR{ID: uint64(i), SGL: []transport.SGE{src}}
+		switch i % 3 {
+		case 0:
+			wr.Opcode = transport.OpSend
+			recvs = append(recvs, transport.RecvWR{ID: uint64(i), SGL: []transport.SGE{{Addr: x.mrb.Addr() + uint64(i*bs), Length: bs, LKey: x.mrb.LKey()}}})
+		case 1:
+			wr.Opcode, wr.RemoteAddr, wr.RKey = transport.OpRDMAWrite, x.mrb.Addr()+uint64(i*bs), x.mrb.RKey()
+		case 2:
+			// READ the peer's second half into this block.
+			wr.SGL[0].Addr = x.mra.Addr() + uint64(n*bs+i*bs)
+			wr.Opcode, wr.RemoteAddr, wr.RKey = transport.OpRDMARead, x.mrb.Addr()+uint64(n*bs+i*bs), x.mrb.RKey()
+		}
+		if i%4 != 1 || i == n-1 {
+			wr.Flags = transport.FlagSignaled
+			signaled++
+		}
+		wrs = append(wrs, wr)
+	}
+	if _, err := x.qb.PostRecv(recvs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.qa.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	for range signaled {
+		wc := x.wait(t, x.cqa)
+		if wc.Status != transport.StatusSuccess || int(wc.ID) <= last {
+			t.Fatalf("completion %s after WR %d", wc.String(), last)
+		}
+		last = int(wc.ID)
+	}
+	if last != n-1 {
+		t.Fatalf("last completion for WR %d, want %d", last, n-1)
+	}
+	for i := range n {
+		a, b := x.aa.Bytes()[i*bs:(i+1)*bs], x.ab.Bytes()[i*bs:(i+1)*bs]
+		if i%3 == 2 {
+			a, b = x.aa.Bytes()[n*bs+i*bs:][:bs], x.ab.Bytes()[n*bs+i*bs:][:bs]
+		}
+		if !bytes.Equal(a, b) {
+			t.Fatalf("WR %d (%s): data differs", i, wrs[i].Opcode)
+		}
+	}
+	if d := x.pa.Counters().Duplicates; d != 0 {
+		t.Fatalf("%d requests were sent again", d)
 	}
 }
