@@ -28,7 +28,9 @@
 //     by one (transport.Quirks).
 //   - Wires: loop (both ends in one process), tcp (siw-like framing
 //     between processes or hosts; the receiving NIC checks every access
-//     before touching memory, and a malformed frame moves the QP to ERR)
+//     before touching memory, a malformed frame moves the QP to ERR, and
+//     ACKs queued back to back are coalesced into the last, which the
+//     requester takes as acknowledging every SEND and WRITE before it)
 //     and shm (two processes on one host, below).
 //   - Seeded fault injection (Faults, and the Inject* methods) and
 //     observability for tests (MRInfo, Outstanding, Counters).
@@ -178,6 +180,8 @@
 // across a socket read or write: the tcp wire copies a READ response into
 // a per-QP buffer under the lock and frames SEND and WRITE sources (the
 // requester's own, lkey-checked memory) straight from the arena into its
-// pending batch; the shm wire copies under the same shared lock, straight
+// pending batch, or, from 8 KiB on, writes them from the arena itself
+// (writev), which the consumer leaves alone until the WR completes, after
+// the peer's ACK; the shm wire copies under the same shared lock, straight
 // between the two processes' arenas.
 package emu

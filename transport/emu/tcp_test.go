@@ -3,11 +3,13 @@ package emu
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/gosrp/gosrp/transport"
+	"golang.org/x/sys/unix"
 )
 
 // TestTCPBothWaysFull floods a tcp link from both ends at once with 1 MiB
@@ -120,7 +122,8 @@ func TestTCPCoalescedACKs(t *testing.T) {
 			for _, f := range tc.in {
 				if f == take {
 					l.txMu.Lock()
-					parse(l.takeLocked())
+					l.takeLocked()
+					parse(l.out.b)
 					continue
 				}
 				p := &packet{kind: f.kind, psn: f.psn}
@@ -136,7 +139,7 @@ func TestTCPCoalescedACKs(t *testing.T) {
 					l.sendResponse(p)
 				}
 			}
-			parse(l.pend)
+			parse(l.pend.b)
 			if !slices.EqualFunc(got, tc.want, slices.Equal) {
 				t.Fatalf("batches %v, want %v", got, tc.want)
 			}
@@ -206,5 +209,89 @@ func TestTCPCumulativeACK(t *testing.T) {
 	}
 	if d := x.pa.Counters().Duplicates; d != 0 {
 		t.Fatalf("%d requests were sent again", d)
+	}
+}
+
+// TestTCPWriteInPlace writes batches whose large request payloads are
+// referenced in place, through a socket too small to take a batch at
+// once, so that writes stop short and resume mid-iovec: the peer must
+// read exactly the frames, payloads included, in order.
+func TestTCPWriteInPlace(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
+	unix.SetNonblock(fds[0], true)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want []byte
+	l := &tcpLink{ackAt: -1}
+	l.txRoom.L = &l.txMu
+	l.w.fn = l.w.try
+	for i := range 40 {
+		// Payloads below, at and above tcpRefMin, in one to three
+		// pieces, some empty, and ACKs between.
+		var pieces [][]byte
+		for range 1 + rng.IntN(3) {
+			b := make([]byte, rng.IntN(3*tcpRefMin/2))
+			for j := range b {
+				b[j] = byte(rng.Uint32())
+			}
+			pieces = append(pieces, b)
+		}
+		p := &packet{kind: pktWrite, psn: uint32(i), key: 7, va: uint64(i) << 12, pieces: pieces}
+		l.sendRequest(p)
+		var h [headerLen]byte
+		putHeader(h[:], &header{kind: pktWrite, psn: uint32(i), key: 7, va: uint64(i) << 12, paylen: uint32(p.dataLen())})
+		want = append(want, h[:]...)
+		for _, b := range pieces {
+			want = append(want, b...)
+		}
+		if i%5 == 4 {
+			l.sendResponse(&packet{kind: pktAck, psn: uint32(i)})
+			putHeader(h[:], &header{kind: pktAck, psn: uint32(i)})
+			want = append(want, h[:]...)
+		}
+	}
+	if len(l.pend.refs) == 0 {
+		t.Fatal("no payload was referenced in place")
+	}
+	if l.pend.size != len(want) {
+		t.Fatalf("batch size %d, want %d", l.pend.size, len(want))
+	}
+	l.txMu.Lock()
+	l.takeLocked()
+	var got []byte
+	buf := make([]byte, 1500)
+	short := 0
+	for l.w.pending() {
+		l.w.err = nil
+		l.w.try(uintptr(fds[0]))
+		if l.w.err != nil && l.w.err != unix.EAGAIN {
+			t.Fatal(l.w.err)
+		}
+		if l.w.err == unix.EAGAIN {
+			short++
+		}
+		n, err := unix.Read(fds[1], buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	for len(got) < len(want) {
+		n, err := unix.Read(fds[1], buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if short == 0 {
+		t.Fatal("every write went whole: the resumption was not exercised")
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("peer read %d bytes that differ from the %d written", len(got), len(want))
 	}
 }
