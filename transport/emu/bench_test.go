@@ -70,21 +70,23 @@ func rdmaWR(x *pair, op transport.Opcode, n uint32) []transport.SendWR {
 }
 
 // TestSteadyStateAllocs asserts that a SEND/RECV round trip and 4 KiB RDMA
-// WRITE and READ allocate nothing per work request on the loop and shm
-// wires.
+// WRITE and READ allocate nothing per work request on every wire.
 func TestSteadyStateAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts are measured in full runs")
 	}
-	for _, wire := range []string{WireLoop, WireShm} {
+	for _, wire := range []string{WireLoop, WireShm, WireTCP} {
 		t.Run(wire, func(t *testing.T) {
 			x := newPair(t, Config{Wire: wire}, 1<<20)
 			s, r := sendWR(x, 64), recvWR(x)
 			w, rd := rdmaWR(x, transport.OpRDMAWrite, 4096), rdmaWR(x, transport.OpRDMARead, 4096)
+			// 64 KiB: on tcp, a payload written from where it lies.
+			w64 := rdmaWR(x, transport.OpRDMAWrite, 64<<10)
 			for name, f := range map[string]func(){
-				"send-recv":  func() { x.roundTrip(t, s, r, 1, 1) },
-				"rdma-write": func() { x.roundTrip(t, w, nil, 1, 0) },
-				"rdma-read":  func() { x.roundTrip(t, rd, nil, 1, 0) },
+				"send-recv":      func() { x.roundTrip(t, s, r, 1, 1) },
+				"rdma-write":     func() { x.roundTrip(t, w, nil, 1, 0) },
+				"rdma-write-64k": func() { x.roundTrip(t, w64, nil, 1, 0) },
+				"rdma-read":      func() { x.roundTrip(t, rd, nil, 1, 0) },
 			} {
 				f() // warm up staging buffers (and hand the arenas over on shm)
 				if a := testing.AllocsPerRun(200, f); a != 0 {
