@@ -391,12 +391,13 @@ func (q *qp) onResponse(pkt *packet) {
 	}
 	idx := q.inflight[0]
 	w := q.slot(idx)
-	if pkt.kind == pktAck && int32(pkt.psn-w.psn) > 0 {
+	if pkt.kind == pktAck && int32(pkt.psn-w.psn) > 0 && int32(pkt.psn-q.nextPSN) < 0 {
 		// A coalesced ACK (IBA 9.7.5.1.2) acknowledges the SENDs and
 		// WRITEs before its PSN as well (rxe_comp.c check_psn). A READ
 		// among them is not: its data comes only in its response, so
 		// the ACK implies the response was lost, and the retry timer
-		// sends the READ again.
+		// sends the READ again. An ACK for a PSN never sent is stale or
+		// forged and acknowledges nothing.
 		for w.psn != pkt.psn {
 			if int32(pkt.psn-w.psn) < 0 || w.state != wqeSent || w.wr.Opcode == transport.OpRDMARead {
 				q.retireUnlock()

@@ -287,11 +287,11 @@ func (t *txBatch) reset() {
 // 3-14% in bandwidth from skipping the copy.
 const tcpRefMin = 8 << 10
 
-// A requester's payload may be sent from where it lies, because its
-// memory stays the consumer's to leave alone until the WR completes
-// (IBA 10.8.3: a send buffer is not reused before its completion), and
-// the completion waits for the peer's ACK, which comes after the peer
-// has read the bytes. A responder's READ response is copied: its buffer
+// A requester's payload may be sent from where it lies, because the
+// consumer leaves a WR's buffers alone until it completes (ibv_post_send(3):
+// only inline data may be reused as soon as the post returns), and the
+// completion waits for the peer's ACK, which comes after the peer has
+// read the bytes. A responder's READ response is copied: its buffer
 // is reused for the next response.
 
 // txWriter writes a batch with writev, resuming after short writes.
