@@ -282,17 +282,15 @@ func (t *txBatch) reset() {
 }
 
 // tcpRefMin is the smallest request payload sent from where it lies. A
-// smaller one is copied into the batch: 4 KiB payloads ran the same
-// either way (randread and randwrite QD32), while 128 KiB ones gained
-// 3-14% in bandwidth from skipping the copy.
+// requester's payload may be, because the consumer leaves a WR's buffers
+// alone until it completes (ibv_post_send(3): only inline data may be
+// reused as soon as the post returns), and the completion waits for the
+// peer's ACK, which comes after the peer has read the bytes; a READ
+// response is copied, as the responder reuses its buffer. A smaller
+// payload is copied into the batch: 4 KiB ones ran the same either way
+// (randread and randwrite QD32), while 128 KiB ones gained 3-14% in
+// bandwidth from skipping the copy.
 const tcpRefMin = 8 << 10
-
-// A requester's payload may be sent from where it lies, because the
-// consumer leaves a WR's buffers alone until it completes (ibv_post_send(3):
-// only inline data may be reused as soon as the post returns), and the
-// completion waits for the peer's ACK, which comes after the peer has
-// read the bytes. A responder's READ response is copied: its buffer
-// is reused for the next response.
 
 // txWriter writes a batch with writev, resuming after short writes.
 type txWriter struct {
@@ -305,7 +303,7 @@ type txWriter struct {
 
 // load prepares to write t.
 func (w *txWriter) load(t *txBatch) {
-	w.iov, w.at, w.err = w.iov[:0], 0, nil
+	w.iov, w.at = w.iov[:0], 0
 	prev := 0
 	for _, r := range t.refs {
 		w.push(t.b[prev:r.at])
@@ -356,14 +354,14 @@ func (w *txWriter) try(fd uintptr) bool {
 func (w *txWriter) advance(n int) {
 	for n > 0 {
 		v := &w.iov[w.at]
-		if k := int(v.Len); n < k {
+		k := int(v.Len)
+		if n < k {
 			v.Base = (*byte)(unsafe.Add(unsafe.Pointer(v.Base), n))
 			v.SetLen(k - n)
 			return
-		} else {
-			n -= k
-			w.at++
 		}
+		n -= k
+		w.at++
 	}
 }
 
@@ -456,8 +454,8 @@ func (l *tcpLink) add(p *packet, mayWait bool) {
 			// acknowledges every request before it, so one queued
 			// behind another, with nothing between them, replaces
 			// it. The requester completes the earlier SENDs and
-			// WRITEs on it (onResponse). At a deep queue this halves
-			// the frames on the wire. A duplicate's ACK (an older
+			// WRITEs on it (onResponse). At a deep queue a burst's
+			// ACKs leave as one frame. A duplicate's ACK (an older
 			// PSN, after a retry) is queued as it is.
 			l.ackPSN = p.psn
 			putHeader(t.b[l.ackAt:], &header{kind: pktAck, psn: p.psn})

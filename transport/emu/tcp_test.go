@@ -104,8 +104,7 @@ func TestTCPCoalescedACKs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &tcpLink{ackAt: -1}
-			l.txRoom.L = &l.txMu
+			l := newBareLink()
 			var got [][]frame
 			parse := func(b []byte) {
 				var fs []frame
@@ -227,9 +226,7 @@ func TestTCPWriteInPlace(t *testing.T) {
 	unix.SetNonblock(fds[0], true)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var want []byte
-	l := &tcpLink{ackAt: -1}
-	l.txRoom.L = &l.txMu
-	l.w.fn = l.w.try
+	l := newBareLink()
 	for i := range 40 {
 		// Payloads below, at and above tcpRefMin, in one to three
 		// pieces, some empty, and ACKs between.
@@ -294,4 +291,13 @@ func TestTCPWriteInPlace(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("peer read %d bytes that differ from the %d written", len(got), len(want))
 	}
+}
+
+// newBareLink is a tcp link's transmit side without a socket: frames are
+// added and taken as the writer would, and a test writes them itself.
+func newBareLink() *tcpLink {
+	l := &tcpLink{ackAt: -1}
+	l.txRoom.L = &l.txMu
+	l.w.fn = l.w.try
+	return l
 }
