@@ -609,6 +609,10 @@ type shmLink struct {
 	reqBuf, respBuf, rbuf    [maxDescSlots * shmSlot]byte
 	rpieces                  [maxSGE][]byte
 	rpkt                     packet
+	// The ring reader's held-back ACK (sendResponse).
+	ackHeld bool
+	ackPSN  uint32
+	ackPkt  packet
 
 	wake    chan struct{} // doorbell rung by the peer (cap 1)
 	timer   *time.Timer   // the ring reader's sleep bound
@@ -771,8 +775,37 @@ func (l *shmLink) sendRequest(p *packet) {
 	l.send(&l.outReq, &l.reqDesc, l.reqBuf[:], &l.reqLast, p)
 }
 
+// sendResponse publishes a response; an ACK is held back instead (the
+// ring reader is the only caller), and a later ACK replaces it, until
+// something else goes on the response ring or the reader's poll batch
+// ends. The responder may coalesce ACKs (IBA 9.7.5.1.2) and the requester
+// completes every SEND and WRITE before an ACK's PSN on it (onResponse,
+// as rxe_comp.c check_psn), so answering a burst of requests with one ACK
+// saves a descriptor per request on both sides, and the cache lines it
+// would move between the two processes' CPUs. A duplicate's ACK (an
+// older PSN, after a retry) does not replace the held one: both go, in
+// order.
 func (l *shmLink) sendResponse(p *packet) {
+	if p.kind == pktAck {
+		if !l.ackHeld || int32(p.psn-l.ackPSN) <= 0 {
+			l.flushAck()
+			l.ackHeld = true
+		}
+		l.ackPSN = p.psn
+		return
+	}
+	l.flushAck()
 	l.send(&l.outResp, &l.respDesc, l.respBuf[:], &l.respLast, p)
+}
+
+// flushAck publishes the held ACK, if any.
+func (l *shmLink) flushAck() {
+	if !l.ackHeld {
+		return
+	}
+	l.ackHeld = false
+	l.ackPkt = packet{kind: pktAck, psn: l.ackPSN}
+	l.send(&l.outResp, &l.respDesc, l.respBuf[:], &l.respLast, &l.ackPkt)
 }
 
 // send publishes a packet as a descriptor. Every arena it names is handed
@@ -1053,6 +1086,7 @@ func (l *shmLink) poll() (int, bool) {
 			break
 		}
 	}
+	l.flushAck()
 	return n, true
 }
 

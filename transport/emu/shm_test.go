@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -506,4 +507,92 @@ func FuzzDecodeCtl(f *testing.F) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", data, out)
 		}
 	})
+}
+
+// TestShmCoalescedACKs feeds a ring reader's responses to its link and
+// reads back what the peer would find on the response ring: ACKs that
+// follow one another within a poll batch leave as the last of them, and
+// anything else (a NAK, a READ response, the batch's end) first publishes
+// the ACK held before it, so nothing is reordered.
+func TestShmCoalescedACKs(t *testing.T) {
+	type frame struct {
+		kind pktKind
+		psn  uint32
+	}
+	ack := func(psn uint32) frame { return frame{pktAck, psn} }
+	end := frame{kind: 0xff} // the poll batch ends
+	tests := []struct {
+		name string
+		in   []frame
+		want []frame
+	}{
+		{"consecutive ACKs", []frame{ack(1), ack(2), ack(3), end}, []frame{ack(3)}},
+		{"NAK between", []frame{ack(1), {pktNak, 2}, ack(3), ack(4), end}, []frame{ack(1), {pktNak, 2}, ack(4)}},
+		{"READ response between", []frame{ack(1), {pktReadResp, 2}, ack(3), end}, []frame{ack(1), {pktReadResp, 2}, ack(3)}},
+		{"duplicate's older ACK", []frame{ack(5), ack(2), ack(3), end}, []frame{ack(5), ack(3)}},
+		{"same PSN again", []frame{ack(4), ack(4), end}, []frame{ack(4), ack(4)}},
+		{"PSN wrap", []frame{ack(1<<32 - 1), ack(0), end}, []frame{ack(0)}},
+		{"batch ends", []frame{ack(1), end, ack(2), ack(3), end}, []frame{ack(1), ack(3)}},
+		{"held until the batch ends", []frame{ack(1), ack(2)}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			region := make([]byte, regionLen)
+			initRegion(region)
+			in, out := regionRings+dirLen, regionRings
+			l := &shmLink{region: region,
+				inReq: newRing(region, in, shmReqSlots), inResp: newRing(region, in+reqRingLen, shmRespSlots),
+				outReq: newRing(region, out, shmReqSlots), outResp: newRing(region, out+reqRingLen, shmRespSlots),
+				myBell: newBell(region, 0), peerBel: newBell(region, 1),
+				myGate: newGate(region, 0), peerGat: newGate(region, 1),
+				quit: make(chan struct{}), gone: make(chan struct{}),
+			}
+			l.users.Store(1)
+			for _, f := range tc.in {
+				if f == end {
+					if _, ok := l.poll(); !ok { // empty incoming rings: only the flush
+						t.Fatal("poll of empty rings ended the link")
+					}
+					continue
+				}
+				p := &packet{kind: f.kind, psn: f.psn}
+				switch f.kind {
+				case pktNak:
+					p.nak = nakRNR
+				case pktReadResp:
+					p.placed, p.length = true, 8
+				}
+				l.sendResponse(p)
+			}
+			// The peer's view of this side's response ring.
+			peer := newRing(region, out+reqRingLen, shmRespSlots)
+			var got []frame
+			for {
+				k, ok := peer.avail()
+				if !ok {
+					t.Fatal("bad ring tail")
+				}
+				if k == 0 {
+					break
+				}
+				extra, err := descExtra(peer.slot(peer.chead))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := make([]byte, 0, (1+extra)*shmSlot)
+				for i := range 1 + extra {
+					b = append(b, peer.slot(peer.chead+uint64(i))...)
+				}
+				var d desc
+				if err := decodeDesc(b, &d); err != nil {
+					t.Fatalf("descriptor does not decode: %v", err)
+				}
+				got = append(got, frame{d.kind, d.psn})
+				peer.release(uint64(1 + extra))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("published %v, want %v", got, tc.want)
+			}
+		})
+	}
 }
