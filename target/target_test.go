@@ -459,6 +459,13 @@ func TestShutdownDrains(t *testing.T) {
 				return false
 			}
 		})
+		// Serve returns once the listeners close, before the connection's
+		// loop takes the drain signal; a command it polls before that is
+		// served (and here gated), so wait for the drain to be taken.
+		waitFor(t, "the connection to drain", func() bool {
+			s := r.tgt.Stats()
+			return len(s.Conns) == 1 && s.Conns[0].State == "DRAINING"
+		})
 		// A command arriving while draining is answered Busy.
 		cmd2 := c.io(wire.OpRead, h, 0, bs, bs, 1)
 		c.postCommand(&cmd2)
