@@ -535,11 +535,12 @@ const (
 // would send them.
 const shmSpinAwait = 200 * time.Microsecond
 
-// A poll that takes longer than pollPreempted means the reader was
-// descheduled: the kernel ran another thread on this CPU meanwhile. The
-// CPUs are oversubscribed, and a reader polling for answers takes time
-// from the processes that would produce them, so for pollContendedFor
-// after it, the shm and tcp readers do not poll for answers.
+// A poll that takes longer than pollPreempted means the reader did not
+// run in between. If the kernel ran another thread on this CPU meanwhile
+// (cpuPressure tells), the CPUs are oversubscribed, and a reader polling
+// for answers takes time from the processes that would produce them, so
+// for pollContendedFor after it, the shm and tcp readers do not poll for
+// answers.
 const (
 	pollPreempted    = 20 * time.Microsecond
 	pollContendedFor = 50 * time.Millisecond
@@ -549,9 +550,10 @@ const (
 type contention struct{ until int64 }
 
 // observe records one poll that began at prev and ended at now (clock
-// nanoseconds); it reports whether the reader was descheduled in between.
+// nanoseconds); it reports whether the reader was descheduled in between
+// by a thread that wanted its CPU.
 func (c *contention) observe(prev, now int64) bool {
-	if now-prev > int64(pollPreempted) {
+	if now-prev > int64(pollPreempted) && cpuPressure.oversubscribed(now) {
 		c.until = now + int64(pollContendedFor)
 		return true
 	}
