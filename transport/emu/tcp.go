@@ -697,10 +697,14 @@ func (l *tcpLink) hostile(err error, kind pktKind) {
 // tcpSpinAwait is how long the reader polls a quiet socket while its QP
 // has requests in flight, before it parks in the netpoller. Parking costs
 // an epoll_wait, a sleep and a wake-up per burst; the peer's answers to a
-// deep queue come within tens of microseconds. Linux's busy polling
-// (SO_BUSY_POLL, net.core.busy_read) makes the same trade in the kernel,
-// and does not apply to loopback.
-const tcpSpinAwait = 50 * time.Microsecond
+// deep queue come within tens of microseconds, unless the peer itself
+// parked and must first be woken, which on a VM can take tens of
+// microseconds more (a pipe round trip between two vCPUs took 29–65 µs
+// on ours): a window shorter than that turns one parked side into two.
+// It is shmSpinAwait's. Linux's busy polling (SO_BUSY_POLL,
+// net.core.busy_read) makes the same trade in the kernel, and does not
+// apply to loopback.
+const tcpSpinAwait = 200 * time.Microsecond
 
 // sockReader is the reader goroutine's view of the socket: reads that
 // poll for up to tcpSpinAwait while answers are due (and the CPUs are not
