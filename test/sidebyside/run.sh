@@ -248,7 +248,7 @@ echo "== $ROUNDS round(s) of about $((per_round * (RUNTIME + RAMP + 1) / 60 + 1)
 for r in $(seq "$ROUNDS"); do
 	RD=$OUT/r$r
 	mkdir -p "$RD"
-	echo "== round $r/$ROUNDS ($(date +%T)): load $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "== round $r/$ROUNDS ($(date +%T)): load $(cut -d' ' -f1-3 /proc/loadavg); $(python3 $HERE/sbs.py wake 2>&1)"
 	for step in run_tmpfs "run_nbdkit unix" "run_nbdkit tcp" run_qemu_nbd "run_gosrp tcp" "run_gosrp shm" "run_pebble tcp" "run_pebble shm"; do
 		echo "   $step"
 		$step

@@ -5,6 +5,10 @@ and print the side-by-side table from the results directory.
   sbs.py run OUTPREFIX PIDS -- CMD...   runs CMD; writes OUTPREFIX.cpu with
                                         client CPU s, server CPU s, wall s
   sbs.py report DIR                     prints the table and the goals
+  sbs.py wake                           prints the round trip of a pipe
+                                        between two processes on different
+                                        CPUs and on one (the cost of a
+                                        cross-CPU wake-up on this machine)
 """
 import json, os, statistics, subprocess, sys, time, glob
 
@@ -176,7 +180,49 @@ def cmd_report(argv):
     print("over the client's whole run including the ramp; io_uring's io-wq kernel workers are not counted.")
 
 
+def pipe_rtt(cpus, n=4000):
+    """Mean round trip in µs of one byte over two pipes between a parent
+    and a child pinned to cpus[0] and cpus[1], as perf bench sched pipe."""
+    a_r, a_w = os.pipe()
+    b_r, b_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.sched_setaffinity(0, {cpus[1]})
+            for _ in range(n):
+                os.read(a_r, 1)
+                os.write(b_w, b"x")
+        finally:
+            os._exit(0)
+    os.sched_setaffinity(0, {cpus[0]})
+    t = time.perf_counter()
+    for _ in range(n):
+        os.write(a_w, b"x")
+        os.read(b_r, 1)
+    dt = time.perf_counter() - t
+    os.waitpid(pid, 0)
+    for fd in (a_r, a_w, b_r, b_w):
+        os.close(fd)
+    return dt / n * 1e6
+
+
+def cmd_wake(argv):
+    # Every process exchanging messages with another pays this when its
+    # peer sleeps: gosrp's tcp and shm readers, nbdkit and fio alike. It
+    # varies with where the host places the vCPUs, which sets how two
+    # processes fare against one (io_uring on tmpfs).
+    cpus = sorted(os.sched_getaffinity(0))
+    keep = os.sched_getaffinity(0)
+    try:
+        one = pipe_rtt([cpus[0], cpus[0]])
+        two = pipe_rtt(cpus[:2]) if len(cpus) > 1 else None
+    finally:
+        os.sched_setaffinity(0, keep)
+    print(f"pipe round trip {two:.1f} µs between CPUs {cpus[0]} and {cpus[1]}, {one:.1f} µs on one"
+          if two is not None else f"pipe round trip {one:.1f} µs (one CPU)")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
+    if len(sys.argv) < 2 or (len(sys.argv) < 3 and sys.argv[1] != "wake"):
         sys.exit(__doc__)
-    sys.exit({"run": cmd_run, "report": cmd_report}[sys.argv[1]](sys.argv[2:]) or 0)
+    sys.exit({"run": cmd_run, "report": cmd_report, "wake": cmd_wake}[sys.argv[1]](sys.argv[2:]) or 0)
