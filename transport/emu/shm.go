@@ -630,9 +630,12 @@ type shmLink struct {
 	wg      sync.WaitGroup
 }
 
-func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, peerPriv []byte, local, remote string) (transport.Conn, error) {
+// newShmLink is side's view of a connection region: its rings, doorbells
+// and gates, with the link's own reference taken and its sink gate open.
+// It has no QP, socket or goroutines yet.
+func newShmLink(region []byte, side int) *shmLink {
 	in, out := regionRings+(1-side)*dirLen, regionRings+side*dirLen
-	l := &shmLink{p: p, q: q, uc: uc, region: region,
+	l := &shmLink{region: region,
 		inReq: newRing(region, in, shmReqSlots), inResp: newRing(region, in+reqRingLen, shmRespSlots),
 		outReq: newRing(region, out, shmReqSlots), outResp: newRing(region, out+reqRingLen, shmRespSlots),
 		myBell: newBell(region, side), peerBel: newBell(region, 1-side),
@@ -645,6 +648,12 @@ func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, pee
 	putCtl(l.wakeMsg[:], &ctlMsg{kind: ctlWake})
 	l.users.Store(1) // the link's own reference, dropped by disconnect
 	l.myGate.open.Store(1)
+	return l
+}
+
+func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, peerPriv []byte, local, remote string) (transport.Conn, error) {
+	l := newShmLink(region, side)
+	l.p, l.q, l.uc = p, q, uc
 	l.c = newConn(q, l, peerPriv, local, remote)
 	if err := q.connect(l, l.c); err != nil {
 		uc.Close()

@@ -539,15 +539,7 @@ func TestShmCoalescedACKs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			region := make([]byte, regionLen)
 			initRegion(region)
-			in, out := regionRings+dirLen, regionRings
-			l := &shmLink{region: region,
-				inReq: newRing(region, in, shmReqSlots), inResp: newRing(region, in+reqRingLen, shmRespSlots),
-				outReq: newRing(region, out, shmReqSlots), outResp: newRing(region, out+reqRingLen, shmRespSlots),
-				myBell: newBell(region, 0), peerBel: newBell(region, 1),
-				myGate: newGate(region, 0), peerGat: newGate(region, 1),
-				quit: make(chan struct{}), gone: make(chan struct{}),
-			}
-			l.users.Store(1)
+			l := newShmLink(region, 0)
 			for _, f := range tc.in {
 				if f == end {
 					if _, ok := l.poll(); !ok { // empty incoming rings: only the flush
@@ -565,7 +557,7 @@ func TestShmCoalescedACKs(t *testing.T) {
 				l.sendResponse(p)
 			}
 			// The peer's view of this side's response ring.
-			peer := newRing(region, out+reqRingLen, shmRespSlots)
+			peer := newShmLink(region, 1).inResp
 			var got []frame
 			for {
 				k, ok := peer.avail()
