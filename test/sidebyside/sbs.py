@@ -211,8 +211,8 @@ def cmd_wake(argv):
     # peer sleeps: gosrp's tcp and shm readers, nbdkit and fio alike. It
     # varies with where the host places the vCPUs, which sets how two
     # processes fare against one (io_uring on tmpfs).
-    cpus = sorted(os.sched_getaffinity(0))
     keep = os.sched_getaffinity(0)
+    cpus = sorted(keep)
     try:
         one = pipe_rtt([cpus[0], cpus[0]])
         two = pipe_rtt(cpus[:2]) if len(cpus) > 1 else None
