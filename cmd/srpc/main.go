@@ -65,13 +65,13 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	if host == "" {
 		host = "srpc"
 	}
-	fs.StringVar(&c.target, "target", envOr("SRPC_TARGET", "127.0.0.1:4420"), "target `HOST:PORT` (env SRPC_TARGET)")
+	fs.StringVar(&c.target, "target", envOr("SRPC_TARGET", "127.0.0.1:4420"), "target `ADDR`: HOST:PORT, or srpd's socket path with --wire shm (env SRPC_TARGET)")
 	fs.StringVar(&c.name, "name", envOr("SRPC_NAME", host), "initiator `NAME` the target's ACL and secrets know (env SRPC_NAME; default the host name)")
 	fs.StringVar(&c.secret, "secret", "", "shared `SECRET` for authentication (visible in ps; prefer --secret-file or SRPC_SECRET)")
 	fs.StringVar(&c.secretFile, "secret-file", "", "read the shared secret from `FILE` (one line)")
 	fs.StringVar(&c.provider, "provider", "emu", "verbs `PROVIDER`: emu (software NIC) or ibverbs (RDMA hardware; needs a build with -tags ibverbs)")
 	fs.StringVar(&c.profile, "profile", "strict", "emu device quirk `PROFILE`: strict, ib, iwarp or rxe")
-	fs.StringVar(&c.wire, "wire", "tcp", "emu `WIRE`: tcp (to another process or host)")
+	fs.StringVar(&c.wire, "wire", "tcp", "emu `WIRE`: tcp (to another process or host) or shm (to srpd on this host, over shared memory)")
 	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable)", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return fmt.Errorf("want KEY=VALUE, got %q", s)

@@ -60,12 +60,12 @@ func defaultConfig() Config {
 
 // register binds the serve flags to c.
 func (c *Config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "listen", c.Listen, "serve initiators on `HOST:PORT`")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "serve initiators on `ADDR`: HOST:PORT, or a socket path with --wire shm")
 	fs.StringVar(&c.Data, "data", c.Data, "`DIR` holding the volume store, the admin socket srpd.sock and access.json")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "volume store `KIND`: pebble, file or memory (memory forgets everything at exit)")
 	fs.StringVar(&c.Provider, "provider", c.Provider, "verbs `PROVIDER`: emu (software NIC) or ibverbs (RDMA hardware; needs a build with -tags ibverbs)")
 	fs.StringVar(&c.Profile, "profile", c.Profile, "emu device quirk `PROFILE`: strict, ib, iwarp or rxe")
-	fs.StringVar(&c.Wire, "wire", c.Wire, "emu `WIRE` between the hosts: tcp (between processes) or loop (in-process only)")
+	fs.StringVar(&c.Wire, "wire", c.Wire, "emu `WIRE` between the hosts: tcp (between processes or hosts), shm (between processes on this host, over shared memory) or loop (in-process only)")
 	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable), e.g. seed=1", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {
