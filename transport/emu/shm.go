@@ -535,6 +535,19 @@ const (
 // would send them.
 const shmSpinAwait = 200 * time.Microsecond
 
+// shmSpinIdle is how long a reader with no requests in flight polls for
+// new ones, past its adaptive budget, while most of its recent waits
+// ended without a sleep and the kernel's pressure stall information shows
+// no task waiting for a CPU (cpuPressure): then the polling takes CPU
+// from nobody and usually ends in work, and a reader that sleeps instead
+// costs the peer a wake-up across CPUs for the next request, which on a
+// VM without guest halt-polling is tens of microseconds. A reader whose
+// waits mostly outlast the polling (a QD1 client behind an NBD hop) gets
+// the adaptive budget alone, which also tells it when waits shorten
+// again. (The average wait cannot decide this: the sleeps that polling
+// avoids are what make it long.)
+const shmSpinIdle = 50 * time.Microsecond
+
 // A poll that takes longer than pollPreempted means the reader did not
 // run in between. If the kernel ran another thread on this CPU meanwhile
 // (cpuPressure tells), the CPUs are oversubscribed, and a reader polling
@@ -992,6 +1005,8 @@ func (l *shmLink) reader() {
 	var avgWait int64 // moving average of idle waits, ns
 	var since int64   // start of the current idle wait; 0 while busy
 	awaiting := 0     // this wait: 0 not asked yet, 1 answers are due, 2 none
+	slept := false    // this wait went to sleep
+	var sleepy int64  // moving average of waits that slept, in 1/1024
 	var prev int64    // the previous idle poll
 	var cont contention
 	eager := l.p.cfg.ShmPoll == ShmPollEager
@@ -1003,7 +1018,12 @@ func (l *shmLink) reader() {
 		if n > 0 {
 			if since != 0 {
 				avgWait += (clock.Nanos() - since - avgWait) / 8
-				since, awaiting = 0, 0
+				s := int64(0)
+				if slept {
+					s = 1024
+				}
+				sleepy += (s - sleepy) / 8
+				since, awaiting, slept = 0, 0, false
 			}
 			continue
 		}
@@ -1044,6 +1064,12 @@ func (l *shmLink) reader() {
 			runtime.Gosched()
 			continue
 		}
+		if awaiting == 2 && sleepy < 512 && now-since < int64(shmSpinIdle) &&
+			!cont.contended(now) && !cpuPressure.oversubscribed(now) {
+			runtime.Gosched()
+			continue
+		}
+		slept = true
 		l.sleep()
 	}
 }

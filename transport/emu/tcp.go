@@ -706,6 +706,12 @@ func (l *tcpLink) hostile(err error, kind pktKind) {
 // apply to loopback.
 const tcpSpinAwait = 200 * time.Microsecond
 
+// tcpSpinIdle is how long the reader polls a quiet socket while no answer
+// is due, when no task waits for a CPU (the shm reader's shmSpinIdle):
+// the next request of a busy peer usually comes within it, and parking
+// costs the peer a cross-CPU wake-up for it.
+const tcpSpinIdle = 50 * time.Microsecond
+
 // sockReader is the reader goroutine's view of the socket: reads that
 // poll for up to tcpSpinAwait while answers are due (and the CPUs are not
 // oversubscribed, judged as the shm reader judges it) before parking.
@@ -740,7 +746,7 @@ func (r *sockReader) Read(p []byte) (int, error) {
 // try reads once, and on an empty socket polls while that pays; false
 // parks the goroutine until the socket is readable.
 func (r *sockReader) try(fd uintptr) bool {
-	var start, prev int64
+	var start, prev, limit int64
 	for {
 		n, err := unix.Read(int(fd), r.buf)
 		switch {
@@ -760,13 +766,20 @@ func (r *sockReader) try(fd uintptr) bool {
 		now := clock.Nanos()
 		switch {
 		case start == 0:
-			if r.cont.contended(now) || !r.l.q.awaitingAnswers() {
+			if r.cont.contended(now) {
 				return false
+			}
+			limit = int64(tcpSpinAwait)
+			if !r.l.q.awaitingAnswers() {
+				if cpuPressure.oversubscribed(now) {
+					return false
+				}
+				limit = int64(tcpSpinIdle)
 			}
 			start = now
 		case r.cont.observe(prev, now):
 			return false
-		case now-start >= int64(tcpSpinAwait):
+		case now-start >= limit:
 			return false
 		}
 		prev = now
