@@ -91,6 +91,7 @@ type channel struct {
 	avail       int
 	maxTransfer int
 	remoteInv   bool
+	maxImm      int // largest WRITE sent as immediate data (0: none)
 	handles     map[*Volume]uint32
 	slots       []ioSlot
 	free        []int
@@ -100,7 +101,7 @@ type channel struct {
 	recvWRs     []transport.RecvWR
 	recvSGE     []transport.SGE
 	chain       [2]transport.SendWR
-	sendSGE     [1]transport.SGE
+	sendSGE     [2]transport.SGE // the IU, and a WRITE's immediate data
 	wcs         [64]transport.WC
 	cmd         wire.Command
 	sqDepth     int
@@ -208,7 +209,8 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	qp, err := s.pd.CreateQP(transport.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: c.sqDepth, MaxRecvWR: c.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1})
+	qp, err := s.pd.CreateQP(transport.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: c.sqDepth, MaxRecvWR: c.rqDepth,
+		MaxSendSGE: c.sendSGEs(), MaxRecvSGE: 1})
 	if err != nil {
 		cq.Close()
 		return err
@@ -257,6 +259,15 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	// wait on the CQ themselves.
 	c.startWaiter()
 	return nil
+}
+
+// sendSGEs is how many SGEs a send needs: two (the command IU and the
+// data) where immediate data is wanted and the device gathers that many.
+func (c *channel) sendSGEs() int {
+	if c.s.cfg.ImmediateData > 0 && c.s.dev.Attr().MaxSGE >= 2 {
+		return 2
+	}
+	return 1
 }
 
 // teardown destroys the QP and CQ of the current connection.
@@ -335,7 +346,7 @@ func (c *channel) sendIUSync(iu []byte) error {
 	buf := c.arena.Bytes()[c.rqDepth*recvIU:]
 	copy(buf, iu)
 	c.sendSGE[0] = transport.SGE{Addr: c.mr.Addr() + uint64(c.rqDepth*recvIU), Length: uint32(len(iu)), LKey: c.mr.LKey()}
-	c.chain[0] = transport.SendWR{ID: sendID(0xfffff, 0), Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: c.sendSGE[:]}
+	c.chain[0] = transport.SendWR{ID: sendID(0xfffff, 0), Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: c.sendSGE[:1]}
 	if _, err := c.postChain(c.chain[:1]); err != nil {
 		return fmt.Errorf("initiator: send %s: %w", wire.Opcode(iu[0]), err)
 	}
@@ -399,6 +410,9 @@ func (c *channel) login(ctx context.Context) error {
 	req := wire.LoginRequest{Version: wire.Version, Initiator: s.cfg.Name, Credits: uint32(s.cfg.Credits),
 		MaxIU: wire.MaxCommandLen, MaxRecvIU: recvIU, MaxTransfer: uint32(s.cfg.MaxTransfer), MaxDesc: 1,
 		RemoteInvalidate: !s.cfg.NoRemoteInvalidate, Nonce: nonce[:], Session: s.id, Channel: uint16(c.id)}
+	if c.sendSGEs() == 2 {
+		req.MaxImmediate = uint32(s.cfg.ImmediateData)
+	}
 	iu, err := wire.EncodeControl(nil, wire.OpLogin, &req)
 	if err != nil {
 		return err
@@ -464,6 +478,7 @@ func (c *channel) login(ctx context.Context) error {
 			c.avail = c.credits
 			c.maxTransfer = min(int(rsp.MaxTransfer), s.cfg.MaxTransfer)
 			c.remoteInv = rsp.RemoteInvalidate && !s.cfg.NoRemoteInvalidate
+			c.maxImm = min(int(rsp.MaxImmediate), int(req.MaxImmediate))
 			s.noteLogin(c.id, rsp.Target, c.maxTransfer)
 			return nil
 		default:

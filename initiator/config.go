@@ -36,6 +36,12 @@ type Config struct {
 	// invalidate keys with SEND_WITH_INV; every I/O then ends with a
 	// signaled LOCAL_INV.
 	NoRemoteInvalidate bool
+	// ImmediateData is the largest WRITE whose data travels inside the
+	// command itself (SRP-2 immediate data, as Linux's ib_srp sends writes
+	// of up to max_imm_data): no memory registration, no RDMA READ by the
+	// target and no invalidation for it. Default 8 KiB; the target may
+	// grant less, and a negative value turns it off.
+	ImmediateData int
 	// IOTimeout bounds one command on the wire; past it the channel is
 	// torn down and reconnected (an RDMA operation cannot be aborted any
 	// other way). Default 30 s.
@@ -57,6 +63,8 @@ const (
 	maxCredits = 1024
 	recvIU     = 4096 // receive buffer per credit: control IUs are msgpack
 	sendIU     = 4096
+	// defaultImmediate is ib_srp's default max_imm_data.
+	defaultImmediate = 8 << 10
 )
 
 func (c *Config) setDefaults() error {
@@ -77,6 +85,13 @@ func (c *Config) setDefaults() error {
 		c.MaxTransfer = 1 << 20
 	}
 	c.MaxTransfer = (c.MaxTransfer + transport.PageSize - 1) &^ (transport.PageSize - 1)
+	switch {
+	case c.ImmediateData == 0:
+		c.ImmediateData = defaultImmediate
+	case c.ImmediateData < 0:
+		c.ImmediateData = 0
+	}
+	c.ImmediateData = min(c.ImmediateData, c.MaxTransfer)
 	if c.IOTimeout <= 0 {
 		c.IOTimeout = 30 * time.Second
 	}

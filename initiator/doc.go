@@ -24,6 +24,12 @@
 // has arrived, the command's SEND has completed, and the key is proven
 // invalid: by the remote invalidation if it names exactly the key
 // registered, otherwise by a signaled LOCAL_INV that completed SUCCESS.
+// A write of up to Config.ImmediateData bytes (8 KiB by default, as the
+// target grants) skips all of that: its SEND gathers the command and the
+// data through local keys (SRP-2 immediate data), no key is exposed, and
+// it completes when the response arrives (on RC the target answers only a
+// command it received; the NIC may still resend the SEND until it sees the
+// ACK, but the responder drops a duplicate without delivering it again).
 //
 // Failures: any error completion, a bogus remote invalidation, a missing
 // completion past Config.IOTimeout or a lost link tears the connection

@@ -112,6 +112,7 @@ func (c *channel) start(r *Request) bool {
 	tag := uint64(si) | uint64(sl.gen)<<32
 	sendBuf := c.arena.Bytes()[sl.sendOff : sl.sendOff+sendIU]
 	var iuLen int
+	nsge := 1 // the IU; 2 with immediate data
 	chain := c.chain[:0]
 	sl.hasReg = false
 	if r.Op == opControl {
@@ -156,26 +157,37 @@ func (c *channel) start(r *Request) bool {
 					copy(s.data.Bytes()[sl.bounce:sl.bounce+n], r.Buf)
 				}
 			}
-			dir := frmr.PeerReads
-			if r.Op == OpRead {
-				dir = frmr.PeerWrites
-			}
-			reg, err := c.pool.Get(seg, dir, tag&0xffffffff)
-			if err != nil {
-				if errors.Is(err, frmr.ErrExhausted) || errors.Is(err, frmr.ErrNotDrained) {
+			if r.Op == OpWrite && n <= c.maxImm {
+				// Immediate data: the SEND gathers it from the buffer
+				// through the session MR's local key, so no key is
+				// exposed to the target and none needs invalidating.
+				// The buffer has been read when the response arrives:
+				// on RC the target answers only a command it received.
+				cmd.Flags |= wire.FlagImmediate
+				c.sendSGE[1] = transport.SGE{Addr: s.dataMR.Addr() + uint64(seg.Off), Length: uint32(n), LKey: s.dataMR.LKey()}
+				nsge = 2
+			} else {
+				dir := frmr.PeerReads
+				if r.Op == OpRead {
+					dir = frmr.PeerWrites
+				}
+				reg, err := c.pool.Get(seg, dir, tag&0xffffffff)
+				if err != nil {
+					if errors.Is(err, frmr.ErrExhausted) || errors.Is(err, frmr.ErrNotDrained) {
+						return false
+					}
+					c.fail(fmt.Errorf("initiator: register %d bytes: %w", n, err))
 					return false
 				}
-				c.fail(fmt.Errorf("initiator: register %d bytes: %w", n, err))
-				return false
+				sl.reg, sl.hasReg = reg, true
+				cmd.NDesc = 1
+				cmd.Desc[0] = wire.Descriptor{VA: reg.IOVA(), RKey: uint32(reg.RKey()), Len: uint32(n)}
+				if c.remoteInv {
+					cmd.Flags |= wire.FlagInvalidate
+					cmd.InvalidateKey = uint32(reg.RKey())
+				}
+				chain = append(chain, reg.WR())
 			}
-			sl.reg, sl.hasReg = reg, true
-			cmd.NDesc = 1
-			cmd.Desc[0] = wire.Descriptor{VA: reg.IOVA(), RKey: uint32(reg.RKey()), Len: uint32(n)}
-			if c.remoteInv {
-				cmd.Flags |= wire.FlagInvalidate
-				cmd.InvalidateKey = uint32(reg.RKey())
-			}
-			chain = append(chain, reg.WR())
 		}
 		n, err := cmd.Encode(sendBuf)
 		if err != nil {
@@ -188,7 +200,7 @@ func (c *channel) start(r *Request) bool {
 		iuLen = n
 	}
 	c.sendSGE[0] = transport.SGE{Addr: c.mr.Addr() + uint64(sl.sendOff), Length: uint32(iuLen), LKey: c.mr.LKey()}
-	chain = append(chain, transport.SendWR{ID: sendID(si, sl.gen), Opcode: transport.OpSend, SGL: c.sendSGE[:]})
+	chain = append(chain, transport.SendWR{ID: sendID(si, sl.gen), Opcode: transport.OpSend, SGL: c.sendSGE[:nsge]})
 	n, err := c.postChain(chain)
 	if n < len(chain) {
 		if n == 0 && sl.hasReg && errors.Is(err, frmr.ErrSQFull) {

@@ -44,7 +44,7 @@ func newCoreHarness(tb testing.TB, credits int) *coreHarness {
 	const maxXfer = 64 << 10
 	nrecv := credits + 1
 	h := &coreHarness{tb: tb, cat: sliceCatalog{&sliceVolume{b: make([]byte, 1<<20), bs: 4096}}}
-	h.recv = make([]byte, nrecv*iuSize)
+	h.recv = make([]byte, nrecv*recvSize)
 	h.c = newCore(coreParams{gen: 5, id: 1, name: "t", credits: credits, maxXfer: maxXfer, maxDesc: wire.MaxDescriptors,
 		offerInv: true, loginTO: 1e9, sqDepth: credits*(wire.MaxDescriptors+1) + 2, nrecv: nrecv,
 		recv: h.recv, recvAddr: 0x10000, iu: make([]byte, (credits+1)*iuSize), iuAddr: 0x200000,
@@ -57,7 +57,7 @@ func newCoreHarness(tb testing.TB, credits int) *coreHarness {
 
 // deliver puts an IU in receive buffer idx and completes the receive.
 func (h *coreHarness) deliver(idx int, iu []byte) {
-	copy(h.recv[idx*iuSize:], iu)
+	copy(h.recv[idx*recvSize:], iu)
 	h.wc = transport.WC{ID: makeWRID(5, kindRecv, idx), Opcode: transport.WCRecv, ByteLen: uint32(len(iu))}
 	h.c.completion(&h.wc, 1)
 }

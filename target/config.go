@@ -193,6 +193,13 @@ const (
 	// iuSize is the size of every receive buffer and IU send buffer: the
 	// largest IU the target accepts and the largest it sends.
 	iuSize = 4096
+	// maxImmediate is the most immediate data (wire.FlagImmediate) one
+	// WRITE command may carry: 8 KiB, ib_srp's default max_imm_data, so
+	// the common 4 KiB and 8 KiB writes need no RDMA READ.
+	maxImmediate = 8 << 10
+	// recvSize is the size of every receive buffer: the largest IU the
+	// target accepts, a command with maxImmediate bytes of data.
+	recvSize = wire.CommandHeaderLen + maxImmediate
 	// maxHandles bounds the volumes one connection may have open.
 	maxHandles = 256
 )

@@ -134,7 +134,7 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 	if err != nil {
 		return fail("create QP", err)
 	}
-	iuLen := (nrecv + credits + 1) * iuSize
+	iuLen := nrecv*recvSize + (credits+1)*iuSize
 	if c.iuArena, err = transport.NewArena(iuLen, transport.ArenaOptions{}); err != nil {
 		return fail("IU arena", err)
 	}
@@ -152,7 +152,7 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 	if c.dataMR, err = c.pd.RegMR(c.dataArena, 0, dataLen, access); err != nil {
 		return fail("register data buffers", err)
 	}
-	recvLen := nrecv * iuSize
+	recvLen := nrecv * recvSize
 	c.core = newCore(coreParams{
 		gen: t.gen.Add(1), id: c.id, name: cfg.Name, credits: credits, maxXfer: cfg.MaxTransfer, maxDesc: maxDesc,
 		offerInv: !cfg.DisableRemoteInvalidate && attr.Caps.Has(transport.CapSendWithInv),

@@ -23,7 +23,7 @@ type coreParams struct {
 	acl       func() *ACL // the current rules (Target.SetACL swaps them)
 	sqDepth   int
 	nrecv     int
-	recv      []byte // nrecv × iuSize
+	recv      []byte // nrecv × recvSize
 	recvAddr  uint64
 	iu        []byte // (slots + 1) × iuSize send buffers; the last is the login buffer
 	iuAddr    uint64
@@ -82,6 +82,7 @@ type core struct {
 	maxXfer    uint32
 	maxDesc    int
 	remoteInv  bool
+	maxImm     uint32 // immediate data granted per WRITE (wire.FlagImmediate)
 	iniRecvIU  int
 	reqTarget  string // the target name the initiator addressed (bound into proofs)
 	secret     []byte
@@ -133,7 +134,7 @@ func newCore(p coreParams) *core {
 	c.recvSGE = make([]transport.SGE, p.nrecv)
 	c.recvWR = make([]transport.RecvWR, p.nrecv)
 	for i := range c.recvWR {
-		c.recvSGE[i] = transport.SGE{Addr: p.recvAddr + uint64(i*iuSize), Length: iuSize, LKey: p.iuLKey}
+		c.recvSGE[i] = transport.SGE{Addr: p.recvAddr + uint64(i*recvSize), Length: recvSize, LKey: p.iuLKey}
 		c.recvWR[i] = transport.RecvWR{ID: makeWRID(p.gen, kindRecv, i), SGL: c.recvSGE[i : i+1]}
 	}
 	c.acts.recv = make([]transport.RecvWR, 0, p.nrecv)
@@ -235,8 +236,8 @@ func (c *core) completion(wc *transport.WC, now int64) {
 	}
 	switch kind {
 	case kindRecv:
-		if wc.ByteLen > iuSize {
-			c.close(fmt.Sprintf("IU of %d bytes exceeds the %d-byte receive buffer", wc.ByteLen, iuSize), true)
+		if wc.ByteLen > recvSize {
+			c.close(fmt.Sprintf("IU of %d bytes exceeds the %d-byte receive buffer", wc.ByteLen, recvSize), true)
 			return
 		}
 		c.onRecv(int32(idx), wc.ByteLen)
@@ -247,11 +248,7 @@ func (c *core) completion(wc *transport.WC, now int64) {
 			return
 		}
 		c.reclaim(s.sigSeq)
-		if s.cmd.Flags&wire.FlagFUA != 0 {
-			c.dispatch(s, jobWriteFUA)
-		} else {
-			c.dispatch(s, jobWrite)
-		}
+		c.dispatchWrite(s)
 	case kindWrite:
 		c.close("signaled RDMA WRITE completion (never requested)", false)
 	case kindResp:
@@ -326,7 +323,7 @@ func (c *core) repost(idx int32) {
 }
 
 func (c *core) recvBuf(idx int32, n uint32) []byte {
-	off := int(idx) * iuSize
+	off := int(idx) * recvSize
 	return c.p.recv[off : off+int(n)]
 }
 
@@ -419,6 +416,16 @@ func (c *core) assign(s *slot, idx int32, n uint32, at int64) {
 	if wire.Opcode(buf[0]) == wire.OpCommand {
 		s.control = false
 		err := s.cmd.Decode(buf)
+		if err == nil && s.cmd.Immediate != nil {
+			// The data arrived with the command: take it out of the
+			// receive buffer before the buffer is posted again.
+			if n := len(s.cmd.Immediate); n > int(c.maxImm) {
+				err = fmt.Errorf("%d bytes of immediate data, %d granted at login", n, c.maxImm)
+			} else {
+				copy(s.data, s.cmd.Immediate)
+			}
+			s.cmd.Immediate = nil
+		}
 		c.repost(idx)
 		if err != nil {
 			c.close("malformed command: "+err.Error(), true)
@@ -486,7 +493,11 @@ func (c *core) startCommand(s *slot) {
 	}
 	switch cmd.Op {
 	case wire.OpWrite:
-		c.postReads(s)
+		if cmd.Flags&wire.FlagImmediate != 0 {
+			c.dispatchWrite(s) // the data came with the command
+		} else {
+			c.postReads(s)
+		}
 	case wire.OpRead:
 		c.dispatch(s, jobRead)
 	case wire.OpFlush:
@@ -560,6 +571,16 @@ func (c *core) postReads(s *slot) {
 	c.acts.send[len(c.acts.send)-1].Flags = transport.FlagSignaled
 	s.sigSeq = c.sqPosted
 	s.state = slotReadingData
+}
+
+// dispatchWrite hands a WRITE whose data is in the slot's buffer to the
+// backend.
+func (c *core) dispatchWrite(s *slot) {
+	if s.cmd.Flags&wire.FlagFUA != 0 {
+		c.dispatch(s, jobWriteFUA)
+	} else {
+		c.dispatch(s, jobWrite)
+	}
 }
 
 func (c *core) dispatch(s *slot, j jobKind) {
@@ -847,6 +868,7 @@ func (c *core) onLogin(buf []byte) {
 		c.maxDesc = min(int(req.MaxDesc), c.p.maxDesc)
 	}
 	c.remoteInv = req.RemoteInvalidate && c.p.offerInv
+	c.maxImm = min(req.MaxImmediate, maxImmediate, c.maxXfer)
 	if c.p.secrets != nil {
 		secret, required := c.p.secrets(req.Initiator)
 		if required {
@@ -887,7 +909,7 @@ func (c *core) accept(proof []byte) {
 		Version: wire.Version, Target: c.p.name, Credits: uint32(c.credits),
 		MaxIU: iuSize, MaxRecvIU: uint32(min(iuSize, c.iniRecvIU)),
 		MaxTransfer: c.maxXfer, MaxDesc: uint8(c.maxDesc), RemoteInvalidate: c.remoteInv,
-		SessionID: c.p.id, Proof: proof,
+		SessionID: c.p.id, Proof: proof, MaxImmediate: c.maxImm,
 	})
 	if c.state == connClosed {
 		return

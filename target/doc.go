@@ -25,8 +25,9 @@
 // version is wrong). The target then creates, on the request's device, a
 // PD, one CQ (send depth + receive depth + 1 entries), an RC QP with
 // Credits × (MaxDesc + 1) + 2 send and Credits + 1 receive entries, and
-// two registered arenas: IU buffers (4 KiB each: every receive, one send
-// buffer per request slot, one for login) and data buffers (Credits ×
+// two registered arenas: IU buffers (every receive, large enough for a
+// command with 8 KiB of immediate data; a 4 KiB send buffer per request
+// slot, one for login) and data buffers (Credits ×
 // MaxTransfer, local access only; REMOTE_WRITE is added on iWARP-like
 // devices, whose RDMA READ sinks need it). Every receive is posted before
 // the connection is accepted.
@@ -37,8 +38,9 @@
 // Config.Secrets requires it, runs the HMAC-SHA256 challenge: the proofs
 // bind both nonces, the initiator name and the target name the initiator
 // addressed (LoginRequest.Target, possibly empty). Credits, MaxTransfer
-// and MaxDesc are the minimum of both sides; remote invalidation is used
-// only if both offer it. A refused login is answered with a LoginReject
+// and MaxDesc are the minimum of both sides, and so is the immediate data
+// a WRITE may carry (at most 8 KiB); remote invalidation is used only if
+// both offer it. A refused login is answered with a LoginReject
 // and then disconnected.
 //
 // Control requests (LIST, OPEN, CLOSE) and commands each consume a credit
@@ -51,7 +53,10 @@
 // an error Response and touches neither the volume nor the initiator's
 // memory. A WRITE's data is fetched with one RDMA READ per descriptor; the
 // volume is written only after the last READ completed, so the response,
-// and any SEND_WITH_INV in it, never overtakes a READ of that key. A READ's
+// and any SEND_WITH_INV in it, never overtakes a READ of that key. A WRITE
+// with immediate data is copied out of its receive buffer before the
+// buffer is posted again, and goes to the volume at once; more immediate
+// data than was granted is a protocol violation. A READ's
 // data is pushed with unsignaled RDMA WRITEs chained in front of the
 // response SEND.
 //

@@ -28,6 +28,8 @@ func fuzzSeeds(f *testing.F) {
 	rd.Desc[0] = wire.Descriptor{VA: 0x1000, RKey: 0x77, Len: 4096}
 	wr := rd
 	wr.Op, wr.Flags, wr.InvalidateKey = wire.OpWrite, wire.FlagInvalidate|wire.FlagFUA, 0x77
+	imm := cmd(wire.Command{Op: wire.OpWrite, Flags: wire.FlagImmediate, Volume: 1, Length: 1024})
+	imm = append(imm, make([]byte, 1024)...)
 	for phase := byte(0); phase < 3; phase++ {
 		f.Add(phase, enc(wire.OpLogin, &login))
 		f.Add(phase, enc(wire.OpControl, &wire.ControlRequest{Op: wire.ControlList}))
@@ -35,6 +37,7 @@ func fuzzSeeds(f *testing.F) {
 		f.Add(phase, enc(wire.OpControl, &wire.ControlRequest{Op: wire.ControlClose, Handle: 1}))
 		f.Add(phase, cmd(rd))
 		f.Add(phase, cmd(wr))
+		f.Add(phase, imm)
 		f.Add(phase, cmd(wire.Command{Op: wire.OpDiscard, Volume: 1, Offset: 1 << 40, Length: 4096}))
 		f.Add(phase, []byte{byte(wire.OpLogout)})
 		f.Add(phase, []byte{byte(wire.OpLoginProof), 0x80})
@@ -103,12 +106,12 @@ func FuzzIU(f *testing.F) {
 func FuzzCore(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, phase byte, iu []byte) {
-		if len(iu) == 0 || len(iu) > iuSize {
+		if len(iu) == 0 || len(iu) > recvSize {
 			return
 		}
 		h := newCoreHarness(t, 4)
 		if phase%3 >= 1 {
-			req := wire.LoginRequest{Version: wire.Version, Initiator: "i", Credits: 4, MaxIU: 296, MaxRecvIU: 4096}
+			req := wire.LoginRequest{Version: wire.Version, Initiator: "i", Credits: 4, MaxIU: 296, MaxRecvIU: 4096, MaxImmediate: 2048}
 			b, _ := wire.EncodeControl(nil, wire.OpLogin, &req)
 			h.deliver(0, b)
 			h.step()

@@ -213,7 +213,7 @@ func (r *rig) dialHello(tb testing.TB, hello []byte) (*client, error) {
 		tb.Fatal(err)
 	}
 	if c.qp, err = c.pd.CreateQP(transport.QPConfig{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 256, MaxRecvWR: cliRecvN,
-		MaxSendSGE: 1, MaxRecvSGE: 1}); err != nil {
+		MaxSendSGE: 2, MaxRecvSGE: 1}); err != nil {
 		tb.Fatal(err)
 	}
 	if c.arena, err = transport.NewArena(cliDataOff+cliDataSize, transport.ArenaOptions{}); err != nil {
@@ -339,7 +339,7 @@ func (c *client) expectDisconnect() {
 
 func (c *client) loginRequest(ini string) wire.LoginRequest {
 	return wire.LoginRequest{Version: wire.Version, Initiator: ini, Credits: 8, MaxIU: wire.MaxCommandLen,
-		MaxRecvIU: 4096, MaxTransfer: 1 << 20, MaxDesc: wire.MaxDescriptors, RemoteInvalidate: true,
+		MaxRecvIU: 4096, MaxTransfer: 1 << 20, MaxDesc: wire.MaxDescriptors, RemoteInvalidate: true, MaxImmediate: 2048,
 		Nonce: []byte("0123456789abcdef0123456789abcdef")}
 }
 

@@ -71,6 +71,10 @@ type LoginRequest struct {
 	// opts out.
 	Session uint64 `msgpack:"sid,omitempty"`
 	Channel uint16 `msgpack:"ch,omitempty"`
+	// MaxImmediate is the most data the initiator would like to send in
+	// a WRITE command's IU (FlagImmediate); zero asks for none. A target
+	// that predates immediate data ignores it and grants none.
+	MaxImmediate uint32 `msgpack:"imm,omitempty"`
 }
 
 // LoginChallenge asks the initiator to prove it holds the shared secret.
@@ -99,6 +103,9 @@ type LoginResponse struct {
 	SessionID        uint64 `msgpack:"sid"`
 	// Proof, after a challenge, proves the target holds the secret too.
 	Proof []byte `msgpack:"p,omitempty"`
+	// MaxImmediate is the most immediate data the target accepts in one
+	// WRITE command (at most what the initiator asked for); zero: none.
+	MaxImmediate uint32 `msgpack:"imm,omitempty"`
 }
 
 // RejectReason says why a login failed.

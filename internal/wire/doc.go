@@ -23,9 +23,12 @@
 //     (SRP's req_lim_delta).
 //  4. Logout, or a CM disconnect.
 //
-// Data moves by RDMA only, always issued by the target: for a WRITE
-// command the target RDMA-READs the initiator's buffer through the
-// command's descriptors, for a READ it RDMA-WRITEs into them, then it sends
-// the Response — with SEND_WITH_INV naming Command.InvalidateKey when the
-// initiator set FlagInvalidate and the login allowed it.
+// Data moves by RDMA, always issued by the target: for a WRITE command the
+// target RDMA-READs the initiator's buffer through the command's
+// descriptors, for a READ it RDMA-WRITEs into them, then it sends the
+// Response — with SEND_WITH_INV naming Command.InvalidateKey when the
+// initiator set FlagInvalidate and the login allowed it. The exception is
+// a WRITE with FlagImmediate, whose data rides in the command IU itself
+// (SRP-2 immediate data), up to the LoginResponse.MaxImmediate bytes the
+// target granted: no descriptor, no RDMA READ, nothing to invalidate.
 package wire

@@ -101,6 +101,12 @@ const (
 	FlagFUA uint8 = 1 << iota
 	// FlagInvalidate: answer with SEND_WITH_INV naming InvalidateKey.
 	FlagInvalidate
+	// FlagImmediate: a WRITE's Length bytes of data follow the header in
+	// the IU itself, with no descriptor (SRP-2 immediate data, which
+	// Linux's ib_srp uses for writes up to max_imm_data): the target has
+	// the data on arrival, and neither side registers memory or moves it
+	// with an RDMA READ. Only up to LoginResponse.MaxImmediate bytes.
+	FlagImmediate
 )
 
 // Descriptor is a direct data buffer descriptor: Len bytes at VA in the
@@ -148,16 +154,25 @@ type Command struct {
 	InvalidateKey uint32
 	NDesc         int
 	Desc          [MaxDescriptors]Descriptor
+	// Immediate is, after Decode of a command with FlagImmediate, its data:
+	// it aliases the decoded IU, so it is valid only as long as that
+	// buffer is. Encode ignores it (see Encode).
+	Immediate []byte
 }
 
-// EncodedLen is the command's encoded size.
+// EncodedLen is the command's encoded size, without immediate data.
 func (c *Command) EncodedLen() int { return CommandHeaderLen + c.NDesc*DescriptorLen }
 
 // Encode writes the command into b, which must hold EncodedLen bytes, and
-// returns the bytes written.
+// returns the bytes written. With FlagImmediate it writes the header only:
+// the sender gathers the Length bytes of data from where they are, as the
+// IU's next scatter/gather element, rather than copying them here.
 func (c *Command) Encode(b []byte) (int, error) {
 	if c.NDesc < 0 || c.NDesc > MaxDescriptors {
 		return 0, fmt.Errorf("wire: command with %d descriptors (max %d): %w", c.NDesc, MaxDescriptors, ErrTooLarge)
+	}
+	if c.Flags&FlagImmediate != 0 && (c.Op != OpWrite || c.NDesc != 0 || c.Flags&FlagInvalidate != 0) {
+		return 0, fmt.Errorf("wire: immediate data on a %s with %d descriptors and flags %#x: %w", c.Op, c.NDesc, c.Flags, ErrMalformed)
 	}
 	n := c.EncodedLen()
 	if len(b) < n {
@@ -187,6 +202,7 @@ func (c *Command) Encode(b []byte) (int, error) {
 // layout only; whether the request makes sense for a volume is the
 // target's business.
 func (c *Command) Decode(b []byte) error {
+	c.Immediate = nil
 	if len(b) < CommandHeaderLen {
 		return fmt.Errorf("%w: command of %d bytes", ErrMalformed, len(b))
 	}
@@ -205,10 +221,12 @@ func (c *Command) Decode(b []byte) error {
 	switch {
 	case c.Op < OpRead || c.Op > OpWriteZeroes:
 		return fmt.Errorf("%w: command op %d", ErrMalformed, b[1])
-	case c.Flags&^(FlagFUA|FlagInvalidate) != 0:
+	case c.Flags&^(FlagFUA|FlagInvalidate|FlagImmediate) != 0:
 		return fmt.Errorf("%w: command flags %#x", ErrMalformed, c.Flags)
 	case le.Uint64(b[32:]) != 0:
 		return fmt.Errorf("%w: reserved bytes set", ErrMalformed)
+	case c.Flags&FlagImmediate != 0:
+		return c.decodeImmediate(b)
 	case c.NDesc > MaxDescriptors:
 		return fmt.Errorf("%w: %d descriptors (max %d)", ErrMalformed, c.NDesc, MaxDescriptors)
 	case len(b) != CommandHeaderLen+c.NDesc*DescriptorLen:
@@ -225,6 +243,24 @@ func (c *Command) Decode(b []byte) error {
 	if c.Op.HasData() && total != uint64(c.Length) {
 		return fmt.Errorf("%w: descriptors cover %d bytes, command length %d", ErrMalformed, total, c.Length)
 	}
+	return nil
+}
+
+// decodeImmediate checks the rest of a command with FlagImmediate: a WRITE
+// of Length > 0 bytes, no descriptors, nothing to invalidate, and exactly
+// Length bytes after the header.
+func (c *Command) decodeImmediate(b []byte) error {
+	switch {
+	case c.Op != OpWrite:
+		return fmt.Errorf("%w: immediate data on a %s", ErrMalformed, c.Op)
+	case c.NDesc != 0:
+		return fmt.Errorf("%w: immediate data with %d descriptors", ErrMalformed, c.NDesc)
+	case c.Flags&FlagInvalidate != 0:
+		return fmt.Errorf("%w: immediate data with a key to invalidate", ErrMalformed)
+	case c.Length == 0 || uint64(len(b)) != CommandHeaderLen+uint64(c.Length):
+		return fmt.Errorf("%w: command of %d bytes with %d bytes of immediate data", ErrMalformed, len(b), c.Length)
+	}
+	c.Immediate = b[CommandHeaderLen:]
 	return nil
 }
 

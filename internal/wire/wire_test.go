@@ -60,6 +60,62 @@ func TestCommandDecodeRejects(t *testing.T) {
 	}
 }
 
+// TestCommandImmediate: a WRITE's immediate data follows the header; Encode
+// writes the header alone (the sender gathers the data), Decode hands the
+// data back as a view of the IU, and the combinations immediate data
+// cannot have are refused both ways.
+func TestCommandImmediate(t *testing.T) {
+	data := bytes.Repeat([]byte("gosrp..."), 1024)
+	c := Command{Op: OpWrite, Flags: FlagImmediate | FlagFUA, Volume: 2, Tag: 77, Offset: 8192, Length: uint32(len(data))}
+	b := make([]byte, MaxCommandLen)
+	n, err := c.Encode(b)
+	require.NoError(t, err)
+	require.Equal(t, CommandHeaderLen, n)
+	iu := append(b[:n:n], data...)
+	var got Command
+	require.NoError(t, got.Decode(iu))
+	require.Equal(t, data, got.Immediate)
+	require.Same(t, &iu[CommandHeaderLen], &got.Immediate[0], "immediate data is a view of the IU, not a copy")
+	got.Immediate = nil
+	require.Equal(t, c, got)
+	// A command without the flag has no immediate data, even when the
+	// Command it is decoded into had some before.
+	plain := Command{Op: OpFlush, Tag: 1}
+	n, _ = plain.Encode(b)
+	require.NoError(t, got.Decode(iu))
+	require.NoError(t, got.Decode(b[:n]))
+	require.Nil(t, got.Immediate)
+
+	bad := map[string]Command{
+		"read":       {Op: OpRead, Flags: FlagImmediate, Length: 4096},
+		"discard":    {Op: OpDiscard, Flags: FlagImmediate, Length: 4096},
+		"descriptor": {Op: OpWrite, Flags: FlagImmediate, Length: 4096, NDesc: 1, Desc: [MaxDescriptors]Descriptor{{Len: 4096}}},
+		"invalidate": {Op: OpWrite, Flags: FlagImmediate | FlagInvalidate, Length: 4096, InvalidateKey: 5},
+	}
+	for name, c := range bad {
+		t.Run(name, func(t *testing.T) {
+			_, err := c.Encode(make([]byte, MaxCommandLen))
+			require.ErrorIs(t, err, ErrMalformed)
+			// The same header built by hand does not decode either.
+			h := make([]byte, CommandHeaderLen+4096)
+			good := Command{Op: OpWrite, Flags: FlagImmediate, Length: 4096}
+			good.Encode(h)
+			h[1], h[2], h[3] = byte(c.Op), c.Flags, byte(c.NDesc)
+			require.ErrorIs(t, got.Decode(h), ErrMalformed)
+		})
+	}
+	for name, iu := range map[string][]byte{
+		"no data":  iu[:CommandHeaderLen],
+		"short":    iu[:len(iu)-1],
+		"long":     append(iu[:len(iu):len(iu)], 0),
+		"length 0": func() []byte { h := append([]byte(nil), iu[:CommandHeaderLen]...); h[24], h[25] = 0, 0; return h }(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.ErrorIs(t, got.Decode(iu), ErrMalformed)
+		})
+	}
+}
+
 func TestResponseRoundTrip(t *testing.T) {
 	r := Response{Status: StatusError, Sense: SenseOutOfRange, Credits: 7, Tag: 42, Residual: 4096}
 	b := make([]byte, ResponseLen)
@@ -143,6 +199,9 @@ func FuzzCommandDecode(f *testing.F) {
 	c := Command{Op: OpWrite, Length: 8192, NDesc: 2, Desc: [MaxDescriptors]Descriptor{{Len: 4096}, {Len: 4096}}}
 	n, _ := c.Encode(b)
 	f.Add(b[:n])
+	imm := Command{Op: OpWrite, Flags: FlagImmediate | FlagFUA, Length: 16}
+	n, _ = imm.Encode(b)
+	f.Add(append(b[:n:n], "sixteen bytes..."...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var c Command
 		if err := c.Decode(data); err != nil {
@@ -150,7 +209,7 @@ func FuzzCommandDecode(f *testing.F) {
 		}
 		out := make([]byte, MaxCommandLen)
 		n, err := c.Encode(out)
-		if err != nil || !bytes.Equal(out[:n], data) {
+		if err != nil || !bytes.Equal(append(out[:n], c.Immediate...), data) {
 			t.Fatalf("accepted command does not re-encode to its input: %v", err)
 		}
 	})
