@@ -115,18 +115,22 @@ func TestSteadyStateAllocs(t *testing.T) {
 		t.Skip("allocation counts are measured in full runs")
 	}
 	r := newRig(t, emu.Config{Seed: 3}, 16<<20, target.Config{})
-	s := r.dial(t, initiator.Config{Credits: 8})
-	v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bufs := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
-	for _, op := range []initiator.Op{initiator.OpWrite, initiator.OpRead} {
-		runQD(t, v, op, 4, 64, bufs, nil)
-		a := testing.AllocsPerRun(20, func() { runQD(t, v, op, 4, 64, bufs, nil) })
-		// runQD itself allocates its channel and request array once per call.
-		if per := a / 64; per > 0.1 {
-			t.Errorf("%s: %.2f allocations per I/O (%.0f per run of 64), want 0", op, per, a)
+	// Writes with immediate data (the default for 4 KiB) and through a
+	// registration and the target's RDMA READ.
+	for _, imm := range []int{0, -1} {
+		s := r.dial(t, initiator.Config{Credits: 8, ImmediateData: imm})
+		v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
+		for _, op := range []initiator.Op{initiator.OpWrite, initiator.OpRead} {
+			runQD(t, v, op, 4, 64, bufs, nil)
+			a := testing.AllocsPerRun(20, func() { runQD(t, v, op, 4, 64, bufs, nil) })
+			// runQD itself allocates its channel and request array once per call.
+			if per := a / 64; per > 0.1 {
+				t.Errorf("%s (immediate data %d): %.2f allocations per I/O (%.0f per run of 64), want 0", op, imm, per, a)
+			}
 		}
 	}
 }

@@ -99,7 +99,7 @@ func (h *coreHarness) step1() {
 
 func TestCoreAllocs(t *testing.T) {
 	h := newCoreHarness(t, 4)
-	req := wire.LoginRequest{Version: wire.Version, Initiator: "i", Credits: 4, MaxIU: 296, MaxRecvIU: 4096}
+	req := wire.LoginRequest{Version: wire.Version, Initiator: "i", Credits: 4, MaxIU: 296, MaxRecvIU: 4096, MaxImmediate: 4096}
 	iu, _ := wire.EncodeControl(nil, wire.OpLogin, &req)
 	h.deliver(0, iu)
 	h.step()
@@ -117,18 +117,20 @@ func TestCoreAllocs(t *testing.T) {
 	r := w
 	r.Op = wire.OpRead
 	nr, _ := r.Encode(rbuf[:])
+	im := wire.Command{Op: wire.OpWrite, Flags: wire.FlagImmediate, Volume: 1, Offset: 4096, Length: 4096}
+	imbuf := make([]byte, wire.CommandHeaderLen+4096)
+	im.Encode(imbuf)
 	i := 0
 	run := func() {
-		h.deliver(i%h.c.p.nrecv, wbuf[:nw])
-		i++
-		h.step()
-		h.deliver(i%h.c.p.nrecv, rbuf[:nr])
-		i++
-		h.step()
+		for _, b := range [][]byte{wbuf[:nw], rbuf[:nr], imbuf} {
+			h.deliver(i%h.c.p.nrecv, b)
+			i++
+			h.step()
+		}
 	}
 	run()
 	if a := testing.AllocsPerRun(1000, run); a != 0 {
-		t.Fatalf("core: %.1f allocations per WRITE+READ, want 0", a)
+		t.Fatalf("core: %.1f allocations per WRITE+READ+immediate WRITE, want 0", a)
 	}
 	if h.c.outstanding != 0 || len(h.c.free) != 4 || h.c.sqPosted != h.c.sqDone {
 		t.Fatalf("leak: outstanding %d, free %d, sq %d/%d", h.c.outstanding, len(h.c.free), h.c.sqPosted, h.c.sqDone)
