@@ -713,8 +713,9 @@ const tcpSpinAwait = 200 * time.Microsecond
 const tcpSpinIdle = 50 * time.Microsecond
 
 // sockReader is the reader goroutine's view of the socket: reads that
-// poll for up to tcpSpinAwait while answers are due (and the CPUs are not
-// oversubscribed, judged as the shm reader judges it) before parking.
+// poll for up to tcpSpinAwait while answers are due, or tcpSpinIdle while
+// none is, before parking; neither while the CPUs are oversubscribed
+// (judged as the shm reader judges it).
 type sockReader struct {
 	l    *tcpLink
 	buf  []byte
