@@ -1004,10 +1004,12 @@ func (l *shmLink) reader() {
 	defer l.exit()
 	var avgWait int64 // moving average of idle waits, ns
 	var since int64   // start of the current idle wait; 0 while busy
-	awaiting := 0     // this wait: 0 not asked yet, 1 answers are due, 2 none
-	slept := false    // this wait went to sleep
-	var sleepy int64  // moving average of waits that slept, in 1/1024
-	var prev int64    // the previous idle poll
+	// awaiting, for this wait: 0 not decided yet, 1 answers are due, 2
+	// none are but new requests are worth polling for, 3 neither.
+	awaiting := 0
+	slept := false   // this wait went to sleep
+	var sleepy int64 // moving average of waits that slept, in 1/1024
+	var prev int64   // the previous idle poll
 	var cont contention
 	eager := l.p.cfg.ShmPoll == ShmPollEager
 	for !l.closing.Load() {
@@ -1053,9 +1055,14 @@ func (l *shmLink) reader() {
 			continue
 		}
 		if awaiting == 0 {
-			awaiting = 2
-			if l.q.awaitingAnswers() {
+			// Decided once per wait, as the tcp reader decides.
+			switch {
+			case l.q.awaitingAnswers():
 				awaiting = 1
+			case sleepy < 512 && !cpuPressure.oversubscribed(now):
+				awaiting = 2
+			default:
+				awaiting = 3
 			}
 		}
 		if awaiting == 1 && now-since < int64(shmSpinAwait) && (eager || !cont.contended(now)) {
@@ -1064,8 +1071,7 @@ func (l *shmLink) reader() {
 			runtime.Gosched()
 			continue
 		}
-		if awaiting == 2 && sleepy < 512 && now-since < int64(shmSpinIdle) &&
-			!cont.contended(now) && !cpuPressure.oversubscribed(now) {
+		if awaiting == 2 && now-since < int64(shmSpinIdle) && !cont.contended(now) {
 			runtime.Gosched()
 			continue
 		}
