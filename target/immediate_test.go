@@ -16,18 +16,13 @@ func (c *client) postImmediate(cmd wire.Command, doff int) {
 	c.tag++
 	cmd.Tag = c.tag
 	cmd.Flags |= wire.FlagImmediate
-	slot := c.sendN % cliSendN
-	c.sendN++
-	off := cliSendOff + slot*4096
-	n, err := cmd.Encode(c.arena.Bytes()[off : off+4096])
+	var b [wire.MaxCommandLen]byte
+	n, err := cmd.Encode(b[:])
 	if err != nil {
 		c.tb.Fatal(err)
 	}
-	sgl := []transport.SGE{
-		{Addr: c.mr.Addr() + uint64(off), Length: uint32(n), LKey: c.mr.LKey()},
-		{Addr: c.mr.Addr() + uint64(cliDataOff+doff), Length: cmd.Length, LKey: c.mr.LKey()},
-	}
-	if _, err := c.qp.PostSend([]transport.SendWR{{ID: 1 << 32, Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: sgl}}); err != nil {
+	data := transport.SGE{Addr: c.mr.Addr() + uint64(cliDataOff+doff), Length: cmd.Length, LKey: c.mr.LKey()}
+	if err := c.sendIU(b[:n], data); err != nil {
 		c.tb.Fatal(err)
 	}
 }

@@ -270,14 +270,15 @@ func (c *client) desc(off, n int) wire.Descriptor {
 	return wire.Descriptor{VA: c.mr.Addr() + uint64(cliDataOff+off), RKey: uint32(c.mr.RKey()), Len: uint32(n)}
 }
 
-// sendIU posts an IU in a SEND (signaled, not waited for).
-func (c *client) sendIU(b []byte) error {
+// sendIU posts an IU in a SEND (signaled, not waited for), followed in
+// the same SEND by the bytes extra describes, if any.
+func (c *client) sendIU(b []byte, extra ...transport.SGE) error {
 	slot := c.sendN % cliSendN
 	c.sendN++
 	off := cliSendOff + slot*4096
 	n := copy(c.arena.Bytes()[off:off+4096], b)
-	_, err := c.qp.PostSend([]transport.SendWR{{ID: 1 << 32, Opcode: transport.OpSend, Flags: transport.FlagSignaled,
-		SGL: []transport.SGE{{Addr: c.mr.Addr() + uint64(off), Length: uint32(n), LKey: c.mr.LKey()}}}})
+	sgl := append([]transport.SGE{{Addr: c.mr.Addr() + uint64(off), Length: uint32(n), LKey: c.mr.LKey()}}, extra...)
+	_, err := c.qp.PostSend([]transport.SendWR{{ID: 1 << 32, Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: sgl}})
 	return err
 }
 
