@@ -171,8 +171,10 @@ func (c *Command) Encode(b []byte) (int, error) {
 	if c.NDesc < 0 || c.NDesc > MaxDescriptors {
 		return 0, fmt.Errorf("wire: command with %d descriptors (max %d): %w", c.NDesc, MaxDescriptors, ErrTooLarge)
 	}
-	if c.Flags&FlagImmediate != 0 && (c.Op != OpWrite || c.NDesc != 0 || c.Flags&FlagInvalidate != 0) {
-		return 0, fmt.Errorf("wire: immediate data on a %s with %d descriptors and flags %#x: %w", c.Op, c.NDesc, c.Flags, ErrMalformed)
+	if c.Flags&FlagImmediate != 0 {
+		if err := c.checkImmediate(); err != nil {
+			return 0, err
+		}
 	}
 	n := c.EncodedLen()
 	if len(b) < n {
@@ -246,10 +248,9 @@ func (c *Command) Decode(b []byte) error {
 	return nil
 }
 
-// decodeImmediate checks the rest of a command with FlagImmediate: a WRITE
-// of Length > 0 bytes, no descriptors, nothing to invalidate, and exactly
-// Length bytes after the header.
-func (c *Command) decodeImmediate(b []byte) error {
+// checkImmediate reports whether a command with FlagImmediate may carry
+// it: a WRITE with no descriptors and nothing to invalidate.
+func (c *Command) checkImmediate() error {
 	switch {
 	case c.Op != OpWrite:
 		return fmt.Errorf("%w: immediate data on a %s", ErrMalformed, c.Op)
@@ -257,7 +258,17 @@ func (c *Command) decodeImmediate(b []byte) error {
 		return fmt.Errorf("%w: immediate data with %d descriptors", ErrMalformed, c.NDesc)
 	case c.Flags&FlagInvalidate != 0:
 		return fmt.Errorf("%w: immediate data with a key to invalidate", ErrMalformed)
-	case c.Length == 0 || uint64(len(b)) != CommandHeaderLen+uint64(c.Length):
+	}
+	return nil
+}
+
+// decodeImmediate checks the rest of a command with FlagImmediate: what
+// checkImmediate checks, and exactly Length > 0 bytes after the header.
+func (c *Command) decodeImmediate(b []byte) error {
+	if err := c.checkImmediate(); err != nil {
+		return err
+	}
+	if c.Length == 0 || uint64(len(b)) != CommandHeaderLen+uint64(c.Length) {
 		return fmt.Errorf("%w: command of %d bytes with %d bytes of immediate data", ErrMalformed, len(b), c.Length)
 	}
 	c.Immediate = b[CommandHeaderLen:]
