@@ -21,6 +21,9 @@ type cycle struct {
 	tsge   []transport.SGE
 	remote bool
 	reqID  uint64
+	// live, if set, sees each registration while the peer holds it: the
+	// target has the command, the response is not sent yet.
+	live func(Reg)
 }
 
 func newCycle(tb testing.TB, remote bool) *cycle {
@@ -56,7 +59,7 @@ func (c *cycle) run(tb testing.TB) Reg {
 	r := c.r
 	p := r.pool
 	c.reqID++
-	reg, err := p.Get(Segment{Arena: r.ini.arena, Off: 100, Len: 8192}, PeerWrites, c.reqID)
+	reg, err := p.Get(Segment{Arena: r.ini.arena, Off: 100, Len: 8192}, PeerWrites)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -73,6 +76,9 @@ func (c *cycle) run(tb testing.TB) Reg {
 	}
 	// Target: receive the command, answer.
 	c.pollUntil(r.tgt.cq, func(wc *transport.WC) bool { return wc.ID>>56 == 1 })
+	if c.live != nil {
+		c.live(reg)
+	}
 	r.tgt.qp.PostRecv(c.trecv)
 	// Signaled: the target's send queue is sqDepth deep too, and an
 	// unsignaled WR holds its slot until a later signaled one completes

@@ -38,6 +38,35 @@
 // SignalEvery WRs, one slot kept for a drain marker) and CQ size
 // (CQDepth). Steady-state Get/Posted/OnSendCompletion allocate nothing.
 //
+// Stale descriptors. A peer may keep every (rkey, iova, length) it was
+// ever handed and present it later; a key is 24 bits of index and 8 bits
+// of variant, so one MR's keys repeat every 256 registrations. The pool
+// makes sure a repeated key never comes with a range the peer saw:
+//
+//   - FRMR (Config.IOVATag): the iova is not the buffer's address but the
+//     pool's registration count (plus Config.IOVABase) shifted above the
+//     bits one registration needs, keeping only the buffer's offset in its
+//     first page. Two registrations of any MR of the pool never advertise
+//     overlapping ranges until the count wraps (2^64 over the shift: more
+//     than 2^40 registrations), so a stale descriptor fails the device's
+//     bounds check however many times its key has wrapped.
+//   - MW: a window's address is the buffer's, so it cannot be tagged.
+//     Instead a window is rotated after 254 bindings, before its variant
+//     could repeat: a fresh window takes its place and the old one stays
+//     allocated and unbound in a quarantine of Config.WindowQuarantine
+//     windows, so no key of its index is valid and the device cannot give
+//     the index to anyone. Only when it leaves the quarantine can the
+//     index come back (with a variant the device picks). The horizon is
+//     therefore at least WindowQuarantine × 254 registrations of the pool
+//     on a device that reuses the index it freed last (the emulator), and
+//     the device's whole index space × 254 on one that allocates indices
+//     cyclically (rxe).
+//
+// Windows and unchecked bounds. Where the device does not check a window's
+// own bounds (transport.Quirks.WindowBoundsUnchecked, rxe), a window's key
+// reaches all of the MR it is bound over. The caller then binds each
+// buffer's windows over an MR covering only that buffer (Segment.Base).
+//
 // Tests: go test ./frmr runs a short seeded soak per device profile
 // (strict, ib, iwarp, rxe) and mechanism with faults F1–F20 injected
 // (TestF04…, TestF07…, TestF13…, TestF14…, TestF19… pin the ones with the

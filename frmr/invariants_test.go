@@ -56,7 +56,7 @@ func TestRule03RemoteInvalidationChecked(t *testing.T) {
 	}
 	// F17: response (with the right key) before the SEND completion.
 	r2 := newRig(t, "strict", FRMR, 23, true)
-	reg2, _ := r2.pool.Get(Segment{Arena: r2.ini.arena, Off: 0, Len: 4096}, PeerWrites, 1)
+	reg2, _ := r2.pool.Get(Segment{Arena: r2.ini.arena, Off: 0, Len: 4096}, PeerWrites)
 	r2.pool.Posted([]transport.SendWR{reg2.WR(), {ID: sendBit | 9, Flags: transport.FlagSignaled}}, 2)
 	if err := r2.pool.OnRemoteInvalidate(reg2, reg2.RKey()); err != nil || r2.pool.Done(reg2) {
 		t.Fatalf("freed before the SEND completion: err=%v", err)
@@ -78,7 +78,7 @@ func TestRule06KeyBumpWrapsIndexUnchanged(t *testing.T) {
 	var prev transport.Key
 	wrapped := false
 	for i := 0; i < 300; i++ {
-		reg, _ := p.Get(Segment{Arena: c.r.ini.arena, Off: 0, Len: 10}, PeerReads, 1)
+		reg, _ := p.Get(Segment{Arena: c.r.ini.arena, Off: 0, Len: 10}, PeerReads)
 		k := reg.RKey()
 		p.Cancel(reg)
 		c.run(t)
@@ -101,7 +101,7 @@ func TestRule06KeyBumpWrapsIndexUnchanged(t *testing.T) {
 	defer one.Close()
 	k0 := one.slots[0].devKey
 	for i := 1; i <= 256; i++ {
-		reg, _ := one.Get(Segment{Arena: c.r.ini.arena, Off: 0, Len: 10}, PeerReads, 1)
+		reg, _ := one.Get(Segment{Arena: c.r.ini.arena, Off: 0, Len: 10}, PeerReads)
 		if want := transport.MakeKey(k0.Index(), k0.Variant()+uint8(i)); reg.RKey() != want {
 			t.Fatalf("registration %d key %s want %s", i, reg.RKey(), want)
 		}
@@ -131,7 +131,7 @@ func TestRule08LocalInvNamesDeviceKey(t *testing.T) {
 	}
 	// An unposted REG: staged key never reaches the device; the MR is
 	// replaced, never invalidated with the staged key.
-	reg, _ := r.pool.Get(Segment{Arena: r.ini.arena, Off: 0, Len: 4096}, PeerWrites, 1)
+	reg, _ := r.pool.Get(Segment{Arena: r.ini.arena, Off: 0, Len: 4096}, PeerWrites)
 	r.pool.Posted([]transport.SendWR{reg.WR()}, 0)
 	if _, err := r.pool.Invalidate(reg); err == nil {
 		t.Fatal("Invalidate of an unposted registration")
@@ -143,9 +143,11 @@ func TestRule08LocalInvNamesDeviceKey(t *testing.T) {
 
 func TestRule09IOVAVariesPerRegistration(t *testing.T) {
 	r := newRig(t, "strict", FRMR, 29, true)
-	a, _ := r.pool.Get(Segment{Arena: r.ini.arena, Off: 100, Len: 10}, PeerWrites, 7)
-	b, _ := r.pool.Get(Segment{Arena: r.ini.arena, Off: 100, Len: 10}, PeerWrites, 8)
-	if a.IOVA()>>32 != 7 || b.IOVA()>>32 != 8 || a.IOVA()%uint64(transport.PageSize) != 100 {
+	a, _ := r.pool.Get(Segment{Arena: r.ini.arena, Off: 100, Len: 10}, PeerWrites)
+	b, _ := r.pool.Get(Segment{Arena: r.ini.arena, Off: 100, Len: 10}, PeerWrites)
+	// Two registrations of one buffer: disjoint iova ranges, each keeping
+	// the buffer's page offset.
+	if a.IOVA() == b.IOVA() || b.IOVA() < a.IOVA()+uint64(a.Len()) || a.IOVA()%uint64(transport.PageSize) != 100 || b.IOVA()%uint64(transport.PageSize) != 100 {
 		t.Fatalf("iova %#x %#x", a.IOVA(), b.IOVA())
 	}
 }
@@ -170,7 +172,7 @@ func TestRule12PartialPostNeverWaited(t *testing.T) {
 	r := newRig(t, "strict", FRMR, 32, true)
 	r.prov.InjectPostFailure(r.ini.qp, 1)
 	r.postFail = true
-	reg, _ := r.pool.Get(Segment{Arena: r.ini.arena, Off: 0, Len: 4096}, PeerWrites, 1)
+	reg, _ := r.pool.Get(Segment{Arena: r.ini.arena, Off: 0, Len: 4096}, PeerWrites)
 	chain := []transport.SendWR{reg.WR(), {ID: sendBit | 1, Opcode: transport.OpSend}}
 	if n, _ := r.post(chain); n != 1 {
 		t.Fatalf("posted %d", n)
@@ -254,7 +256,7 @@ func TestRule17DrainBeforeDeciding(t *testing.T) {
 	if err := r.pool.Recover(); !errors.Is(err, ErrNotDrained) {
 		t.Fatalf("recover before drain: %v", err)
 	}
-	if _, err := r.pool.Get(Segment{Arena: r.ini.arena, Off: 0, Len: 10}, PeerReads, 1); !errors.Is(err, ErrQPError) {
+	if _, err := r.pool.Get(Segment{Arena: r.ini.arena, Off: 0, Len: 10}, PeerReads); !errors.Is(err, ErrQPError) {
 		t.Fatalf("get during QP error: %v", err)
 	}
 	r.broken = true

@@ -3,6 +3,7 @@ package frmr
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/gosrp/gosrp/transport"
 )
@@ -88,10 +89,24 @@ type Config struct {
 	// SignalEvery bounds runs of unsignaled WRs (default SQDepth/4, at
 	// least 1).
 	SignalEvery int
-	// IOVATag puts the request id in bits 63..32 of the advertised iova
-	// (FRMR only), so a stale (rkey, va) fails the bounds check even when
-	// the 8-bit key has wrapped.
+	// IOVATag makes every FRMR registration advertise an iova of its own:
+	// the pool's registration count above the bits an I/O needs (see
+	// "Stale descriptors" in the package doc), so a stale (rkey, iova)
+	// fails the device's bounds check even when the 8-bit key has
+	// wrapped. It ignores the buffer's address apart from its page
+	// offset. Windows cannot choose their address; they rotate instead.
 	IOVATag bool
+	// IOVABase is added to the registration count the iova tag is made
+	// of. Pools on one PD (the channels of a session) pass bases far
+	// apart so that their tags never meet, whichever MR index the device
+	// hands to whom.
+	IOVABase uint64
+	// WindowQuarantine is how many retired windows the pool keeps
+	// allocated (and unbound) after rotating them, so the device cannot
+	// hand their index out again while a peer may remember its keys
+	// (MW only; default 4×Size). See "Stale descriptors" in the package
+	// doc for the horizon this buys.
+	WindowQuarantine int
 	// DeadlineTicks is how many Ticks a signaled WR may stay uncompleted
 	// (default 50).
 	DeadlineTicks int
@@ -106,7 +121,18 @@ type Segment struct {
 	Arena *transport.Arena
 	Off   int
 	Len   int
+	// Base, if set, is the MR a window is bound over instead of
+	// Config.BaseMR (MW only). On a device that does not check window
+	// bounds (transport.Quirks.WindowBoundsUnchecked) a window's key
+	// reaches all of the MR under it, so a caller that must keep I/O
+	// buffers apart binds each over an MR of its own.
+	Base transport.MR
 }
+
+// maxBinds is how many registrations one window takes before it is
+// rotated: its 8-bit key variant would next repeat one a peer was given
+// (the avoid rule may skip one variant, hence one less than 255).
+const maxBinds = 254
 
 // Reg is one registration handed out by Get: a value handle, valid until
 // Done reports true.
@@ -167,6 +193,7 @@ type slot struct {
 	avoid    transport.Key // a retired key of the same index, never reissued
 	hasAvoid bool
 	gen      uint32
+	binds    int   // registrations since the window was allocated (MW)
 	pending  int32 // ledger entries naming this slot
 	posted   bool  // the REG/BIND is on the send queue
 	sendSeq  uint64
@@ -206,6 +233,7 @@ type Stats struct {
 	BogusInvalidations   uint64
 	Taints               uint64
 	Replacements         uint64
+	Rotations            uint64 // windows rotated before their key wrapped
 	Deadlines            uint64
 	LostCompletions      uint64 // signaled WRs whose completion was skipped
 	PostFailures         uint64
@@ -234,6 +262,9 @@ type Pool struct {
 	closed     bool
 	retiredLog []retired
 	retiredPos int
+	regCount   uint64         // registrations ever made: the iova tag
+	tagShift   uint           // bits of an FRMR iova below the tag
+	quarantine []transport.MW // rotated windows, oldest first
 
 	st Stats
 }
@@ -263,6 +294,9 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.DeadlineTicks <= 0 {
 		cfg.DeadlineTicks = 50
 	}
+	if cfg.WindowQuarantine <= 0 {
+		cfg.WindowQuarantine = 4 * cfg.Size
+	}
 	p := &Pool{
 		cfg: cfg, mech: mech, pd: cfg.PD, base: cfg.BaseMR,
 		slots:      make([]slot, cfg.Size),
@@ -273,6 +307,9 @@ func New(cfg Config) (*Pool, error) {
 		seq:        1, // 0 means "no carrying SEND yet"
 	}
 	p.st.Size = cfg.Size
+	// An I/O of MaxPages pages starting anywhere in its first page fits
+	// below the tag, so the ranges of two registrations never overlap.
+	p.tagShift = uint(bits.Len64(uint64((cfg.MaxPages+1)*transport.PageSize - 1)))
 	for i := range p.slots {
 		s := &p.slots[i]
 		s.waitIdx = -1
@@ -307,6 +344,7 @@ func (p *Pool) alloc(s *slot) error {
 	}
 	s.index = k.Index()
 	s.devKey = k
+	s.binds = 0
 	s.hasAvoid = false
 	for _, r := range p.retiredLog {
 		if r.index == s.index {
@@ -327,10 +365,31 @@ func (s *slot) dealloc() {
 	}
 }
 
+// rotate replaces a FREE window that has used up its key variants with a
+// fresh one. The old window is not deallocated at once: it stays in the
+// quarantine, unbound (every key of its index refused), so the device
+// cannot give its index to a new window whose variants might meet the
+// keys a peer remembers. Only the oldest of WindowQuarantine rotated
+// windows is closed. The window is FREE, so no WR names it.
+func (p *Pool) rotate(s *slot) error {
+	old := s.mw
+	if err := p.alloc(s); err != nil {
+		s.mw = old
+		return err
+	}
+	if len(p.quarantine) == p.cfg.WindowQuarantine {
+		p.quarantine[0].Close()
+		p.quarantine = append(p.quarantine[:0], p.quarantine[1:]...)
+	}
+	p.quarantine = append(p.quarantine, old)
+	p.st.Rotations++
+	return nil
+}
+
 // Get takes a FREE MR, bumps its key and stages a registration of seg
 // with the access dir needs. The returned Reg's WR must be chained in front
 // of the SEND that advertises the key; no wait is needed.
-func (p *Pool) Get(seg Segment, dir Direction, reqID uint64) (Reg, error) {
+func (p *Pool) Get(seg Segment, dir Direction) (Reg, error) {
 	if p.closed {
 		return Reg{}, ErrClosed
 	}
@@ -350,6 +409,11 @@ func (p *Pool) Get(seg Segment, dir Direction, reqID uint64) (Reg, error) {
 	}
 	i := p.free[len(p.free)-1]
 	s := &p.slots[i]
+	if p.mech == MW && s.binds >= maxBinds {
+		if err := p.rotate(s); err != nil {
+			return Reg{}, err
+		}
+	}
 	key := s.devKey.Bump()
 	if s.hasAvoid && key == s.avoid {
 		key = key.Bump()
@@ -359,7 +423,10 @@ func (p *Pool) Get(seg Segment, dir Direction, reqID uint64) (Reg, error) {
 	if p.mech == FRMR {
 		iova := addr
 		if p.cfg.IOVATag {
-			iova = reqID<<32 | addr&0xffffffff
+			if seg.Len > p.cfg.MaxPages*transport.PageSize {
+				return Reg{}, ErrSegment
+			}
+			iova = (p.cfg.IOVABase+p.regCount)<<p.tagShift | addr&uint64(transport.PageSize-1)
 		}
 		if err := s.mr.Map(seg.Arena, seg.Off, seg.Len, iova); err != nil {
 			return Reg{}, fmt.Errorf("%w: %w", ErrSegment, err)
@@ -373,6 +440,9 @@ func (p *Pool) Get(seg Segment, dir Direction, reqID uint64) (Reg, error) {
 			Reg: transport.RegWR{MR: s.mr, Key: key, Access: acc}}
 	} else {
 		b := p.base
+		if seg.Base != nil {
+			b = seg.Base
+		}
 		if b.Arena() != seg.Arena || addr < b.Addr() || addr+uint64(seg.Len) > b.Addr()+uint64(b.Len()) {
 			return Reg{}, ErrSegment
 		}
@@ -384,6 +454,8 @@ func (p *Pool) Get(seg Segment, dir Direction, reqID uint64) (Reg, error) {
 		r.wr = transport.SendWR{ID: makeID(kindReg, i, r.gen), Opcode: transport.OpBindMW,
 			Bind: transport.BindWR{MW: s.mw, Key: key, MR: b, Addr: addr, Length: uint64(seg.Len), Access: acc}}
 	}
+	p.regCount++
+	s.binds++
 	p.free = p.free[:len(p.free)-1]
 	p.nFree--
 	p.nInUse++
@@ -1011,5 +1083,9 @@ func (p *Pool) Close() error {
 	for i := range p.slots {
 		p.slots[i].dealloc()
 	}
+	for _, w := range p.quarantine {
+		w.Close()
+	}
+	p.quarantine = nil
 	return nil
 }

@@ -325,7 +325,7 @@ func (r *rig) start(tag int) {
 		}
 	}
 	r.nextReq++
-	reg, err := r.pool.Get(Segment{Arena: r.ini.arena, Off: base + off, Len: n}, dir, r.nextReq)
+	reg, err := r.pool.Get(Segment{Arena: r.ini.arena, Off: base + off, Len: n}, dir)
 	if errors.Is(err, ErrExhausted) {
 		return
 	}

@@ -39,7 +39,7 @@ func (r *rig) waitIni(pred func() bool) {
 // SEND completion: the MR is VALID and its key known to the peer.
 func (r *rig) register(off, n int, dir Direction) Reg {
 	r.t.Helper()
-	reg, err := r.pool.Get(Segment{Arena: r.ini.arena, Off: off, Len: n}, dir, 42)
+	reg, err := r.pool.Get(Segment{Arena: r.ini.arena, Off: off, Len: n}, dir)
 	if err != nil {
 		r.fatalf("get: %v", err)
 	}

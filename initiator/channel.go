@@ -50,9 +50,10 @@ type ioSlot struct {
 	hasReg  bool
 	inv     bool // a LOCAL_INV still has to be posted
 	rsp     wire.Response
-	bounce  int   // offset of the bounce buffer in the session arena
-	sendOff int   // offset of the send buffer in the channel arena
-	started int64 // passClock stamp of the pass that posted it
+	bounce  int          // offset of the bounce buffer in the session arena
+	base    transport.MR // MR over the bounce buffer alone (isolate), windows bind over it
+	sendOff int          // offset of the send buffer in the channel arena
+	started int64        // passClock stamp of the pass that posted it
 }
 
 // channel is one connection of a session: a QP, its CQ, its FRMR pool and
@@ -92,20 +93,25 @@ type channel struct {
 	maxTransfer int
 	remoteInv   bool
 	maxImm      int // largest WRITE sent as immediate data (0: none)
-	handles     map[*Volume]uint32
-	slots       []ioSlot
-	free        []int
-	waiting     []int // slots in slotResponded
-	invPending  []int // slots whose LOCAL_INV could not be posted yet
-	clk         passClock
-	recvWRs     []transport.RecvWR
-	recvSGE     []transport.SGE
-	chain       [2]transport.SendWR
-	sendSGE     [2]transport.SGE // the IU, and a WRITE's immediate data
-	wcs         [64]transport.WC
-	cmd         wire.Command
-	sqDepth     int
-	rqDepth     int
+	// isolate: the device does not check window bounds, so every I/O goes
+	// through its slot's bounce buffer and binds over that buffer's own
+	// MR; a key then reaches nothing but the buffer of the I/O it was
+	// issued for (see frmr's "Windows and unchecked bounds").
+	isolate    bool
+	handles    map[*Volume]uint32
+	slots      []ioSlot
+	free       []int
+	waiting    []int // slots in slotResponded
+	invPending []int // slots whose LOCAL_INV could not be posted yet
+	clk        passClock
+	recvWRs    []transport.RecvWR
+	recvSGE    []transport.SGE
+	chain      [2]transport.SendWR
+	sendSGE    [2]transport.SGE // the IU, and a WRITE's immediate data
+	wcs        [64]transport.WC
+	cmd        wire.Command
+	sqDepth    int
+	rqDepth    int
 }
 
 func newChannel(s *Session, id int) *channel {
@@ -165,6 +171,9 @@ func (c *channel) setup(dev transport.Device) error {
 	pool, err := frmr.New(frmr.Config{
 		PD: s.pd, Caps: dev.Attr().Caps, Mechanism: s.cfg.Mechanism, Size: cr, MaxPages: pages,
 		BaseMR: s.dataMR, SQDepth: c.sqDepth, IOVATag: true,
+		// Channels share the PD, so a device may hand one channel's old
+		// MR index to another's pool: their iova tags must never meet.
+		IOVABase:      uint64(c.id) << 32,
 		DeadlineTicks: int(s.cfg.IOTimeout / tick),
 	})
 	if err != nil {
@@ -173,12 +182,23 @@ func (c *channel) setup(dev transport.Device) error {
 		return err
 	}
 	c.arena, c.mr, c.pool = a, m, pool
+	c.isolate = pool.Mechanism() == frmr.MW && dev.Attr().Quirks.WindowBoundsUnchecked
 	c.slots = make([]ioSlot, cr)
 	c.free = make([]int, 0, cr)
 	for i := range c.slots {
-		c.slots[i].bounce = s.bounceOff(c.id, i)
-		c.slots[i].sendOff = c.rqDepth*recvIU + (i+1)*sendIU
+		sl := &c.slots[i]
+		sl.bounce = s.bounceOff(c.id, i)
+		sl.sendOff = c.rqDepth*recvIU + (i+1)*sendIU
 		c.free = append(c.free, i)
+		if c.isolate {
+			if sl.base, err = s.pd.RegMR(s.data, sl.bounce, s.cfg.MaxTransfer, transport.AccessLocalWrite|transport.AccessMWBind); err != nil {
+				c.closeSlotMRs()
+				pool.Close()
+				m.Close()
+				a.Close()
+				return fmt.Errorf("initiator: register bounce buffer %d: %w", i, err)
+			}
+		}
 	}
 	c.recvWRs = make([]transport.RecvWR, c.rqDepth)
 	c.recvSGE = make([]transport.SGE, c.rqDepth)
@@ -191,8 +211,21 @@ func (c *channel) setup(dev transport.Device) error {
 	return nil
 }
 
+// closeSlotMRs deregisters the bounce buffers' own MRs; the pool's windows
+// must be gone first.
+func (c *channel) closeSlotMRs() {
+	for i := range c.slots {
+		if sl := &c.slots[i]; sl.base != nil {
+			sl.base.Close()
+			sl.base = nil
+		}
+	}
+}
+
 // connect builds a QP, connects it and logs in. On failure everything it
-// created is gone again.
+// created is gone again, and the pool has forgotten the attempt: a login
+// SEND still in its ledger would make the first completion of the next
+// connection look like a skipped one and taint every MR.
 func (c *channel) connect(ctx context.Context) (err error) {
 	s := c.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
@@ -219,6 +252,10 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			c.teardown()
+			c.pool.Reset()
+			if rerr := c.pool.Recover(); rerr != nil {
+				err = fmt.Errorf("%w (and replacing registrations: %v)", err, rerr)
+			}
 		}
 	}()
 	if err := qp.Modify(transport.QPInit); err != nil {

@@ -81,6 +81,9 @@ func (c *channel) dispatch() {
 		if !c.postInvalidate(si) {
 			return
 		}
+		if c.qp == nil {
+			return // the post failed and fail() cleared invPending
+		}
 		c.invPending = c.invPending[1:]
 	}
 	for c.avail > 0 && len(c.free) > 0 && c.qp != nil {
@@ -150,11 +153,17 @@ func (c *channel) start(r *Request) bool {
 		}
 		if r.Op == OpRead || r.Op == OpWrite {
 			n := len(r.Buf)
-			seg, zc := s.segmentFor(r.Buf)
+			seg, zc := s.zeroCopy(r.Buf)
 			if !zc {
-				seg = frmr.Segment{Arena: s.data, Off: sl.bounce, Len: n}
+				seg = frmr.Segment{Arena: s.data, Off: sl.bounce, Len: n, Base: sl.base}
 				if r.Op == OpWrite {
+					// The caller may give up on r meanwhile; pin it so
+					// that a returned WriteAt never has its buffer read.
+					if !r.pin() {
+						return true // abandoned: drop it
+					}
 					copy(s.data.Bytes()[sl.bounce:sl.bounce+n], r.Buf)
+					r.unpin()
 				}
 			}
 			if r.Op == OpWrite && n <= c.maxImm {
@@ -171,7 +180,7 @@ func (c *channel) start(r *Request) bool {
 				if r.Op == OpRead {
 					dir = frmr.PeerWrites
 				}
-				reg, err := c.pool.Get(seg, dir, tag&0xffffffff)
+				reg, err := c.pool.Get(seg, dir)
 				if err != nil {
 					if errors.Is(err, frmr.ErrExhausted) || errors.Is(err, frmr.ErrNotDrained) {
 						return false
@@ -319,6 +328,9 @@ func (c *channel) onRecv(wc *transport.WC) {
 		if !c.postInvalidate(si) {
 			c.invPending = append(c.invPending, si)
 		}
+		if c.qp == nil {
+			return // the invalidation failed and the connection with it
+		}
 	case withInv:
 		c.fail(fmt.Errorf("initiator: target invalidated %s for a request without data: %w", wc.InvalidatedKey, ErrProtocol))
 		return
@@ -383,7 +395,7 @@ func (c *channel) complete(si int) {
 		return
 	}
 	if r.Op == OpRead && err == nil {
-		if _, zc := c.s.segmentFor(r.Buf); !zc {
+		if _, zc := c.s.zeroCopy(r.Buf); !zc {
 			copy(r.Buf, c.s.data.Bytes()[sl.bounce:sl.bounce+len(r.Buf)])
 		}
 	}
@@ -567,6 +579,7 @@ func (c *channel) shutdown() {
 	if c.pool != nil {
 		c.pool.Close()
 	}
+	c.closeSlotMRs()
 	if c.mr != nil {
 		c.mr.Close()
 	}

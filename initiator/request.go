@@ -117,6 +117,7 @@ const (
 	reqPending uint32 = iota
 	reqClaimed
 	reqAbandoned
+	reqPinned // the poller is copying the caller's buffer
 )
 
 // claim makes the poller the request's owner until it is delivered; it
@@ -128,6 +129,13 @@ func (r *Request) claim() bool { return r.state.CompareAndSwap(reqPending, reqCl
 func (r *Request) abandon() bool { return r.state.CompareAndSwap(reqPending, reqAbandoned) }
 
 func (r *Request) abandoned() bool { return r.state.Load() == reqAbandoned }
+
+// pin keeps the caller from giving up on r while the poller reads its
+// buffer (a write's copy into the bounce buffer); false if it already
+// has. unpin ends it.
+func (r *Request) pin() bool    { return r.state.CompareAndSwap(reqPending, reqPinned) }
+func (r *Request) unpin()       { r.state.Store(reqPending) }
+func (r *Request) pinned() bool { return r.state.Load() == reqPinned }
 
 // deliver reports a claimed request.
 func (r *Request) deliver(err error) {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -24,6 +25,9 @@ type Session struct {
 	data   *transport.Arena // bounce buffers, then the application's pool
 	dataMR transport.MR
 	bufOff int // where the application's buffer pool starts
+	// isolate: every I/O is bounced (see channel.isolate); set before the
+	// channels' loops start, read-only after.
+	isolate bool
 
 	chans []*channel
 	next  atomic.Uint32
@@ -84,6 +88,7 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 			return nil, err
 		}
 		s.chans = append(s.chans, c)
+		s.isolate = c.isolate
 		if err := c.connectRetry(ctx); err != nil {
 			s.abort()
 			return nil, err
@@ -110,8 +115,6 @@ func (c *channel) connectRetry(ctx context.Context) error {
 			return err
 		}
 		c.log.Debug("connect failed; retrying", "attempt", i+1, "err", err)
-		c.pool.Reset()
-		c.pool.Recover()
 	}
 	return err
 }
@@ -165,6 +168,35 @@ func (s *Session) segmentFor(b []byte) (frmr.Segment, bool) {
 		return frmr.Segment{}, false
 	}
 	return frmr.Segment{Arena: s.data, Off: int(p - base), Len: len(b)}, true
+}
+
+// zeroCopy is segmentFor for I/O: where the device cannot keep a key
+// inside its window (isolate), no buffer is registered in place.
+func (s *Session) zeroCopy(b []byte) (frmr.Segment, bool) {
+	if s.isolate {
+		return frmr.Segment{}, false
+	}
+	return s.segmentFor(b)
+}
+
+// abandon gives up on a synchronous request whose caller's context ended.
+// It succeeds only where the request can no longer reach the caller's
+// buffer once abandon returns: the buffer was never exposed (bounced
+// I/O) and the poller is not copying from it this instant. Otherwise the
+// caller must wait for the completion.
+func (s *Session) abandon(r *Request) bool {
+	if _, zc := s.zeroCopy(r.Buf); zc {
+		return false // the target may reach the buffer itself until the key is dead
+	}
+	for {
+		if r.abandon() {
+			return true
+		}
+		if !r.pinned() {
+			return false // claimed: it completes soon
+		}
+		runtime.Gosched() // a copy of at most MaxTransfer bytes
+	}
 }
 
 // AllocBuffer returns n bytes (rounded up to the page size) of the

@@ -41,7 +41,9 @@ var reqPool = sync.Pool{New: func() any {
 }}
 
 // Submit starts an asynchronous request; it is sent on r.Done (or passed
-// to r.OnDone) when it completes. Offsets and lengths must be block aligned and a transfer at
+// to r.OnDone) when it completes. r.Buf belongs to the request until then:
+// the target may read or write it (or its bounce copy) at any moment
+// before the completion, never after. Offsets and lengths must be block aligned and a transfer at
 // most MaxTransfer bytes.
 func (v *Volume) Submit(r *Request) error {
 	if err := v.check(r.Op, r.Offset, r.length()); err != nil {
@@ -112,10 +114,7 @@ func (v *Volume) do(ctx context.Context, op Op, buf []byte, off, n int64, fua bo
 		select {
 		case <-r.sync:
 		case <-ctx.Done():
-			_, zc := v.s.segmentFor(r.Buf)
-			if !zc && r.abandon() {
-				// Only a bounce buffer is exposed; the poller drops the
-				// request when it completes.
+			if v.s.abandon(r) {
 				err = ctx.Err()
 				continue
 			}
@@ -139,6 +138,10 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 
 // ReadAtContext reads len(p) bytes at off, any alignment. Like
 // io.ReaderAt it returns io.EOF with fewer bytes at the end of the volume.
+// Once it returns, with an error from ctx too, nothing writes into p any
+// more: a cancelled read of a bounced buffer is dropped, one of a
+// Session.AllocBuffer buffer (which the target writes in place) waits
+// until the key is dead.
 func (v *Volume) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("initiator: read at %d: %w", off, ErrInvalid)
@@ -176,7 +179,10 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // WriteAtContext writes p at off, any alignment: partial blocks are read,
-// merged and written back.
+// merged and written back. Once it returns, with an error from ctx too,
+// nothing reads p any more: a write is abandoned only before or after its
+// data was copied out, never during, and one of a Session.AllocBuffer
+// buffer (which the target reads in place) waits until the key is dead.
 func (v *Volume) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	return v.writeAt(ctx, p, off, false)
 }

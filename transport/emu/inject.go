@@ -91,6 +91,7 @@ type Counters struct {
 	InjectedQPErrors      uint64
 	PostFailures          uint64
 	BadFrames             uint64
+	ProbesServed          uint64 // Probe accesses the device served
 }
 
 // Counters returns the NIC's counts so far.
@@ -102,6 +103,7 @@ func (p *Provider) Counters() Counters {
 		Flushed: c.flushed.Load(), DroppedCQEs: c.droppedCQEs.Load(), CorruptedCQEs: c.corruptedCQEs.Load(),
 		Duplicates: c.duplicates.Load(), LinkCuts: c.linkCuts.Load(), InjectedQPErrors: c.injectedQPErrors.Load(),
 		PostFailures: c.postFailures.Load(), BadFrames: c.badFrms.Load(),
+		ProbesServed: c.probesServed.Load(),
 	}
 }
 

@@ -1,0 +1,349 @@
+package initiator_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/targettest"
+	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// hostileRig is a real target behind the hostile-peer kit, on its own
+// software NIC (tcp wire), and an initiator provider of its own, so the
+// initiator's QPs are the only ones ip lists.
+type hostileRig struct {
+	tp, ip *emu.Provider
+	h      *targettest.Hostile
+	addr   string
+}
+
+func newHostileRig(t *testing.T, profile string, script targettest.Script) *hostileRig {
+	t.Helper()
+	cfg := emu.Config{Profile: profile, Wire: emu.WireTCP, Logger: quiet}
+	tp, err := emu.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip, err := emu.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := block.NewMemStore()
+	if _, err := st.Create("vol0", 8<<20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := target.New(target.Config{Name: "hostile", Catalog: storeCatalog{st}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := targettest.Wrap(tp, script)
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := h.Listen(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- tgt.Serve(ctx, l) }()
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		tgt.Shutdown(sctx)
+		cancel()
+		<-served
+		l.Close()
+		ip.Close()
+		tp.Close()
+		st.Close()
+	})
+	return &hostileRig{tp: tp, ip: ip, h: h, addr: l.Addr()}
+}
+
+func (r *hostileRig) dial(t *testing.T, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {
+	t.Helper()
+	cfg.Provider, cfg.Addr, cfg.Name = r.ip, r.addr, "victim"
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := initiator.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, v
+}
+
+// victimQP is the initiator's live QP (one channel).
+func (r *hostileRig) victimQP() transport.QP {
+	qps := r.ip.QPs()
+	if len(qps) == 0 {
+		return nil
+	}
+	return qps[len(qps)-1]
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+var mechanisms = []frmr.Mechanism{frmr.FRMR, frmr.MW}
+
+// TestHostileStaleDescriptors: a target that remembers every descriptor
+// it was handed fires all of them, as RDMA WRITEs, while each new read is
+// in flight. At QD1 one MR (window) serves every read, so its 8-bit key
+// wraps every 256 reads; across three wraps not one stale descriptor may
+// be served, and the live one must be (or the probe proves nothing).
+func TestHostileStaleDescriptors(t *testing.T) {
+	const reads = 800
+	for _, profile := range []string{"strict", "ib", "iwarp", "rxe"} {
+		for _, mech := range mechanisms {
+			t.Run(profile+"/"+mech.String(), func(t *testing.T) {
+				var r *hostileRig
+				var served, probed, live atomic.Int64
+				var firstBad atomic.Value
+				junk := bytes.Repeat([]byte{0xEE}, 64)
+				r = newHostileRig(t, profile, targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
+					ds := rsp.Descriptors
+					if rsp.Login || len(ds) == 0 || rsp.Key == 0 {
+						return targettest.Pass
+					}
+					q := r.victimQP()
+					cur := ds[len(ds)-1]
+					if ok, _, _ := r.ip.Probe(q, transport.OpRDMAWrite, cur.RKey, cur.VA, junk); ok {
+						live.Add(1)
+					}
+					for _, d := range ds[:len(ds)-1] {
+						probed.Add(1)
+						if ok, _, _ := r.ip.Probe(q, transport.OpRDMAWrite, d.RKey, d.VA, junk); ok {
+							served.Add(1)
+							firstBad.CompareAndSwap(nil, fmt.Sprintf("stale %s@%#x served while %s@%#x is live (response %d)", d.RKey, d.VA, cur.RKey, cur.VA, rsp.N))
+						}
+					}
+					return targettest.Pass
+				}})
+				s, v := r.dial(t, initiator.Config{Mechanism: mech, Credits: 4})
+				buf := make([]byte, 4096)
+				for i := 0; i < reads; i++ {
+					if _, err := v.ReadAt(buf, int64(i%64)*4096); err != nil {
+						t.Fatalf("read %d: %v", i, err)
+					}
+				}
+				t.Logf("%d stale probes, %d served; %d of %d live probes served; %d reconnects", probed.Load(), served.Load(), live.Load(), reads, s.Stats().Reconnects)
+				if bad := firstBad.Load(); bad != nil {
+					t.Fatalf("%d stale descriptors served; first: %s", served.Load(), bad)
+				}
+				if live.Load() != reads {
+					t.Fatalf("the live descriptor was served in %d of %d reads: the probe is not reaching the initiator", live.Load(), reads)
+				}
+			})
+		}
+	}
+}
+
+// addrOf is the virtual address of b's first byte, which is the address
+// the target would aim an RDMA access at.
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+
+// TestHostileWindowReach: on a device that checks only the bounds of the
+// MR under a window (rxe), the target uses the key of the read in flight
+// to read and write the application's other memory: a Session.AllocBuffer
+// buffer no I/O uses, the rest of the application's own read buffer, and
+// the buffers of the neighbouring credits. None may be reached, for
+// bounced and for AllocBuffer reads. (What stays reachable is the unused
+// rest of the I/O's own bounce buffer, which holds only bytes of earlier
+// I/O with this same target.)
+func TestHostileWindowReach(t *testing.T) {
+	for _, zeroCopy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allocbuffer=%v", zeroCopy), func(t *testing.T) {
+			var r *hostileRig
+			var private, buf []byte
+			var maxTransfer atomic.Int64
+			var mu sync.Mutex
+			var reached []string
+			r = newHostileRig(t, "rxe", targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
+				ds := rsp.Descriptors
+				if rsp.Login || len(ds) == 0 || rsp.Key == 0 {
+					return targettest.Pass
+				}
+				cur := ds[len(ds)-1]
+				q := r.victimQP()
+				peek := make([]byte, 64)
+				slotLen := uint64(maxTransfer.Load())
+				for _, try := range []struct {
+					what string
+					op   transport.Opcode
+					va   uint64
+				}{
+					{"read the private buffer", transport.OpRDMARead, addrOf(private)},
+					{"write the private buffer", transport.OpRDMAWrite, addrOf(private)},
+					{"write the rest of the application's buffer", transport.OpRDMAWrite, addrOf(buf) + 4096},
+					{"write the next credit's buffer", transport.OpRDMAWrite, cur.VA + slotLen},
+					{"write the previous credit's buffer", transport.OpRDMAWrite, cur.VA - 64},
+				} {
+					if ok, _, _ := r.ip.Probe(q, try.op, cur.RKey, try.va, peek); ok {
+						mu.Lock()
+						reached = append(reached, fmt.Sprintf("%s at %#x with %s (I/O at %#x+%d)", try.what, try.va, cur.RKey, cur.VA, cur.Len))
+						mu.Unlock()
+					}
+				}
+				return targettest.Pass
+			}})
+			s, v := r.dial(t, initiator.Config{Mechanism: frmr.MW, Credits: 4, BufferBytes: 1 << 20})
+			maxTransfer.Store(int64(s.MaxTransfer()))
+			var err error
+			if private, err = s.AllocBuffer(4096); err != nil {
+				t.Fatal(err)
+			}
+			for i := range private {
+				private[i] = 0x5A
+			}
+			buf = make([]byte, 8192)
+			if zeroCopy {
+				if buf, err = s.AllocBuffer(8192); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 20; i++ {
+				if _, err := v.ReadAt(buf[:4096], int64(i)*4096); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !bytes.Equal(private, bytes.Repeat([]byte{0x5A}, 4096)) {
+				t.Errorf("the private buffer changed")
+			}
+			if len(reached) > 0 {
+				t.Fatalf("%d accesses outside the I/O's buffer served; first: %s", len(reached), reached[0])
+			}
+		})
+	}
+}
+
+// TestHostileDropsDuringReconnect: the target cuts the connection in the
+// middle of the I/O, then again during the login of the reconnect, six
+// times over. Each failed login must leave nothing behind: the next good
+// connection carries I/O with no further teardown (no "bogus
+// invalidation" of a key it registered itself, no skipped completion),
+// nothing panics, and every write reads back. With local invalidation
+// too, where a stale registration once crashed the initiator.
+func TestHostileDropsDuringReconnect(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		for _, mech := range mechanisms {
+			t.Run(fmt.Sprintf("%s/local-inv=%v", mech, local), func(t *testing.T) {
+				const cuts = 6
+				var cutIO, cutLogin atomic.Int64
+				var armed atomic.Bool // the next login is cut
+				r := newHostileRig(t, "strict", targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
+					if rsp.Login {
+						if armed.CompareAndSwap(true, false) {
+							cutLogin.Add(1)
+							return targettest.Disconnect
+						}
+						return targettest.Pass
+					}
+					if rsp.N%40 == 0 && cutIO.Load() < cuts {
+						cutIO.Add(1)
+						armed.Store(true)
+						return targettest.Disconnect
+					}
+					return targettest.Pass
+				}})
+				s, v := r.dial(t, initiator.Config{Mechanism: mech, Credits: 4, NoRemoteInvalidate: local,
+					LossTimeout: 20 * time.Second})
+				model := make([]byte, 64*4096)
+				buf := make([]byte, 16384) // above the immediate-data limit: registered
+				for i := 0; i < 400; i++ {
+					off := int64(i%61) * 4096
+					if i%2 == 0 {
+						for j := range buf {
+							buf[j] = byte(i + j)
+						}
+						if _, err := v.WriteAt(buf, off); err != nil {
+							t.Fatalf("write %d: %v", i, err)
+						}
+						copy(model[off:], buf)
+					} else {
+						if _, err := v.ReadAt(buf, off); err != nil {
+							t.Fatalf("read %d: %v", i, err)
+						}
+						if !bytes.Equal(buf, model[off:off+int64(len(buf))]) {
+							t.Fatalf("read %d at %d: data differs from what was written", i, off)
+						}
+					}
+				}
+				st := s.Stats()
+				t.Logf("cut %d I/Os and %d logins; connections lost %d, reconnects %d", cutIO.Load(), cutLogin.Load(), st.ConnectionsLost, st.Reconnects)
+				if cutIO.Load() != cuts || cutLogin.Load() != cuts {
+					t.Fatalf("the script cut %d I/Os and %d logins, want %d each", cutIO.Load(), cutLogin.Load(), cuts)
+				}
+				if st.ConnectionsLost != cuts {
+					t.Fatalf("%d connections lost for %d cuts: a failed login poisoned the connection after it", st.ConnectionsLost, cuts)
+				}
+			})
+		}
+	}
+}
+
+// TestAbandonedWriteNeverReadsBuffer: a WriteAtContext that returns an
+// error because its context ended must not read the caller's buffer any
+// more. The caller overwrites it at once with a marker; the marker must
+// never reach the volume.
+func TestAbandonedWriteNeverReadsBuffer(t *testing.T) {
+	r := newRig(t, emu.Config{Logger: quiet}, 8<<20, target.Config{Logger: quiet})
+	s := r.dial(t, initiator.Config{Logger: quiet})
+	v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	marker := bytes.Repeat([]byte{0xBB}, len(buf))
+	abandoned := 0
+	for i := 0; i < 300; i++ {
+		for j := range buf {
+			buf[j] = 0x11
+		}
+		// Cancel somewhere in the first 300 µs of the call, spread so
+		// that some land while the poller copies the megabyte out.
+		ctx, cancel := context.WithCancel(context.Background())
+		go func(d time.Duration) {
+			for t0 := time.Now(); time.Since(t0) < d; {
+			}
+			cancel()
+		}(time.Duration(i%60) * 5 * time.Microsecond)
+		_, err := v.WriteAtContext(ctx, buf, 0)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+			abandoned++
+			copy(buf, marker) // the call returned: the buffer is ours again
+		}
+	}
+	if err := v.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(buf))
+	if _, err := v.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d of 300 writes abandoned", abandoned)
+	if i := bytes.IndexByte(got, 0xBB); i >= 0 {
+		t.Fatalf("byte %d of the volume holds the marker written after WriteAtContext returned", i)
+	}
+}
