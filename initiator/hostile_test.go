@@ -347,3 +347,107 @@ func TestAbandonedWriteNeverReadsBuffer(t *testing.T) {
 		t.Fatalf("byte %d of the volume holds the marker written after WriteAtContext returned", i)
 	}
 }
+
+// TestHostileAnswers: the target answers every 25th response wrongly, in
+// each way a broken or hostile target can: twice (the second names a
+// completed request), invalidating the wrong key, a key never issued, the
+// key of another I/O in flight, or no key at all. The initiator may tear
+// the connection down and reconnect, but it must not panic, must complete
+// every request exactly once, and every write must read back.
+func TestHostileAnswers(t *testing.T) {
+	type rewrite func(rsp *targettest.Response, prev transport.Key) targettest.Action
+	for _, tc := range []struct {
+		name string
+		f    rewrite
+	}{
+		{"duplicate", func(*targettest.Response, transport.Key) targettest.Action { return targettest.Duplicate }},
+		{"wrong-variant", func(r *targettest.Response, _ transport.Key) targettest.Action {
+			r.WR.InvalidateKey = r.Key.Bump()
+			return targettest.Pass
+		}},
+		{"never-issued", func(r *targettest.Response, _ transport.Key) targettest.Action {
+			r.WR.InvalidateKey = transport.MakeKey(0xABCDE, 0x42)
+			return targettest.Pass
+		}},
+		{"other-in-flight", func(r *targettest.Response, prev transport.Key) targettest.Action {
+			if prev != 0 && prev != r.Key {
+				r.WR.InvalidateKey = prev
+			}
+			return targettest.Pass
+		}},
+		{"no-invalidate", func(r *targettest.Response, _ transport.Key) targettest.Action {
+			r.WR.Opcode, r.WR.InvalidateKey = transport.OpSend, 0
+			return targettest.Pass
+		}},
+	} {
+		for _, mech := range mechanisms {
+			t.Run(tc.name+"/"+mech.String(), func(t *testing.T) {
+				var mu sync.Mutex
+				var prev transport.Key // the key of the previous invalidating response
+				r := newHostileRig(t, "strict", targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
+					if rsp.Login || rsp.Key == 0 {
+						return targettest.Pass
+					}
+					mu.Lock()
+					p := prev
+					prev = rsp.Key
+					mu.Unlock()
+					if rsp.N%25 != 0 {
+						return targettest.Pass
+					}
+					return tc.f(rsp, p)
+				}})
+				s, v := r.dial(t, initiator.Config{Mechanism: mech, Credits: 4, LossTimeout: 20 * time.Second})
+				const depth, ios = 4, 300
+				model := make([]byte, 64*16384)
+				done := make(chan *initiator.Request, depth)
+				var seen sync.Map
+				bufs := make([][]byte, depth)
+				for i := range bufs {
+					bufs[i] = make([]byte, 16384)
+				}
+				// Rounds of depth concurrent I/Os on distinct blocks: writes
+				// then reads of the same blocks, checked against the model.
+				for round := 0; round < ios/depth; round++ {
+					op := initiator.OpWrite
+					if round%2 == 1 {
+						op = initiator.OpRead
+					}
+					base := (round / 2 * depth) % 60
+					for k := 0; k < depth; k++ {
+						if op == initiator.OpWrite {
+							for j := range bufs[k] {
+								bufs[k][j] = byte(round + k + j)
+							}
+						}
+						req := &initiator.Request{Op: op, Buf: bufs[k], Offset: int64(base+k) * 16384, Done: done}
+						if err := v.Submit(req); err != nil {
+							t.Fatal(err)
+						}
+					}
+					for k := 0; k < depth; k++ {
+						req := <-done
+						if _, dup := seen.LoadOrStore(fmt.Sprintf("%d/%p", round, req), true); dup {
+							t.Fatalf("request completed twice")
+						}
+						if req.Err != nil {
+							t.Fatalf("round %d: %s at %d: %v", round, req.Op, req.Offset, req.Err)
+						}
+						off := req.Offset
+						if op == initiator.OpWrite {
+							copy(model[off:], req.Buf)
+						} else if !bytes.Equal(req.Buf, model[off:off+16384]) {
+							t.Fatalf("round %d: read at %d differs from what was written", round, off)
+						}
+					}
+				}
+				select {
+				case req := <-done:
+					t.Fatalf("an extra completion of %s at %d", req.Op, req.Offset)
+				default:
+				}
+				t.Logf("connections lost %d, reconnects %d", s.Stats().ConnectionsLost, s.Stats().Reconnects)
+			})
+		}
+	}
+}
