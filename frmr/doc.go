@@ -56,7 +56,11 @@
 //     allocated and unbound in a quarantine of Config.WindowQuarantine
 //     windows, so no key of its index is valid and the device cannot give
 //     the index to anyone. Only when it leaves the quarantine can the
-//     index come back (with a variant the device picks). The horizon is
+//     index come back. A window the pool deallocates after a taint (the
+//     recovery rule) leaves no quarantined trace, so the pool remembers
+//     per index where the variants stopped, and a window reborn at that
+//     index goes on from there, rotating when the lives since the index's
+//     last quarantine have used the variants up. The horizon is
 //     therefore at least WindowQuarantine × 254 registrations of the pool
 //     on a device that reuses the index it freed last (the emulator), and
 //     the device's whole index space × 254 on one that allocates indices

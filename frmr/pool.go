@@ -217,6 +217,7 @@ type entry struct {
 type retired struct {
 	index uint32
 	key   transport.Key
+	binds int // bindings the window had made (MW)
 }
 
 // Stats are the pool's counters and gauges.
@@ -262,6 +263,9 @@ type Pool struct {
 	closed     bool
 	retiredLog []retired
 	retiredPos int
+	// windows is, per window index the pool has held, where its variants
+	// stopped (MW): a window reborn at that index goes on from there.
+	windows    map[uint32]retired
 	regCount   uint64         // registrations ever made: the iova tag
 	tagShift   uint           // bits of an FRMR iova below the tag
 	quarantine []transport.MW // rotated windows, oldest first
@@ -304,6 +308,7 @@ func New(cfg Config) (*Pool, error) {
 		wait:       make([]uint32, 0, cfg.Size),
 		ledger:     make([]entry, cfg.SQDepth),
 		retiredLog: make([]retired, 0, 2*cfg.Size),
+		windows:    map[uint32]retired{},
 		seq:        1, // 0 means "no carrying SEND yet"
 	}
 	p.st.Size = cfg.Size
@@ -346,6 +351,17 @@ func (p *Pool) alloc(s *slot) error {
 	s.devKey = k
 	s.binds = 0
 	s.hasAvoid = false
+	if p.mech == MW {
+		// A window's bind chooses its key, so a new window at an index
+		// the pool has held goes on where the last one there stopped and
+		// rotates before the lives since its last quarantine together
+		// use up the variants: no remembered key comes back with the
+		// device's random initial variant.
+		if r, ok := p.windows[s.index]; ok {
+			s.devKey, s.binds = r.key, r.binds
+		}
+		return nil
+	}
 	for _, r := range p.retiredLog {
 		if r.index == s.index {
 			s.avoid, s.hasAvoid = r.key, true
@@ -377,13 +393,43 @@ func (p *Pool) rotate(s *slot) error {
 		s.mw = old
 		return err
 	}
-	if len(p.quarantine) == p.cfg.WindowQuarantine {
-		p.quarantine[0].Close()
-		p.quarantine = append(p.quarantine[:0], p.quarantine[1:]...)
-	}
-	p.quarantine = append(p.quarantine, old)
+	p.retire(old)
 	p.st.Rotations++
 	return nil
+}
+
+// retire puts a FREE window the pool no longer uses into the quarantine
+// and closes the oldest one there if it is full. A tainted window is not
+// retired so: its state is unknown, and the recovery rule is to
+// deallocate it at once (Recover); its index's variants are carried
+// over instead (see alloc).
+func (p *Pool) retire(w transport.MW) {
+	if len(p.quarantine) == p.cfg.WindowQuarantine {
+		// Out of quarantine: its keys are WindowQuarantine rotations
+		// old, so a window reborn at its index may use every variant
+		// again, starting after its last.
+		q := p.quarantine[0]
+		p.remember(q.Key().Index(), q.Key(), 0)
+		q.Close()
+		p.quarantine = append(p.quarantine[:0], p.quarantine[1:]...)
+	}
+	p.quarantine = append(p.quarantine, w)
+}
+
+// maxWindowHistory bounds the per-index history; a device that hands out
+// indices cyclically fills it, and forgetting then only shortens the
+// horizon to the quarantine's.
+const maxWindowHistory = 1 << 16
+
+// remember records where a window's variants stopped (MW only).
+func (p *Pool) remember(index uint32, key transport.Key, binds int) {
+	if p.mech != MW {
+		return
+	}
+	if len(p.windows) >= maxWindowHistory {
+		clear(p.windows)
+	}
+	p.windows[index] = retired{index, key, binds}
 }
 
 // Get takes a FREE MR, bumps its key and stages a registration of seg
@@ -883,10 +929,11 @@ func (p *Pool) Recover() error {
 			*s = old
 			return err
 		}
+		p.remember(old.index, old.devKey, old.binds)
 		if len(p.retiredLog) < cap(p.retiredLog) {
-			p.retiredLog = append(p.retiredLog, retired{old.index, old.devKey})
+			p.retiredLog = append(p.retiredLog, retired{old.index, old.devKey, old.binds})
 		} else {
-			p.retiredLog[p.retiredPos] = retired{old.index, old.devKey}
+			p.retiredLog[p.retiredPos] = retired{old.index, old.devKey, old.binds}
 			p.retiredPos = (p.retiredPos + 1) % len(p.retiredLog)
 		}
 		old.dealloc()
