@@ -199,4 +199,5 @@ type counters struct {
 	regOnValid, invKeyMismatch, invOnFree, accessAfterInvalidate  atomic.Uint64
 	remoteAccessErrors, flushed, droppedCQEs, corruptedCQEs       atomic.Uint64
 	duplicates, linkCuts, injectedQPErrors, postFailures, badFrms atomic.Uint64
+	acceptErrors                                                  atomic.Uint64
 }

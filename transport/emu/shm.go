@@ -275,6 +275,7 @@ type shmListener struct {
 	path string
 	reqs chan *shmReq
 	done chan struct{}
+	fail *listenFail
 	once sync.Once
 	wg   sync.WaitGroup
 }
@@ -288,26 +289,26 @@ func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listen
 	if err != nil {
 		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
 	}
-	l := &shmListener{p: p, ln: ln.(*net.UnixListener), path: addr, reqs: make(chan *shmReq, 64), done: make(chan struct{})}
+	return p.serveShm(ln.(*net.UnixListener), ln, addr), nil
+}
+
+// serveShm starts accepting connection requests on ln; accept is ln
+// itself, or a wrapper of it (tests inject accept errors).
+func (p *Provider) serveShm(ln *net.UnixListener, accept net.Listener, addr string) *shmListener {
+	l := &shmListener{p: p, ln: ln, path: addr, reqs: make(chan *shmReq, 64), done: make(chan struct{}), fail: newListenFail()}
 	l.wg.Add(1)
-	go l.acceptLoop()
+	go func() {
+		defer l.wg.Done()
+		p.acceptLoop(accept, addr, l.done, l.fail, func(nc net.Conn) {
+			l.wg.Add(1)
+			go l.handshake(nc.(*net.UnixConn))
+		})
+	}()
 	p.own(l)
-	return l, nil
+	return l
 }
 
 func (l *shmListener) Addr() string { return l.path }
-
-func (l *shmListener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		uc, err := l.ln.AcceptUnix()
-		if err != nil {
-			return
-		}
-		l.wg.Add(1)
-		go l.handshake(uc)
-	}
-}
 
 func peerPID(uc *net.UnixConn) string {
 	raw, err := uc.SyscallConn()
@@ -349,7 +350,7 @@ func (l *shmListener) handshake(uc *net.UnixConn) {
 }
 
 func (l *shmListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	return acceptFrom(ctx, l.reqs, l.done, l.path)
+	return acceptFrom(ctx, l.reqs, l.done, l.fail, l.path)
 }
 
 func (l *shmListener) Close() error {

@@ -28,6 +28,7 @@ type tcpListener struct {
 	ln   net.Listener
 	reqs chan *tcpReq
 	done chan struct{}
+	fail *listenFail
 	once sync.Once
 	wg   sync.WaitGroup
 }
@@ -41,26 +42,25 @@ func (p *Provider) listenTCP(ctx context.Context, addr string) (transport.Listen
 	if err != nil {
 		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
 	}
-	l := &tcpListener{p: p, ln: ln, reqs: make(chan *tcpReq, 64), done: make(chan struct{})}
+	return p.serveTCP(ln), nil
+}
+
+// serveTCP starts accepting connection requests on ln.
+func (p *Provider) serveTCP(ln net.Listener) *tcpListener {
+	l := &tcpListener{p: p, ln: ln, reqs: make(chan *tcpReq, 64), done: make(chan struct{}), fail: newListenFail()}
 	l.wg.Add(1)
-	go l.acceptLoop()
+	go func() {
+		defer l.wg.Done()
+		p.acceptLoop(ln, l.Addr(), l.done, l.fail, func(nc net.Conn) {
+			l.wg.Add(1)
+			go l.handshake(nc)
+		})
+	}()
 	p.own(l)
-	return l, nil
+	return l
 }
 
 func (l *tcpListener) Addr() string { return l.ln.Addr().String() }
-
-func (l *tcpListener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		nc, err := l.ln.Accept()
-		if err != nil {
-			return
-		}
-		l.wg.Add(1)
-		go l.handshake(nc)
-	}
-}
 
 // handshake reads the connect request of a new TCP connection.
 func (l *tcpListener) handshake(nc net.Conn) {
@@ -93,7 +93,7 @@ func (l *tcpListener) handshake(nc net.Conn) {
 }
 
 func (l *tcpListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	return acceptFrom(ctx, l.reqs, l.done, l.Addr())
+	return acceptFrom(ctx, l.reqs, l.done, l.fail, l.Addr())
 }
 
 func (l *tcpListener) Close() error {
