@@ -286,6 +286,12 @@ func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listen
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "unixpacket", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		if err = removeStaleSocket(ctx, addr); err != nil {
+			return nil, err
+		}
+		ln, err = lc.Listen(ctx, "unixpacket", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
 	}
@@ -309,6 +315,38 @@ func (p *Provider) serveShm(ln *net.UnixListener, accept net.Listener, addr stri
 }
 
 func (l *shmListener) Addr() string { return l.path }
+
+// removeStaleSocket removes the socket a listener that died without
+// closing (SIGKILL) left at path, so that a new one can bind there. It
+// removes only a socket nobody listens on: connect(2) to a unix socket
+// path fails with ECONNREFUSED when no socket listens there (unix(7)),
+// while a live listener answers, or fails with EAGAIN when its queue is
+// full; either of those, or a path that is not a socket, is left alone
+// and reported as ErrBusy.
+func removeStaleSocket(ctx context.Context, path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil // gone meanwhile: bind again
+	case err != nil:
+		return fmt.Errorf("emu: listen on %s: address in use: %w", path, err)
+	case fi.Mode().Type() != os.ModeSocket:
+		return fmt.Errorf("emu: listen on %s: address in use by a %s that is not a socket: %w", path, fi.Mode().Type(), transport.ErrBusy)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unixpacket", path)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("emu: listen on %s: address in use by a live listener: %w", path, transport.ErrBusy)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("emu: listen on %s: address in use, and a probe of it failed (%w): %w", path, err, transport.ErrBusy)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("emu: listen on %s: remove the stale socket: %w", path, err)
+	}
+	return nil
+}
 
 func peerPID(uc *net.UnixConn) string {
 	raw, err := uc.SyscallConn()
