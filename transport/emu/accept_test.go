@@ -45,7 +45,11 @@ func listenFlaky(t *testing.T, p *Provider, f *flakyListener) transport.Listener
 			t.Fatal(err)
 		}
 		f.Listener = ln
-		return p.serveTCP(f)
+		l, err := p.serveTCP(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
 	case WireShm:
 		path := filepath.Join(t.TempDir(), "s.sock")
 		ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
@@ -53,7 +57,11 @@ func listenFlaky(t *testing.T, p *Provider, f *flakyListener) transport.Listener
 			t.Fatal(err)
 		}
 		f.Listener = ln
-		return p.serveShm(ln, f, path)
+		l, err := p.serveShm(ln, f, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
 	}
 	t.Fatalf("wire %s has no socket", p.cfg.Wire)
 	return nil
@@ -144,6 +152,49 @@ func TestAcceptReportsPermanentError(t *testing.T) {
 			_, err = l.Accept(ctx)
 			if !errors.Is(err, errListenerFailed) || !errors.Is(err, syscall.EBADF) {
 				t.Fatalf("Accept on a failed listener: %v, want the listener's failure", err)
+			}
+		})
+	}
+}
+
+// TestLinksReleased: the NIC forgets a connection once it has ended, so
+// that a long-lived provider (a daemon's) does not keep every link it
+// ever had, with its buffers and QP, until Provider.Close.
+func TestLinksReleased(t *testing.T) {
+	for _, wire := range Wires() {
+		t.Run(wire, func(t *testing.T) {
+			p, err := New(Config{Wire: wire})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			l, err := p.Listen(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			const cycles = 50
+			for i := range cycles {
+				c, s, err := connectVia(t, ctx, p, l)
+				if err != nil {
+					t.Fatalf("connection %d: %v", i, err)
+				}
+				if i%2 == 0 {
+					c.Disconnect()
+				} else {
+					s.Disconnect()
+				}
+				// Destroying a QP waits for its link's disconnect to end.
+				c.QP().Close()
+				s.QP().Close()
+			}
+			if n := p.ownedCount(); n != 1 {
+				t.Errorf("after %d connections ended, the NIC holds %d objects, want 1 (the listener)", cycles, n)
+			}
+			l.Close()
+			if n := p.ownedCount(); n != 0 {
+				t.Errorf("after the listener closed, the NIC holds %d objects, want 0", n)
 			}
 		})
 	}

@@ -145,8 +145,10 @@ func (p *Provider) listenLoop(addr string) (transport.Listener, error) {
 		return nil, fmt.Errorf("emu: listen on %q: address in use: %w", addr, transport.ErrBusy)
 	}
 	l := &loopListener{p: p, addr: addr, reqs: make(chan *loopReq, 16), done: make(chan struct{})}
+	if err := p.own(l); err != nil {
+		return nil, err
+	}
 	loopRegistry.listeners[addr] = l
-	p.own(l)
 	return l, nil
 }
 
@@ -165,6 +167,7 @@ func (l *loopListener) Close() error {
 		loopRegistry.mu.Unlock()
 		close(l.done)
 		rejectPending(l.reqs)
+		l.p.disown(l)
 	})
 	return nil
 }

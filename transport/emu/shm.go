@@ -295,13 +295,21 @@ func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listen
 	if err != nil {
 		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
 	}
-	return p.serveShm(ln.(*net.UnixListener), ln, addr), nil
+	l, err := p.serveShm(ln.(*net.UnixListener), ln, addr)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // serveShm starts accepting connection requests on ln; accept is ln
 // itself, or a wrapper of it (tests inject accept errors).
-func (p *Provider) serveShm(ln *net.UnixListener, accept net.Listener, addr string) *shmListener {
+func (p *Provider) serveShm(ln *net.UnixListener, accept net.Listener, addr string) (*shmListener, error) {
 	l := &shmListener{p: p, ln: ln, path: addr, reqs: make(chan *shmReq, 64), done: make(chan struct{}), fail: newListenFail()}
+	if err := p.own(l); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -310,8 +318,7 @@ func (p *Provider) serveShm(ln *net.UnixListener, accept net.Listener, addr stri
 			go l.handshake(nc.(*net.UnixConn))
 		})
 	}()
-	p.own(l)
-	return l
+	return l, nil
 }
 
 func (l *shmListener) Addr() string { return l.path }
@@ -397,6 +404,7 @@ func (l *shmListener) Close() error {
 		l.ln.Close()
 		l.wg.Wait()
 		rejectPending(l.reqs)
+		l.p.disown(l)
 	})
 	return nil
 }
@@ -707,7 +715,15 @@ func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, pee
 	l := newShmLink(region, side)
 	l.p, l.q, l.uc = p, q, uc
 	l.c = newConn(q, l, peerPriv, local, remote)
+	// Owned before the QP can reach it: disconnect, which disowns, may
+	// run as soon as q.connect returns.
+	if err := p.own(l); err != nil {
+		uc.Close()
+		unix.Munmap(region)
+		return nil, err
+	}
 	if err := q.connect(l, l.c); err != nil {
+		p.disown(l)
 		uc.Close()
 		unix.Munmap(region)
 		return nil, err
@@ -716,7 +732,6 @@ func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, pee
 	l.wg.Add(2)
 	go l.reader()
 	go l.ctlReader()
-	p.own(l)
 	return l.c, nil
 }
 
@@ -802,6 +817,7 @@ func (l *shmLink) disconnect(err error) {
 		l.uc.Close()
 		l.c.fail(err, errors.Is(err, errLinkLost))
 		l.exit()
+		l.p.disown(l)
 	})
 }
 

@@ -42,12 +42,20 @@ func (p *Provider) listenTCP(ctx context.Context, addr string) (transport.Listen
 	if err != nil {
 		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
 	}
-	return p.serveTCP(ln), nil
+	l, err := p.serveTCP(ln)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // serveTCP starts accepting connection requests on ln.
-func (p *Provider) serveTCP(ln net.Listener) *tcpListener {
+func (p *Provider) serveTCP(ln net.Listener) (*tcpListener, error) {
 	l := &tcpListener{p: p, ln: ln, reqs: make(chan *tcpReq, 64), done: make(chan struct{}), fail: newListenFail()}
+	if err := p.own(l); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -56,8 +64,7 @@ func (p *Provider) serveTCP(ln net.Listener) *tcpListener {
 			go l.handshake(nc)
 		})
 	}()
-	p.own(l)
-	return l
+	return l, nil
 }
 
 func (l *tcpListener) Addr() string { return l.ln.Addr().String() }
@@ -102,6 +109,7 @@ func (l *tcpListener) Close() error {
 		l.ln.Close()
 		l.wg.Wait()
 		rejectPending(l.reqs)
+		l.p.disown(l)
 	})
 	return nil
 }
@@ -407,14 +415,20 @@ func startTCP(p *Provider, q *qp, nc net.Conn, peerPriv []byte) (transport.Conn,
 	l.txRoom.L = &l.txMu
 	l.w.fn = l.w.try
 	l.c = newConn(q, l, peerPriv, nc.LocalAddr().String(), nc.RemoteAddr().String())
+	// Owned before the QP can reach it: disconnect, which disowns, may
+	// run as soon as q.connect returns.
+	if err := p.own(l); err != nil {
+		nc.Close()
+		return nil, err
+	}
 	if err := q.connect(l, l.c); err != nil {
+		p.disown(l)
 		nc.Close()
 		return nil, err
 	}
 	l.wg.Add(2)
 	go l.reader()
 	go l.flusher()
-	p.own(l)
 	return l.c, nil
 }
 
@@ -634,6 +648,7 @@ func (l *tcpLink) disconnect(err error) {
 		l.nc.Write(b[:])
 		l.nc.Close()
 		l.c.fail(err, errors.Is(err, errLinkLost))
+		l.p.disown(l)
 	})
 }
 
