@@ -161,7 +161,7 @@ func (j *job) pick(s *slot) {
 		j.unsynced++
 		if j.vs != nil {
 			s.gen = j.vs.gen(s.lba) + 1
-			fillBlock(s.req.Buf, uint64(j.base+s.lba), s.gen, j.vs.run)
+			fillBlock(s.req.Buf, j.vs.stamp(s.lba), s.gen, j.vs.run)
 		}
 	} else {
 		s.req.Op = initiator.OpRead

@@ -189,7 +189,7 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 		if inflight := int64(o.NumJobs * o.IODepth); nblocks < 2*inflight {
 			return nil, cli.Usagef("--verify needs at least 2 × numjobs × iodepth = %d blocks in the region, have %d", 2*inflight, nblocks)
 		}
-		res.verify = newVerifyState(nblocks, o.Seed)
+		res.verify = newVerifyState(nblocks, o.Offset/o.BS, o.Seed)
 	}
 	if o.prefill() {
 		if err := prefill(ctx, o, ip, addr, secret, res.verify, log, msg); err != nil {

@@ -120,7 +120,11 @@ func isZero(b []byte) bool {
 // verifyState is the run's model of the region: the generation of every
 // block and a lock bit per block, shared by all jobs.
 type verifyState struct {
-	run  uint64
+	run uint64
+	// base is the region's first block on the volume (--offset / --bs):
+	// blocks are indexed from the region's start and stamped with their
+	// place on the volume, as the prefill stamps them.
+	base int64
 	gens []atomic.Uint64 // generation last acknowledged; bit 63: an I/O is in flight
 	// counters
 	checked, zero, prior, mismatches atomic.Uint64
@@ -130,9 +134,12 @@ type verifyState struct {
 
 const busyBit = uint64(1) << 63
 
-func newVerifyState(blocks int64, run uint64) *verifyState {
-	return &verifyState{run: run, gens: make([]atomic.Uint64, blocks)}
+func newVerifyState(blocks, base int64, run uint64) *verifyState {
+	return &verifyState{run: run, base: base, gens: make([]atomic.Uint64, blocks)}
 }
+
+// stamp is the LBA a block of the region carries: its place on the volume.
+func (v *verifyState) stamp(lba int64) uint64 { return uint64(v.base + lba) }
 
 // tryLock claims lba for one I/O; false if another I/O has it.
 func (v *verifyState) tryLock(lba int64) bool {
@@ -147,9 +154,10 @@ func (v *verifyState) unlock(lba int64, gen uint64) { v.gens[lba].Store(gen) }
 // gen is lba's current generation (the caller holds its lock).
 func (v *verifyState) gen(lba int64) uint64 { return v.gens[lba].Load() &^ busyBit }
 
-// check verifies one read block and counts the outcome.
+// check verifies one read block, the region's lba-th, and counts the
+// outcome.
 func (v *verifyState) check(b []byte, lba int64) {
-	out, err := checkBlock(b, uint64(lba), v.gen(lba), v.run)
+	out, err := checkBlock(b, v.stamp(lba), v.gen(lba), v.run)
 	v.checked.Add(1)
 	switch out {
 	case verifyZero:

@@ -51,7 +51,7 @@ func TestVerifyBlock(t *testing.T) {
 // TestVerifyCountsCorruption feeds a deliberately corrupted block through
 // the run's verifier: it must be counted and its reason kept.
 func TestVerifyCountsCorruption(t *testing.T) {
-	vs := newVerifyState(16, 42)
+	vs := newVerifyState(16, 0, 42)
 	b := make([]byte, 512)
 	for lba := int64(0); lba < 4; lba++ {
 		if !vs.tryLock(lba) {

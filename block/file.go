@@ -54,7 +54,7 @@ type fileCore struct {
 
 // OpenFileStore opens (creating if needed) a file store in dir.
 func OpenFileStore(dir string) (*FileStore, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, privateDirMode); err != nil {
 		return nil, fmt.Errorf("block: file store %s: %w", dir, err)
 	}
 	return &FileStore{dir: dir, open: map[string]*fileCore{}, refs: map[*fileCore]int{}}, nil
@@ -83,7 +83,7 @@ func (s *FileStore) readMeta(name string) (*volumeMeta, error) {
 // file, fsync it, rename it over the old one, fsync the directory.
 func (s *FileStore) writeMeta(m *volumeMeta) error {
 	tmp := s.metaPath(m.Name) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, privateFileMode)
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func (s *FileStore) Create(name string, size int64, blockSize int) (Volume, erro
 	}
 	// A .vol without .meta is left over from a crashed create or delete:
 	// truncating it to zero first discards its old content.
-	f, err := os.OpenFile(s.volPath(name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(s.volPath(name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, privateFileMode)
 	if err != nil {
 		return nil, fmt.Errorf("block: volume %q: create: %w", name, err)
 	}

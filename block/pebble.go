@@ -147,6 +147,9 @@ func OpenPebbleStore(dir string, o *PebbleOptions) (*PebbleStore, error) {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.FastestCompression }
 	}
+	if opts.FS == nil {
+		opts.FS = privateFS{vfs.Default}
+	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("block: pebble store %s: open: %w", dir, err)

@@ -178,6 +178,13 @@ type Config struct {
 	// LoginTimeout bounds the time from connection to a finished login
 	// (default 10s).
 	LoginTimeout time.Duration
+	// MaxPendingLogins caps the connections accepted and not logged in
+	// yet (default DefaultMaxPendingLogins, negative: no cap), and
+	// MaxPendingPerSource those of one source, the host of the remote
+	// address (default DefaultMaxPendingPerSource, negative: no cap). A
+	// connection request beyond a cap is rejected at once.
+	MaxPendingLogins    int
+	MaxPendingPerSource int
 	// Logger receives connection events and protocol violations. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -231,6 +238,12 @@ func (c *Config) normalize() error {
 	}
 	if c.LoginTimeout <= 0 {
 		c.LoginTimeout = DefaultLoginTimeout
+	}
+	if c.MaxPendingLogins == 0 {
+		c.MaxPendingLogins = DefaultMaxPendingLogins
+	}
+	if c.MaxPendingPerSource == 0 {
+		c.MaxPendingPerSource = DefaultMaxPendingPerSource
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

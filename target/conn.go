@@ -28,6 +28,10 @@ type conn struct {
 	id     uint64
 	remote string
 	log    *slog.Logger
+	// src is what the per-source pre-login cap counts c under; prelogin
+	// is set while c holds a pre-login slot (Target.loginDone).
+	src      string
+	prelogin bool
 
 	pd        transport.PD
 	cq        transport.CQ
@@ -384,6 +388,7 @@ func (c *conn) execute() {
 	clear(batches) // no openVol outlives its handle here
 	c.batches = batches[:0]
 	if a.loggedIn {
+		c.t.loginDone(c)
 		ini := c.core.initiator
 		c.iniName.Store(&ini)
 		c.creditsGr.Store(int32(c.core.credits))

@@ -35,9 +35,16 @@ type Target struct {
 	listeners map[transport.Listener]struct{}
 	volStats  map[string]*ioCounters
 	wg        sync.WaitGroup // connection goroutines
+	// Connections not logged in yet, in all and by source (admitLocked).
+	npending  int
+	pendingBy map[string]int
 
 	accepted, rejected, violations atomic.Uint64
 	acl                            atomic.Pointer[ACL]
+	// refusals since the last log line about them, and when that was
+	// (Unix nanoseconds); see refused.
+	refusals      atomic.Int64
+	refusalLogged atomic.Int64
 }
 
 // New creates a target; it serves nothing until Serve.
@@ -50,7 +57,7 @@ func New(cfg Config) (*Target, error) {
 		cfg: cfg, log: cfg.Logger, epoch: time.Now(), base: ctx, cancel: cancel,
 		closedCh: make(chan struct{}),
 		conns:    map[uint64]*conn{}, listeners: map[transport.Listener]struct{}{},
-		volStats: map[string]*ioCounters{},
+		volStats: map[string]*ioCounters{}, pendingBy: map[string]int{},
 	}
 	t.acl.Store(cfg.ACL)
 	return t, nil
@@ -103,13 +110,21 @@ func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
 			}
 			return err
 		}
+		remote := req.RemoteAddr()
+		src := source(remote)
 		t.mu.Lock()
 		if t.shutdown {
 			t.mu.Unlock()
 			req.Reject(nil)
 			return ErrClosed
 		}
-		c := &conn{t: t, id: t.ids.Add(1), remote: req.RemoteAddr(), log: t.log,
+		if !t.admitLocked(src) {
+			t.mu.Unlock()
+			req.Reject(nil)
+			t.refused(remote)
+			continue
+		}
+		c := &conn{t: t, id: t.ids.Add(1), remote: remote, src: src, prelogin: true, log: t.log,
 			drainCh: make(chan struct{}), killCh: make(chan struct{}), finished: make(chan struct{})}
 		t.conns[c.id] = c
 		t.wg.Add(1)
@@ -121,6 +136,7 @@ func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
 func (t *Target) serveConn(c *conn, req transport.ConnRequest) {
 	defer t.wg.Done()
 	defer func() {
+		t.loginDone(c)
 		t.mu.Lock()
 		delete(t.conns, c.id)
 		t.mu.Unlock()

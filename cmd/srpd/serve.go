@@ -72,11 +72,35 @@ func providerOptions(c *Config) transport.Options {
 	return o
 }
 
+// dataDirMode is the mode srpd creates its data directory with: the
+// volumes, secrets and admin socket in it are the daemon user's alone,
+// whatever the umask.
+const dataDirMode = 0o700
+
+// makeDataDir creates the data directory if it is missing. One that
+// exists with access for others is left as the operator made it, with a
+// warning: everything under it is then reachable for them as far as each
+// file's own mode allows.
+func makeDataDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, dataDirMode); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		log.Warn("the data directory is open to other users; chmod 700 it to keep them from the volumes",
+			"data", dir, "mode", fmt.Sprintf("%#o", perm))
+	}
+	return nil
+}
+
 // openStore opens the data directory's store with a logger for pebble's
 // errors and a clear message when another srpd holds it.
 func openStore(backend, dir string, log *slog.Logger) (block.Store, error) {
 	if backend == "" || backend == "pebble" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := makeDataDir(dir, log); err != nil {
 			return nil, err
 		}
 		s, err := block.OpenPebbleStore(dir, &block.PebbleOptions{Logger: slog.NewLogLogger(log.Handler(), slog.LevelError)})
@@ -86,7 +110,7 @@ func openStore(backend, dir string, log *slog.Logger) (block.Store, error) {
 		return s, err
 	}
 	if backend == "file" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := makeDataDir(dir, log); err != nil {
 			return nil, err
 		}
 	}
@@ -142,7 +166,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}()
 	if cfg.Backend == "memory" || cfg.Backend == "mem" {
-		if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
+		if err := makeDataDir(cfg.Data, log); err != nil {
 			return err
 		}
 	}

@@ -82,8 +82,13 @@ func asQP(d *device, x transport.QP) (*qp, error) {
 }
 
 // acceptFrom waits for the next connection request a wire's listener
-// queued.
-func acceptFrom[R transport.ConnRequest](ctx context.Context, reqs <-chan R, done <-chan struct{}, addr string) (transport.ConnRequest, error) {
+// queued; once the listener's socket has failed (fail, nil on the loop
+// wire) it returns that error.
+func acceptFrom[R transport.ConnRequest](ctx context.Context, reqs <-chan R, done <-chan struct{}, fail *listenFail, addr string) (transport.ConnRequest, error) {
+	var failed <-chan struct{}
+	if fail != nil {
+		failed = fail.ch
+	}
 	select {
 	case r := <-reqs:
 		return r, nil
@@ -91,6 +96,8 @@ func acceptFrom[R transport.ConnRequest](ctx context.Context, reqs <-chan R, don
 		return nil, ctx.Err()
 	case <-done:
 		return nil, fmt.Errorf("emu: accept on %s: %w", addr, transport.ErrClosed)
+	case <-failed:
+		return nil, fail.err
 	}
 }
 
@@ -138,15 +145,17 @@ func (p *Provider) listenLoop(addr string) (transport.Listener, error) {
 		return nil, fmt.Errorf("emu: listen on %q: address in use: %w", addr, transport.ErrBusy)
 	}
 	l := &loopListener{p: p, addr: addr, reqs: make(chan *loopReq, 16), done: make(chan struct{})}
+	if err := p.own(l); err != nil {
+		return nil, err
+	}
 	loopRegistry.listeners[addr] = l
-	p.own(l)
 	return l, nil
 }
 
 func (l *loopListener) Addr() string { return l.addr }
 
 func (l *loopListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	return acceptFrom(ctx, l.reqs, l.done, l.addr)
+	return acceptFrom(ctx, l.reqs, l.done, nil, l.addr)
 }
 
 func (l *loopListener) Close() error {
@@ -158,6 +167,7 @@ func (l *loopListener) Close() error {
 		loopRegistry.mu.Unlock()
 		close(l.done)
 		rejectPending(l.reqs)
+		l.p.disown(l)
 	})
 	return nil
 }

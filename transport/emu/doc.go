@@ -124,10 +124,19 @@
 // (MTU 1024, about 4 s to RNR_RETRY_EXC with rnr_retry 6) and the kernel
 // WARNING when a QP is destroyed with a window still bound through it.
 //
+// The tcp and shm listeners outlive a temporary accept failure (out of
+// descriptors, say): they count it (Counters.AcceptErrors), log it at a
+// bounded rate and retry after a backoff of 5 ms doubling to 1 s; any
+// other failure of the listening socket is logged and returned by Accept.
+// The NIC forgets a connection once it has ended, and a listener once it
+// is closed.
+//
 // The shm wire is kernel bypass between two processes. Listen takes a
-// unix socket path ("" picks a fresh one under os.TempDir()); connection
-// management, arena hand-over and disconnect travel on that SOCK_SEQPACKET
-// socket, and nothing else does:
+// unix socket path ("" picks a fresh one under os.TempDir()); a socket
+// left there by a listener that died is replaced, one that is alive or a
+// file that is not a socket is not (ErrBusy). Connection management,
+// arena hand-over and disconnect travel on that SOCK_SEQPACKET socket,
+// and nothing else does:
 //
 //   - The passive side creates the connection region, a sealed memfd it
 //     passes with the accept (SCM_RIGHTS): four single-producer/

@@ -92,6 +92,9 @@ type Counters struct {
 	PostFailures          uint64
 	BadFrames             uint64
 	ProbesServed          uint64 // Probe accesses the device served
+	// AcceptErrors counts temporary accept(2) failures of a tcp or shm
+	// listener (out of descriptors, say), each retried after a backoff.
+	AcceptErrors uint64
 }
 
 // Counters returns the NIC's counts so far.
@@ -102,7 +105,7 @@ func (p *Provider) Counters() Counters {
 		AccessAfterInvalidate: c.accessAfterInvalidate.Load(), RemoteAccessErrors: c.remoteAccessErrors.Load(),
 		Flushed: c.flushed.Load(), DroppedCQEs: c.droppedCQEs.Load(), CorruptedCQEs: c.corruptedCQEs.Load(),
 		Duplicates: c.duplicates.Load(), LinkCuts: c.linkCuts.Load(), InjectedQPErrors: c.injectedQPErrors.Load(),
-		PostFailures: c.postFailures.Load(), BadFrames: c.badFrms.Load(),
+		PostFailures: c.postFailures.Load(), BadFrames: c.badFrms.Load(), AcceptErrors: c.acceptErrors.Load(),
 		ProbesServed: c.probesServed.Load(),
 	}
 }

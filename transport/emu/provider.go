@@ -3,6 +3,7 @@ package emu
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -29,7 +30,10 @@ type Provider struct {
 
 	mu     sync.Mutex
 	closed bool
-	owned  []interface{ Close() error } // listeners and tcp conns to close
+	// owned are the listeners and links Close ends; each leaves the set
+	// when it ends on its own, so that a long-lived NIC does not keep
+	// every connection it ever had.
+	owned map[io.Closer]struct{}
 
 	counters counters
 }
@@ -77,6 +81,7 @@ func New(cfg Config) (*Provider, error) {
 		prof:   prof,
 		quirks: prof.Quirks,
 		log:    cfg.Logger,
+		owned:  map[io.Closer]struct{}{},
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)),
 	}
 	if cfg.Quirks != nil {
@@ -134,16 +139,29 @@ func (p *Provider) Close() error {
 	owned := p.owned
 	p.owned = nil
 	p.mu.Unlock()
-	for _, o := range owned {
+	for o := range owned {
 		o.Close()
 	}
 	p.dev.shutdown()
 	return nil
 }
 
-func (p *Provider) own(c interface{ Close() error }) {
+// own makes Close end c; after Close it refuses, and c is the caller's
+// to end.
+func (p *Provider) own(c io.Closer) error {
 	p.mu.Lock()
-	p.owned = append(p.owned, c)
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("emu: %w", transport.ErrClosed)
+	}
+	p.owned[c] = struct{}{}
+	return nil
+}
+
+// disown forgets c, which has ended.
+func (p *Provider) disown(c io.Closer) {
+	p.mu.Lock()
+	delete(p.owned, c)
 	p.mu.Unlock()
 }
 
@@ -199,5 +217,12 @@ type counters struct {
 	regOnValid, invKeyMismatch, invOnFree, accessAfterInvalidate  atomic.Uint64
 	remoteAccessErrors, flushed, droppedCQEs, corruptedCQEs       atomic.Uint64
 	duplicates, linkCuts, injectedQPErrors, postFailures, badFrms atomic.Uint64
-	probesServed                                                  atomic.Uint64
+	probesServed, acceptErrors                                    atomic.Uint64
+}
+
+// ownedCount is how many listeners and links Close would end (tests).
+func (p *Provider) ownedCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.owned)
 }

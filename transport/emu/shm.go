@@ -275,6 +275,7 @@ type shmListener struct {
 	path string
 	reqs chan *shmReq
 	done chan struct{}
+	fail *listenFail
 	once sync.Once
 	wg   sync.WaitGroup
 }
@@ -285,28 +286,73 @@ func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listen
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "unixpacket", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		if err = removeStaleSocket(ctx, addr); err != nil {
+			return nil, err
+		}
+		ln, err = lc.Listen(ctx, "unixpacket", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
 	}
-	l := &shmListener{p: p, ln: ln.(*net.UnixListener), path: addr, reqs: make(chan *shmReq, 64), done: make(chan struct{})}
+	l, err := p.serveShm(ln.(*net.UnixListener), ln, addr)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// serveShm starts accepting connection requests on ln; accept is ln
+// itself, or a wrapper of it (tests inject accept errors).
+func (p *Provider) serveShm(ln *net.UnixListener, accept net.Listener, addr string) (*shmListener, error) {
+	l := &shmListener{p: p, ln: ln, path: addr, reqs: make(chan *shmReq, 64), done: make(chan struct{}), fail: newListenFail()}
+	if err := p.own(l); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	l.wg.Add(1)
-	go l.acceptLoop()
-	p.own(l)
+	go func() {
+		defer l.wg.Done()
+		p.acceptLoop(accept, addr, l.done, l.fail, func(nc net.Conn) {
+			l.wg.Add(1)
+			go l.handshake(nc.(*net.UnixConn))
+		})
+	}()
 	return l, nil
 }
 
 func (l *shmListener) Addr() string { return l.path }
 
-func (l *shmListener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		uc, err := l.ln.AcceptUnix()
-		if err != nil {
-			return
-		}
-		l.wg.Add(1)
-		go l.handshake(uc)
+// removeStaleSocket removes the socket a listener that died without
+// closing (SIGKILL) left at path, so that a new one can bind there. It
+// removes only a socket nobody listens on: connect(2) to a unix socket
+// path fails with ECONNREFUSED when no socket listens there (unix(7)),
+// while a live listener answers, or fails with EAGAIN when its queue is
+// full; either of those, or a path that is not a socket, is left alone
+// and reported as ErrBusy.
+func removeStaleSocket(ctx context.Context, path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil // gone meanwhile: bind again
+	case err != nil:
+		return fmt.Errorf("emu: listen on %s: address in use: %w", path, err)
+	case fi.Mode().Type() != os.ModeSocket:
+		return fmt.Errorf("emu: listen on %s: address in use by a %s that is not a socket: %w", path, fi.Mode().Type(), transport.ErrBusy)
 	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unixpacket", path)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("emu: listen on %s: address in use by a live listener: %w", path, transport.ErrBusy)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("emu: listen on %s: address in use, and a probe of it failed (%w): %w", path, err, transport.ErrBusy)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("emu: listen on %s: remove the stale socket: %w", path, err)
+	}
+	return nil
 }
 
 func peerPID(uc *net.UnixConn) string {
@@ -349,7 +395,7 @@ func (l *shmListener) handshake(uc *net.UnixConn) {
 }
 
 func (l *shmListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	return acceptFrom(ctx, l.reqs, l.done, l.path)
+	return acceptFrom(ctx, l.reqs, l.done, l.fail, l.path)
 }
 
 func (l *shmListener) Close() error {
@@ -358,6 +404,7 @@ func (l *shmListener) Close() error {
 		l.ln.Close()
 		l.wg.Wait()
 		rejectPending(l.reqs)
+		l.p.disown(l)
 	})
 	return nil
 }
@@ -668,7 +715,15 @@ func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, pee
 	l := newShmLink(region, side)
 	l.p, l.q, l.uc = p, q, uc
 	l.c = newConn(q, l, peerPriv, local, remote)
+	// Owned before the QP can reach it: disconnect, which disowns, may
+	// run as soon as q.connect returns.
+	if err := p.own(l); err != nil {
+		uc.Close()
+		unix.Munmap(region)
+		return nil, err
+	}
 	if err := q.connect(l, l.c); err != nil {
+		p.disown(l)
 		uc.Close()
 		unix.Munmap(region)
 		return nil, err
@@ -677,7 +732,6 @@ func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, pee
 	l.wg.Add(2)
 	go l.reader()
 	go l.ctlReader()
-	p.own(l)
 	return l.c, nil
 }
 
@@ -763,6 +817,7 @@ func (l *shmLink) disconnect(err error) {
 		l.uc.Close()
 		l.c.fail(err, errors.Is(err, errLinkLost))
 		l.exit()
+		l.p.disown(l)
 	})
 }
 

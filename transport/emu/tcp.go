@@ -28,6 +28,7 @@ type tcpListener struct {
 	ln   net.Listener
 	reqs chan *tcpReq
 	done chan struct{}
+	fail *listenFail
 	once sync.Once
 	wg   sync.WaitGroup
 }
@@ -41,26 +42,32 @@ func (p *Provider) listenTCP(ctx context.Context, addr string) (transport.Listen
 	if err != nil {
 		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
 	}
-	l := &tcpListener{p: p, ln: ln, reqs: make(chan *tcpReq, 64), done: make(chan struct{})}
+	l, err := p.serveTCP(ln)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// serveTCP starts accepting connection requests on ln.
+func (p *Provider) serveTCP(ln net.Listener) (*tcpListener, error) {
+	l := &tcpListener{p: p, ln: ln, reqs: make(chan *tcpReq, 64), done: make(chan struct{}), fail: newListenFail()}
+	if err := p.own(l); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	l.wg.Add(1)
-	go l.acceptLoop()
-	p.own(l)
+	go func() {
+		defer l.wg.Done()
+		p.acceptLoop(ln, l.Addr(), l.done, l.fail, func(nc net.Conn) {
+			l.wg.Add(1)
+			go l.handshake(nc)
+		})
+	}()
 	return l, nil
 }
 
 func (l *tcpListener) Addr() string { return l.ln.Addr().String() }
-
-func (l *tcpListener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		nc, err := l.ln.Accept()
-		if err != nil {
-			return
-		}
-		l.wg.Add(1)
-		go l.handshake(nc)
-	}
-}
 
 // handshake reads the connect request of a new TCP connection.
 func (l *tcpListener) handshake(nc net.Conn) {
@@ -93,7 +100,7 @@ func (l *tcpListener) handshake(nc net.Conn) {
 }
 
 func (l *tcpListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	return acceptFrom(ctx, l.reqs, l.done, l.Addr())
+	return acceptFrom(ctx, l.reqs, l.done, l.fail, l.Addr())
 }
 
 func (l *tcpListener) Close() error {
@@ -102,6 +109,7 @@ func (l *tcpListener) Close() error {
 		l.ln.Close()
 		l.wg.Wait()
 		rejectPending(l.reqs)
+		l.p.disown(l)
 	})
 	return nil
 }
@@ -407,14 +415,20 @@ func startTCP(p *Provider, q *qp, nc net.Conn, peerPriv []byte) (transport.Conn,
 	l.txRoom.L = &l.txMu
 	l.w.fn = l.w.try
 	l.c = newConn(q, l, peerPriv, nc.LocalAddr().String(), nc.RemoteAddr().String())
+	// Owned before the QP can reach it: disconnect, which disowns, may
+	// run as soon as q.connect returns.
+	if err := p.own(l); err != nil {
+		nc.Close()
+		return nil, err
+	}
 	if err := q.connect(l, l.c); err != nil {
+		p.disown(l)
 		nc.Close()
 		return nil, err
 	}
 	l.wg.Add(2)
 	go l.reader()
 	go l.flusher()
-	p.own(l)
 	return l.c, nil
 }
 
@@ -634,6 +648,7 @@ func (l *tcpLink) disconnect(err error) {
 		l.nc.Write(b[:])
 		l.nc.Close()
 		l.c.fail(err, errors.Is(err, errLinkLost))
+		l.p.disown(l)
 	})
 }
 
@@ -658,14 +673,12 @@ func (l *tcpLink) reader() {
 			l.hostile(err, h.kind)
 			return
 		}
-		if cap(buf) < int(h.paylen) {
-			buf = make([]byte, h.paylen)
-		}
-		pkt = packet{kind: h.kind, flags: h.flags, nak: h.nak, psn: h.psn, imm: h.imm, key: h.key, va: h.va, length: h.length, payload: buf[:h.paylen]}
-		if _, err := io.ReadFull(br, pkt.payload); err != nil {
+		payload, err := readPayload(br, &buf, int(h.paylen))
+		if err != nil {
 			l.disconnect(fmt.Errorf("emu: read from %s: truncated %s frame: %w: %w", l.nc.RemoteAddr(), h.kind, errLinkLost, err))
 			return
 		}
+		pkt = packet{kind: h.kind, flags: h.flags, nak: h.nak, psn: h.psn, imm: h.imm, key: h.key, va: h.va, length: h.length, payload: payload}
 		switch {
 		case h.kind == pktDisconnect:
 			l.disconnect(fmt.Errorf("emu: peer %s disconnected: %w", l.nc.RemoteAddr(), transport.ErrDisconnected))
@@ -682,6 +695,41 @@ func (l *tcpLink) reader() {
 	}
 }
 
+// tcpPayloadStep is the first size the reader's payload buffer grows to
+// while a frame larger than it arrives (see readPayload).
+const tcpPayloadStep = 64 << 10
+
+// readPayload reads an n-byte frame payload into *buf, which it grows
+// only as the bytes arrive: at most doubling what has been read, from
+// tcpPayloadStep on. A header is the peer's word only (decodeHeader
+// bounds it by maxMsgSize, 64 MiB), and sizing the buffer from it let a
+// peer that sent a header and nothing more pin 64 MiB per connection.
+// The buffer is kept for the next frame: after a large payload really
+// arrived, the next one as large needs no allocation.
+func readPayload(r io.Reader, buf *[]byte, n int) ([]byte, error) {
+	b := *buf
+	if n <= cap(b) {
+		b = b[:n]
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	b = b[:0]
+	for len(b) < n {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), min(n, max(2*cap(b), tcpPayloadStep)))
+			copy(nb, b)
+			b = nb
+			*buf = b
+		}
+		k, err := io.ReadFull(r, b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
 // hostile handles a frame no conforming peer sends: the QP goes to ERR
 // with a logged reason and the connection is dropped.
 func (l *tcpLink) hostile(err error, kind pktKind) {
@@ -691,7 +739,7 @@ func (l *tcpLink) hostile(err error, kind pktKind) {
 	}
 	l.p.log.Warn("malformed frame: QP to ERR", "qp", l.q.num, "remote", l.nc.RemoteAddr().String(), "err", err)
 	l.q.fatal(transport.EventQPFatal, err.Error())
-	l.disconnect(fmt.Errorf("emu: %w", err))
+	l.disconnect(fmt.Errorf("%w: %w", err, transport.ErrDisconnected))
 }
 
 // tcpSpinAwait is how long the reader polls a quiet socket while its QP

@@ -1,0 +1,86 @@
+package target
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// rawConnect sends, from a socket bound to local, the connect request a
+// gosrp initiator sends over emu's tcp wire (a 36-byte frame header of
+// kind CM_REQ and a hello) and never logs in: the cheap request that
+// costs a target a connection's resources. It reports whether the
+// target accepted (CM_REP) or rejected (CM_REJ) it; the socket stays
+// open until the test ends.
+func rawConnect(t *testing.T, local, addr string) bool {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 5 * time.Second}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	hello := wire.Hello{Version: wire.Version}.Encode()
+	f := make([]byte, 36+len(hello))
+	binary.LittleEndian.PutUint16(f[0:], 0x5367) // magic "gS"
+	f[2] = 1                                     // version
+	f[3] = 0x40                                  // CM_REQ
+	binary.LittleEndian.PutUint32(f[32:], uint32(len(hello)))
+	copy(f[36:], hello)
+	if _, err := nc.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var h [36]byte
+	if _, err := io.ReadFull(nc, h[:]); err != nil {
+		t.Fatalf("no answer to a connect request: %v", err)
+	}
+	switch h[3] {
+	case 0x41:
+		return true
+	case 0x42:
+		return false
+	}
+	t.Fatalf("answer of kind %#x", h[3])
+	return false
+}
+
+// TestPreLoginCaps: connection requests that never log in are capped per
+// source and in all, each one beyond a cap is rejected at once, and an
+// honest client from elsewhere still logs in while they hold their
+// slots.
+func TestPreLoginCaps(t *testing.T) {
+	const perSource, total, flood = 4, 6, 10
+	r := newRig(t, env{emu.WireTCP, "strict"}, Config{MaxPendingPerSource: perSource, MaxPendingLogins: total, LoginTimeout: time.Minute})
+	accepted := 0
+	for range flood {
+		if rawConnect(t, "127.0.0.2", r.addr) {
+			accepted++
+		}
+	}
+	if accepted != perSource {
+		t.Errorf("%d of %d requests from one source accepted, want %d", accepted, flood, perSource)
+	}
+	c := r.dial(t) // from 127.0.0.1
+	c.login("honest")
+	accepted = 0
+	for range flood {
+		if rawConnect(t, "127.0.0.3", r.addr) {
+			accepted++
+		}
+	}
+	// One slot went to the honest client until it logged in, and was
+	// given back then.
+	if want := total - perSource; accepted != want {
+		t.Errorf("%d of %d requests from a second source accepted, want %d (the total cap)", accepted, flood, want)
+	}
+	if st := r.tgt.Stats(); st.Rejected != 2*flood-total {
+		t.Errorf("Rejected = %d, want %d", st.Rejected, 2*flood-total)
+	}
+	c.control(wire.ControlRequest{Op: wire.ControlList})
+}

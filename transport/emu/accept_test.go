@@ -1,0 +1,201 @@
+package emu
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// flakyListener fails its first fails accepts with err, as accept(2) does
+// when the process is out of descriptors, and then accepts normally.
+type flakyListener struct {
+	net.Listener
+	fails atomic.Int32
+	err   error
+	calls atomic.Int32
+}
+
+func (f *flakyListener) Accept() (net.Conn, error) {
+	f.calls.Add(1)
+	if f.fails.Add(-1) >= 0 {
+		return nil, f.err
+	}
+	return f.Listener.Accept()
+}
+
+func emfile() error {
+	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+}
+
+// listenFlaky starts a listener of p's wire whose accepts fail as f says.
+func listenFlaky(t *testing.T, p *Provider, f *flakyListener) transport.Listener {
+	t.Helper()
+	switch p.cfg.Wire {
+	case WireTCP:
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Listener = ln
+		l, err := p.serveTCP(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	case WireShm:
+		path := filepath.Join(t.TempDir(), "s.sock")
+		ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Listener = ln
+		l, err := p.serveShm(ln, f, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	t.Fatalf("wire %s has no socket", p.cfg.Wire)
+	return nil
+}
+
+// connectVia makes one connection to l from p (both on p's device) and
+// returns both ends; the QPs are closed at the end of the test.
+func connectVia(tb testing.TB, ctx context.Context, p *Provider, l transport.Listener) (client, server transport.Conn, err error) {
+	dev, _ := p.OpenDevice("")
+	pd, _ := dev.AllocPD()
+	mk := func() transport.QP {
+		cq, err := dev.CreateCQ(64)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		q, err := pd.CreateQP(transport.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return q
+	}
+	qc, qs := mk(), mk()
+	errc := make(chan error, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err == nil {
+			server, err = r.Accept(ctx, qs, nil)
+		}
+		errc <- err
+	}()
+	ep, err := p.Resolve(ctx, l.Addr())
+	if err == nil {
+		client, err = ep.Connect(ctx, qc, []byte("hello"))
+	}
+	if serr := <-errc; err == nil {
+		err = serr
+	}
+	return client, server, err
+}
+
+// TestAcceptSurvivesTemporaryErrors: a listener whose accept fails with
+// EMFILE (out of descriptors) backs off and retries, counts each failure,
+// and the next client still connects. An accept loop that returns on the
+// first error leaves the client waiting for an answer that never comes.
+func TestAcceptSurvivesTemporaryErrors(t *testing.T) {
+	for _, wire := range []string{WireTCP, WireShm} {
+		t.Run(wire, func(t *testing.T) {
+			p, err := New(Config{Wire: wire})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			const fails = 5
+			f := &flakyListener{err: emfile()}
+			f.fails.Store(fails)
+			l := listenFlaky(t, p, f)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, s, err := connectVia(t, ctx, p, l)
+			if err != nil {
+				t.Fatalf("connect after %d accept errors: %v (accept called %d times)", fails, err, f.calls.Load())
+			}
+			c.Disconnect()
+			s.Disconnect()
+			if got := p.Counters().AcceptErrors; got != fails {
+				t.Errorf("AcceptErrors = %d, want %d", got, fails)
+			}
+		})
+	}
+}
+
+// TestAcceptReportsPermanentError: when the listening socket fails for
+// good, Accept says so instead of waiting for ever (the daemon's Serve
+// returns and it can exit with the reason).
+func TestAcceptReportsPermanentError(t *testing.T) {
+	for _, wire := range []string{WireTCP, WireShm} {
+		t.Run(wire, func(t *testing.T) {
+			p, err := New(Config{Wire: wire})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			f := &flakyListener{err: os.NewSyscallError("accept4", syscall.EBADF)}
+			f.fails.Store(1)
+			l := listenFlaky(t, p, f)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = l.Accept(ctx)
+			if !errors.Is(err, errListenerFailed) || !errors.Is(err, syscall.EBADF) {
+				t.Fatalf("Accept on a failed listener: %v, want the listener's failure", err)
+			}
+		})
+	}
+}
+
+// TestLinksReleased: the NIC forgets a connection once it has ended, so
+// that a long-lived provider (a daemon's) does not keep every link it
+// ever had, with its buffers and QP, until Provider.Close.
+func TestLinksReleased(t *testing.T) {
+	for _, wire := range Wires() {
+		t.Run(wire, func(t *testing.T) {
+			p, err := New(Config{Wire: wire})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			l, err := p.Listen(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			const cycles = 50
+			for i := range cycles {
+				c, s, err := connectVia(t, ctx, p, l)
+				if err != nil {
+					t.Fatalf("connection %d: %v", i, err)
+				}
+				if i%2 == 0 {
+					c.Disconnect()
+				} else {
+					s.Disconnect()
+				}
+				// Destroying a QP waits for its link's disconnect to end.
+				c.QP().Close()
+				s.QP().Close()
+			}
+			if n := p.ownedCount(); n != 1 {
+				t.Errorf("after %d connections ended, the NIC holds %d objects, want 1 (the listener)", cycles, n)
+			}
+			l.Close()
+			if n := p.ownedCount(); n != 0 {
+				t.Errorf("after the listener closed, the NIC holds %d objects, want 0", n)
+			}
+		})
+	}
+}
