@@ -91,7 +91,8 @@ type channel struct {
 	avail       int
 	maxTransfer int
 	remoteInv   bool
-	maxImm      int // largest WRITE sent as immediate data (0: none)
+	maxImm      int    // largest WRITE sent as immediate data (0: none)
+	instGen     uint64 // the session's instance generation at this connection's login
 	handles     map[*Volume]uint32
 	slots       []ioSlot
 	free        []int
@@ -480,6 +481,7 @@ func (c *channel) login(ctx context.Context) error {
 			c.remoteInv = rsp.RemoteInvalidate && !s.cfg.NoRemoteInvalidate
 			c.maxImm = min(int(rsp.MaxImmediate), int(req.MaxImmediate))
 			s.noteLogin(c.id, rsp.Target, c.maxTransfer)
+			s.noteInstance(c, rsp.Instance)
 			return nil
 		default:
 			return fmt.Errorf("initiator: %s during login: %w", op, ErrProtocol)
