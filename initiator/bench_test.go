@@ -133,4 +133,23 @@ func TestSteadyStateAllocs(t *testing.T) {
 			}
 		}
 	}
+	// With a replay buffer every write is copied into it, and one of
+	// 1 MiB fills up every 256 writes of 4 KiB: the copies and the
+	// session's own flushes for room allocate nothing either.
+	for _, imm := range []int{0, -1} {
+		s := r.dial(t, initiator.Config{Credits: 8, ImmediateData: imm, ReplayBuffer: 1 << 20})
+		v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
+		runQD(t, v, initiator.OpWrite, 4, 512, bufs, nil)
+		a := testing.AllocsPerRun(20, func() { runQD(t, v, initiator.OpWrite, 4, 64, bufs, nil) })
+		if per := a / 64; per > 0.1 {
+			t.Errorf("replayed writes (immediate data %d): %.2f allocations per I/O (%.0f per run of 64), want 0", imm, per, a)
+		}
+		if s.Stats().ReplayFlushes == 0 {
+			t.Error("the replay buffer never filled up")
+		}
+	}
 }

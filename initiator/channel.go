@@ -92,7 +92,8 @@ type channel struct {
 	avail       int
 	maxTransfer int
 	remoteInv   bool
-	maxImm      int // largest WRITE sent as immediate data (0: none)
+	maxImm      int    // largest WRITE sent as immediate data (0: none)
+	instGen     uint64 // the session's instance generation at this connection's login
 	// isolate: the device does not check window bounds, so every I/O goes
 	// through its slot's bounce buffer and binds over that buffer's own
 	// MR; a key then reaches nothing but the buffer of the I/O it was
@@ -517,6 +518,7 @@ func (c *channel) login(ctx context.Context) error {
 			c.remoteInv = rsp.RemoteInvalidate && !s.cfg.NoRemoteInvalidate
 			c.maxImm = min(int(rsp.MaxImmediate), int(req.MaxImmediate))
 			s.noteLogin(c.id, rsp.Target, c.maxTransfer)
+			s.noteInstance(c, rsp.Instance)
 			return nil
 		default:
 			return fmt.Errorf("initiator: %s during login: %w", op, ErrProtocol)

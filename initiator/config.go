@@ -55,6 +55,15 @@ type Config struct {
 	// (Session.AllocBuffer); I/O on its buffers needs no bounce copy.
 	// Default 0: every I/O goes through a per-credit bounce buffer.
 	BufferBytes int
+	// ReplayBuffer is the size in bytes of the replay buffer: a copy of
+	// every write the target acknowledged since the last successful flush
+	// of its volume, re-issued if the target turns out to have restarted
+	// (its instance changed) and lost them. Writers wait while the session
+	// flushes when it is full. 0 (the default): no copies; a restart that
+	// may have lost writes fails the next Flush and FUA write with
+	// ErrWriteCacheLost instead. A positive value below MaxTransfer is
+	// raised to it. See the package doc.
+	ReplayBuffer int
 	// Logger receives the session's log. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -100,6 +109,11 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.ReplayBuffer > 0 {
+		// Every write the session sends must fit, or a full ring could
+		// never take it.
+		c.ReplayBuffer = max(c.ReplayBuffer, c.MaxTransfer)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -39,4 +39,53 @@
 // had not completed. I/O fails with ErrConnectionLost only after
 // Config.LossTimeout. Each channel is one QP with its own poller
 // goroutine, pool and credits; a session spreads I/O over its channels.
+//
+// # Target restarts
+//
+// Re-issuing what had not completed is enough when only the connection
+// died. When the target process died, it may also have lost writes it
+// had acknowledged and not yet made durable, and a Flush after the
+// reconnect would succeed on the new process without them. The target's
+// login response therefore carries its instance, a value that changes
+// whenever such writes may have been lost (NFS's write verifier). The
+// session learns it at its first login and compares at every later one.
+//
+// A volume is dirty while writes were acknowledged since the last
+// successful flush; a flush covers the writes acknowledged before it was
+// issued, whichever channel carried them. When a login finds another
+// instance, each dirty volume either has its writes replayed or is marked
+// as having lost them:
+//
+//   - With Config.ReplayBuffer = 0 (the default) there is nothing to
+//     replay: the volume's next Flush and its next FUA write fail with
+//     ErrWriteCacheLost, each once per loss (as Linux reports a writeback
+//     error to the next fsync and only to it), and VolumeStats counts it.
+//     The loss is never reported as durable; the Flush after the failed
+//     one covers only what was written since, and succeeds.
+//   - With a replay buffer, the session keeps a copy of every write
+//     acknowledged since its volume's last successful flush, in one ring
+//     of that many bytes allocated at Dial (FUA writes need none unless
+//     the ring holds older writes of their volume, which a replay must
+//     not put back over them; DISCARD and WRITE_ZEROES take only their
+//     range). A successful flush drops the copies it covered. When the
+//     ring is full, the completion of the write that does not fit waits
+//     while the session flushes (NFS's COMMIT under too many unstable
+//     writes): nothing is ever dropped to make room. After an instance
+//     change the copies are re-issued one at a time, in the order they
+//     were acknowledged, through the channel whose login saw the change;
+//     until they are done every channel holds back everything else,
+//     including requests re-issued from the lost connections and any
+//     Flush, so the application's next Flush covers them. A replay write
+//     that fails turns its volume's case into a loss, as without a ring.
+//
+// What replay cannot restore is a loss too: a write acknowledged on a
+// connection to an instance another channel has already seen replaced,
+// a write whose caller gave up on it (its context ended) while the ring
+// was full, and writes still waiting for room at the restart. A FUA
+// write re-issued after a reconnect is still FUA, and a flush in flight
+// at the loss that the new instance answers still reports it. A target
+// that sends no instance (an older one) promises nothing, and its
+// restarts go unnoticed; a change to or from one counts as a restart. A
+// graceful target restart changes the instance too, which costs a replay
+// or a spurious ErrWriteCacheLost, never a silent loss.
 package initiator

@@ -88,7 +88,7 @@ func (c *channel) dispatch() {
 	}
 	for c.avail > 0 && len(c.free) > 0 && c.qp != nil {
 		c.mu.Lock()
-		r := c.q.pop()
+		r := c.popNext()
 		c.mu.Unlock()
 		if r == nil {
 			return
@@ -390,6 +390,11 @@ func (c *channel) complete(si int) {
 		c.mu.Lock()
 		r.epoch = c.epoch
 		c.mu.Unlock()
+	} else if r.Op != OpRead {
+		var parked bool
+		if err, parked = c.s.afterIO(c, r, sl.bounce, err); parked {
+			return
+		}
 	}
 	if !r.claim() {
 		return

@@ -45,6 +45,12 @@ var (
 	ErrReadOnly = errors.New("initiator: volume is read-only")
 	// ErrProtocol: the target broke the protocol; the connection is reset.
 	ErrProtocol = errors.New("initiator: protocol violation by the target")
+	// ErrWriteCacheLost: the target restarted (its instance changed) while
+	// it held writes it had acknowledged and not yet made durable, and the
+	// session could not replay them: what those writes wrote is unknown.
+	// The next Flush and the next FUA write of the volume report it, once
+	// each per loss.
+	ErrWriteCacheLost = errors.New("initiator: target lost acknowledged writes that were not yet flushed")
 )
 
 // IOError is a command the target failed, with its sense code.
@@ -103,6 +109,9 @@ type Request struct {
 	ctrl    *wire.ControlRequest
 	ctrlRsp wire.ControlResponse
 	epoch   uint64        // connection the response came from (control requests)
+	seq     uint64        // a flush: the writes it covers; a parked write: its number (replay.go)
+	replay  bool          // re-issued from the replay ring
+	self    bool          // the session's own flush, for room in the ring
 	sync    chan *Request // the synchronous API's own completion channel
 }
 

@@ -41,6 +41,7 @@ type Session struct {
 	closed      bool
 
 	stats stats
+	verifier
 }
 
 type bufRange struct{ off, n int }
@@ -74,11 +75,19 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.BufferBytes > 0 {
 		s.bufFree = []bufRange{{s.bufOff, s.data.Len() - s.bufOff}}
 	}
+	if err := s.initReplay(); err != nil {
+		s.data.Close()
+		s.pd.Close()
+		return nil, err
+	}
 	// The data MR is the base for memory windows; its own rkey is never
 	// sent to the target (only window keys are).
 	if s.dataMR, err = s.pd.RegMR(s.data, 0, s.data.Len(), transport.AccessLocalWrite|transport.AccessMWBind); err != nil {
 		s.data.Close()
 		s.pd.Close()
+		if s.ringMem != nil {
+			s.ringMem.Close()
+		}
 		return nil, fmt.Errorf("initiator: register data buffers: %w", err)
 	}
 	for i := 0; i < cfg.Channels; i++ {
@@ -128,6 +137,9 @@ func (s *Session) abort() {
 	s.dataMR.Close()
 	s.data.Close()
 	s.pd.Close()
+	if s.ringMem != nil {
+		s.ringMem.Close()
+	}
 }
 
 func (s *Session) noteLogin(ch int, target string, maxTransfer int) {
@@ -315,6 +327,7 @@ type OpenOptions struct {
 // Open opens a volume on every channel of the session.
 func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Volume, error) {
 	v := &Volume{s: s, name: name, readOnly: opts.ReadOnly}
+	v.dur.ovf.OnDone = s.overflowDone
 	// Known to the session first, so a reconnect in the middle re-opens it.
 	s.mu.Lock()
 	s.vols[v] = struct{}{}
@@ -394,6 +407,11 @@ func (s *Session) Close() error {
 	}
 	if err := s.data.Close(); err != nil {
 		errs = append(errs, err)
+	}
+	if s.ringMem != nil {
+		if err := s.ringMem.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -23,8 +23,10 @@ type stats struct {
 	byOp       [opControl + 1]opStats
 	connLost   atomic.Uint64
 	reconnects atomic.Uint64
-	poolMu     sync.Mutex
-	pool       []frmr.Stats
+	// the write verifier's (replay.go)
+	instanceChanges, writeCacheLost, replayed, replayFlushes atomic.Uint64
+	poolMu                                                   sync.Mutex
+	pool                                                     []frmr.Stats
 }
 
 func (s *stats) init() {}
@@ -76,6 +78,16 @@ func (o *OpStats) Percentile(q float64) time.Duration {
 type Stats struct {
 	Read, Write, Flush, Discard, WriteZeroes OpStats
 	ConnectionsLost, Reconnects              uint64
+	// InstanceChanges counts logins that found a target instance other
+	// than the one before (a restarted target).
+	InstanceChanges uint64
+	// WriteCacheLost counts volumes found to have lost acknowledged,
+	// unflushed writes (each reported as ErrWriteCacheLost).
+	WriteCacheLost uint64
+	// ReplayedWrites counts writes re-issued from the replay buffer after
+	// an instance change; ReplayFlushes the flushes the session issued
+	// itself because the replay buffer was full.
+	ReplayedWrites, ReplayFlushes uint64
 	// FRMR are the registration pools' counters, one per channel, as of
 	// the last tick.
 	FRMR []frmr.Stats
@@ -92,7 +104,9 @@ func (s *Session) Stats() Stats {
 		return r
 	}
 	st := Stats{Read: get(OpRead), Write: get(OpWrite), Flush: get(OpFlush), Discard: get(OpDiscard),
-		WriteZeroes: get(OpWriteZeroes), ConnectionsLost: s.stats.connLost.Load(), Reconnects: s.stats.reconnects.Load()}
+		WriteZeroes: get(OpWriteZeroes), ConnectionsLost: s.stats.connLost.Load(), Reconnects: s.stats.reconnects.Load(),
+		InstanceChanges: s.stats.instanceChanges.Load(), WriteCacheLost: s.stats.writeCacheLost.Load(),
+		ReplayedWrites: s.stats.replayed.Load(), ReplayFlushes: s.stats.replayFlushes.Load()}
 	s.stats.poolMu.Lock()
 	st.FRMR = append([]frmr.Stats(nil), s.stats.pool...)
 	s.stats.poolMu.Unlock()

@@ -21,6 +21,7 @@ type Volume struct {
 	caps     uint32
 	rmw      sync.Mutex // serializes read-modify-write of partial blocks
 	closed   bool
+	dur      durability // Session.dmu
 }
 
 // Name is the volume's name on the target.
@@ -43,8 +44,10 @@ var reqPool = sync.Pool{New: func() any {
 // Submit starts an asynchronous request; it is sent on r.Done (or passed
 // to r.OnDone) when it completes. r.Buf belongs to the request until then:
 // the target may read or write it (or its bounce copy) at any moment
-// before the completion, never after. Offsets and lengths must be block aligned and a transfer at
-// most MaxTransfer bytes.
+// before the completion, never after. Offsets and lengths must be block
+// aligned and a transfer at most MaxTransfer bytes. With a replay buffer,
+// a write's completion may wait while the session flushes to make room
+// in it.
 func (v *Volume) Submit(r *Request) error {
 	if err := v.check(r.Op, r.Offset, r.length()); err != nil {
 		return err
@@ -54,6 +57,7 @@ func (v *Volume) Submit(r *Request) error {
 	}
 	r.vol = v
 	r.Err = nil
+	v.markFlush(r)
 	r.state.Store(reqPending)
 	return v.s.pick().submit(r)
 }
@@ -103,6 +107,7 @@ func (v *Volume) do(ctx context.Context, op Op, buf []byte, off, n int64, fua bo
 			r.Length = k
 		}
 		r.vol = v
+		v.markFlush(r)
 		r.state.Store(reqPending)
 		if err = v.s.pick().submit(r); err != nil {
 			reqPool.Put(r)
@@ -188,7 +193,9 @@ func (v *Volume) WriteAtContext(ctx context.Context, p []byte, off int64) (int, 
 }
 
 // WriteAtFUA writes p at off and returns only when the data is durable on
-// the target (Force Unit Access).
+// the target (Force Unit Access). Like Flush, it fails with
+// ErrWriteCacheLost, once per loss, after a target restart lost earlier
+// writes.
 func (v *Volume) WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error) {
 	return v.writeAt(ctx, p, off, true)
 }
@@ -229,7 +236,10 @@ func (v *Volume) writeAt(ctx context.Context, p []byte, off int64, fua bool) (in
 	return len(p), nil
 }
 
-// Flush makes every write that has completed durable on the target.
+// Flush makes every write that has completed durable on the target. It
+// fails with ErrWriteCacheLost, once per loss, if the target restarted
+// and lost writes that had completed since the last successful Flush
+// (see the package doc).
 func (v *Volume) Flush(ctx context.Context) error {
 	return v.do(ctx, OpFlush, nil, 0, 0, false)
 }
@@ -256,6 +266,7 @@ func (v *Volume) Close() error {
 	v.closed = true
 	delete(s.vols, v)
 	s.mu.Unlock()
+	v.forget()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.IOTimeout)
 	defer cancel()
 	var first error

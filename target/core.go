@@ -34,6 +34,7 @@ type coreParams struct {
 	rand      func([]byte)
 	volStats  func(name string) *ioCounters
 	connStats *ioCounters
+	instance  uint64 // the Target's write verifier, drawn by the shell
 }
 
 // actions are what one or more events asked the shell to do, in order:
@@ -909,7 +910,7 @@ func (c *core) accept(proof []byte) {
 		Version: wire.Version, Target: c.p.name, Credits: uint32(c.credits),
 		MaxIU: iuSize, MaxRecvIU: uint32(min(iuSize, c.iniRecvIU)),
 		MaxTransfer: c.maxXfer, MaxDesc: uint8(c.maxDesc), RemoteInvalidate: c.remoteInv,
-		SessionID: c.p.id, Proof: proof, MaxImmediate: c.maxImm,
+		SessionID: c.p.id, Proof: proof, MaxImmediate: c.maxImm, Instance: c.p.instance,
 	})
 	if c.state == connClosed {
 		return

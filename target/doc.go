@@ -88,6 +88,21 @@
 // in flight (new commands are answered Busy), disconnects and waits; its
 // context bounds the wait.
 //
+// # Write verifier
+//
+// Every login response carries the target's instance (the Target's
+// Instance, a random nonzero 64-bit value drawn by New), NFS's write
+// verifier. What it promises: while it stays the same, every write this
+// target acknowledged is still there to be made durable by a FLUSH, and a
+// FLUSH covers every write to the volume acknowledged before the FLUSH
+// arrived, on any connection. Whenever that may have stopped being true
+// it changes, and a new process, which starts with whatever the store
+// kept, always gets a new one: a crashed target's acknowledged but
+// unflushed writes may be gone. A graceful restart changes it too (the
+// store was flushed, but the target does not remember what it promised);
+// initiators then replay or report a loss that did not happen, which is
+// safe. The core sends the value it is given; only the shell draws it.
+//
 // # Channel reinstatement
 //
 // An initiator names its session and channel in the login. A login for a

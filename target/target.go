@@ -2,6 +2,8 @@ package target
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"sort"
@@ -22,6 +24,9 @@ type Target struct {
 	epoch time.Time
 	gen   atomic.Uint32
 	ids   atomic.Uint64
+	// instance is the write verifier every login response carries; see
+	// Instance.
+	instance uint64
 
 	// base is the context of connection setup; cancelled by a forced
 	// shutdown.
@@ -60,8 +65,28 @@ func New(cfg Config) (*Target, error) {
 		volStats: map[string]*ioCounters{}, pendingBy: map[string]int{},
 	}
 	t.acl.Store(cfg.ACL)
+	t.instance = newInstance()
 	return t, nil
 }
+
+// newInstance draws a random, nonzero write verifier: zero on the wire
+// means "no promise", and a random value (rather than a start time or a
+// counter) cannot repeat across a restart with a clock set back or a data
+// directory restored from a copy.
+func newInstance() uint64 {
+	var b [8]byte
+	for {
+		rand.Read(b[:])
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// Instance is the target's write verifier, sent in every login response:
+// it is chosen afresh by New, so a restarted process (whose store may have
+// lost writes it had acknowledged but not flushed) always has another one.
+func (t *Target) Instance() uint64 { return t.instance }
 
 // SetACL replaces the access rules. Logins and OPENs from now on use the
 // new rules; volumes already open keep the access they were opened with,

@@ -616,3 +616,19 @@ func (c *client) releaseFastReg(key transport.Key, invalidated bool) {
 		}
 	}
 }
+
+// TestInstance: every login to one Target carries the same nonzero
+// instance, and another Target (a restarted process) has another one.
+func TestInstance(t *testing.T) {
+	e := env{wire: "loop", profile: "strict"}
+	r := newRig(t, e, Config{Name: "tgt"})
+	first := r.dial(t).login("ini")
+	second := r.dial(t).login("ini")
+	if first.Instance == 0 || first.Instance != second.Instance || first.Instance != r.tgt.Instance() {
+		t.Fatalf("instances %#x, %#x, target says %#x", first.Instance, second.Instance, r.tgt.Instance())
+	}
+	other := newRig(t, e, Config{Name: "tgt"})
+	if got := other.dial(t).login("ini").Instance; got == first.Instance || got == 0 {
+		t.Fatalf("a second target has instance %#x, the first %#x", got, first.Instance)
+	}
+}

@@ -112,9 +112,15 @@ func importCommand() *cli.Command {
 		Name: "import", Args: "VOLUME FILE|-", Short: "copy a file or stdin into a volume",
 		Long: `Copy FILE (or stdin for -) into VOLUME at --offset, with up to --qd writes
 in flight, then flush: when srpc exits 0 the data is durable on the target.
+If the target restarts meanwhile and loses writes it had acknowledged but
+not flushed, they are replayed from --replay-buffer; with none, srpc
+exits 1.
 A file whose size is not a multiple of the block size has its last block
 completed with the volume's existing bytes.`,
-		SetFlags: func(fs *flag.FlagSet) { cf.register(fs, false) },
+		SetFlags: func(fs *flag.FlagSet) {
+			cf.register(fs, false)
+			cf.conn.registerReplay(fs)
+		},
 		Run: func(ctx context.Context, args []string) error {
 			if err := cli.NArgs(args, 2, 2, "VOLUME FILE|-"); err != nil {
 				return err
@@ -250,6 +256,9 @@ func importData(ctx context.Context, s *session, v *initiator.Volume, in io.Read
 		}
 	}
 	if err := v.Flush(ctx); err != nil {
+		if errors.Is(err, initiator.ErrWriteCacheLost) {
+			return pos - off, fmt.Errorf("flush: %v", ioError(err))
+		}
 		return pos - off, fmt.Errorf("flush: %v (the data may not be durable)", ioError(err))
 	}
 	if bar != nil {

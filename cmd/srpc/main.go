@@ -58,6 +58,7 @@ type connFlags struct {
 	providerOpts                     []string
 	channels, procs                  int
 	timeout                          time.Duration
+	replay                           cli.SizeFlag // 0 where registerReplay was not called
 }
 
 func (c *connFlags) register(fs *flag.FlagSet) {
@@ -82,6 +83,18 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.channels, "channels", 1, "`N` connections (queue pairs) to spread I/O over")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up on a lost or unreachable target after `DURATION`")
 	cli.RegisterProcs(fs, &c.procs)
+}
+
+// defaultReplay is the replay buffer of the commands that write: 64 MiB
+// of copies of unflushed writes covers about a second of writing at
+// import speed between the flushes it forces.
+const defaultReplay = 64 << 20
+
+// registerReplay adds --replay-buffer, for the commands that write.
+func (c *connFlags) registerReplay(fs *flag.FlagSet) {
+	c.replay.N = defaultReplay
+	fs.Var(&c.replay, "replay-buffer", "keep copies of up to `SIZE` of acknowledged, unflushed writes to replay if the target restarts "+
+		"and lost them (when full, writes wait for a flush); 0: none, and such a restart fails the next flush")
 }
 
 // session is a logged-in session and its provider.
@@ -124,9 +137,13 @@ func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error
 	if secret == "" {
 		secret = os.Getenv("SRPC_SECRET")
 	}
+	if c.replay.N < 0 {
+		prov.Close()
+		return nil, cli.Usagef("--replay-buffer %d: want a size of 0 or more", c.replay.N)
+	}
 	cfg := initiator.Config{
 		Provider: prov, Addr: c.target, Name: c.name, Channels: c.channels, Credits: qd,
-		MaxTransfer: 1 << 20, BufferBytes: bufBytes,
+		MaxTransfer: 1 << 20, BufferBytes: bufBytes, ReplayBuffer: int(c.replay.N),
 		ConnectTimeout: c.timeout, LossTimeout: c.timeout,
 		Logger: quietLogger(),
 	}
@@ -170,6 +187,10 @@ func dialError(target, name string, haveSecret bool, err error) error {
 func ioError(err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, initiator.ErrWriteCacheLost) {
+		return errors.New("the target restarted and lost writes it had acknowledged but not yet flushed, " +
+			"so what they wrote is unknown: write the data again (--replay-buffer, on by default, replays them instead)")
 	}
 	return errors.New(strings.TrimPrefix(err.Error(), "initiator: "))
 }

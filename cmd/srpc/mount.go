@@ -61,6 +61,7 @@ func mountCommand() *cli.Command {
 		Long: mountLong,
 		SetFlags: func(fs *flag.FlagSet) {
 			cf.register(fs)
+			cf.registerReplay(fs)
 			fs.BoolVar(&ro, "read-only", false, "open the volume read-only")
 			fs.IntVar(&qd, "qd", 64, "`N` requests in flight to the target")
 			fs.BoolVar(&debug, "fuse-debug", false, "log every FUSE request")
@@ -72,6 +73,9 @@ func mountCommand() *cli.Command {
 			dir := args[1]
 			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 				return fmt.Errorf("mount point %s is not a directory", dir)
+			}
+			if ro {
+				cf.replay.N = 0 // nothing to replay
 			}
 			s, err := cf.dial(ctx, qd, 0)
 			if err != nil {

@@ -50,6 +50,7 @@ func nbdCommand() *cli.Command {
 		Long: nbdLong,
 		SetFlags: func(fs *flag.FlagSet) {
 			cf.register(fs)
+			cf.registerReplay(fs)
 			fs.StringVar(&socket, "socket", "", "serve on the unix socket `PATH`")
 			fs.StringVar(&listen, "listen", "", "serve on TCP `HOST:PORT` (no authentication: keep it on loopback)")
 			fs.BoolVar(&ro, "read-only", false, "open the volume read-only and export it read-only")
@@ -78,6 +79,9 @@ func nbdCommand() *cli.Command {
 			}
 			defer ln.Close()
 
+			if ro {
+				cf.replay.N = 0 // nothing to replay
+			}
 			s, err := cf.dial(ctx, qd, min(qd, 256)<<20)
 			if err != nil {
 				return err

@@ -106,6 +106,13 @@ type LoginResponse struct {
 	// MaxImmediate is the most immediate data the target accepts in one
 	// WRITE command (at most what the initiator asked for); zero: none.
 	MaxImmediate uint32 `msgpack:"imm,omitempty"`
+	// Instance is the target's write verifier (NFS's writeverf): a value
+	// that changes whenever writes the target acknowledged but had not
+	// yet made durable may have been lost, as when its process restarts.
+	// An initiator that sees it change across a reconnect must replay or
+	// fail what it had not flushed. Zero: the target makes no such
+	// promise (it predates the field).
+	Instance uint64 `msgpack:"inst,omitempty"`
 }
 
 // RejectReason says why a login failed.

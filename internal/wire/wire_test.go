@@ -161,6 +161,28 @@ func TestControlRoundTrip(t *testing.T) {
 	require.Equal(t, rsp, got2)
 }
 
+// TestLoginInstance: the target's instance rides in the login response,
+// a full 64-bit value, and a response without it (an older target) decodes
+// as zero, which the initiator takes as "no promise".
+func TestLoginInstance(t *testing.T) {
+	rsp := LoginResponse{Version: Version, Target: "t", Credits: 8, MaxTransfer: 1 << 20, Instance: 0xfedc_ba98_7654_3210}
+	b, err := EncodeControl(nil, OpLoginResponse, &rsp)
+	require.NoError(t, err)
+	var got LoginResponse
+	require.NoError(t, DecodeControl(b, OpLoginResponse, &got))
+	require.Equal(t, rsp, got)
+
+	type old struct {
+		Version uint16 `msgpack:"v"`
+		Target  string `msgpack:"tgt"`
+	}
+	b, err = EncodeControl(nil, OpLoginResponse, &old{Version: Version, Target: "t"})
+	require.NoError(t, err)
+	got = LoginResponse{}
+	require.NoError(t, DecodeControl(b, OpLoginResponse, &got))
+	require.Zero(t, got.Instance)
+}
+
 // TestUnknownFieldsIgnored: a newer peer's extra fields do not break an
 // older decoder.
 func TestUnknownFieldsIgnored(t *testing.T) {

@@ -1,0 +1,360 @@
+package initiator_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// durableDisk is a volume's durable contents: what survives a target
+// crash. The target sees it through a cacheVolume, which holds writes in
+// a volatile cache until Flush (or FUA) moves them here, as a disk with a
+// write cache or pebble with an unsynced WAL does.
+type durableDisk struct {
+	mu     sync.Mutex
+	data   []byte
+	bs     int
+	flushN int // Flush calls that reached the disk
+}
+
+// cacheVolume is one target process's view of a durableDisk: a crash
+// discards it, and with it every write not yet flushed.
+type cacheVolume struct {
+	d     *durableDisk
+	mu    sync.Mutex
+	dirty map[int64][]byte // block number → contents not yet durable
+}
+
+func (v *cacheVolume) Size() int64    { return int64(len(v.d.data)) }
+func (v *cacheVolume) BlockSize() int { return v.d.bs }
+
+func (v *cacheVolume) ReadAt(p []byte, off int64) (int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	bs := int64(v.d.bs)
+	for i := int64(0); i < int64(len(p)); i += bs {
+		if b, ok := v.dirty[(off+i)/bs]; ok {
+			copy(p[i:i+bs], b)
+		} else {
+			copy(p[i:i+bs], v.d.data[off+i:])
+		}
+	}
+	return len(p), nil
+}
+
+func (v *cacheVolume) WriteAt(p []byte, off int64) (int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	bs := int64(v.d.bs)
+	for i := int64(0); i < int64(len(p)); i += bs {
+		v.dirty[(off+i)/bs] = append([]byte(nil), p[i:i+bs]...)
+	}
+	return len(p), nil
+}
+
+func (v *cacheVolume) WriteAtFUA(p []byte, off int64) (int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	bs := int64(v.d.bs)
+	for i := int64(0); i < int64(len(p)); i += bs {
+		delete(v.dirty, (off+i)/bs)
+	}
+	copy(v.d.data[off:], p)
+	return len(p), nil
+}
+
+func (v *cacheVolume) Flush() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	bs := int64(v.d.bs)
+	for blk, b := range v.dirty {
+		copy(v.d.data[blk*bs:], b)
+	}
+	clear(v.dirty)
+	v.d.flushN++
+	return nil
+}
+
+func (v *cacheVolume) Discard(off, n int64) error { return v.WriteZeroes(off, n) }
+
+func (v *cacheVolume) WriteZeroes(off, n int64) error {
+	_, err := v.WriteAt(make([]byte, n), off)
+	return err
+}
+
+// cacheCatalog serves one cacheVolume as "vol0"; every OPEN of one target
+// process shares it.
+type cacheCatalog struct{ v *cacheVolume }
+
+func (c cacheCatalog) List() ([]target.VolumeInfo, error) {
+	return []target.VolumeInfo{{Name: "vol0", Size: c.v.Size(), BlockSize: c.v.BlockSize()}}, nil
+}
+
+func (c cacheCatalog) OpenVolume(name string) (target.Volume, error) {
+	if name != "vol0" {
+		return nil, errors.New("no such volume")
+	}
+	return c.v, nil
+}
+
+// crashRig runs target processes, one after another, at one address over
+// one durableDisk: crash ends the current one as kill -9 would (its
+// connections die, its cache is gone) and start brings up a new one.
+type crashRig struct {
+	t    *testing.T
+	p    *emu.Provider
+	disk *durableDisk
+	addr string
+	cur  *crashTarget
+}
+
+type crashTarget struct {
+	tgt    *target.Target
+	cancel context.CancelFunc
+	served chan error
+}
+
+func newCrashRig(t *testing.T, size int64) *crashRig {
+	p, err := emu.New(emu.Config{Seed: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &crashRig{t: t, p: p, disk: &durableDisk{data: make([]byte, size), bs: 4096}}
+	r.start()
+	t.Cleanup(func() {
+		r.crash()
+		p.Close()
+	})
+	return r
+}
+
+func (r *crashRig) start() {
+	r.t.Helper()
+	tgt, err := target.New(target.Config{Name: "crashy", Catalog: cacheCatalog{&cacheVolume{d: r.disk, dirty: map[int64][]byte{}}}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := r.p.Listen(ctx, r.addr)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.addr = l.Addr()
+	ct := &crashTarget{tgt: tgt, cancel: cancel, served: make(chan error, 1)}
+	go func() { ct.served <- tgt.Serve(ctx, l) }()
+	r.cur = ct
+}
+
+// crash ends the current target at once: a Shutdown whose context is
+// already over disconnects every connection without answering.
+func (r *crashRig) crash() {
+	if r.cur == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.cur.tgt.Shutdown(ctx)
+	r.cur.cancel()
+	<-r.cur.served
+	r.cur = nil
+}
+
+func (r *crashRig) dial(t *testing.T, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {
+	t.Helper()
+	cfg.Provider, cfg.Addr, cfg.Name = r.p, r.addr, "crash-test"
+	cfg.IOTimeout, cfg.ConnectTimeout, cfg.LossTimeout = 2*time.Second, 2*time.Second, 20*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := initiator.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, v
+}
+
+// writeModel writes blocks [lba, lba+n) in writes of per blocks each, with
+// contents that name the block and gen, into v and the model.
+func writeModel(t *testing.T, v *initiator.Volume, model []byte, lba, n, per int, gen uint32) {
+	t.Helper()
+	const bs = 4096
+	buf := make([]byte, per*bs)
+	for b := lba; b < lba+n; b += per {
+		k := min(per, lba+n-b)
+		for i := 0; i < k; i++ {
+			pattern(buf[i*bs:(i+1)*bs], uint64(b+i), gen, 5)
+		}
+		if _, err := v.WriteAt(buf[:k*bs], int64(b)*bs); err != nil {
+			t.Fatalf("write of %d blocks at %d: %v", k, b, err)
+		}
+		copy(model[b*bs:], buf[:k*bs])
+	}
+}
+
+func checkModel(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	if bytes.Equal(got, want) {
+		return
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%s: first difference at byte %d (block %d)", what, i, i/4096)
+		}
+	}
+}
+
+// TestTargetRestartReplay: writes the target acknowledged and then lost in
+// a crash (they were in its cache, not yet flushed) are replayed by a
+// session with a replay buffer, so the Flush after the reconnect makes
+// them durable on the new target process.
+func TestTargetRestartReplay(t *testing.T) {
+	for _, ch := range []int{1, 2} {
+		t.Run(fmt.Sprintf("channels=%d", ch), func(t *testing.T) {
+			const size = 8 << 20
+			r := newCrashRig(t, size)
+			s, v := r.dial(t, initiator.Config{Channels: ch, ReplayBuffer: 4 << 20})
+			ctx := context.Background()
+			model := make([]byte, size)
+			writeModel(t, v, model, 0, 64, 16, 1) // durable before the crash
+			if err := v.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			writeModel(t, v, model, 64, 64, 1, 1)    // 4 KiB: immediate data
+			writeModel(t, v, model, 128, 512, 64, 1) // 256 KiB: registered
+			writeModel(t, v, model, 100, 8, 2, 2)    // overwrites, in order
+			fua := make([]byte, 4096)
+			pattern(fua, 130, 3, 5)
+			if _, err := v.WriteAtFUA(ctx, fua, 130*4096); err != nil { // durable, over a dirty block
+				t.Fatal(err)
+			}
+			copy(model[130*4096:], fua)
+			if err := v.WriteZeroes(ctx, 200*4096, 8*4096); err != nil {
+				t.Fatal(err)
+			}
+			clear(model[200*4096 : 208*4096])
+
+			r.crash()
+			r.start()
+
+			if err := v.Flush(ctx); err != nil {
+				t.Fatalf("flush after the target restarted: %v", err)
+			}
+			r.disk.mu.Lock()
+			durable := append([]byte(nil), r.disk.data...)
+			r.disk.mu.Unlock()
+			checkModel(t, "durable contents after the flush", durable, model)
+			got := make([]byte, size)
+			if _, err := v.ReadAt(got, 0); err != nil {
+				t.Fatal(err)
+			}
+			checkModel(t, "read back", got, model)
+			st := s.Stats()
+			if st.InstanceChanges != 1 || st.ReplayedWrites == 0 || st.WriteCacheLost != 0 {
+				t.Fatalf("stats: %d instance changes, %d writes replayed, %d losses", st.InstanceChanges, st.ReplayedWrites, st.WriteCacheLost)
+			}
+		})
+	}
+}
+
+// TestTargetRestartLoss: without a replay buffer, the Flush and the FUA
+// write after a restart that lost acknowledged writes fail with
+// ErrWriteCacheLost, once each; a volume with nothing unflushed sees no
+// error at all.
+func TestTargetRestartLoss(t *testing.T) {
+	for _, ch := range []int{1, 2} {
+		t.Run(fmt.Sprintf("channels=%d", ch), func(t *testing.T) {
+			r := newCrashRig(t, 4<<20)
+			s, v := r.dial(t, initiator.Config{Channels: ch})
+			ctx := context.Background()
+			model := make([]byte, 4<<20)
+			writeModel(t, v, model, 0, 32, 4, 1)
+
+			r.crash()
+			r.start()
+
+			err := v.Flush(ctx)
+			if !errors.Is(err, initiator.ErrWriteCacheLost) {
+				t.Fatalf("first flush after the restart: %v, want ErrWriteCacheLost", err)
+			}
+			if err := v.Flush(ctx); err != nil {
+				t.Fatalf("second flush: %v", err)
+			}
+			buf := make([]byte, 4096)
+			if _, err := v.WriteAtFUA(ctx, buf, 0); !errors.Is(err, initiator.ErrWriteCacheLost) {
+				t.Fatalf("first FUA write after the restart: %v, want ErrWriteCacheLost", err)
+			}
+			if _, err := v.WriteAtFUA(ctx, buf, 0); err != nil {
+				t.Fatalf("second FUA write: %v", err)
+			}
+			if st := v.Stats(); st.WriteCacheLost != 1 || st.Dirty {
+				t.Fatalf("volume stats %+v", st)
+			}
+			if st := s.Stats(); st.InstanceChanges != 1 || st.WriteCacheLost != 1 {
+				t.Fatalf("session stats: %d instance changes, %d losses", st.InstanceChanges, st.WriteCacheLost)
+			}
+
+			// Flushed before the next crash: nothing is lost, nothing reported.
+			writeModel(t, v, model, 0, 8, 1, 2)
+			if err := v.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r.crash()
+			r.start()
+			if err := v.Flush(ctx); err != nil {
+				t.Fatalf("flush after a restart with nothing unflushed: %v", err)
+			}
+			if st := s.Stats(); st.InstanceChanges != 2 || st.WriteCacheLost != 1 {
+				t.Fatalf("session stats: %d instance changes, %d losses", st.InstanceChanges, st.WriteCacheLost)
+			}
+		})
+	}
+}
+
+// TestReplayOverflow: a replay buffer smaller than what is written between
+// the application's flushes makes writers wait while the session flushes
+// (nothing is dropped), and a crash after that still loses nothing.
+func TestReplayOverflow(t *testing.T) {
+	const size = 8 << 20
+	r := newCrashRig(t, size)
+	s, v := r.dial(t, initiator.Config{ReplayBuffer: 512 << 10, MaxTransfer: 128 << 10, Credits: 8})
+	model := make([]byte, size)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			writeModel(t, v, model, w*256, 256, 16, 1) // 4 MiB in all, in 64 KiB writes
+		}(w)
+	}
+	wg.Wait()
+	if st := s.Stats(); st.ReplayFlushes == 0 {
+		t.Fatal("4 MiB through a 512 KiB replay buffer needed no flush")
+	}
+	r.crash()
+	r.start()
+	if err := v.Flush(context.Background()); err != nil {
+		t.Fatalf("flush after the restart: %v", err)
+	}
+	r.disk.mu.Lock()
+	durable := append([]byte(nil), r.disk.data...)
+	r.disk.mu.Unlock()
+	checkModel(t, "durable contents", durable, model)
+}
