@@ -74,6 +74,7 @@ type channel struct {
 	// connection that issued it.
 	epoch    uint64
 	doorbell chan struct{}
+	checks   chan chan error // Session.Check's requests, served by the loop
 	stop     chan struct{}
 	done     chan struct{}
 
@@ -120,6 +121,7 @@ func newChannel(s *Session, id int) *channel {
 		s: s, id: id,
 		log:      s.cfg.Logger.With("channel", id, "target", s.cfg.Addr),
 		doorbell: make(chan struct{}, 1),
+		checks:   make(chan chan error),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		handles:  map[*Volume]uint32{},

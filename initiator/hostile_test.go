@@ -33,7 +33,7 @@ type hostileRig struct {
 	addr   string
 }
 
-func newHostileRig(t *testing.T, profile string, script targettest.Script) *hostileRig {
+func newHostileRig(t testing.TB, profile string, script targettest.Script) *hostileRig {
 	t.Helper()
 	cfg := emu.Config{Profile: profile, Wire: emu.WireTCP, Logger: quiet}
 	tp, err := emu.New(cfg)
@@ -74,7 +74,7 @@ func newHostileRig(t *testing.T, profile string, script targettest.Script) *host
 	return &hostileRig{tp: tp, ip: ip, h: h, addr: l.Addr()}
 }
 
-func (r *hostileRig) dial(t *testing.T, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {
+func (r *hostileRig) dial(t testing.TB, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {
 	t.Helper()
 	cfg.Provider, cfg.Addr, cfg.Name = r.ip, r.addr, "victim"
 	if cfg.Logger == nil {
@@ -455,6 +455,11 @@ func TestHostileAnswers(t *testing.T) {
 					t.Fatalf("an extra completion of %s at %d", req.Op, req.Offset)
 				default:
 				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := s.Check(ctx); err != nil {
+					t.Fatal(err)
+				}
 				t.Logf("connections lost %d, reconnects %d", s.Stats().ConnectionsLost, s.Stats().Reconnects)
 			})
 		}
@@ -582,6 +587,12 @@ func TestHostileSoak(t *testing.T) {
 							t.Fatalf("seed %d: read of %d at %d differs from what was written", seed, len(req.Buf), req.Offset)
 						}
 					}
+					cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+					if err := s.Check(cctx); err != nil {
+						ccancel()
+						t.Fatalf("seed %d: after %d I/Os: %v", seed, i, err)
+					}
+					ccancel()
 					// Quiescent: every I/O has returned, so no key may work.
 					ds := r.h.Descriptors()
 					q := r.victimQP()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gosrp/gosrp/frmr"
@@ -46,6 +47,8 @@ func (c *channel) run() {
 			stop = nil
 			closeBy = time.Now().Add(c.s.cfg.IOTimeout)
 		case <-c.doorbell:
+		case reply := <-c.checks:
+			reply <- c.check()
 		case <-c.cqReady:
 			c.poll()
 			select {
@@ -56,6 +59,44 @@ func (c *channel) run() {
 			c.onTick()
 		}
 	}
+}
+
+// check verifies the channel's invariants: the pool's own (frmr's Check),
+// and that every credit slot is accounted for exactly once (free, or
+// holding the request it was started for), the responded ones waiting
+// for their keys to die.
+func (c *channel) check() error {
+	if err := c.pool.Check(); err != nil {
+		return fmt.Errorf("initiator: channel %d: %w", c.id, err)
+	}
+	free := make([]bool, len(c.slots))
+	for _, si := range c.free {
+		if free[si] {
+			return fmt.Errorf("initiator: channel %d: slot %d twice on the free list", c.id, si)
+		}
+		free[si] = true
+	}
+	waiting := make([]bool, len(c.slots))
+	for _, si := range c.waiting {
+		waiting[si] = true
+	}
+	for i := range c.slots {
+		sl := &c.slots[i]
+		switch {
+		case free[i] != (sl.state == slotFree):
+			return fmt.Errorf("initiator: channel %d: slot %d in %s, on the free list: %v", c.id, i, sl.state, free[i])
+		case sl.state == slotFree && sl.req != nil:
+			return fmt.Errorf("initiator: channel %d: free slot %d holds a request", c.id, i)
+		case sl.state != slotFree && sl.req == nil:
+			return fmt.Errorf("initiator: channel %d: slot %d in %s holds no request", c.id, i, sl.state)
+		case sl.state == slotResponded && !waiting[i] && !slices.Contains(c.invPending, i):
+			return fmt.Errorf("initiator: channel %d: responded slot %d neither waits for its key nor for its LOCAL_INV", c.id, i)
+		}
+	}
+	if c.avail < 0 || c.avail > c.credits {
+		return fmt.Errorf("initiator: channel %d: %d credits available of %d", c.id, c.avail, c.credits)
+	}
+	return nil
 }
 
 // applyHandles takes in the volume handles Open learned.

@@ -182,6 +182,29 @@ func (s *Session) segmentFor(b []byte) (frmr.Segment, bool) {
 	return frmr.Segment{Arena: s.data, Off: int(p - base), Len: len(b)}, true
 }
 
+// Check verifies the invariants of every channel: its registration pool's
+// accounting (every MR free, in use or tainted exactly once; no FREE MR
+// named by an outstanding work request; signaling bounds) and its credit
+// slots. It runs on the channels' own goroutines between two passes, so a
+// test can call it at any moment of a live session; it waits for a
+// channel that is reconnecting until ctx ends.
+func (s *Session) Check(ctx context.Context) error {
+	for _, c := range s.chans {
+		reply := make(chan error, 1)
+		select {
+		case c.checks <- reply:
+		case <-c.done:
+			continue // closed: nothing left to check
+		case <-ctx.Done():
+			return fmt.Errorf("initiator: check channel %d: %w", c.id, ctx.Err())
+		}
+		if err := <-reply; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // zeroCopy is segmentFor for I/O: where the device cannot keep a key
 // inside its window (isolate), no buffer is registered in place.
 func (s *Session) zeroCopy(b []byte) (frmr.Segment, bool) {
