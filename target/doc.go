@@ -45,7 +45,9 @@
 //
 // Control requests (LIST, OPEN, CLOSE) and commands each consume a credit
 // and each response returns one. OPEN checks the ACL (a denied volume is
-// answered SenseNoSuchVolume with an explicit "access denied" Error); a
+// answered SenseNoSuchVolume with an explicit "access denied" Error;
+// LIST leaves out what the initiator may not open, and a snapshot
+// VOL@SNAP is never more open than VOL, see ACL); a
 // read-only ACL rule, a read-only open or a read-only catalog entry makes
 // the handle read-only. Commands are validated before any data moves: an
 // unknown handle, a transfer over the negotiated limits, a write to a

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,6 +208,65 @@ func TestACL(t *testing.T) {
 	if rsp := c2.control(wire.ControlRequest{Op: wire.ControlOpen, Volume: "vol0"}); rsp.Handle != 0 || rsp.Error == "" {
 		t.Fatalf("stranger opened vol0: %+v", rsp)
 	}
+}
+
+// TestSnapshotACL: a snapshot's access is at most its volume's. A rule
+// on the volume covers its snapshots, in LIST and OPEN; a rule on the
+// snapshot narrows and never widens.
+func TestSnapshotACL(t *testing.T) {
+	acl := &ACL{Rules: []ACLRule{
+		{Initiator: "host-b", Volume: "*", Access: AccessReadWrite},
+		{Initiator: "host-b", Volume: "vol0", Access: AccessNone},
+		{Initiator: "host-b", Volume: "vol0@s1", Access: AccessReadOnly}, // cannot widen
+		{Initiator: "host-c", Volume: "vol1", Access: AccessReadOnly},
+		{Initiator: "host-c", Volume: "vol1@s2", Access: AccessNone}, // narrows
+		{Initiator: "*", Volume: "vol1@s1", Access: AccessReadWrite},
+	}}
+	for _, tc := range []struct {
+		ini, vol string
+		want     Access
+	}{
+		{"host-b", "vol0@s1", AccessNone}, {"host-b", "vol0@s2", AccessNone}, {"host-b", "vol1@s1", AccessReadWrite},
+		{"host-c", "vol1@s1", AccessReadOnly}, {"host-c", "vol1@s2", AccessNone}, {"host-c", "vol0@s1", AccessReadWrite},
+		{"other", "vol1@s1", AccessReadWrite},
+	} {
+		if got := acl.Allow(tc.ini, tc.vol); got != tc.want {
+			t.Errorf("Allow(%s, %s) = %s, want %s", tc.ini, tc.vol, got, tc.want)
+		}
+	}
+	deny := &ACL{DenyByDefault: true, Rules: []ACLRule{{Initiator: "host-a", Volume: "vol0@s1", Access: AccessReadWrite}}}
+	if got := deny.Allow("host-a", "vol0@s1"); got != AccessNone {
+		t.Errorf("a snapshot rule widened a denied volume to %s", got)
+	}
+
+	r := newRig(t, envs[0], Config{ACL: acl})
+	for _, v := range []string{"vol0", "vol1"} {
+		for _, s := range []string{"s1", "s2"} {
+			if _, err := r.store.Snapshot(v, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := r.dial(t)
+	c.login("host-b")
+	lst := c.control(wire.ControlRequest{Op: wire.ControlList})
+	var names []string
+	for _, v := range lst.Volumes {
+		names = append(names, v.Name)
+	}
+	if got, want := strings.Join(names, ","), "ro,vol1,vol1@s1,vol1@s2"; got != want {
+		t.Errorf("host-b lists %s, want %s", got, want)
+	}
+	for _, name := range []string{"vol0@s1", "vol0@s2"} {
+		if rsp := c.control(wire.ControlRequest{Op: wire.ControlOpen, Volume: name, ReadOnly: true}); rsp.Handle != 0 || !strings.Contains(rsp.Error, "access denied") {
+			t.Errorf("host-b opened %s of a volume it may not open: %+v", name, rsp)
+		}
+	}
+	h := c.open("vol1@s1", false)
+	rsp, _ := c.do(c.io(wire.OpRead, h, 0, 0, bs, 1))
+	expectGood(t, rsp)
+	rsp, _ = c.do(c.io(wire.OpWrite, h, 0, 0, bs, 1))
+	expectSense(t, rsp, wire.SenseWriteProtected)
 }
 
 func TestAuth(t *testing.T) {
