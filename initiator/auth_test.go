@@ -3,6 +3,7 @@ package initiator_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"testing"
 	"time"
 
@@ -101,5 +102,20 @@ func TestLiveACL(t *testing.T) {
 	r.tgt.SetACL(nil)
 	if _, err := s.Open(ctx, "vol0", initiator.OpenOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestIOErrorSentinels: the senses a caller acts on are errors.Is-able,
+// access denied also as fs.ErrPermission.
+func TestIOErrorSentinels(t *testing.T) {
+	denied := error(&initiator.IOError{Op: initiator.OpRead, Sense: wire.SenseAccessDenied})
+	if !errors.Is(denied, initiator.ErrAccessDenied) || !errors.Is(denied, fs.ErrPermission) || errors.Is(denied, initiator.ErrReadOnly) {
+		t.Errorf("access denied: %v", denied)
+	}
+	if wp := error(&initiator.IOError{Op: initiator.OpWrite, Sense: wire.SenseWriteProtected}); !errors.Is(wp, initiator.ErrReadOnly) {
+		t.Errorf("write protected is not ErrReadOnly: %v", wp)
+	}
+	if me := error(&initiator.IOError{Op: initiator.OpRead, Sense: wire.SenseMediumError}); errors.Is(me, initiator.ErrAccessDenied) || errors.Is(me, initiator.ErrReadOnly) {
+		t.Errorf("medium error matches a sentinel: %v", me)
 	}
 }
