@@ -196,7 +196,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	aclLive := setLiveACL(tgt, acc, log)
+	setLive(tgt, acc)
 
 	ln, err := prov.Listen(ctx, cfg.Listen)
 	if err != nil {
@@ -206,7 +206,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	go func() { serveErr <- tgt.Serve(context.Background(), ln) }()
 
 	svc := &service{store: store, access: acc, tgt: tgt, status: admin.Status{
-		Target: cfg.Name, Listen: ln.Addr(), Provider: cfg.Provider, Metrics: cfg.Metrics, Data: cfg.Data, Started: time.Now(), ACLLive: aclLive,
+		Target: cfg.Name, Listen: ln.Addr(), Provider: cfg.Provider, Metrics: cfg.Metrics, Data: cfg.Data, Started: time.Now(), ACLLive: true,
 	}}
 	sockPath := filepath.Join(cfg.Data, admin.SocketName)
 	// The store is ours (pebble's lock), so a socket file left here is stale.
