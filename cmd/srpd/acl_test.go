@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/admin"
 	"github.com/gosrp/gosrp/internal/e2etest"
+	"github.com/gosrp/gosrp/target"
 )
 
 // lockedBuffer is a process's stderr, read while it runs.
@@ -182,4 +184,51 @@ func TestAccessControl(t *testing.T) {
 		t.Errorf("login with the old secret: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	e2etest.MustRun(t, srpc, "list", "--target", addr, "--name", "host-d", "--secret-file", cur)
+}
+
+// TestCloneAccess pins what a clone's access starts as: no rules of its
+// own and none of its source's, so the default policy and the "*" rules
+// decide, under deny and under allow by default.
+func TestCloneAccess(t *testing.T) {
+	acc, err := loadAccess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := block.NewMemStore()
+	defer store.Close()
+	svc := &service{store: store, access: acc}
+	if _, err := svc.CreateVolume(admin.CreateVolume{Name: "A", Size: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []admin.ACLRule{{Initiator: "host-a", Volume: "A", Access: "rw"}, {Initiator: "host-b", Volume: "A", Access: "none"},
+		{Initiator: "reader", Volume: "*", Access: "ro"}} {
+		if err := svc.SetACLRule(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.CreateSnapshot("A", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.CloneSnapshot("A", "s1", "C"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range acc.ACL().Rules {
+		if r.Volume == "C" {
+			t.Errorf("the clone got a rule of its own: %+v", r)
+		}
+	}
+	check := func(deny bool, want map[string]target.Access) {
+		t.Helper()
+		if err := svc.SetACLDefault(deny); err != nil {
+			t.Fatal(err)
+		}
+		for ini, w := range want {
+			if got := acc.ACLPointer().Allow(ini, "C"); got != w {
+				t.Errorf("deny by default %v: %s has %s on the clone, want %s", deny, ini, got, w)
+			}
+		}
+	}
+	// host-a's rw on A does not follow the clone, nor host-b's none.
+	check(true, map[string]target.Access{"host-a": target.AccessNone, "host-b": target.AccessNone, "reader": target.AccessReadOnly})
+	check(false, map[string]target.Access{"host-a": target.AccessReadWrite, "host-b": target.AccessReadWrite, "reader": target.AccessReadOnly})
 }
