@@ -191,6 +191,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	tgt, err := target.New(target.Config{
 		Name: cfg.Name, Catalog: catalog{store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
+		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
 		Logger: log,
 	})
 	if err != nil {
@@ -233,7 +234,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return fmt.Errorf("metrics: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(tgt, store), promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(tgt, store, acceptErrors(prov)), promhttp.HandlerOpts{}))
 		if cfg.Pprof {
 			// The standard profiling endpoints, as net/http/pprof serves
 			// them, only where the operator asked: they expose stacks.
