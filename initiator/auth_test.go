@@ -3,6 +3,7 @@ package initiator_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"testing"
 	"time"
 
@@ -86,6 +87,64 @@ func TestACL(t *testing.T) {
 	}
 }
 
+// TestRevocation: an ACL change reaches a volume the session has open,
+// within a second, as errors the caller can act on: narrowed to
+// read-only, writes fail with ErrReadOnly; revoked, everything fails
+// with ErrAccessDenied (fs.ErrPermission), and so does a new Open.
+func TestRevocation(t *testing.T) {
+	r := newRig(t, emu.Config{Seed: 14}, 1<<20, target.Config{})
+	s := r.dial(t, initiator.Config{Name: "host-b"})
+	ctx := context.Background()
+	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	if _, err := v.WriteAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	within := func(what string, cond func() bool) {
+		t.Helper()
+		start := time.Now()
+		for !cond() {
+			if time.Since(start) > time.Second {
+				t.Fatalf("%s: not within 1s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	r.tgt.SetACL(&target.ACL{Rules: []target.ACLRule{{Initiator: "host-b", Volume: "vol0", Access: target.AccessReadOnly}}})
+	var werr error
+	within("write refused as read-only", func() bool {
+		_, werr = v.WriteAt(buf, 0)
+		return werr != nil
+	})
+	if !errors.Is(werr, initiator.ErrReadOnly) {
+		t.Fatalf("write after the ACL narrowed to read-only: %v", werr)
+	}
+	if _, err := v.ReadAt(buf, 0); err != nil {
+		t.Fatalf("read after the ACL narrowed to read-only: %v", err)
+	}
+	r.tgt.SetACL(&target.ACL{DenyByDefault: true})
+	var rerr error
+	within("read refused", func() bool {
+		_, rerr = v.ReadAt(buf, 0)
+		return rerr != nil
+	})
+	if !errors.Is(rerr, initiator.ErrAccessDenied) || !errors.Is(rerr, fs.ErrPermission) {
+		t.Fatalf("read after revocation: %v", rerr)
+	}
+	if err := v.Flush(ctx); !errors.Is(err, initiator.ErrAccessDenied) {
+		t.Fatalf("flush after revocation: %v", err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatalf("close of a revoked volume: %v", err)
+	}
+	if _, err := s.Open(ctx, "vol0", initiator.OpenOptions{}); !errors.Is(err, initiator.ErrAccessDenied) {
+		t.Fatalf("open after revocation: %v", err)
+	}
+}
+
 // TestLiveACL: a rule change reaches the running target for the next open.
 func TestLiveACL(t *testing.T) {
 	r := newRig(t, emu.Config{Seed: 13}, 1<<20, target.Config{})
@@ -101,5 +160,20 @@ func TestLiveACL(t *testing.T) {
 	r.tgt.SetACL(nil)
 	if _, err := s.Open(ctx, "vol0", initiator.OpenOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestIOErrorSentinels: the senses a caller acts on are errors.Is-able,
+// access denied also as fs.ErrPermission.
+func TestIOErrorSentinels(t *testing.T) {
+	denied := error(&initiator.IOError{Op: initiator.OpRead, Sense: wire.SenseAccessDenied})
+	if !errors.Is(denied, initiator.ErrAccessDenied) || !errors.Is(denied, fs.ErrPermission) || errors.Is(denied, initiator.ErrReadOnly) {
+		t.Errorf("access denied: %v", denied)
+	}
+	if wp := error(&initiator.IOError{Op: initiator.OpWrite, Sense: wire.SenseWriteProtected}); !errors.Is(wp, initiator.ErrReadOnly) {
+		t.Errorf("write protected is not ErrReadOnly: %v", wp)
+	}
+	if me := error(&initiator.IOError{Op: initiator.OpRead, Sense: wire.SenseMediumError}); errors.Is(me, initiator.ErrAccessDenied) || errors.Is(me, initiator.ErrReadOnly) {
+		t.Errorf("medium error matches a sentinel: %v", me)
 	}
 }

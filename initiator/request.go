@@ -3,6 +3,7 @@ package initiator
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync/atomic"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -41,8 +42,15 @@ var (
 	ErrAuth = errors.New("initiator: target authentication failed")
 	// ErrInvalid: a request is malformed (alignment, size, range).
 	ErrInvalid = errors.New("initiator: invalid request")
-	// ErrReadOnly: a write to a volume opened read-only.
+	// ErrReadOnly: a write to a volume opened read-only, or one the
+	// target answered write-protected (its ACL became read-only while
+	// the volume was open, say).
 	ErrReadOnly = errors.New("initiator: volume is read-only")
+	// ErrAccessDenied: the target's ACL does not let this initiator open
+	// the volume, or no longer lets it use a volume it had open (the
+	// target closed the handle on an ACL change). It is also
+	// fs.ErrPermission, as callers mapping errors to errnos expect.
+	ErrAccessDenied = fmt.Errorf("initiator: access denied: %w", fs.ErrPermission)
 	// ErrProtocol: the target broke the protocol; the connection is reset.
 	ErrProtocol = errors.New("initiator: protocol violation by the target")
 	// ErrWriteCacheLost: the target restarted (its instance changed) while
@@ -63,6 +71,19 @@ type IOError struct {
 
 func (e *IOError) Error() string {
 	return fmt.Sprintf("initiator: %s of %d bytes at %d: target: %s", e.Op, e.Len, e.Off, e.Sense)
+}
+
+// Unwrap gives the sentinel of the senses callers act on: write
+// protected is ErrReadOnly, access denied is ErrAccessDenied; nil for
+// the others.
+func (e *IOError) Unwrap() error {
+	switch e.Sense {
+	case wire.SenseWriteProtected:
+		return ErrReadOnly
+	case wire.SenseAccessDenied:
+		return ErrAccessDenied
+	}
+	return nil
 }
 
 // LoginError is a login the target rejected.

@@ -380,8 +380,11 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 }
 
 func errNoVolume(s wire.Sense) error {
-	if s == wire.SenseWriteProtected {
+	switch s {
+	case wire.SenseWriteProtected:
 		return ErrReadOnly
+	case wire.SenseAccessDenied:
+		return ErrAccessDenied
 	}
 	return ErrInvalid
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -107,6 +108,13 @@ type ACLRule struct {
 // with no matching rule the answer is AccessReadWrite, or AccessNone with
 // DenyByDefault. The zero value, and a nil *ACL, allow everything
 // read-write.
+//
+// A name VOL@SNAP is a snapshot of VOL (the catalog convention of
+// cmd/srpd; volume names have no '@'). Its access is at most VOL's: the
+// rules that decide VOL decide its snapshots too, and a rule naming
+// VOL@SNAP itself can narrow that, never widen it. Otherwise "host-b A
+// none" beside "host-b * rw" would still let host-b open A@s1 and read
+// A's bytes as of the snapshot.
 type ACL struct {
 	Rules []ACLRule
 	// DenyByDefault makes the answer AccessNone when no rule matches. When
@@ -120,6 +128,24 @@ func (a *ACL) Allow(initiator, volume string) Access {
 	if a == nil {
 		return AccessReadWrite
 	}
+	base, _, isSnap := strings.Cut(volume, "@")
+	if !isSnap {
+		acc, _ := a.match(initiator, volume, true)
+		return acc
+	}
+	acc, _ := a.match(initiator, base, true)
+	// Only a rule naming the snapshot exactly may narrow: "*" rules
+	// already took part in the volume's answer.
+	if own, ok := a.match(initiator, volume, false); ok && own < acc {
+		acc = own
+	}
+	return acc
+}
+
+// match finds the most specific rule for (initiator, volume); with
+// wildVolume false only rules naming volume exactly count. It reports
+// whether any rule matched; when none did, the answer is the default.
+func (a *ACL) match(initiator, volume string, wildVolume bool) (Access, bool) {
 	best, bestScore := AccessReadWrite, -1
 	if a.DenyByDefault {
 		best = AccessNone
@@ -133,10 +159,10 @@ func (a *ACL) Allow(initiator, volume string) Access {
 		default:
 			continue
 		}
-		switch r.Volume {
-		case volume:
+		switch {
+		case r.Volume == volume:
 			score++
-		case "*":
+		case r.Volume == "*" && wildVolume:
 		default:
 			continue
 		}
@@ -144,7 +170,7 @@ func (a *ACL) Allow(initiator, volume string) Access {
 			best, bestScore = r.Access, score
 		}
 	}
-	return best
+	return best, bestScore >= 0
 }
 
 // Config configures a Target. Zero fields take the documented defaults.

@@ -61,9 +61,17 @@ type conn struct {
 	killCh    chan struct{} // closed when Shutdown's context ends
 	drainOnce sync.Once
 	killOnce  sync.Once
-	// signals counts closes of drainCh and killCh, each bumped after its
-	// close: the busy loop reads it instead of selecting on the channels.
+	// policyCh (capacity 1) says the ACL or the secrets changed; one
+	// pending signal covers any number of changes, since the core reads
+	// the policy as it is when it handles it.
+	policyCh chan struct{}
+	// signals counts closes of drainCh and killCh and sends on policyCh,
+	// each bumped after it: the busy loop reads it instead of selecting
+	// on the channels.
 	signals atomic.Uint32
+	// closers are the goroutines closing revoked volumes (closeRevoked);
+	// teardown waits for them.
+	closers sync.WaitGroup
 
 	stats     ioCounters
 	inUse     atomic.Int32
@@ -80,6 +88,16 @@ type conn struct {
 
 func (c *conn) drain() { c.drainOnce.Do(func() { close(c.drainCh); c.signals.Add(1) }) }
 func (c *conn) kill()  { c.killOnce.Do(func() { close(c.killCh); c.signals.Add(1) }) }
+
+// policyChanged asks the run loop to re-evaluate the session against the
+// current policy (core.policyChanged). It never blocks.
+func (c *conn) policyChanged() {
+	select {
+	case c.policyCh <- struct{}{}:
+		c.signals.Add(1)
+	default: // one is pending already
+	}
+}
 
 // isIWARP guesses whether a device is iWARP, whose RDMA READ sinks need
 // REMOTE_WRITE (READ responses are tagged writes; frmr-semantics §2.4).
@@ -242,6 +260,9 @@ func (c *conn) run() {
 				progressed = true
 			case <-c.killCh:
 				c.core.close("forced shutdown", false)
+			case <-c.policyCh:
+				c.core.policyChanged(c.now())
+				progressed = true
 			default:
 				seen = s // every signal up to s is handled
 				more = false
@@ -285,6 +306,8 @@ func (c *conn) run() {
 			c.core.drain(c.now())
 		case <-c.killCh:
 			c.core.close("forced shutdown", false)
+		case <-c.policyCh:
+			c.core.policyChanged(c.now())
 		case <-c.cm.Done():
 			c.core.peerGone("peer disconnected")
 		}
@@ -387,6 +410,18 @@ func (c *conn) execute() {
 	}
 	clear(batches) // no openVol outlives its handle here
 	c.batches = batches[:0]
+	for _, e := range a.policy {
+		if e.volume == "" {
+			c.log.Info("session ended by a policy change", "reason", e.reason, "initiator", c.core.initiator,
+				"remote", c.remote, "conn", c.id)
+			continue
+		}
+		c.log.Info("open volume re-evaluated after a policy change", "reason", e.reason, "volume", e.volume,
+			"handle", e.handle, "access", e.access.String(), "initiator", c.core.initiator, "remote", c.remote, "conn", c.id)
+	}
+	for _, ov := range a.closeVols {
+		c.closeRevoked(ov)
+	}
 	if a.loggedIn {
 		c.t.loginDone(c)
 		ini := c.core.initiator
@@ -398,6 +433,20 @@ func (c *conn) execute() {
 	c.stateNum.Store(uint32(c.core.state))
 	c.nopen.Store(int32(c.core.nhandles))
 	a.reset()
+}
+
+// closeRevoked closes a volume the policy took away, off the run loop:
+// it waits for the operations the volume is still running (they were
+// handed to it before the revocation, and nothing new starts on it).
+func (c *conn) closeRevoked(ov *openVol) {
+	c.closers.Add(1)
+	go func() {
+		defer c.closers.Done()
+		ov.inflight.Wait()
+		if err := closeVolume(ov.vol); err != nil {
+			c.log.Warn("close revoked volume", "volume", ov.name, "conn", c.id, "err", err)
+		}
+	}()
 }
 
 // finishInline reports the jobs execute ran inline, all with one clock
@@ -511,6 +560,7 @@ func (c *conn) teardown() {
 	for _, v := range c.core.orphans {
 		closeVolume(v)
 	}
+	c.closers.Wait()
 	c.release()
 }
 

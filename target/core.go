@@ -2,6 +2,7 @@ package target
 
 import (
 	"crypto/hmac"
+	"crypto/sha256"
 	"fmt"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -48,6 +49,21 @@ type actions struct {
 	rejected   bool   // the login was refused
 	reason     string // why the connection ends
 	loggedIn   bool   // the login completed in this step
+	// closeVols are volumes the shell must close off the loop (after
+	// their in-flight operations): handles revoked by a policy change,
+	// and volumes whose OPEN finished after the policy denied them.
+	closeVols []*openVol
+	// policy says what a policy change did to the session, for the
+	// shell to log.
+	policy []policyEffect
+}
+
+// policyEffect is one consequence of a policy change on a session.
+type policyEffect struct {
+	volume string // "" for the session as a whole
+	handle uint32
+	access Access // what the volume's handle now allows
+	reason string
 }
 
 func (a *actions) reset() {
@@ -55,6 +71,8 @@ func (a *actions) reset() {
 	a.send = a.send[:0]
 	a.jobs = a.jobs[:0]
 	a.loggedIn = false
+	a.closeVols = nil
+	a.policy = nil
 }
 
 type pendingIU struct {
@@ -79,16 +97,22 @@ type core struct {
 	loggedOut bool
 
 	// negotiated at login
-	credits    int
-	maxXfer    uint32
-	maxDesc    int
-	remoteInv  bool
-	maxImm     uint32 // immediate data granted per WRITE (wire.FlagImmediate)
-	iniRecvIU  int
-	reqTarget  string // the target name the initiator addressed (bound into proofs)
-	secret     []byte
-	iniNonce   []byte
-	tgtNonce   []byte
+	credits   int
+	maxXfer   uint32
+	maxDesc   int
+	remoteInv bool
+	maxImm    uint32 // immediate data granted per WRITE (wire.FlagImmediate)
+	iniRecvIU int
+	reqTarget string // the target name the initiator addressed (bound into proofs)
+	secret    []byte
+	iniNonce  []byte
+	tgtNonce  []byte
+	// authMark is a keyed digest of what Config.Secrets answered at
+	// login (markKey is random per connection, so the digest says
+	// nothing about the secret): a policy change that alters the answer
+	// ends the session, which must then prove the new secret.
+	authMark   [sha256.Size]byte
+	markKey    []byte
 	deadline   int64 // login or reject deadline
 	loginSeq   uint64
 	handles    []*openVol // index handle-1
@@ -466,6 +490,10 @@ func (c *core) startCommand(s *slot) {
 		return
 	}
 	s.ov = ov
+	if ov.revoked {
+		c.respond(s, wire.StatusError, wire.SenseAccessDenied)
+		return
+	}
 	switch cmd.Op {
 	case wire.OpRead, wire.OpWrite:
 		if cmd.Length == 0 || cmd.Length > c.maxXfer || cmd.NDesc > c.maxDesc {
@@ -575,8 +603,16 @@ func (c *core) postReads(s *slot) {
 }
 
 // dispatchWrite hands a WRITE whose data is in the slot's buffer to the
-// backend.
+// backend, unless the policy changed while its data was on the way.
 func (c *core) dispatchWrite(s *slot) {
+	switch {
+	case s.ov.revoked:
+		c.respond(s, wire.StatusError, wire.SenseAccessDenied)
+		return
+	case s.ov.ro:
+		c.respond(s, wire.StatusError, wire.SenseWriteProtected)
+		return
+	}
 	if s.cmd.Flags&wire.FlagFUA != 0 {
 		c.dispatch(s, jobWriteFUA)
 	} else {
@@ -662,8 +698,7 @@ func (c *core) startControl(s *slot) {
 	case wire.ControlOpen:
 		acc := c.p.acl().Allow(c.initiator, req.Volume)
 		if acc == AccessNone {
-			c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseNoSuchVolume,
-				Error: fmt.Sprintf("access denied: initiator %q may not open volume %q", c.initiator, req.Volume)})
+			c.controlRespond(s, c.deniedOpen(req.Volume))
 			return
 		}
 		if c.nhandles >= maxHandles {
@@ -682,6 +717,12 @@ func (c *core) startControl(s *slot) {
 		}
 		c.handles[req.Handle-1] = nil
 		c.nhandles--
+		if ov.revoked {
+			// The shell closed the volume when it was revoked; only the
+			// number was still reserved.
+			c.controlRespond(s, &wire.ControlResponse{})
+			return
+		}
 		s.ov = ov
 		c.dispatch(s, jobClose)
 	default:
@@ -714,6 +755,17 @@ func (c *core) finishControl(s *slot) {
 			c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseNoSuchVolume,
 				Error: fmt.Sprintf("open volume %q: %v", req.Volume, s.err)})
 			return
+		}
+		// The policy may have changed while the volume was being opened:
+		// what it says now is what the handle gets.
+		switch c.p.acl().Allow(c.initiator, req.Volume) {
+		case AccessNone:
+			c.acts.closeVols = append(c.acts.closeVols, &openVol{name: req.Volume, vol: s.opened})
+			s.opened = nil
+			c.controlRespond(s, c.deniedOpen(req.Volume))
+			return
+		case AccessReadOnly:
+			s.ctlRO = true
 		}
 		info := s.openInfo
 		ov := &openVol{name: req.Volume, vol: s.opened, size: info.Size, bs: int64(info.BlockSize),
@@ -754,6 +806,11 @@ func (c *core) finishControl(s *slot) {
 		}
 		c.controlRespond(s, rsp)
 	}
+}
+
+func (c *core) deniedOpen(volume string) *wire.ControlResponse {
+	return &wire.ControlResponse{Sense: wire.SenseAccessDenied,
+		Error: fmt.Sprintf("access denied: initiator %q may not open volume %q", c.initiator, volume)}
 }
 
 // controlRespond posts a ControlResponse; one that does not fit the
@@ -872,6 +929,7 @@ func (c *core) onLogin(buf []byte) {
 	c.maxImm = min(req.MaxImmediate, maxImmediate, c.maxXfer)
 	if c.p.secrets != nil {
 		secret, required := c.p.secrets(req.Initiator)
+		c.authMark = c.mark(secret, required)
 		if required {
 			if len(secret) == 0 {
 				c.reject(wire.RejectAuthFailed, "authentication required and no secret configured for this initiator")
@@ -957,9 +1015,81 @@ func (c *core) close(reason string, violation bool) {
 func (c *core) openVolumes() []*openVol {
 	var out []*openVol
 	for _, ov := range c.handles {
-		if ov != nil {
+		if ov != nil && !ov.revoked {
 			out = append(out, ov)
 		}
 	}
 	return out
+}
+
+// ---- policy ----
+
+// mark is the keyed digest of a Config.Secrets answer (see authMark).
+func (c *core) mark(secret []byte, required bool) [sha256.Size]byte {
+	if c.markKey == nil {
+		c.markKey = make([]byte, 32)
+		c.p.rand(c.markKey)
+	}
+	h := hmac.New(sha256.New, c.markKey)
+	if required {
+		h.Write([]byte{1})
+	} else {
+		h.Write([]byte{0})
+	}
+	h.Write(secret)
+	var m [sha256.Size]byte
+	h.Sum(m[:0])
+	return m
+}
+
+// policyChanged re-evaluates the session against the current ACL and
+// secrets (Target.SetACL, Target.PolicyChanged). A session whose
+// initiator's secret changed or went away ends: it must log in again
+// and prove the new one (a login waiting for its proof is rejected). A
+// handle whose volume the ACL no longer allows is revoked: its volume is
+// closed and its commands are answered AccessDenied; one narrowed to
+// read-only answers writes WriteProtected. Commands the volume is
+// already running finish. Wider access is not granted to open handles:
+// the initiator asked for, and was told, what it has.
+func (c *core) policyChanged(now int64) {
+	c.now = now
+	switch c.state {
+	case connChallenge, connActive, connDraining:
+	default:
+		// Not logged in yet (the login reads the policy afresh), or
+		// ending anyway.
+		return
+	}
+	if c.p.secrets != nil {
+		if secret, required := c.p.secrets(c.initiator); c.mark(secret, required) != c.authMark {
+			const why = "the initiator's secret changed or was removed: it must log in again"
+			c.acts.policy = append(c.acts.policy, policyEffect{reason: why})
+			if c.state == connChallenge {
+				c.reject(wire.RejectAuthFailed, why)
+				return
+			}
+			c.close(why, false)
+			return
+		}
+	}
+	if c.state == connChallenge {
+		return
+	}
+	acl := c.p.acl()
+	for _, ov := range c.handles {
+		if ov == nil || ov.revoked {
+			continue
+		}
+		switch acc := acl.Allow(c.initiator, ov.name); {
+		case acc == AccessNone:
+			ov.revoked = true
+			c.acts.closeVols = append(c.acts.closeVols, ov)
+			c.acts.policy = append(c.acts.policy, policyEffect{volume: ov.name, handle: ov.handle, access: AccessNone,
+				reason: "access revoked: volume closed"})
+		case acc == AccessReadOnly && !ov.ro:
+			ov.ro = true
+			c.acts.policy = append(c.acts.policy, policyEffect{volume: ov.name, handle: ov.handle, access: AccessReadOnly,
+				reason: "access narrowed to read-only"})
+		}
+	}
 }

@@ -114,3 +114,75 @@ func TestCoreStateMachine(t *testing.T) {
 		t.Fatalf("READ failure: %+v", h.c.acts)
 	}
 }
+
+// TestCorePolicyInFlight: a policy change reaches requests already on
+// their way. A WRITE whose data is being fetched when its volume is
+// revoked is answered access denied and never handed to the volume; an
+// OPEN that finishes after the ACL denied it is refused and its volume
+// given to the shell to close.
+func TestCorePolicyInFlight(t *testing.T) {
+	h := newCoreHarness(t, 2)
+	var acl *ACL
+	h.c.p.acl = func() *ACL { return acl }
+	req := wire.LoginRequest{Version: wire.Version, Initiator: "i", Credits: 2, MaxIU: 296, MaxRecvIU: 4096}
+	iu, _ := wire.EncodeControl(nil, wire.OpLogin, &req)
+	h.deliver(0, iu)
+	h.step()
+	iu, _ = wire.EncodeControl(nil, wire.OpControl, &wire.ControlRequest{Op: wire.ControlOpen, Volume: "mem"})
+	h.deliver(1, iu)
+	h.step()
+
+	w := wire.Command{Op: wire.OpWrite, Volume: 1, Length: 4096, NDesc: 1}
+	w.Desc[0] = wire.Descriptor{VA: 0x1000, RKey: 0x4242, Len: 4096}
+	var b [wire.MaxCommandLen]byte
+	n, _ := w.Encode(b[:])
+	h.deliver(2, b[:n])
+	s := &h.c.slots[h.c.acts.send[0].ID&0xffffffff]
+	readID := h.c.acts.send[0].ID
+	if s.state != slotReadingData {
+		t.Fatalf("WRITE: slot %s", s.state)
+	}
+	h.c.acts.reset()
+	acl = &ACL{DenyByDefault: true}
+	h.c.policyChanged(3)
+	if len(h.c.acts.closeVols) != 1 || h.c.acts.closeVols[0].name != "mem" || len(h.c.acts.policy) != 1 {
+		t.Fatalf("revocation: close %v, effects %+v", h.c.acts.closeVols, h.c.acts.policy)
+	}
+	if len(h.c.openVolumes()) != 0 {
+		t.Fatal("a revoked volume is still among those teardown closes")
+	}
+	h.c.acts.reset()
+	h.wc = transport.WC{ID: readID}
+	h.c.completion(&h.wc, 4)
+	if len(h.c.acts.jobs) != 0 || s.state != slotResponding {
+		t.Fatalf("after READ: slot %s, jobs %v", s.state, h.c.acts.jobs)
+	}
+	var rsp wire.Response
+	if err := rsp.Decode(s.send[:wire.ResponseLen]); err != nil || rsp.Sense != wire.SenseAccessDenied {
+		t.Fatalf("response %+v %v", rsp, err)
+	}
+	h.step()
+
+	// An OPEN dispatched while allowed, finished after a deny.
+	acl = nil
+	iu, _ = wire.EncodeControl(nil, wire.OpControl, &wire.ControlRequest{Op: wire.ControlOpen, Volume: "mem"})
+	h.deliver(1, iu)
+	if len(h.c.acts.jobs) != 1 {
+		t.Fatalf("OPEN: jobs %v", h.c.acts.jobs)
+	}
+	op := &h.c.slots[h.c.acts.jobs[0]]
+	h.c.acts.reset()
+	runJob(op, h.cat)
+	acl = &ACL{DenyByDefault: true}
+	h.c.backendDone(op.idx, 5)
+	if len(h.c.acts.send) != 1 {
+		t.Fatalf("late OPEN: sends %+v", h.c.acts.send)
+	}
+	var crsp wire.ControlResponse
+	if err := wire.DecodeControl(op.send[:h.c.acts.send[0].SGL[0].Length], wire.OpControlResp, &crsp); err != nil || crsp.Sense != wire.SenseAccessDenied || crsp.Handle != 0 {
+		t.Fatalf("late OPEN answered %+v %v", crsp, err)
+	}
+	if len(h.c.acts.closeVols) != 1 || h.c.acts.closeVols[0].vol == nil {
+		t.Fatalf("the late OPEN's volume is not closed: %v", h.c.acts.closeVols)
+	}
+}

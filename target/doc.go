@@ -45,7 +45,9 @@
 //
 // Control requests (LIST, OPEN, CLOSE) and commands each consume a credit
 // and each response returns one. OPEN checks the ACL (a denied volume is
-// answered SenseNoSuchVolume with an explicit "access denied" Error); a
+// answered SenseNoSuchVolume with an explicit "access denied" Error;
+// LIST leaves out what the initiator may not open, and a snapshot
+// VOL@SNAP is never more open than VOL, see ACL); a
 // read-only ACL rule, a read-only open or a read-only catalog entry makes
 // the handle read-only. Commands are validated before any data moves: an
 // unknown handle, a transfer over the negotiated limits, a write to a
@@ -87,6 +89,24 @@
 // Shutdown stops accepting, lets each connection finish and answer what is
 // in flight (new commands are answered Busy), disconnects and waits; its
 // context bounds the wait.
+//
+// # Policy changes
+//
+// Target.SetACL and Target.PolicyChanged (after the answers of
+// Config.Secrets change) send every connection a policy event; its core
+// re-evaluates the session at once, not at its next request. A session
+// whose initiator's secret changed or was removed is disconnected (the
+// core keeps a keyed digest of what Secrets answered at login, never the
+// secret), and a login waiting for its proof is rejected, so only the
+// current secret gets back in. A handle whose volume the ACL no longer
+// allows is revoked: the shell closes the volume once the operations it
+// is running finish, and the handle answers every command, including a
+// WRITE whose data was still being fetched, SenseAccessDenied until the
+// initiator closes it (its number is not reused before, so no I/O meant
+// for the old volume reaches another). A handle narrowed to read-only
+// answers writes SenseWriteProtected. An OPEN is checked again when its
+// volume is open. Access is never widened on an open handle. Each effect
+// is logged at Info.
 //
 // # Write verifier
 //

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,14 +56,32 @@ func (c *storeCatalog) List() ([]VolumeInfo, error) {
 		return nil, err
 	}
 	out := make([]VolumeInfo, 0, len(l))
+	snapper, _ := c.store.(block.Snapshotter)
 	for _, v := range l {
 		out = append(out, VolumeInfo{Name: v.Name, Size: v.Size, BlockSize: v.BlockSize, ReadOnly: c.ro[v.Name]})
+		if snapper == nil {
+			continue
+		}
+		snaps, err := snapper.Snapshots(v.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range snaps {
+			out = append(out, VolumeInfo{Name: v.Name + "@" + s.Name, Size: s.Size, BlockSize: s.BlockSize, ReadOnly: true})
+		}
 	}
 	return out, nil
 }
 
+// OpenVolume opens VOL@SNAP as a snapshot, as cmd/srpd's catalog does.
 func (c *storeCatalog) OpenVolume(name string) (Volume, error) {
-	v, err := c.store.Open(name)
+	var v Volume
+	var err error
+	if vol, snap, ok := strings.Cut(name, "@"); ok {
+		v, err = c.store.(block.Snapshotter).OpenSnapshot(vol, snap)
+	} else {
+		v, err = c.store.Open(name)
+	}
 	if err != nil {
 		return nil, err
 	}

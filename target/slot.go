@@ -112,7 +112,14 @@ type openVol struct {
 	vol    Volume
 	size   int64
 	bs     int64
-	ro     bool
+	// ro and revoked are the core's alone (workers never read them): ro
+	// can turn true while open, when the ACL narrows to read-only;
+	// revoked means the ACL took the volume away, the shell closed vol,
+	// and the handle stays reserved, answering AccessDenied, until the
+	// initiator closes it (so no later OPEN reuses the number under I/O
+	// meant for this volume).
+	ro      bool
+	revoked bool
 	// now: the volume's I/O runs inline (see Immediate).
 	now bool
 	// batch: the volume takes plain writes in batches (see BatchWriter).

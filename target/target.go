@@ -88,10 +88,43 @@ func newInstance() uint64 {
 // lost writes it had acknowledged but not flushed) always has another one.
 func (t *Target) Instance() uint64 { return t.instance }
 
-// SetACL replaces the access rules. Logins and OPENs from now on use the
-// new rules; volumes already open keep the access they were opened with,
-// as an open file keeps its mode. nil allows everything read-write.
-func (t *Target) SetACL(a *ACL) { t.acl.Store(a) }
+// SetACL replaces the access rules and re-evaluates every session
+// against them (see PolicyChanged): LISTs and OPENs from now on use the
+// new rules, and a volume a session has open loses what the new rules
+// no longer allow, within milliseconds. nil allows everything
+// read-write.
+func (t *Target) SetACL(a *ACL) {
+	t.acl.Store(a)
+	rules, deny := 0, false
+	if a != nil {
+		rules, deny = len(a.Rules), a.DenyByDefault
+	}
+	t.log.Info("access rules changed; re-evaluating open sessions", "rules", rules, "deny_by_default", deny)
+	t.notifyPolicy()
+}
+
+// PolicyChanged tells the target that the answers of Config.Secrets may
+// have changed (SetACL implies it). Every session is re-evaluated on
+// its own goroutine, without waiting for its next request: one whose
+// initiator's secret changed or was removed is disconnected, and must
+// log in again with the current secret; a handle to a volume the ACL no
+// longer allows is revoked (its volume closed, its commands answered
+// access denied); one narrowed to read-only refuses writes (write
+// protected). Commands a volume is already running finish. Access is
+// never widened on an open handle: the initiator reopens for that.
+// PolicyChanged does not block.
+func (t *Target) PolicyChanged() {
+	t.log.Info("secrets changed; re-evaluating open sessions")
+	t.notifyPolicy()
+}
+
+func (t *Target) notifyPolicy() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.conns {
+		c.policyChanged()
+	}
+}
 
 // Serve accepts connection requests on l until ctx is done, l fails or is
 // closed, or Shutdown is called; it closes l when it returns. Each accepted
@@ -150,7 +183,8 @@ func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
 			continue
 		}
 		c := &conn{t: t, id: t.ids.Add(1), remote: remote, src: src, prelogin: true, log: t.log,
-			drainCh: make(chan struct{}), killCh: make(chan struct{}), finished: make(chan struct{})}
+			drainCh: make(chan struct{}), killCh: make(chan struct{}), policyCh: make(chan struct{}, 1),
+			finished: make(chan struct{})}
 		t.conns[c.id] = c
 		t.wg.Add(1)
 		t.mu.Unlock()

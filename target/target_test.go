@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -197,7 +201,7 @@ func TestACL(t *testing.T) {
 		t.Fatalf("filtered list %+v", lst.Volumes)
 	}
 	rsp := c.control(wire.ControlRequest{Op: wire.ControlOpen, Volume: "vol1"})
-	if rsp.Handle != 0 || rsp.Sense != wire.SenseNoSuchVolume || rsp.Error == "" {
+	if rsp.Handle != 0 || rsp.Sense != wire.SenseAccessDenied || rsp.Error == "" {
 		t.Fatalf("denied open %+v", rsp)
 	}
 	t.Logf("denied open: %s", rsp.Error)
@@ -207,6 +211,65 @@ func TestACL(t *testing.T) {
 	if rsp := c2.control(wire.ControlRequest{Op: wire.ControlOpen, Volume: "vol0"}); rsp.Handle != 0 || rsp.Error == "" {
 		t.Fatalf("stranger opened vol0: %+v", rsp)
 	}
+}
+
+// TestSnapshotACL: a snapshot's access is at most its volume's. A rule
+// on the volume covers its snapshots, in LIST and OPEN; a rule on the
+// snapshot narrows and never widens.
+func TestSnapshotACL(t *testing.T) {
+	acl := &ACL{Rules: []ACLRule{
+		{Initiator: "host-b", Volume: "*", Access: AccessReadWrite},
+		{Initiator: "host-b", Volume: "vol0", Access: AccessNone},
+		{Initiator: "host-b", Volume: "vol0@s1", Access: AccessReadOnly}, // cannot widen
+		{Initiator: "host-c", Volume: "vol1", Access: AccessReadOnly},
+		{Initiator: "host-c", Volume: "vol1@s2", Access: AccessNone}, // narrows
+		{Initiator: "*", Volume: "vol1@s1", Access: AccessReadWrite},
+	}}
+	for _, tc := range []struct {
+		ini, vol string
+		want     Access
+	}{
+		{"host-b", "vol0@s1", AccessNone}, {"host-b", "vol0@s2", AccessNone}, {"host-b", "vol1@s1", AccessReadWrite},
+		{"host-c", "vol1@s1", AccessReadOnly}, {"host-c", "vol1@s2", AccessNone}, {"host-c", "vol0@s1", AccessReadWrite},
+		{"other", "vol1@s1", AccessReadWrite},
+	} {
+		if got := acl.Allow(tc.ini, tc.vol); got != tc.want {
+			t.Errorf("Allow(%s, %s) = %s, want %s", tc.ini, tc.vol, got, tc.want)
+		}
+	}
+	deny := &ACL{DenyByDefault: true, Rules: []ACLRule{{Initiator: "host-a", Volume: "vol0@s1", Access: AccessReadWrite}}}
+	if got := deny.Allow("host-a", "vol0@s1"); got != AccessNone {
+		t.Errorf("a snapshot rule widened a denied volume to %s", got)
+	}
+
+	r := newRig(t, envs[0], Config{ACL: acl})
+	for _, v := range []string{"vol0", "vol1"} {
+		for _, s := range []string{"s1", "s2"} {
+			if _, err := r.store.Snapshot(v, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := r.dial(t)
+	c.login("host-b")
+	lst := c.control(wire.ControlRequest{Op: wire.ControlList})
+	var names []string
+	for _, v := range lst.Volumes {
+		names = append(names, v.Name)
+	}
+	if got, want := strings.Join(names, ","), "ro,vol1,vol1@s1,vol1@s2"; got != want {
+		t.Errorf("host-b lists %s, want %s", got, want)
+	}
+	for _, name := range []string{"vol0@s1", "vol0@s2"} {
+		if rsp := c.control(wire.ControlRequest{Op: wire.ControlOpen, Volume: name, ReadOnly: true}); rsp.Handle != 0 || !strings.Contains(rsp.Error, "access denied") {
+			t.Errorf("host-b opened %s of a volume it may not open: %+v", name, rsp)
+		}
+	}
+	h := c.open("vol1@s1", false)
+	rsp, _ := c.do(c.io(wire.OpRead, h, 0, 0, bs, 1))
+	expectGood(t, rsp)
+	rsp, _ = c.do(c.io(wire.OpWrite, h, 0, 0, bs, 1))
+	expectSense(t, rsp, wire.SenseWriteProtected)
 }
 
 func TestAuth(t *testing.T) {
@@ -631,4 +694,190 @@ func TestInstance(t *testing.T) {
 	if got := other.dial(t).login("ini").Instance; got == first.Instance || got == 0 {
 		t.Fatalf("a second target has instance %#x, the first %#x", got, first.Instance)
 	}
+}
+
+// syncBuf is a log sink tests read while the target writes to it.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// revokeWithin is how soon a policy change must reach an open session.
+const revokeWithin = time.Second
+
+// within polls cond (one request per try) until it holds, failing the
+// test if that takes longer than revokeWithin.
+func within(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > revokeWithin {
+			tb.Fatalf("%s: not within %v", what, revokeWithin)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tb.Logf("%s after %v", what, time.Since(start).Round(time.Microsecond))
+}
+
+// TestRevocation: an ACL change reaches volumes a session has open. A
+// volume the host may no longer open is closed (the store can delete
+// it) and its commands, including a WRITE whose data was in flight,
+// are answered access denied; one narrowed to read-only refuses
+// writes; the handle stays reserved until the initiator closes it; the
+// change is logged; another host's session is untouched.
+func TestRevocation(t *testing.T) {
+	forEnvs(t, func(t *testing.T, e env) {
+		var logs syncBuf
+		r := newRig(t, e, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		c := r.dial(t)
+		c.login("host-b")
+		h0, h1 := c.open("vol0", false), c.open("vol1", false)
+		other := r.dial(t)
+		other.login("host-c")
+		oh := other.open("vol0", false)
+		for _, h := range []uint32{h0, h1} {
+			rsp, _ := c.do(c.io(wire.OpWrite, h, 0, 0, bs, 1))
+			expectGood(t, rsp)
+		}
+		if err := r.store.Delete("vol0"); !errors.Is(err, block.ErrBusy) {
+			t.Fatalf("delete of an open volume: %v", err)
+		}
+
+		r.tgt.SetACL(&ACL{Rules: []ACLRule{
+			{Initiator: "host-b", Volume: "vol0", Access: AccessNone},
+			{Initiator: "host-b", Volume: "vol1", Access: AccessReadOnly},
+		}})
+		within(t, "READ of a revoked volume denied", func() bool {
+			rsp, _ := c.do(c.io(wire.OpRead, h0, 0, 0, bs, 1))
+			return rsp.Status == wire.StatusError && rsp.Sense == wire.SenseAccessDenied
+		})
+		for _, cmd := range []wire.Command{c.io(wire.OpWrite, h0, 0, 0, bs, 1), {Op: wire.OpFlush, Volume: h0},
+			{Op: wire.OpDiscard, Volume: h0, Length: bs}} {
+			rsp, _ := c.do(cmd)
+			expectSense(t, rsp, wire.SenseAccessDenied)
+		}
+		rsp, _ := c.do(c.io(wire.OpWrite, h1, 0, 0, bs, 1))
+		expectSense(t, rsp, wire.SenseWriteProtected)
+		rsp, _ = c.do(c.io(wire.OpRead, h1, 0, 0, bs, 1))
+		expectGood(t, rsp)
+		// host-c keeps its session and its read-write handle.
+		rsp, _ = other.do(other.io(wire.OpWrite, oh, 0, 0, bs, 1))
+		expectGood(t, rsp)
+		// A new OPEN takes another number, and is refused anyway.
+		if orsp := c.control(wire.ControlRequest{Op: wire.ControlOpen, Volume: "vol0"}); orsp.Sense != wire.SenseAccessDenied || orsp.Handle != 0 {
+			t.Fatalf("open after revocation: %+v", orsp)
+		}
+		if orsp := c.control(wire.ControlRequest{Op: wire.ControlClose, Handle: h0}); orsp.Error != "" {
+			t.Fatalf("close of a revoked handle: %+v", orsp)
+		}
+		rsp, _ = c.do(c.io(wire.OpRead, h0, 0, 0, bs, 1))
+		expectSense(t, rsp, wire.SenseNoSuchVolume)
+		// host-b's handle was the one keeping vol0 open but for host-c's.
+		other.control(wire.ControlRequest{Op: wire.ControlClose, Handle: oh})
+		waitFor(t, "vol0 closed by the target", func() bool { return r.store.Delete("vol0") == nil })
+		log := logs.String()
+		for _, want := range []string{"access rules changed", "access revoked: volume closed", "volume=vol0",
+			"access narrowed to read-only", "volume=vol1", "initiator=host-b"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("log lacks %q:\n%s", want, log)
+			}
+		}
+		if strings.Contains(log, "initiator=host-c") {
+			t.Errorf("host-c's session was re-evaluated into a change:\n%s", log)
+		}
+	})
+}
+
+// TestSecretChangeEndsSession: changing or removing a host's secret ends
+// its sessions, which must log in again with the new secret (the old one
+// fails); a login waiting for its proof is rejected; other hosts'
+// sessions stay.
+func TestSecretChangeEndsSession(t *testing.T) {
+	var mu sync.Mutex
+	keys := map[string]string{"alice": "old-secret"}
+	secrets := func(ini string) ([]byte, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		k, ok := keys[ini]
+		return []byte(k), ok
+	}
+	set := func(ini, k string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if k == "" {
+			delete(keys, ini)
+		} else {
+			keys[ini] = k
+		}
+	}
+	var logs syncBuf
+	r := newRig(t, envs[0], Config{Name: "tgt", Secrets: secrets, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	login := func(c *client, secret string) wire.Opcode {
+		op, _ := c.loginWith(c.loginRequest("alice"), []byte(secret))
+		return op
+	}
+	a := r.dial(t)
+	if op := login(a, "old-secret"); op != wire.OpLoginResponse {
+		t.Fatalf("login answered %s", op)
+	}
+	ah := a.open("vol0", false)
+	bob := r.dial(t)
+	bob.login("bob")
+	bh := bob.open("vol1", false)
+	// A PolicyChanged with nothing changed ends nothing.
+	r.tgt.PolicyChanged()
+	rsp, _ := a.do(a.io(wire.OpRead, ah, 0, 0, bs, 1))
+	expectGood(t, rsp)
+
+	// A login that has its challenge and not yet sent its proof.
+	pend := r.dial(t)
+	pend.send(wire.OpLogin, pend.loginRequest("alice"))
+	if b, _ := pend.mustNext(); wire.Opcode(b[0]) != wire.OpLoginChallenge {
+		t.Fatalf("login answered %s, want a challenge", wire.Opcode(b[0]))
+	}
+
+	set("alice", "new-secret")
+	start := time.Now()
+	r.tgt.PolicyChanged()
+	a.expectDisconnect()
+	if d := time.Since(start); d > revokeWithin {
+		t.Errorf("the session ended %v after the secret changed", d)
+	}
+	b, _ := pend.mustNext()
+	var rej wire.LoginReject
+	if wire.Opcode(b[0]) != wire.OpLoginReject || wire.DecodeControl(b, wire.OpLoginReject, &rej) != nil || rej.Reason != wire.RejectAuthFailed {
+		t.Fatalf("pending login answered %s %+v, want an auth-failed reject", wire.Opcode(b[0]), rej)
+	}
+	if !strings.Contains(logs.String(), "session ended by a policy change") {
+		t.Errorf("no log line for the ended session:\n%s", logs.String())
+	}
+	if op := login(r.dial(t), "old-secret"); op != wire.OpLoginReject {
+		t.Fatalf("login with the old secret answered %s", op)
+	}
+	a = r.dial(t)
+	if op := login(a, "new-secret"); op != wire.OpLoginResponse {
+		t.Fatalf("login with the new secret answered %s", op)
+	}
+	rsp, _ = bob.do(bob.io(wire.OpWrite, bh, 0, 0, bs, 1))
+	expectGood(t, rsp)
+
+	// Removing the secret ends the session too.
+	set("alice", "")
+	r.tgt.PolicyChanged()
+	a.expectDisconnect()
+	rsp, _ = bob.do(bob.io(wire.OpRead, bh, 0, 0, bs, 1))
+	expectGood(t, rsp)
+	waitFor(t, "only bob's connection left", func() bool { return r.tgt.Stats().Connections == 1 })
 }

@@ -298,7 +298,7 @@ func nbdErr(err error, write bool) error {
 	err = ioError(err)
 	var ie *initiator.IOError
 	switch {
-	case errors.Is(orig, initiator.ErrReadOnly):
+	case errors.Is(orig, initiator.ErrReadOnly), errors.Is(orig, initiator.ErrAccessDenied):
 		return nbd.WithErrno(err, nbd.EPERM)
 	case errors.Is(orig, initiator.ErrInvalid):
 		return nbd.WithErrno(err, nbd.EINVAL)

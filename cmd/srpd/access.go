@@ -36,8 +36,11 @@ type access struct {
 	mu   sync.Mutex
 	doc  accessDoc
 	acl  *target.ACL // the published ACL; replaced, never mutated
-	// onACL, if set, is called with each new ACL.
-	onACL func(*target.ACL)
+	// onChange, if set, is called after each saved change, outside mu:
+	// with the new ACL when the rules changed, with secrets true when
+	// the secrets did (the running target then re-evaluates its
+	// sessions; see setLive).
+	onChange func(acl *target.ACL, secrets bool)
 }
 
 func loadAccess(dir string) (*access, error) {
@@ -103,8 +106,9 @@ func (a *access) Secret(initiator string) ([]byte, bool) {
 	return []byte(e.Secret), e.Required
 }
 
-// update changes the document with fn, saves it and publishes the ACL.
-func (a *access) update(fn func(d *accessDoc) error) error {
+// update changes the document with fn, saves it and publishes the ACL;
+// secrets says fn changes secrets rather than rules.
+func (a *access) update(secrets bool, fn func(d *accessDoc) error) error {
 	a.mu.Lock()
 	old := a.doc
 	old.Rules = append([]admin.ACLRule(nil), a.doc.Rules...)
@@ -123,10 +127,10 @@ func (a *access) update(fn func(d *accessDoc) error) error {
 		return err
 	}
 	a.acl = a.build()
-	acl, hook := a.acl, a.onACL
+	acl, hook := a.acl, a.onChange
 	a.mu.Unlock()
 	if hook != nil {
-		hook(acl)
+		hook(acl, secrets)
 	}
 	return nil
 }
@@ -170,7 +174,7 @@ func (a *access) SetRule(r admin.ACLRule) error {
 		return err
 	}
 	r.Access = map[target.Access]string{target.AccessNone: "none", target.AccessReadOnly: "ro", target.AccessReadWrite: "rw"}[acc]
-	return a.update(func(d *accessDoc) error {
+	return a.update(false, func(d *accessDoc) error {
 		for i := range d.Rules {
 			if d.Rules[i].Initiator == r.Initiator && d.Rules[i].Volume == r.Volume {
 				d.Rules[i] = r
@@ -189,7 +193,7 @@ func (a *access) SetRule(r admin.ACLRule) error {
 }
 
 func (a *access) DeleteRule(initiator, volume string) error {
-	return a.update(func(d *accessDoc) error {
+	return a.update(false, func(d *accessDoc) error {
 		for i := range d.Rules {
 			if d.Rules[i].Initiator == initiator && d.Rules[i].Volume == volume {
 				d.Rules = append(d.Rules[:i], d.Rules[i+1:]...)
@@ -201,7 +205,7 @@ func (a *access) DeleteRule(initiator, volume string) error {
 }
 
 func (a *access) SetDefault(deny bool) error {
-	return a.update(func(d *accessDoc) error { d.DenyByDefault = deny; return nil })
+	return a.update(false, func(d *accessDoc) error { d.DenyByDefault = deny; return nil })
 }
 
 func (a *access) Secrets() []admin.SecretInfo {
@@ -222,14 +226,14 @@ func (a *access) SetSecret(initiator string, s admin.SetSecret) error {
 	if s.Secret == "" {
 		return admin.Errorf(admin.ErrInvalid, "empty secret for %q", initiator)
 	}
-	return a.update(func(d *accessDoc) error {
+	return a.update(true, func(d *accessDoc) error {
 		d.Secrets[initiator] = secretEntry{Secret: s.Secret, Required: s.Required}
 		return nil
 	})
 }
 
 func (a *access) DeleteSecret(initiator string) error {
-	return a.update(func(d *accessDoc) error {
+	return a.update(true, func(d *accessDoc) error {
 		if _, ok := d.Secrets[initiator]; !ok {
 			return admin.Errorf(admin.ErrNotFound, "no secret for initiator %q", initiator)
 		}

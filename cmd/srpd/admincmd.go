@@ -195,7 +195,7 @@ func snapshotCommand() *cli.Command {
 	var af adminFlags
 	create := &cli.Command{
 		Name: "create", Args: "VOLUME SNAPSHOT", Short: "take a snapshot of a volume",
-		Long:     "Freeze a volume's current content under a name. The snapshot is served\nread-only as VOLUME@SNAPSHOT (srpc export VOLUME@SNAPSHOT ...).",
+		Long:     "Freeze a volume's current content under a name. The snapshot is served\nread-only as VOLUME@SNAPSHOT (srpc export VOLUME@SNAPSHOT ...), to the\ninitiators the ACL lets open VOLUME: a rule on VOLUME covers its snapshots,\nand a rule on VOLUME@SNAPSHOT can only narrow it.",
 		SetFlags: func(fs *flag.FlagSet) { af.register(fs) },
 		Run: func(ctx context.Context, args []string) error {
 			vol, snap, _, err := volSnap(args, 0, "VOLUME SNAPSHOT")
@@ -251,6 +251,15 @@ func snapshotCommand() *cli.Command {
 	}
 	clone := &cli.Command{
 		Name: "clone", Args: "VOLUME SNAPSHOT NEWVOLUME", Short: "create a writable volume from a snapshot",
+		Long: `Create NEWVOLUME with the content of VOLUME@SNAPSHOT, writable.
+
+A clone is a new volume: it starts with no ACL rules of its own and does
+not inherit VOLUME's, so the default ('srpd acl default') and the "*"
+rules decide who may open it until you add rules for it (under 'acl
+default deny', nobody but what "*" rules allow). Rules are kept by name:
+a rule left behind for a deleted volume of the same name applies.
+
+Example: srpd snapshot clone db nightly db-test && srpd acl set host-t db-test rw`,
 		SetFlags: func(fs *flag.FlagSet) { af.register(fs) },
 		Run: func(ctx context.Context, args []string) error {
 			vol, snap, rest, err := volSnap(args, 1, "VOLUME SNAPSHOT NEWVOLUME")

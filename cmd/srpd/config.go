@@ -46,7 +46,12 @@ type Config struct {
 	Credits         int               `json:"credits" toml:"credits"`
 	MaxTransfer     Size              `json:"max_transfer" toml:"max_transfer"`
 	LoginTimeout    Duration          `json:"login_timeout" toml:"login_timeout"`
-	ShutdownTimeout Duration          `json:"shutdown_timeout" toml:"shutdown_timeout"`
+	// MaxPendingLogins and MaxPendingPerSource are target.Config's caps
+	// on connections not logged in yet (0: the target's defaults,
+	// negative: no cap).
+	MaxPendingLogins    int      `json:"max_pending_logins" toml:"max_pending_logins"`
+	MaxPendingPerSource int      `json:"max_pending_per_source" toml:"max_pending_per_source"`
+	ShutdownTimeout     Duration `json:"shutdown_timeout" toml:"shutdown_timeout"`
 }
 
 func defaultConfig() Config {
@@ -88,6 +93,10 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Credits, "credits", c.Credits, "`N` requests one connection may have outstanding (0: the target default, 32)")
 	fs.Var(&c.MaxTransfer, "max-transfer", "largest transfer of one command, a `SIZE` (0: the target default, 1MiB)")
 	fs.Var(&c.LoginTimeout, "login-timeout", "`DURATION` a new connection has to log in")
+	fs.IntVar(&c.MaxPendingLogins, "max-pending-logins", c.MaxPendingLogins,
+		"refuse connections beyond `N` accepted and not logged in yet (0: the target default, 64; negative: no cap)")
+	fs.IntVar(&c.MaxPendingPerSource, "max-pending-per-source", c.MaxPendingPerSource,
+		"refuse connections beyond `N` not logged in yet from one source host (0: the target default, 16; negative: no cap)")
 	fs.Var(&c.ShutdownTimeout, "shutdown-timeout", "on SIGTERM, the `DURATION` in-flight I/O may take to drain")
 }
 

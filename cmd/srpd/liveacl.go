@@ -1,24 +1,24 @@
 package main
 
 import (
-	"log/slog"
-
 	"github.com/gosrp/gosrp/target"
 )
 
-// setLiveACL makes ACL changes reach the running target: through
-// SetACL when the target has it; otherwise they apply at the next start.
-func setLiveACL(t *target.Target, a *access, log *slog.Logger) bool {
-	if s, ok := any(t).(interface{ SetACL(*target.ACL) }); ok {
-		a.mu.Lock()
-		a.onACL = s.SetACL
-		a.mu.Unlock()
-		return true
-	}
+// setLive makes access changes reach the running target at once: a rule
+// change through SetACL, a secret change through PolicyChanged. Either
+// re-evaluates every open session within milliseconds: a host that lost
+// a volume has it closed (its I/O then fails access denied), one
+// narrowed to read-only has its writes refused, and a host whose secret
+// changed or was deleted is disconnected and must log in with the
+// current one. The target logs each effect.
+func setLive(t *target.Target, a *access) {
 	a.mu.Lock()
-	a.onACL = func(*target.ACL) {
-		log.Warn("ACL saved; it takes effect when srpd restarts (this target cannot swap its ACL live)")
+	defer a.mu.Unlock()
+	a.onChange = func(acl *target.ACL, secrets bool) {
+		if secrets {
+			t.PolicyChanged()
+			return
+		}
+		t.SetACL(acl)
 	}
-	a.mu.Unlock()
-	return false
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"
 )
 
 // collector exports target.Stats (read on each scrape) and the store's
@@ -15,28 +17,32 @@ import (
 type collector struct {
 	tgt   *target.Target
 	store block.Store
+	// acceptErrs reads the provider's count of temporary accept
+	// failures; nil when the provider keeps none.
+	acceptErrs func() uint64
 
-	conns, accepted, rejected, violations, credits *prometheus.Desc
-	ops, bytes, errors, latency, size, connCredits *prometheus.Desc
+	conns, accepted, rejected, violations, credits, acceptErrors *prometheus.Desc
+	ops, bytes, errors, latency, size, connCredits               *prometheus.Desc
 }
 
-func newCollector(t *target.Target, s block.Store) *collector {
+func newCollector(t *target.Target, s block.Store, acceptErrs func() uint64) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("srpd_"+name, help, labels, nil)
 	}
 	return &collector{
-		tgt: t, store: s,
-		conns:       d("connections", "Live initiator connections."),
-		accepted:    d("connections_accepted_total", "Connections accepted since start."),
-		rejected:    d("connections_rejected_total", "Connection requests or logins refused since start."),
-		violations:  d("protocol_violations_total", "Connections closed for a protocol violation or transfer error."),
-		credits:     d("credits_in_use", "Commands received and not yet answered, over all connections."),
-		connCredits: d("connection_credits", "Credits granted to a connection and in use.", "conn", "initiator", "kind"),
-		ops:         d("volume_ops_total", "Commands completed per volume and operation.", "volume", "op"),
-		bytes:       d("volume_bytes_total", "Bytes moved (or discarded / zeroed) by successful commands.", "volume", "op"),
-		errors:      d("volume_errors_total", "Commands that failed, per volume and operation.", "volume", "op"),
-		latency:     d("volume_latency_seconds", "Command latency from arrival to response (log2 buckets; the sum is estimated from bucket midpoints).", "volume"),
-		size:        d("volume_size_bytes", "Size of each volume in the store.", "volume"),
+		tgt: t, store: s, acceptErrs: acceptErrs,
+		acceptErrors: d("accept_errors_total", "Temporary failures accepting a connection (out of descriptors, say), each retried; emu provider only."),
+		conns:        d("connections", "Live initiator connections."),
+		accepted:     d("connections_accepted_total", "Connections accepted since start."),
+		rejected:     d("connections_rejected_total", "Connection requests or logins refused since start."),
+		violations:   d("protocol_violations_total", "Connections closed for a protocol violation or transfer error."),
+		credits:      d("credits_in_use", "Commands received and not yet answered, over all connections."),
+		connCredits:  d("connection_credits", "Credits granted to a connection and in use.", "conn", "initiator", "kind"),
+		ops:          d("volume_ops_total", "Commands completed per volume and operation.", "volume", "op"),
+		bytes:        d("volume_bytes_total", "Bytes moved (or discarded / zeroed) by successful commands.", "volume", "op"),
+		errors:       d("volume_errors_total", "Commands that failed, per volume and operation.", "volume", "op"),
+		latency:      d("volume_latency_seconds", "Command latency from arrival to response (log2 buckets; the sum is estimated from bucket midpoints).", "volume"),
+		size:         d("volume_size_bytes", "Size of each volume in the store.", "volume"),
 	}
 }
 
@@ -44,6 +50,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.conns, c.accepted, c.rejected, c.violations, c.credits, c.connCredits,
 		c.ops, c.bytes, c.errors, c.latency, c.size} {
 		ch <- d
+	}
+	if c.acceptErrs != nil {
+		ch <- c.acceptErrors
 	}
 }
 
@@ -54,6 +63,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(st.Rejected))
 	ch <- prometheus.MustNewConstMetric(c.violations, prometheus.CounterValue, float64(st.Violations))
 	ch <- prometheus.MustNewConstMetric(c.credits, prometheus.GaugeValue, float64(st.CreditsInUse))
+	if c.acceptErrs != nil {
+		ch <- prometheus.MustNewConstMetric(c.acceptErrors, prometheus.CounterValue, float64(c.acceptErrs()))
+	}
 	for _, cn := range st.Conns {
 		id := uitoa(cn.ID)
 		ch <- prometheus.MustNewConstMetric(c.connCredits, prometheus.GaugeValue, float64(cn.Credits), id, cn.Initiator, "granted")
@@ -115,8 +127,18 @@ func uitoa(n uint64) string {
 	return string(b[i:])
 }
 
-func newRegistry(t *target.Target, s block.Store) *prometheus.Registry {
+// acceptErrors reads the software NIC's count of temporary accept
+// failures (the listener retries them, so they show nowhere else); nil
+// for a provider that keeps no such count.
+func acceptErrors(p transport.Provider) func() uint64 {
+	if ep, ok := p.(*emu.Provider); ok {
+		return func() uint64 { return ep.Counters().AcceptErrors }
+	}
+	return nil
+}
+
+func newRegistry(t *target.Target, s block.Store, acceptErrs func() uint64) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(t, s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(newCollector(t, s, acceptErrs), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }

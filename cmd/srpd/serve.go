@@ -191,12 +191,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	tgt, err := target.New(target.Config{
 		Name: cfg.Name, Catalog: catalog{store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
+		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
 		Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	aclLive := setLiveACL(tgt, acc, log)
+	setLive(tgt, acc)
 
 	ln, err := prov.Listen(ctx, cfg.Listen)
 	if err != nil {
@@ -206,7 +207,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	go func() { serveErr <- tgt.Serve(context.Background(), ln) }()
 
 	svc := &service{store: store, access: acc, tgt: tgt, status: admin.Status{
-		Target: cfg.Name, Listen: ln.Addr(), Provider: cfg.Provider, Metrics: cfg.Metrics, Data: cfg.Data, Started: time.Now(), ACLLive: aclLive,
+		Target: cfg.Name, Listen: ln.Addr(), Provider: cfg.Provider, Metrics: cfg.Metrics, Data: cfg.Data, Started: time.Now(), ACLLive: true,
 	}}
 	sockPath := filepath.Join(cfg.Data, admin.SocketName)
 	// The store is ours (pebble's lock), so a socket file left here is stale.
@@ -233,7 +234,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return fmt.Errorf("metrics: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(tgt, store), promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(tgt, store, acceptErrors(prov)), promhttp.HandlerOpts{}))
 		if cfg.Pprof {
 			// The standard profiling endpoints, as net/http/pprof serves
 			// them, only where the operator asked: they expose stacks.

@@ -301,10 +301,15 @@ const (
 	SenseNoSuchVolume
 	SenseDataTransfer // an RDMA transfer through the descriptors failed
 	SenseInternal
+	// SenseAccessDenied: the ACL does not let this initiator do it (any
+	// more: the target closes a handle whose access was revoked, and
+	// answers its commands so). Added after the others, so an older peer
+	// reads it as an unknown sense, a failed command.
+	SenseAccessDenied
 )
 
 var senseNames = [...]string{"none", "invalid field", "out of range", "misaligned", "write protected",
-	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error"}
+	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error", "access denied"}
 
 func (s Sense) String() string {
 	if int(s) < len(senseNames) {
