@@ -173,6 +173,19 @@ const (
 	idSlotShift = 32
 )
 
+// kindName names a ledger entry's kind for errors.
+func kindName(k uint8) string {
+	switch k {
+	case kindReg:
+		return "REG_MR/BIND_MW"
+	case kindInv:
+		return "LOCAL_INV"
+	case kindMarker:
+		return "drain marker"
+	}
+	return "caller's WR"
+}
+
 func makeID(kind uint64, slot, gen uint32) uint64 {
 	return idTag<<56 | kind<<idKindShift | uint64(slot)<<idSlotShift | uint64(gen)
 }
@@ -259,7 +272,8 @@ type Pool struct {
 	unsigRun   int
 	tick       int64
 	qpErr      bool
-	lost       bool // a skipped signaled completion was seen; cleared by Recover
+	lost       bool  // a skipped signaled completion was seen; cleared by Recover
+	cause      error // what first put the pool in the error state, for the log
 	closed     bool
 	retiredLog []retired
 	retiredPos int
@@ -440,6 +454,9 @@ func (p *Pool) Get(seg Segment, dir Direction) (Reg, error) {
 		return Reg{}, ErrClosed
 	}
 	if p.qpErr {
+		if p.cause != nil {
+			return Reg{}, fmt.Errorf("%w: %w", ErrQPError, p.cause)
+		}
 		return Reg{}, ErrQPError
 	}
 	if p.nTainted > 0 {
@@ -705,13 +722,19 @@ func (p *Pool) OnSendCompletion(wc *transport.WC) bool {
 	// (rule 13).
 	if ok {
 		for i := 0; i < j; i++ {
-			if p.ledger[(p.lhead+i)%len(p.ledger)].signaled {
+			if e := &p.ledger[(p.lhead+i)%len(p.ledger)]; e.signaled {
 				ok = false
 				p.lost = true
 				p.st.LostCompletions++
+				if p.cause == nil {
+					p.cause = fmt.Errorf("signaled %s wr_id %#x (%d of %d outstanding) had no completion before wr_id %#x", kindName(e.kind), e.id, i+1, p.ln, id)
+				}
 				break
 			}
 		}
+	}
+	if !ok && p.cause == nil {
+		p.cause = fmt.Errorf("wr_id %#x completed %s", id, wc.Status)
 	}
 	var last uint64
 	for i := 0; i <= j; i++ {
@@ -842,6 +865,13 @@ func (p *Pool) OnRemoteInvalidate(r Reg, key transport.Key) error {
 		}
 		return nil
 	}
+	// The slot's state says which rule refused it: a bogus key, or a
+	// right key for a registration the pool no longer holds valid (the
+	// slot tainted or replaced meanwhile).
+	st := "replaced"
+	if cur {
+		st = fmt.Sprintf("%s, device key %s, posted %v, already invalidated %v", s.state, s.devKey, s.posted, s.remInv)
+	}
 	p.st.BogusInvalidations++
 	if cur {
 		p.taint(r.slot)
@@ -851,7 +881,7 @@ func (p *Pool) OnRemoteInvalidate(r Reg, key transport.Key) error {
 			p.taint(uint32(i))
 		}
 	}
-	return fmt.Errorf("%w: %s (registered %s)", ErrBogusInvalidate, key, r.rkey)
+	return fmt.Errorf("%w: %s (registered %s; slot %d %s)", ErrBogusInvalidate, key, r.rkey, r.slot, st)
 }
 
 // Invalidate returns the signaled LOCAL_INV naming r's device key; post
@@ -945,7 +975,7 @@ func (p *Pool) Recover() error {
 		if p.ln > 0 {
 			return ErrNotDrained
 		}
-		p.qpErr, p.lost = false, false
+		p.qpErr, p.lost, p.cause = false, false, nil
 	}
 	return nil
 }
@@ -954,13 +984,19 @@ func (p *Pool) Recover() error {
 // after a skipped completion, ErrQPError after any other QP error, nil
 // otherwise. It clears when Recover succeeds.
 func (p *Pool) Err() error {
+	var err error
 	switch {
 	case p.lost:
-		return ErrLostCompletion
+		err = ErrLostCompletion
 	case p.qpErr:
-		return ErrQPError
+		err = ErrQPError
+	default:
+		return nil
 	}
-	return nil
+	if p.cause != nil {
+		return fmt.Errorf("%w: %w", err, p.cause)
+	}
+	return err
 }
 
 // RecoverOn moves the pool to a new PD (a new connection on another PD):

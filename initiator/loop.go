@@ -286,13 +286,26 @@ func (c *channel) poll() int {
 	for i := 0; i < n && c.qp != nil; i++ {
 		wc := &c.wcs[i]
 		if wc.ID>>56 == idRecv {
+			if wc.Status != transport.StatusSuccess {
+				c.fail(fmt.Errorf("initiator: receive completion %s%s", wc.Status, rootCause(c.wcs[i+1:n])))
+				return n
+			}
 			c.onRecv(wc)
 			continue
 		}
 		sends = true
 		c.pool.OnSendCompletion(wc)
+		if wc.Status == transport.StatusSuccess {
+			if err := c.pool.Err(); err != nil {
+				// A successful completion that proves a signaled WR
+				// before it was skipped: nothing the pool hands out
+				// is trustworthy until the QP is rebuilt.
+				c.fail(fmt.Errorf("initiator: %w", err))
+				return n
+			}
+		}
 		if wc.Status != transport.StatusSuccess {
-			c.fail(fmt.Errorf("initiator: send completion %s", wc.Status))
+			c.fail(fmt.Errorf("initiator: send completion %s%s", wc.Status, rootCause(c.wcs[i+1:n])))
 			return n
 		}
 	}
@@ -510,6 +523,19 @@ func (c *channel) fail(err error) {
 	c.avail = 0
 }
 
+// rootCause names the first completion in wcs that failed other than by
+// a flush: one CQ holds both queues, so a flushed receive may be polled
+// before the send error that moved the QP to ERR, and the log should say
+// the cause, not its echo.
+func rootCause(wcs []transport.WC) string {
+	for i := range wcs {
+		if st := wcs[i].Status; st != transport.StatusSuccess && st != transport.StatusWRFlushErr {
+			return fmt.Sprintf(" (behind it: wr_id %#x %s, vendor error %#x)", wcs[i].ID, st, wcs[i].VendorErr)
+		}
+	}
+	return ""
+}
+
 // drain posts a marker behind everything on the send queue of a QP in
 // ERR and consumes completions until it comes back (ib_drain_sq), or the
 // bound passes.
@@ -529,6 +555,7 @@ func (c *channel) drain(bound time.Duration) {
 		<-c.waitDone
 		c.waitCancel = nil
 	}
+	told := false
 	for !c.pool.Drained() {
 		n, err := c.cq.Poll(c.wcs[:])
 		if err != nil {
@@ -538,6 +565,10 @@ func (c *channel) drain(bound time.Duration) {
 			if c.wcs[i].ID>>56 != idRecv {
 				c.pool.OnSendCompletion(&c.wcs[i])
 			}
+		}
+		if why := rootCause(c.wcs[:n]); why != "" && !told {
+			told = true
+			c.log.Warn("a completion drained after the loss failed" + why)
 		}
 		if n == 0 && c.cq.Wait(ctx) != nil {
 			return

@@ -1,0 +1,206 @@
+//go:build ibverbs
+
+package initiator_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/targettest"
+	"github.com/gosrp/gosrp/transport"
+	_ "github.com/gosrp/gosrp/transport/ibverbs"
+)
+
+// TestRXEEndToEnd runs initiator and target in one process over the
+// ibverbs provider, connected through the device's own address (rxe0 in
+// the test VM): every operation, sizes from 4 KiB to 1 MiB, QD1 and QD32,
+// immediate data on and off, then a connection the target cuts (through
+// target/targettest, which works on any provider) and the reconnect
+// after it. A clean run has no lost connection but the one it forces.
+// test/rxe/run.sh runs it in the VM with GOSRP_RXE_E2E=1.
+func TestRXEEndToEnd(t *testing.T) {
+	if os.Getenv("GOSRP_RXE_E2E") == "" {
+		t.Skip("needs an RDMA device: GOSRP_RXE_E2E=1 (test/rxe/run.sh ./initiator sets it)")
+	}
+	// The logs are the point of a failing run in the VM: keep warnings.
+	rxeLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: rxeLevel()}))
+	p, err := transport.Open("ibverbs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, imm := range []int{0, -1} {
+		t.Run(fmt.Sprintf("immediate=%v", imm == 0), func(t *testing.T) { rxeRun(t, p, imm) })
+	}
+}
+
+var rxeLog *slog.Logger
+
+func rxeRun(t *testing.T, p transport.Provider, imm int) {
+	const volSize = 64 << 20
+	st := block.NewMemStore()
+	defer st.Close()
+	if _, err := st.Create("vol0", volSize, 4096); err != nil {
+		t.Fatal(err)
+	}
+	cut := make(chan struct{}, 1)
+	h := targettest.Wrap(p, targettest.Script{Respond: func(r *targettest.Response) targettest.Action {
+		select {
+		case <-cut:
+			return targettest.Disconnect
+		default:
+			return targettest.Pass
+		}
+	}})
+	tgt, err := target.New(target.Config{Name: "rxe", Catalog: storeCatalog{st}, Logger: rxeLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, err := h.Listen(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	served := make(chan error, 1)
+	go func() { served <- tgt.Serve(ctx, l) }()
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		tgt.Shutdown(sctx)
+		cancel()
+		<-served
+	}()
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	s, err := initiator.Dial(dctx, initiator.Config{Provider: p, Addr: l.Addr(), Name: "rxe-e2e", Credits: 32,
+		ImmediateData: imm, Mechanism: frmr.Auto, Logger: rxeLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	v, err := s.Open(dctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := make([]byte, volSize)
+	rng := rand.New(rand.NewPCG(1, 2))
+	check := func(what string, off, n int64) {
+		t.Helper()
+		got := make([]byte, n)
+		if _, err := v.ReadAt(got, off); err != nil {
+			t.Fatalf("%s: read %d at %d: %v", what, n, off, err)
+		}
+		if !bytes.Equal(got, model[off:off+n]) {
+			t.Fatalf("%s: %d bytes at %d differ from what was written", what, n, off)
+		}
+	}
+	// Every size at QD1.
+	for _, n := range []int64{4096, 8192, 12288, 65536, 256 << 10, 1 << 20} {
+		off := rng.Int64N((volSize-n)/4096) * 4096
+		buf := make([]byte, n)
+		for i := range buf {
+			buf[i] = byte(rng.Uint32())
+		}
+		if _, err := v.WriteAt(buf, off); err != nil {
+			t.Fatalf("write %d at %d: %v", n, off, err)
+		}
+		copy(model[off:], buf)
+		check(fmt.Sprintf("QD1 %d", n), off, n)
+	}
+	// QD32 of mixed sizes, FUA among them.
+	done := make(chan *initiator.Request, 32)
+	for round := 0; round < 20; round++ {
+		var reqs []*initiator.Request
+		for k := 0; k < 32; k++ {
+			n := int64(4096 << rng.IntN(5))
+			off := int64(k)*(1<<20) + int64(round%4)*65536
+			r := &initiator.Request{Op: initiator.OpWrite, Buf: make([]byte, n), Offset: off, FUA: k%7 == 0, Done: done}
+			for i := range r.Buf {
+				r.Buf[i] = byte(round + k + i)
+			}
+			if err := v.Submit(r); err != nil {
+				t.Fatal(err)
+			}
+			reqs = append(reqs, r)
+		}
+		for range reqs {
+			r := <-done
+			if r.Err != nil {
+				t.Fatalf("QD32 write of %d at %d: %v", len(r.Buf), r.Offset, r.Err)
+			}
+			copy(model[r.Offset:], r.Buf)
+		}
+		for k := 0; k < 32; k++ {
+			off := int64(k)*(1<<20) + int64(round%4)*65536
+			r := &initiator.Request{Op: initiator.OpRead, Buf: make([]byte, 65536), Offset: off, Done: done}
+			if err := v.Submit(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k := 0; k < 32; k++ {
+			r := <-done
+			if r.Err != nil {
+				t.Fatalf("QD32 read at %d: %v", r.Offset, r.Err)
+			}
+			if !bytes.Equal(r.Buf, model[r.Offset:r.Offset+65536]) {
+				t.Fatalf("QD32 read at %d differs", r.Offset)
+			}
+		}
+	}
+	// Flush, discard, write-zeroes.
+	if err := v.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WriteZeroes(ctx, 1<<20, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	clear(model[1<<20 : 2<<20])
+	check("write-zeroes", 1<<20, 1<<20)
+	if err := v.Discard(ctx, 4<<20, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	clear(model[4<<20 : 5<<20]) // the memory store reads discarded blocks as zeros
+	check("discard", 4<<20, 1<<20)
+	if ss := s.Stats(); ss.ConnectionsLost != 0 {
+		t.Fatalf("%d connections lost in a clean run", ss.ConnectionsLost)
+	}
+	// The target cuts the connection; the I/O in flight is re-issued.
+	cut <- struct{}{}
+	buf := make([]byte, 65536)
+	for i := range buf {
+		buf[i] = 0x77
+	}
+	if _, err := v.WriteAt(buf, 8<<20); err != nil {
+		t.Fatalf("write across the cut: %v", err)
+	}
+	copy(model[8<<20:], buf)
+	check("after the reconnect", 8<<20, 65536)
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ss := s.Stats()
+	t.Logf("connections lost %d, reconnects %d", ss.ConnectionsLost, ss.Reconnects)
+	if ss.ConnectionsLost != 1 || ss.Reconnects != 1 {
+		t.Fatalf("%d connections lost and %d reconnects for one cut", ss.ConnectionsLost, ss.Reconnects)
+	}
+}
+
+// rxeLevel is the log level of the run: warnings, or GOSRP_RXE_LOG=debug.
+func rxeLevel() slog.Level {
+	if os.Getenv("GOSRP_RXE_LOG") == "debug" {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
+}
