@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/gosrp/gosrp/internal/wire"
 )
@@ -53,6 +54,20 @@ var (
 	ErrWriteCacheLost = errors.New("initiator: target lost acknowledged writes that were not yet flushed")
 )
 
+// ErrNoSpace: the target's store had no space for a write (it answered
+// SenseSpaceAllocFailed, SBC's SPACE ALLOCATION FAILED WRITE PROTECT). It
+// matches syscall.ENOSPC too (errors.Is), so a caller that passes errors
+// on as errnos (FUSE, NBD) reports ENOSPC. Reads still work, and the write
+// may succeed once space is freed on the target.
+var ErrNoSpace error = noSpaceError{}
+
+type noSpaceError struct{}
+
+func (noSpaceError) Error() string { return "initiator: no space on the target" }
+
+// Is makes errors.Is(ErrNoSpace, syscall.ENOSPC) true.
+func (noSpaceError) Is(target error) bool { return target == syscall.ENOSPC }
+
 // IOError is a command the target failed, with its sense code.
 type IOError struct {
 	Op    Op
@@ -63,6 +78,15 @@ type IOError struct {
 
 func (e *IOError) Error() string {
 	return fmt.Sprintf("initiator: %s of %d bytes at %d: target: %s", e.Op, e.Len, e.Off, e.Sense)
+}
+
+// Unwrap makes errors.Is(err, ErrNoSpace) (and so syscall.ENOSPC) true
+// for a write refused for space.
+func (e *IOError) Unwrap() error {
+	if e.Sense == wire.SenseSpaceAllocFailed {
+		return ErrNoSpace
+	}
+	return nil
 }
 
 // LoginError is a login the target rejected.

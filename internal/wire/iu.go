@@ -301,10 +301,17 @@ const (
 	SenseNoSuchVolume
 	SenseDataTransfer // an RDMA transfer through the descriptors failed
 	SenseInternal
+	// SenseSpaceAllocFailed: the target's store has no space for the
+	// write (SBC-4's DATA PROTECT, ASC/ASCQ 27h/07h SPACE ALLOCATION
+	// FAILED WRITE PROTECT, which a thin-provisioned SCSI LU returns when
+	// its pool is exhausted). Reads still work and the write may succeed
+	// later; initiators report it as ENOSPC.
+	SenseSpaceAllocFailed
 )
 
 var senseNames = [...]string{"none", "invalid field", "out of range", "misaligned", "write protected",
-	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error"}
+	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error",
+	"space allocation failed"}
 
 func (s Sense) String() string {
 	if int(s) < len(senseNames) {
