@@ -47,6 +47,10 @@ type Config struct {
 	MaxTransfer     Size              `json:"max_transfer" toml:"max_transfer"`
 	LoginTimeout    Duration          `json:"login_timeout" toml:"login_timeout"`
 	ShutdownTimeout Duration          `json:"shutdown_timeout" toml:"shutdown_timeout"`
+	// SpaceReserve and MaxOvercommit are the pebble store's
+	// block.PebbleOptions of the same names (0: the defaults).
+	SpaceReserve  Size    `json:"space_reserve" toml:"space_reserve"`
+	MaxOvercommit float64 `json:"max_overcommit" toml:"max_overcommit"`
 }
 
 func defaultConfig() Config {
@@ -89,6 +93,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var(&c.MaxTransfer, "max-transfer", "largest transfer of one command, a `SIZE` (0: the target default, 1MiB)")
 	fs.Var(&c.LoginTimeout, "login-timeout", "`DURATION` a new connection has to log in")
 	fs.Var(&c.ShutdownTimeout, "shutdown-timeout", "on SIGTERM, the `DURATION` in-flight I/O may take to drain")
+	fs.Var(&c.SpaceReserve, "space-reserve", "free `SIZE` the pebble store keeps on its file system; writes fail with ENOSPC below it (0: max(64MiB, 1% of the file system), at most a quarter of it)")
+	fs.Float64Var(&c.MaxOvercommit, "max-overcommit", c.MaxOvercommit, "volume sizes may total at most `RATIO` times the file system's size (thin provisioning; 0: 10, negative: unbounded)")
 }
 
 // loadConfig reads a JSON (.json) or TOML (anything else) config file over
