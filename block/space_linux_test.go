@@ -73,8 +73,12 @@ func TestPebbleRealDiskFull(t *testing.T) {
 		for j := range chunk {
 			chunk[j] = byte(uint32(n*len(chunk)+j) * 2654435761 >> 24)
 		}
-		werr = within(t, time.Second, "write", func() error { _, err := v.WriteAt(chunk, int64(n)*int64(len(chunk))); return err })
+		start := time.Now()
+		werr = within(t, 20*time.Second, "write", func() error { _, err := v.WriteAt(chunk, int64(n)*int64(len(chunk))); return err })
 		if werr != nil {
+			if el := time.Since(start); el > time.Second {
+				t.Fatalf("refused write took %s, want under 1s", el)
+			}
 			break
 		}
 		clk.advance(10 * time.Millisecond)
