@@ -1,8 +1,10 @@
 package block
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"syscall"
 )
 
 // maxNameLen bounds volume and snapshot names; they are stored in keys and
@@ -63,7 +65,16 @@ func checkIO(name, op string, off, n int64, size int64, bs int) error {
 
 // ioErr wraps err with the request context.
 func ioErr(name, op string, n, off int64, err error) error {
-	return fmt.Errorf("block: volume %q: %s %d bytes at %d: %w", name, op, n, off, err)
+	return fmt.Errorf("block: volume %q: %s %d bytes at %d: %w", name, op, n, off, noSpace(err))
+}
+
+// noSpace adds ErrNoSpace to an ENOSPC from the OS (a pwrite or fdatasync
+// of the file backend), so that callers see the sentinel, not an errno.
+func noSpace(err error) error {
+	if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, ErrNoSpace) {
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	}
+	return err
 }
 
 // checkCreate validates the arguments every backend's Create takes and

@@ -48,6 +48,43 @@
 // failed fdatasync is sticky. Memory: Flush and FUA succeed trivially and
 // the volumes do not report CapPersistent.
 //
+// # Out of space
+//
+// Pebble cannot survive ENOSPC in its WAL: the writer hangs in the commit
+// pipeline, or the process dies in DB.rotateWAL ("sync: unlock of unlocked
+// mutex", not a recoverable panic), taking every volume with it. So a
+// pebble store never lets pebble reach it: every data write (WriteAt,
+// WriteAtFUA, WriteBatch) is admitted against a reserve of free space on
+// the store's file system and fails fast with ErrNoSpace below it. The
+// reserve (PebbleOptions.SpaceReserve) defaults to max(64 MiB, 1% of the
+// file system), at most a quarter of it; it is the room pebble's flushes
+// and compactions need to run, and so to free space, while writes are
+// refused. Free space is statfs(2) (f_bavail), cached and measured again
+// after 100 ms or after a quarter of the reserve (1 to 16 MiB) has been
+// admitted; bytes admitted since a measurement count as used. Once a write
+// is refused the store is "full" and refuses every write until a
+// measurement shows the reserve plus that quarter free again; entering and
+// leaving is logged (slog, at most once per 10 s). If pebble meets ENOSPC
+// anyway (another process filled the disk between measurements), pebble's
+// vfs.OnDiskFull hook measures at once. Reads, Flush, Discard and
+// WriteZeroes (range deletions that free space once compacted) and the
+// metadata operations are never refused; they write a few bytes each. A
+// store with a custom vfs.FS and no PebbleOptions.Statfs, and the memory
+// store, do not measure and refuse nothing.
+//
+// ErrNoSpace also matches syscall.ENOSPC (errors.Is), so the target, which
+// does not import this package, answers a SCSI "space allocation failed"
+// sense, and the file backend wraps the ENOSPC of a pwrite or fdatasync in
+// ErrNoSpace instead of returning a bare errno.
+//
+// Thin provisioning: volumes take space only for written blocks, so the
+// sum of their sizes may exceed the disk, but only up to
+// PebbleOptions.MaxOvercommit times the file system's size (default
+// DefaultMaxOvercommit, 10; negative: unbounded). Create, Clone and a
+// growing Resize beyond it fail with ErrNoSpace and a one-line message
+// naming the totals; Space (SpaceReporter) reports the free space, the
+// reserve, the provisioned total and the refused writes.
+//
 // # Pebble key layout
 //
 // Many volumes share one pebble database. Every key starts with a one-byte

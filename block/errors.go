@@ -1,6 +1,9 @@
 package block
 
-import "errors"
+import (
+	"errors"
+	"syscall"
+)
 
 // Sentinel errors. Every error a volume or store returns wraps exactly one of
 // these (test with errors.Is) together with the volume name and the request
@@ -27,10 +30,22 @@ var (
 	ErrUnsupported = errors.New("block: unsupported operation")
 	// ErrInvalid reports a bad argument: a bad name, block size or volume size.
 	ErrInvalid = errors.New("block: invalid argument")
-	// ErrNoSpace reports a write the backend has no memory or space left to store.
-	ErrNoSpace = errors.New("block: no space")
+	// ErrNoSpace reports a write the backend has no memory or space left
+	// to store, or a volume size beyond the overcommit bound. It matches
+	// syscall.ENOSPC too (errors.Is), so layers that do not import block
+	// (the target) recognise it.
+	ErrNoSpace error = noSpaceError{}
 	// ErrCorrupt reports a stored record that cannot be decoded or is inconsistent.
 	ErrCorrupt = errors.New("block: corrupt record")
 	// ErrFormatVersion reports a store or record written by a newer format than this code reads.
 	ErrFormatVersion = errors.New("block: unsupported format version")
 )
+
+// noSpaceError is ErrNoSpace's type: comparable, so errors.Is finds the one
+// value, and Is-able as syscall.ENOSPC.
+type noSpaceError struct{}
+
+func (noSpaceError) Error() string { return "block: no space" }
+
+// Is makes errors.Is(ErrNoSpace, syscall.ENOSPC) true.
+func (noSpaceError) Is(target error) bool { return target == syscall.ENOSPC }

@@ -453,7 +453,7 @@ func (c *fileCore) flush() error {
 		return fmt.Errorf("block: volume %q: flush: %w", c.nm, ErrClosed)
 	}
 	if err := c.sg.do(c.fdatasync); err != nil {
-		return fmt.Errorf("block: volume %q: flush: %w", c.nm, err)
+		return fmt.Errorf("block: volume %q: flush: %w", c.nm, noSpace(err))
 	}
 	return nil
 }

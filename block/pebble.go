@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -37,6 +39,27 @@ type PebbleOptions struct {
 	// Logger receives pebble's errors; nil means the standard logger.
 	// Pebble's informational messages are dropped.
 	Logger *log.Logger
+
+	// SpaceReserve is the free space, in bytes, below which writes fail
+	// with ErrNoSpace (see the package doc, "Out of space"); 0 means
+	// max(64 MiB, 1% of the file system), at most a quarter of it; a
+	// negative value turns the refusal off (free space is still reported).
+	SpaceReserve int64
+	// MaxOvercommit bounds the sum of the volume sizes to this multiple
+	// of the file system's size: Create, Clone and a growing Resize past
+	// it fail with ErrNoSpace. 0 means DefaultMaxOvercommit; a negative
+	// value means no bound.
+	MaxOvercommit float64
+	// Statfs measures the store's file system; nil means Statfs when FS
+	// is nil, and no space guard at all with a custom FS (whose space the
+	// OS cannot measure).
+	Statfs StatfsFunc
+	// Clock is the space guard's clock (tests inject one); nil means
+	// time.Now.
+	Clock func() time.Time
+	// SpaceLog receives the out-of-space transitions; nil means
+	// slog.Default().
+	SpaceLog *slog.Logger
 }
 
 // PebbleStore is the pebble backend: many volumes in one pebble database,
@@ -58,11 +81,17 @@ type PebbleStore struct {
 	// stalls counts the writers pebble is holding back (a write stall:
 	// too many memtables waiting for a flush, or too many L0 files).
 	stalls atomic.Int32
+
+	// space admits data writes against the free space (nil: unmeasured);
+	// overcommit bounds the provisioned total (<= 0: unbounded).
+	space      *spaceGuard
+	overcommit float64
 }
 
 var (
-	_ Store       = (*PebbleStore)(nil)
-	_ Snapshotter = (*PebbleStore)(nil)
+	_ Store         = (*PebbleStore)(nil)
+	_ Snapshotter   = (*PebbleStore)(nil)
+	_ SpaceReporter = (*PebbleStore)(nil)
 )
 
 // pebbleLogger drops pebble's chatter and keeps its errors.
@@ -147,14 +176,42 @@ func OpenPebbleStore(dir string, o *PebbleOptions) (*PebbleStore, error) {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.FastestCompression }
 	}
+	statfs := o.Statfs
 	if opts.FS == nil {
 		opts.FS = privateFS{vfs.Default}
+		if statfs == nil {
+			statfs = Statfs
+		}
+	}
+	s.overcommit = o.MaxOvercommit
+	if s.overcommit == 0 {
+		s.overcommit = DefaultMaxOvercommit
+	}
+	if statfs != nil {
+		// Measured before pebble opens (the directory may not exist yet:
+		// then its parent's file system is the one it will be on).
+		at := dir
+		if _, err := os.Stat(dir); err != nil {
+			at = filepath.Dir(dir)
+		}
+		g, err := newSpaceGuard(at, statfs, o.Clock, o.SpaceLog, o.SpaceReserve)
+		if err != nil {
+			return nil, err
+		}
+		s.space = g
+		// If pebble meets ENOSPC anyway (something else filled the disk
+		// between measurements), measure at once so writes stop now;
+		// vfs.OnDiskFull then retries pebble's operation once.
+		opts.FS = vfs.OnDiskFull(opts.FS, func() { g.refresh(g.now(), true) })
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("block: pebble store %s: open: %w", dir, err)
 	}
 	s.db = db
+	if s.space != nil {
+		s.space.dir = dir // exists now; no other goroutine uses the guard yet
+	}
 	if err := s.init(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -319,6 +376,9 @@ func (s *PebbleStore) Create(name string, size int64, blockSize int) (Volume, er
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, s.errClosed("create " + name)
+	}
+	if err := s.checkOvercommitLocked(fmt.Sprintf("volume %q: create of %d bytes", name, size), 0, size); err != nil {
+		return nil, err
 	}
 	return s.createLocked(&volumeMeta{Name: name, Size: size, BlockSize: bs}, nil)
 }
@@ -546,6 +606,51 @@ func (s *PebbleStore) Close() error {
 	return nil
 }
 
+// provisionedLocked is the sum of the volume sizes (snapshots are not
+// counted: they are never written). REQUIRES: s.mu.
+func (s *PebbleStore) provisionedLocked() (int64, error) {
+	var sum int64
+	err := s.scanMetaLocked([]byte{kindVolume}, func(_ []byte, m *volumeMeta) error {
+		sum += m.Size
+		return nil
+	})
+	return sum, err
+}
+
+// checkOvercommitLocked refuses a volume of size replacing one of before
+// bytes (0: a new volume) if the volumes would then total more than
+// s.overcommit times the file system. REQUIRES: s.mu.
+func (s *PebbleStore) checkOvercommitLocked(what string, before, size int64) error {
+	if s.overcommit <= 0 || s.space == nil || size <= before {
+		return nil
+	}
+	p, err := s.provisionedLocked()
+	if err != nil {
+		return fmt.Errorf("block: %s: %w", what, err)
+	}
+	return checkOvercommit(what, p, before, size, s.overcommit, s.space.capacity())
+}
+
+// Space implements SpaceReporter.
+func (s *PebbleStore) Space() (SpaceInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return SpaceInfo{}, s.errClosed("space")
+	}
+	info := s.space.info()
+	if !info.Known {
+		return info, nil
+	}
+	p, err := s.provisionedLocked()
+	if err != nil {
+		return SpaceInfo{}, fmt.Errorf("block: pebble store %s: space: %w", s.dir, err)
+	}
+	info.Provisioned = p
+	info.MaxOvercommit = max(s.overcommit, 0)
+	return info, nil
+}
+
 // Snapshot implements Snapshotter. The volume's current top layer becomes
 // the snapshot's top layer and is never written again; the volume gets a
 // fresh empty top layer. Cost: two small records, no data copied.
@@ -680,6 +785,9 @@ func (s *PebbleStore) Clone(volume, snap, newName string) (Volume, error) {
 	}
 	if len(sm.Layers)+1 > maxLayers {
 		return nil, fmt.Errorf("block: volume %q: clone: chain of %d layers: %w", newName, len(sm.Layers)+1, ErrInvalid)
+	}
+	if err := s.checkOvercommitLocked(fmt.Sprintf("volume %q: clone of %d bytes", newName, sm.Size), 0, sm.Size); err != nil {
+		return nil, err
 	}
 	return s.createLocked(&volumeMeta{Name: newName, Size: sm.Size, BlockSize: sm.BlockSize}, sm.Layers)
 }

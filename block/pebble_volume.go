@@ -203,6 +203,9 @@ func (c *pebbleCore) writeAt(p []byte, off int64, fua bool) error {
 	if err := c.check(op, off, n, true); err != nil {
 		return err
 	}
+	if err := c.s.space.admit(n); err != nil {
+		return ioErr(c.nm, op, n, off, err)
+	}
 	// One batch per request: a multi-block write is atomic, and with
 	// pebble.Sync it joins pebble's group commit.
 	b := c.db.NewBatch()
@@ -224,10 +227,15 @@ func (c *pebbleCore) writeBatch(bufs [][]byte, offs []int64) error {
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	var total int64
 	for i, p := range bufs {
 		if err := c.check("write", offs[i], int64(len(p)), true); err != nil {
 			return err
 		}
+		total += int64(len(p))
+	}
+	if err := c.s.space.admit(total); err != nil {
+		return fmt.Errorf("block: volume %q: write batch of %d requests: %w", c.nm, len(bufs), err)
 	}
 	b := c.db.NewBatch()
 	for i, p := range bufs {
@@ -322,6 +330,9 @@ func (c *pebbleCore) resize(n int64) error {
 		return fmt.Errorf("block: %s: %w", what, ErrReadOnly)
 	}
 	if err := checkSize(c.nm, n, c.bs); err != nil {
+		return err
+	}
+	if err := s.checkOvercommitLocked(what, c.meta.Size, n); err != nil {
 		return err
 	}
 	m := c.meta.clone()

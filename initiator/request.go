@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/gosrp/gosrp/internal/wire"
 )
@@ -61,6 +62,20 @@ var (
 	ErrWriteCacheLost = errors.New("initiator: target lost acknowledged writes that were not yet flushed")
 )
 
+// ErrNoSpace: the target's store had no space for a write (it answered
+// SenseSpaceAllocFailed, SBC's SPACE ALLOCATION FAILED WRITE PROTECT). It
+// matches syscall.ENOSPC too (errors.Is), so a caller that passes errors
+// on as errnos (FUSE, NBD) reports ENOSPC. Reads still work, and the write
+// may succeed once space is freed on the target.
+var ErrNoSpace error = noSpaceError{}
+
+type noSpaceError struct{}
+
+func (noSpaceError) Error() string { return "initiator: no space on the target" }
+
+// Is makes errors.Is(ErrNoSpace, syscall.ENOSPC) true.
+func (noSpaceError) Is(target error) bool { return target == syscall.ENOSPC }
+
 // IOError is a command the target failed, with its sense code.
 type IOError struct {
 	Op    Op
@@ -74,14 +89,17 @@ func (e *IOError) Error() string {
 }
 
 // Unwrap gives the sentinel of the senses callers act on: write
-// protected is ErrReadOnly, access denied is ErrAccessDenied; nil for
-// the others.
+// protected is ErrReadOnly, access denied is ErrAccessDenied, space
+// allocation failed is ErrNoSpace (and so syscall.ENOSPC); nil for the
+// others.
 func (e *IOError) Unwrap() error {
 	switch e.Sense {
 	case wire.SenseWriteProtected:
 		return ErrReadOnly
 	case wire.SenseAccessDenied:
 		return ErrAccessDenied
+	case wire.SenseSpaceAllocFailed:
+		return ErrNoSpace
 	}
 	return nil
 }

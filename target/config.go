@@ -15,7 +15,9 @@ import (
 //
 // Requests the target passes on are already validated: block-aligned,
 // non-empty and inside Size. A Volume must be safe for concurrent use: the
-// target runs requests of one connection in parallel.
+// target runs requests of one connection in parallel. A failed request is
+// answered SenseSpaceAllocFailed when its error matches syscall.ENOSPC
+// (errors.Is; block.ErrNoSpace does), SenseMediumError otherwise.
 type Volume interface {
 	ReadAt(p []byte, off int64) (int, error)
 	WriteAt(p []byte, off int64) (int, error)

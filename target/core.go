@@ -331,7 +331,7 @@ func (c *core) backendDone(idx int32, now int64) {
 		return
 	}
 	if s.err != nil {
-		c.respond(s, wire.StatusError, wire.SenseMediumError)
+		c.respond(s, wire.StatusError, senseOf(s.err))
 		return
 	}
 	if s.job == jobRead {

@@ -1,8 +1,12 @@
 package target
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"syscall"
+
+	"github.com/gosrp/gosrp/internal/wire"
 )
 
 // runJob does a slot's backend work on a worker goroutine. It reads only
@@ -120,4 +124,17 @@ func jobName(j jobKind) string {
 		return names[j]
 	}
 	return fmt.Sprintf("job(%d)", uint8(j))
+}
+
+// senseOf is the sense a failed backend job is answered with. A volume out
+// of space (an error matching syscall.ENOSPC, as block.ErrNoSpace does) is
+// SenseSpaceAllocFailed, SBC-4's DATA PROTECT / 27h/07h SPACE ALLOCATION
+// FAILED WRITE PROTECT: the initiator must not treat it as a bad medium,
+// the write may succeed once space is freed. Anything else is a medium
+// error.
+func senseOf(err error) wire.Sense {
+	if errors.Is(err, syscall.ENOSPC) {
+		return wire.SenseSpaceAllocFailed
+	}
+	return wire.SenseMediumError
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/e2etest"
 	"github.com/gosrp/gosrp/internal/nbd"
+	"github.com/gosrp/gosrp/internal/wire"
 )
 
 // TestImportTargetRestart is issue 21's silent loss: srpd is SIGKILLed
@@ -136,5 +137,15 @@ func TestWriteCacheLostErrno(t *testing.T) {
 	err := fmt.Errorf("initiator: volume %q: %w", "vol0", initiator.ErrWriteCacheLost)
 	if e := nbd.Errno(nbdErr(err, true)); e != nbd.EIO {
 		t.Fatalf("errno %d, want EIO", e)
+	}
+}
+
+// TestNoSpaceErrno: a write the target refused for space reaches an NBD
+// client as ENOSPC, not EIO (before: every unmapped sense was EIO).
+func TestNoSpaceErrno(t *testing.T) {
+	err := fmt.Errorf("initiator: volume %q: %w", "vol0",
+		&initiator.IOError{Op: initiator.OpWrite, Len: 4096, Sense: wire.SenseSpaceAllocFailed})
+	if e := nbd.Errno(nbdErr(err, true)); e != nbd.ENOSPC {
+		t.Fatalf("errno %d, want ENOSPC", e)
 	}
 }

@@ -302,6 +302,8 @@ func nbdErr(err error, write bool) error {
 		return nbd.WithErrno(err, nbd.EPERM)
 	case errors.Is(orig, initiator.ErrInvalid):
 		return nbd.WithErrno(err, nbd.EINVAL)
+	case errors.Is(orig, initiator.ErrNoSpace):
+		return nbd.WithErrno(err, nbd.ENOSPC)
 	case errors.As(orig, &ie):
 		switch ie.Sense {
 		case wire.SenseWriteProtected:

@@ -44,7 +44,7 @@ func (a *adminFlags) withService(ctx context.Context, offlineOK bool, fn func(ad
 		return fmt.Errorf("srpd is not running and there is no data directory %s (start srpd, or pass --data)", a.data)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	store, err := openStore("pebble", a.data, log)
+	store, err := openStore("pebble", a.data, log, nil)
 	if err != nil {
 		return fmt.Errorf("srpd does not answer on %s and the store cannot be opened: %w", a.socketPath(), err)
 	}
@@ -461,8 +461,23 @@ func statusCommand() *cli.Command {
 				if st.Metrics != "" {
 					fmt.Fprintf(w, ", metrics http://%s/metrics", st.Metrics)
 				}
-				fmt.Fprintf(w, "\nconnections %d (accepted %d, rejected %d, violations %d), credits in use %d\n\n",
+				fmt.Fprintf(w, "\nconnections %d (accepted %d, rejected %d, violations %d), credits in use %d\n",
 					st.Connections, st.Accepted, st.Rejected, st.Violations, st.CreditsInUse)
+				if sp := st.Space; sp != nil {
+					fmt.Fprintf(w, "space %s free of %s (reserve %s)", cli.FormatSize(sp.Free), cli.FormatSize(sp.Total), cli.FormatSize(sp.Reserve))
+					if sp.Full {
+						fmt.Fprint(w, ", FULL: writes fail with ENOSPC")
+					}
+					if sp.RefusedWrites > 0 {
+						fmt.Fprintf(w, ", %d writes refused", sp.RefusedWrites)
+					}
+					fmt.Fprintf(w, "; provisioned %s", cli.FormatSize(sp.Provisioned))
+					if sp.MaxOvercommit > 0 {
+						fmt.Fprintf(w, " of %s (max overcommit %g)", cli.FormatSize(int64(sp.MaxOvercommit*float64(sp.Total))), sp.MaxOvercommit)
+					}
+					fmt.Fprintln(w)
+				}
+				fmt.Fprintln(w)
 				stats := map[string]admin.VolumeStats{}
 				for _, v := range st.VolumeStats {
 					stats[v.Name] = v

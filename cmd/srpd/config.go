@@ -52,6 +52,10 @@ type Config struct {
 	MaxPendingLogins    int      `json:"max_pending_logins" toml:"max_pending_logins"`
 	MaxPendingPerSource int      `json:"max_pending_per_source" toml:"max_pending_per_source"`
 	ShutdownTimeout     Duration `json:"shutdown_timeout" toml:"shutdown_timeout"`
+	// SpaceReserve and MaxOvercommit are the pebble store's
+	// block.PebbleOptions of the same names (0: the defaults).
+	SpaceReserve  Size    `json:"space_reserve" toml:"space_reserve"`
+	MaxOvercommit float64 `json:"max_overcommit" toml:"max_overcommit"`
 }
 
 func defaultConfig() Config {
@@ -98,6 +102,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxPendingPerSource, "max-pending-per-source", c.MaxPendingPerSource,
 		"refuse connections beyond `N` not logged in yet from one source host (0: the target default, 16; negative: no cap)")
 	fs.Var(&c.ShutdownTimeout, "shutdown-timeout", "on SIGTERM, the `DURATION` in-flight I/O may take to drain")
+	fs.Var(&c.SpaceReserve, "space-reserve", "free `SIZE` the pebble store keeps on its file system; writes fail with ENOSPC below it (0: max(64MiB, 1% of the file system), at most a quarter of it)")
+	fs.Float64Var(&c.MaxOvercommit, "max-overcommit", c.MaxOvercommit, "volume sizes may total at most `RATIO` times the file system's size (thin provisioning; 0: 10, negative: unbounded)")
 }
 
 // loadConfig reads a JSON (.json) or TOML (anything else) config file over

@@ -21,7 +21,7 @@ func TestDataDirPrivate(t *testing.T) {
 	for _, backend := range []string{"pebble", "file"} {
 		t.Run(backend, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
-			s, err := openStore(backend, dir, log)
+			s, err := openStore(backend, dir, log, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

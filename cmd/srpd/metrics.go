@@ -23,6 +23,8 @@ type collector struct {
 
 	conns, accepted, rejected, violations, credits, acceptErrors *prometheus.Desc
 	ops, bytes, errors, latency, size, connCredits               *prometheus.Desc
+
+	spaceTotal, spaceFree, spaceReserve, spaceFull, spaceRefused, provisioned *prometheus.Desc
 }
 
 func newCollector(t *target.Target, s block.Store, acceptErrs func() uint64) *collector {
@@ -43,12 +45,20 @@ func newCollector(t *target.Target, s block.Store, acceptErrs func() uint64) *co
 		errors:       d("volume_errors_total", "Commands that failed, per volume and operation.", "volume", "op"),
 		latency:      d("volume_latency_seconds", "Command latency from arrival to response (log2 buckets; the sum is estimated from bucket midpoints).", "volume"),
 		size:         d("volume_size_bytes", "Size of each volume in the store.", "volume"),
+
+		spaceTotal:   d("store_capacity_bytes", "Size of the store's file system."),
+		spaceFree:    d("store_free_bytes", "Bytes available on the store's file system (statfs f_bavail, at most 100 ms old)."),
+		spaceReserve: d("store_reserve_bytes", "Free space below which writes fail with ENOSPC (--space-reserve)."),
+		spaceFull:    d("store_full", "1 while the store refuses writes for lack of space."),
+		spaceRefused: d("store_refused_writes_total", "Writes refused with ENOSPC since start."),
+		provisioned:  d("store_provisioned_bytes", "Sum of the volume sizes (thin provisioning; bounded by --max-overcommit)."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.conns, c.accepted, c.rejected, c.violations, c.credits, c.connCredits,
-		c.ops, c.bytes, c.errors, c.latency, c.size} {
+		c.ops, c.bytes, c.errors, c.latency, c.size,
+		c.spaceTotal, c.spaceFree, c.spaceReserve, c.spaceFull, c.spaceRefused, c.provisioned} {
 		ch <- d
 	}
 	if c.acceptErrs != nil {
@@ -86,6 +96,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if vols, err := c.store.List(); err == nil {
 		for _, v := range vols {
 			ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(v.Size), v.Name)
+		}
+	}
+	if sr, ok := c.store.(block.SpaceReporter); ok {
+		if sp, err := sr.Space(); err == nil && sp.Known {
+			full := 0.0
+			if sp.Full {
+				full = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.spaceTotal, prometheus.GaugeValue, float64(sp.Total))
+			ch <- prometheus.MustNewConstMetric(c.spaceFree, prometheus.GaugeValue, float64(sp.Free))
+			ch <- prometheus.MustNewConstMetric(c.spaceReserve, prometheus.GaugeValue, float64(sp.Reserve))
+			ch <- prometheus.MustNewConstMetric(c.spaceFull, prometheus.GaugeValue, full)
+			ch <- prometheus.MustNewConstMetric(c.spaceRefused, prometheus.CounterValue, float64(sp.RefusedWrites))
+			ch <- prometheus.MustNewConstMetric(c.provisioned, prometheus.GaugeValue, float64(sp.Provisioned))
 		}
 	}
 }

@@ -97,13 +97,18 @@ func makeDataDir(dir string, log *slog.Logger) error {
 }
 
 // openStore opens the data directory's store with a logger for pebble's
-// errors and a clear message when another srpd holds it.
-func openStore(backend, dir string, log *slog.Logger) (block.Store, error) {
+// errors and a clear message when another srpd holds it. cfg supplies the
+// space settings (nil: the defaults, as for the offline admin commands).
+func openStore(backend, dir string, log *slog.Logger, cfg *Config) (block.Store, error) {
 	if backend == "" || backend == "pebble" {
 		if err := makeDataDir(dir, log); err != nil {
 			return nil, err
 		}
-		s, err := block.OpenPebbleStore(dir, &block.PebbleOptions{Logger: slog.NewLogLogger(log.Handler(), slog.LevelError)})
+		o := &block.PebbleOptions{Logger: slog.NewLogLogger(log.Handler(), slog.LevelError), SpaceLog: log}
+		if cfg != nil {
+			o.SpaceReserve, o.MaxOvercommit = int64(cfg.SpaceReserve), cfg.MaxOvercommit
+		}
+		s, err := block.OpenPebbleStore(dir, o)
 		if err != nil && strings.Contains(err.Error(), "lock") {
 			return nil, fmt.Errorf("data directory %s is in use by another srpd (%v)", dir, err)
 		}
@@ -155,7 +160,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer prov.Close()
 
-	store, err := openStore(cfg.Backend, cfg.Data, log)
+	if cfg.SpaceReserve < 0 {
+		return cli.Usagef("--space-reserve %d: want a size >= 0", cfg.SpaceReserve)
+	}
+	store, err := openStore(cfg.Backend, cfg.Data, log, &cfg)
 	if err != nil {
 		return err
 	}
@@ -180,12 +188,19 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	if len(vols) == 0 && !cfg.NoDefaultVolume {
 		v, err := store.Create(DefaultVolume, int64(cfg.DefaultSize), DefaultBlockSize)
-		if err != nil {
+		switch {
+		case errors.Is(err, block.ErrNoSpace):
+			// A small disk under --max-overcommit: serve without vol0
+			// rather than refuse to start.
+			log.Warn("default volume not created: over the thin-provisioning bound (see --max-overcommit, --default-volume-size)",
+				"volume", DefaultVolume, "size", cli.FormatSize(int64(cfg.DefaultSize)), "err", err)
+		case err != nil:
 			return fmt.Errorf("create default volume %s: %w", DefaultVolume, err)
+		default:
+			v.Close()
+			log.Info("created default volume", "volume", DefaultVolume, "size", cli.FormatSize(int64(cfg.DefaultSize)),
+				"block_size", DefaultBlockSize, "data", cfg.Data)
 		}
-		v.Close()
-		log.Info("created default volume", "volume", DefaultVolume, "size", cli.FormatSize(int64(cfg.DefaultSize)),
-			"block_size", DefaultBlockSize, "data", cfg.Data)
 	}
 
 	tgt, err := target.New(target.Config{

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/admin"
+	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/target"
 )
 
@@ -33,7 +34,8 @@ func blockErr(what string, err error) error {
 		return admin.Errorf(admin.ErrExists, "%s already exists", what)
 	case errors.Is(err, block.ErrBusy):
 		return admin.Errorf(admin.ErrBusy, "%s is in use (open by an initiator, or has an open snapshot)", what)
-	case errors.Is(err, block.ErrInvalid), errors.Is(err, block.ErrMisaligned), errors.Is(err, block.ErrOutOfRange):
+	case errors.Is(err, block.ErrInvalid), errors.Is(err, block.ErrMisaligned), errors.Is(err, block.ErrOutOfRange),
+		errors.Is(err, block.ErrNoSpace):
 		kind = admin.ErrInvalid
 	case errors.Is(err, block.ErrUnsupported):
 		return admin.Errorf(admin.ErrInvalid, "%s: not supported by this backend", what)
@@ -43,6 +45,24 @@ func blockErr(what string, err error) error {
 		return admin.Errorf(kind, "%s: %s", what, msg)
 	}
 	return fmt.Errorf("%s: %s", what, msg)
+}
+
+// spaceErr is blockErr, except that a size refused by the store's
+// thin-provisioning bound (block.ErrNoSpace) gets a one-line message with
+// the totals in readable units; before is the size a resize replaces.
+func (s *service) spaceErr(what string, before, size int64, err error) error {
+	sr, ok := s.store.(block.SpaceReporter)
+	if !errors.Is(err, block.ErrNoSpace) || !ok {
+		return blockErr(what, err)
+	}
+	info, serr := sr.Space()
+	if serr != nil || !info.Known || info.MaxOvercommit <= 0 {
+		return admin.Errorf(admin.ErrInvalid, "%s: %s", what, strings.TrimPrefix(err.Error(), "block: "))
+	}
+	total := info.Provisioned - before + size
+	return admin.Errorf(admin.ErrInvalid, "%s: %s would bring the volumes to %s, over --max-overcommit %g × the %s file system = %s",
+		what, cli.FormatSize(size), cli.FormatSize(total), info.MaxOvercommit, cli.FormatSize(info.Total),
+		cli.FormatSize(int64(info.MaxOvercommit*float64(info.Total))))
 }
 
 func (s *service) snapper() (block.Snapshotter, error) {
@@ -104,7 +124,7 @@ func (s *service) CreateVolume(req admin.CreateVolume) (admin.Volume, error) {
 	}
 	v, err := s.store.Create(req.Name, req.Size, bs)
 	if err != nil {
-		return admin.Volume{}, blockErr(fmt.Sprintf("volume %q", req.Name), err)
+		return admin.Volume{}, s.spaceErr(fmt.Sprintf("volume %q", req.Name), 0, req.Size, err)
 	}
 	if err := v.Close(); err != nil {
 		return admin.Volume{}, blockErr(fmt.Sprintf("volume %q", req.Name), err)
@@ -122,12 +142,13 @@ func (s *service) ResizeVolume(name string, size int64) (admin.Volume, error) {
 		v.Close()
 		return admin.Volume{}, admin.Errorf(admin.ErrInvalid, "%s: size %d must be > 0 and a multiple of the block size %d", what, size, v.BlockSize())
 	}
+	before := v.Size()
 	err = v.Resize(size)
 	if cerr := v.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return admin.Volume{}, blockErr(what, err)
+		return admin.Volume{}, s.spaceErr(what, before, size, err)
 	}
 	return s.volume(name)
 }
@@ -232,6 +253,12 @@ func (s *service) Status() (admin.Status, error) {
 	st.Volumes = vols
 	st.VolumeStats = []admin.VolumeStats{}
 	st.Conns = []admin.Conn{}
+	if sr, ok := s.store.(block.SpaceReporter); ok {
+		if info, err := sr.Space(); err == nil && info.Known {
+			st.Space = &admin.Space{Total: info.Total, Free: info.Free, Reserve: info.Reserve, Full: info.Full,
+				RefusedWrites: info.RefusedWrites, Provisioned: info.Provisioned, MaxOvercommit: info.MaxOvercommit}
+		}
+	}
 	if s.tgt == nil {
 		return st, nil
 	}

@@ -168,6 +168,23 @@ type Status struct {
 	CreditsInUse int           `json:"credits_in_use"`
 	VolumeStats  []VolumeStats `json:"volume_stats"`
 	Conns        []Conn        `json:"conns"`
+	// Space is the store's file system (nil for a store that does not
+	// measure it, such as the memory backend).
+	Space *Space `json:"space,omitempty"`
+}
+
+// Space is a store's free space and thin-provisioning totals.
+type Space struct {
+	Total   int64 `json:"total"`
+	Free    int64 `json:"free"`
+	Reserve int64 `json:"reserve"`
+	// Full: free space is below the reserve and writes fail with ENOSPC.
+	Full          bool   `json:"full"`
+	RefusedWrites uint64 `json:"refused_writes"`
+	// Provisioned is the sum of the volume sizes; MaxOvercommit bounds it
+	// to that multiple of Total (0: unbounded).
+	Provisioned   int64   `json:"provisioned"`
+	MaxOvercommit float64 `json:"max_overcommit"`
 }
 
 // Error kinds a Service returns (wrapped); the handler maps them to HTTP

@@ -132,6 +132,12 @@ func (d *disk) errno(op string, off, n int64, err error) syscall.Errno {
 	if errors.Is(err, context.Canceled) {
 		return syscall.EINTR
 	}
+	if errors.Is(err, syscall.ENOSPC) {
+		// The target is out of space (initiator.ErrNoSpace matches
+		// ENOSPC): the file system above sees a full disk, not a bad one.
+		d.log.Debug("fusedisk: target out of space", "op", op, "offset", off, "length", n, "err", err)
+		return syscall.ENOSPC
+	}
 	d.log.Error("fusedisk: I/O error", "op", op, "offset", off, "length", n, "err", err)
 	return syscall.EIO
 }

@@ -306,10 +306,17 @@ const (
 	// answers its commands so). Added after the others, so an older peer
 	// reads it as an unknown sense, a failed command.
 	SenseAccessDenied
+	// SenseSpaceAllocFailed: the target's store has no space for the
+	// write (SBC-4's DATA PROTECT, ASC/ASCQ 27h/07h SPACE ALLOCATION
+	// FAILED WRITE PROTECT, which a thin-provisioned SCSI LU returns when
+	// its pool is exhausted). Reads still work and the write may succeed
+	// later; initiators report it as ENOSPC.
+	SenseSpaceAllocFailed
 )
 
 var senseNames = [...]string{"none", "invalid field", "out of range", "misaligned", "write protected",
-	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error", "access denied"}
+	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error", "access denied",
+	"space allocation failed"}
 
 func (s Sense) String() string {
 	if int(s) < len(senseNames) {
