@@ -83,10 +83,11 @@ func (c *cq) Wait(ctx context.Context) error {
 	}
 }
 
-// push appends a completion. On overrun the CQ dies, a CQ_ERR event is
-// raised and every QP using it is moved to ERR (strict: the most
-// unforgiving behaviour, frmr-semantics §4.5). It returns the QPs to move
-// to ERR; the caller does so without holding any lock.
+// push appends a completion. On overrun the CQ dies and every QP using it
+// is moved to ERR, then CQ_ERR is raised (strict: the most unforgiving
+// behaviour, frmr-semantics §4.5). It returns the QPs to move to ERR
+// (non-nil on overrun); the caller does so without holding any lock and
+// then calls raiseOverrun.
 func (c *cq) push(wc *transport.WC) []*qp {
 	c.mu.Lock()
 	if c.closed || c.overrun {
@@ -118,12 +119,18 @@ func (c *cq) overrunLocked() []*qp {
 		victims = append(victims, q)
 	}
 	c.mu.Unlock()
-	c.dev.event(transport.AsyncEvent{Type: transport.EventCQErr, CQ: c, Reason: "completion queue overrun"})
 	select {
 	case c.notify <- struct{}{}:
 	default:
 	}
 	return victims
+}
+
+// raiseOverrun reports the overrun as CQ_ERR. The caller raises it only
+// after the CQ's QPs are in ERR, so a consumer that wakes on the event
+// finds them there (it used to find them in RTS now and then).
+func (c *cq) raiseOverrun() {
+	c.dev.event(transport.AsyncEvent{Type: transport.EventCQErr, CQ: c, Reason: "completion queue overrun"})
 }
 
 func (c *cq) attach(q *qp) error {

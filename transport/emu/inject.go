@@ -183,6 +183,7 @@ func (p *Provider) InjectCQOverrun(x transport.CQ) error {
 	for _, q := range c.overrunLocked() {
 		q.fatal(transport.EventQPFatal, "completion queue overrun (injected)")
 	}
+	c.raiseOverrun()
 	return nil
 }
 

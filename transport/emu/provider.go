@@ -63,6 +63,16 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.RetryTimeout <= 0 {
 		cfg.RetryTimeout = 20 * time.Millisecond
+		if cfg.Wire != WireLoop {
+			// A frame on a stream wire is never lost, only late: the
+			// peer is another goroutine or process that may be
+			// descheduled, or busy copying a large frame, for longer
+			// than 20 ms on a loaded machine, and three such delays
+			// ended a healthy connection with RETRY_EXC_ERR (the
+			// conformance suite's Write/Large under -race). IB's
+			// usual local ACK timeout (14: 4.096 µs × 2^14) is 67 ms.
+			cfg.RetryTimeout = 100 * time.Millisecond
+		}
 	}
 	if cfg.RetryCount <= 0 {
 		cfg.RetryCount = 3

@@ -101,6 +101,7 @@ type qp struct {
 	dupNext   int
 
 	victims []*qp // QPs to move to ERR after unlocking (CQ overrun)
+	overrun []*cq // CQs whose CQ_ERR to raise after that
 	// stray receives the outcome of the WR InjectStray posted.
 	stray  chan transport.Status
 	closed bool
@@ -175,11 +176,14 @@ func (q *qp) State() transport.QPState {
 
 // unlock releases q.mu and then moves the victims of a CQ overrun to ERR.
 func (q *qp) unlock() {
-	v := q.victims
-	q.victims = nil
+	v, overrun := q.victims, q.overrun
+	q.victims, q.overrun = nil, nil
 	q.mu.Unlock()
 	for _, x := range v {
 		x.fatal(transport.EventQPFatal, "completion queue overrun")
+	}
+	for _, c := range overrun {
+		c.raiseOverrun()
 	}
 }
 
@@ -412,6 +416,7 @@ func (q *qp) PostRecv(wrs []transport.RecvWR) (int, error) {
 func (q *qp) pushLocked(c *cq, wc *transport.WC) {
 	if v := c.push(wc); v != nil {
 		q.victims = append(q.victims, v...)
+		q.overrun = append(q.overrun, c)
 	}
 }
 
