@@ -673,14 +673,12 @@ func (l *tcpLink) reader() {
 			l.hostile(err, h.kind)
 			return
 		}
-		if cap(buf) < int(h.paylen) {
-			buf = make([]byte, h.paylen)
-		}
-		pkt = packet{kind: h.kind, flags: h.flags, nak: h.nak, psn: h.psn, imm: h.imm, key: h.key, va: h.va, length: h.length, payload: buf[:h.paylen]}
-		if _, err := io.ReadFull(br, pkt.payload); err != nil {
+		payload, err := readPayload(br, &buf, int(h.paylen))
+		if err != nil {
 			l.disconnect(fmt.Errorf("emu: read from %s: truncated %s frame: %w: %w", l.nc.RemoteAddr(), h.kind, errLinkLost, err))
 			return
 		}
+		pkt = packet{kind: h.kind, flags: h.flags, nak: h.nak, psn: h.psn, imm: h.imm, key: h.key, va: h.va, length: h.length, payload: payload}
 		switch {
 		case h.kind == pktDisconnect:
 			l.disconnect(fmt.Errorf("emu: peer %s disconnected: %w", l.nc.RemoteAddr(), transport.ErrDisconnected))
@@ -697,6 +695,41 @@ func (l *tcpLink) reader() {
 	}
 }
 
+// tcpPayloadStep is the first size the reader's payload buffer grows to
+// while a frame larger than it arrives (see readPayload).
+const tcpPayloadStep = 64 << 10
+
+// readPayload reads an n-byte frame payload into *buf, which it grows
+// only as the bytes arrive: at most doubling what has been read, from
+// tcpPayloadStep on. A header is the peer's word only (decodeHeader
+// bounds it by maxMsgSize, 64 MiB), and sizing the buffer from it let a
+// peer that sent a header and nothing more pin 64 MiB per connection.
+// The buffer is kept for the next frame: after a large payload really
+// arrived, the next one as large needs no allocation.
+func readPayload(r io.Reader, buf *[]byte, n int) ([]byte, error) {
+	b := *buf
+	if n <= cap(b) {
+		b = b[:n]
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	b = b[:0]
+	for len(b) < n {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), min(n, max(2*cap(b), tcpPayloadStep)))
+			copy(nb, b)
+			b = nb
+			*buf = b
+		}
+		k, err := io.ReadFull(r, b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
 // hostile handles a frame no conforming peer sends: the QP goes to ERR
 // with a logged reason and the connection is dropped.
 func (l *tcpLink) hostile(err error, kind pktKind) {
@@ -706,7 +739,7 @@ func (l *tcpLink) hostile(err error, kind pktKind) {
 	}
 	l.p.log.Warn("malformed frame: QP to ERR", "qp", l.q.num, "remote", l.nc.RemoteAddr().String(), "err", err)
 	l.q.fatal(transport.EventQPFatal, err.Error())
-	l.disconnect(fmt.Errorf("emu: %w", err))
+	l.disconnect(fmt.Errorf("%w: %w", err, transport.ErrDisconnected))
 }
 
 // tcpSpinAwait is how long the reader polls a quiet socket while its QP
