@@ -486,6 +486,14 @@ func (q *QP) PostSend(wrs []transport.SendWR) (int, error) {
 				break
 			}
 		}
+		// Publish the slots before the post, not after: the device may
+		// execute a WR, and another goroutine poll its completion, before
+		// ibv_post_send returns, and complete() drops a completion for a
+		// slot beyond shead as stale. On rxe that lost one SEND completion
+		// in a few hundred (Send/PollWhilePosting in the conformance suite).
+		q.ringMu.Lock()
+		q.shead = head + uint32(n)
+		q.ringMu.Unlock()
 		rc := C.gosrp_post_send(q.qp, &q.swr[0], q.swrsRaw, &q.ssge[0], C.int(q.sSGE), C.int(n), &q.bad[0])
 		bad := q.bad[0]
 		q.ringMu.Lock()
@@ -548,6 +556,11 @@ func (q *QP) PostRecv(wrs []transport.RecvWR) (int, error) {
 				g.lkey = C.uint32_t(wr.SGL[j].LKey)
 			}
 		}
+		// Published before the post, as for sends: a receive can complete
+		// before ibv_post_recv returns.
+		q.ringMu.Lock()
+		q.rhead = head + uint32(n)
+		q.ringMu.Unlock()
 		rc := C.gosrp_post_recv(q.qp, &q.rids[0], &q.rnsge[0], q.rwrsRaw, &q.rsge[0], C.int(q.rSGE), C.int(n), &q.bad[1])
 		bad := q.bad[1]
 		q.ringMu.Lock()
