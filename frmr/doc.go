@@ -29,8 +29,12 @@
 // for concurrent use. The caller passes every chain through Admit before
 // PostSend and Posted after it, every send completion of the QP to
 // OnSendCompletion, remote invalidations to OnRemoteInvalidate, ticks to
-// Tick, and QP errors to OnQPError, then Reset (QP destroyed) or a drain,
-// then Recover. Err reports when the pool itself wants the QP torn down:
+// Tick, and QP errors to OnQPError, then a drain (or Reset, when the drain
+// cannot finish), then Recover, and only then destroys the QP: a type-2
+// window bound through a QP holds it on rxe, whose destroy then waits for
+// the window (transport.Quirks.DestroyQPInvalidatesWindows), so the
+// windows the pool cannot vouch for are replaced first. Close likewise
+// comes before the QP's destroy. Err reports when the pool itself wants the QP torn down:
 // after an error completion, or after a signaled WR's completion was
 // skipped (a lost completion, or a post before RTS that the device dropped
 // silently), which the pool never takes as proof that the skipped WRs

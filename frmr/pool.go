@@ -922,8 +922,9 @@ func (p *Pool) OnQPError() {
 	}
 }
 
-// Reset forgets every outstanding WR: the QP was destroyed (or reset)
-// and their completions will never come. Implies OnQPError.
+// Reset forgets every outstanding WR: the QP was destroyed or reset, or
+// it is in ERR and will be destroyed without its completions being
+// polled, so none of them will come. Implies OnQPError.
 func (p *Pool) Reset() {
 	p.OnQPError()
 	for p.ln > 0 {
@@ -1157,7 +1158,10 @@ func (p *Pool) Check() error {
 	return nil
 }
 
-// Close deregisters every MR. Call it after the QP is destroyed.
+// Close deregisters every MR and window. Call it once no WR of the pool's
+// can execute any more (the QP idle, or in ERR and drained or Reset) and
+// before the QP is destroyed: a window bound through the QP may hold it
+// (transport.Quirks.DestroyQPInvalidatesWindows).
 func (p *Pool) Close() error {
 	if p.closed {
 		return nil

@@ -254,11 +254,12 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	c.cq, c.qp = cq, qp
 	defer func() {
 		if err != nil {
-			c.teardown()
+			// Registrations first, then the QP (see replaceRegistrations).
 			c.pool.Reset()
 			if rerr := c.pool.Recover(); rerr != nil {
 				err = fmt.Errorf("%w (and replacing registrations: %v)", err, rerr)
 			}
+			c.teardown()
 		}
 	}()
 	if err := qp.Modify(transport.QPInit); err != nil {
@@ -322,7 +323,12 @@ func (c *channel) teardown() {
 		c.conn = nil
 	}
 	if c.qp != nil {
-		c.qp.Close()
+		if err := c.qp.Close(); err != nil {
+			// Only a window still bound through it keeps a QP alive
+			// (ErrBusy); replaceRegistrations should have made that
+			// impossible, so say so loudly rather than leak in silence.
+			c.log.Error("destroying the QP failed; it is leaked", "err", err)
+		}
 		c.qp = nil
 	}
 	if c.cq != nil {

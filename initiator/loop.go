@@ -493,13 +493,8 @@ func (c *channel) fail(err error) {
 	c.pool.OnQPError()
 	c.qp.Modify(transport.QPErr)
 	c.drain(2 * time.Second)
+	c.replaceRegistrations()
 	c.teardown()
-	if !c.pool.Drained() {
-		c.pool.Reset()
-	}
-	if rerr := c.pool.Recover(); rerr != nil {
-		c.log.Error("replacing registrations failed", "err", rerr)
-	}
 	// Re-issue in-flight requests in their original order.
 	c.mu.Lock()
 	for i := len(c.slots) - 1; i >= 0; i-- {
@@ -521,6 +516,22 @@ func (c *channel) fail(err error) {
 	}
 	c.waiting, c.invPending = c.waiting[:0], c.invPending[:0]
 	c.avail = 0
+}
+
+// replaceRegistrations deregisters and replaces every MR and window the
+// pool cannot prove FREE, once the QP is in ERR and drained; WRs the drain
+// did not see complete are forgotten first (in ERR none of them executes
+// any more, and their completions are never polled). It comes before
+// teardown, not after: a type-2 window bound through the QP holds it, and
+// on rxe destroying the QP first waits ~50 s for the window's reference
+// and leaves a kernel warning (transport.Quirks.DestroyQPInvalidatesWindows).
+func (c *channel) replaceRegistrations() {
+	if !c.pool.Drained() {
+		c.pool.Reset()
+	}
+	if err := c.pool.Recover(); err != nil {
+		c.log.Error("replacing registrations failed", "err", err)
+	}
 }
 
 // rootCause names the first completion in wcs that failed other than by
@@ -638,6 +649,14 @@ func (c *channel) shutdown() {
 		c.pool.OnQPError()
 		c.qp.Modify(transport.QPErr)
 		c.drain(time.Second)
+		if !c.pool.Drained() {
+			c.pool.Reset()
+		}
+	}
+	// The pool's windows go before the QP they may hold (see
+	// replaceRegistrations).
+	if c.pool != nil {
+		c.pool.Close()
 	}
 	c.teardown()
 	c.mu.Lock()
@@ -652,9 +671,6 @@ func (c *channel) shutdown() {
 			sl.req.finish(ErrClosed)
 			sl.req = nil
 		}
-	}
-	if c.pool != nil {
-		c.pool.Close()
 	}
 	c.closeSlotMRs()
 	if c.mr != nil {

@@ -59,6 +59,9 @@ type QP interface {
 	PostRecv(wrs []RecvWR) (int, error)
 	// Close destroys the QP (ibv_destroy_qp). Completions of requests still
 	// outstanding are lost; drain first (move to ERR, wait for the flush)
-	// to learn the fate of every request.
+	// to learn the fate of every request. Unless the device has
+	// Quirks.DestroyQPInvalidatesWindows, Close fails with ErrBusy and the
+	// QP stays while a type-2 window bound through it may still be valid:
+	// invalidate or deallocate those windows first.
 	Close() error
 }

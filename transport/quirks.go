@@ -69,4 +69,17 @@ type Quirks struct {
 	// such a device (register the buffers as separate MRs, or use a
 	// device without the quirk).
 	WindowBoundsUnchecked bool
+	// DestroyQPInvalidatesWindows: destroying a QP invalidates the type-2
+	// windows bound through it, and QP.Close succeeds whatever they hold.
+	// Zero (strict, and rxe): a window bound through a QP holds it, and
+	// QP.Close fails with ErrBusy, leaving the QP alive, until every such
+	// window is invalidated or deallocated. rxe's bind takes a reference
+	// on the QP that only an invalidation or the window's deallocation
+	// drops (rxe_do_bind_mw), so its destroy waits on that reference for
+	// its pool timeout (about 50 s in the test VM) and then warns
+	// (__rxe_cleanup); the ibverbs provider refuses such a Close before
+	// it reaches the device. A consumer replaces the windows whose state
+	// it does not know before it destroys the QP (frmr's Recover or
+	// Close), which is what it must do anyway.
+	DestroyQPInvalidatesWindows bool
 }

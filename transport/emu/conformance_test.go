@@ -73,6 +73,7 @@ func TestConformanceKnobs(t *testing.T) {
 		{"LocalKeyErrStatus", func(q *transport.Quirks) { q.LocalKeyErrStatus = transport.StatusLocQPOpErr }},
 		{"RecvLenErrStatus", func(q *transport.Quirks) { q.RecvLenErrStatus = transport.StatusLocQPOpErr }},
 		{"WindowBoundsUnchecked", func(q *transport.Quirks) { q.WindowBoundsUnchecked = true }},
+		{"DestroyQPInvalidatesWindows", func(q *transport.Quirks) { q.DestroyQPInvalidatesWindows = true }},
 	}
 	seed := *conformanceSeed
 	if seed == 0 {

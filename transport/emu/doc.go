@@ -68,6 +68,9 @@
 //	access beyond a window,       REM_ACCESS   REM_ACCESS   REM_ACCESS   served [7]    served [7]
 //	  inside its MR
 //	REG_MR (FRMRs)                yes          yes          yes          yes [8]       ErrUnsupported
+//	destroy a QP with a window    ErrBusy      windows      windows      ErrBusy       waits ~50 s, kernel
+//	  bound through it [9]                     invalidated  invalidated                WARNING; the provider
+//	                                                                                     refuses (ErrBusy)
 //
 // [1] A LOCAL_INV, or a received SEND_WITH_INV, naming a FREE MR or window
 // with its current key. Failing means the local-op status
@@ -110,6 +113,15 @@
 // [8] Kernel rxe implements REG_MR, but user-space verbs have no FRMR: the
 // ibverbs provider uses type-2 windows instead. The profile keeps FRMRs so
 // the frmr pool's REG_MR path runs on it too.
+//
+// [9] rxe's BIND_MW takes a reference on the QP it is posted on
+// (rxe_do_bind_mw), dropped only when the window is invalidated or
+// deallocated; rxe_destroy_qp waits for it (every reconnect of the
+// end-to-end test stalled ~50 s) and then warns in __rxe_cleanup
+// (Quirks.DestroyQPInvalidatesWindows). Refusing is the strict reading:
+// it keeps the QP, so a consumer that destroys the QP before it replaces
+// the windows it cannot vouch for leaks it, and initiator's
+// TestTeardownReleasesWindows sees that.
 //
 // Also measured in the VM and the same in every profile: a SEND_WITH_INV
 // with a wrong key fails the receive REM_INV_REQ and moves the receiver to

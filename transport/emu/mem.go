@@ -359,6 +359,28 @@ func (d *device) invalidateLocked(q *qp, key transport.Key, remote bool) *opErro
 	return nil
 }
 
+// windowsHeldLocked counts the valid type-2 windows bound through QP num.
+// With release, it invalidates them instead, as destroying the QP does on
+// a device with Quirks.DestroyQPInvalidatesWindows. REQUIRES: d.mem held
+// exclusively.
+func (d *device) windowsHeldLocked(num uint32, release bool) int {
+	n := 0
+	for _, o := range d.objs {
+		if o == nil || o.kind != kindMW || o.state != stateValid || o.bindQP != num {
+			continue
+		}
+		n++
+		if release {
+			if o.parent != nil {
+				o.parent.bound--
+				o.parent = nil
+			}
+			o.state = stateFree
+		}
+	}
+	return n
+}
+
 // checkRemote validates a peer's access of n bytes at (rkey, va) arriving
 // on QP q and returns the bytes. REQUIRES: d.mem held.
 func (d *device) checkRemoteLocked(q *qp, rkey transport.Key, va, n uint64, need transport.Access) ([]byte, string) {

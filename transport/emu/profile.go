@@ -32,6 +32,8 @@ var profiles = map[string]Profile{
 		LocalOpErrStatus:    transport.StatusMWBindErr,
 		DropPostsBeforeRTS:  true,
 		ScrambleErrorWC:     true,
+		// Destroying a QP takes its type-2 windows with it.
+		DestroyQPInvalidatesWindows: true,
 	}},
 	// iwarp is siw-like: invalidation ignores the 8-bit key and accepts an
 	// already invalid STag (siw_invalidate_stag).
@@ -39,6 +41,8 @@ var profiles = map[string]Profile{
 		InvalidateIndexOnly: true,
 		InvalidateFreeOK:    true,
 		LocalOpErrStatus:    transport.StatusMWBindErr,
+		// Destroying a QP takes its type-2 windows with it.
+		DestroyQPInvalidatesWindows: true,
 	}},
 	// rxe is Linux soft-RoCE as the project meets it: through user-space
 	// verbs and the ibverbs provider, as measured in the VM (test/rxe; the
@@ -50,7 +54,9 @@ var profiles = map[string]Profile{
 	// only the MR's under the window (a device bug, not a feature).
 	// Invalidating a FREE object fails and posts before RTS are refused:
 	// rxe itself would oops or queue them, and the provider stops both
-	// before they reach the device.
+	// before they reach the device. So is destroying a QP while a type-2
+	// window bound through it is valid: rxe would wait ~50 s for the
+	// window's reference and warn.
 	"rxe": {Name: "rxe", Vendor: "gosrp-emu (rxe-like)", Quirks: transport.Quirks{
 		LocalOpErrStatus:      transport.StatusLocQPOpErr,
 		NoQPErrorEvents:       true,

@@ -645,6 +645,18 @@ func (q *qp) Close() error {
 		q.mu.Unlock()
 		return nil
 	}
+	// A type-2 window bound through q holds it on rxe (and on strict):
+	// refuse, as the ibverbs provider does, rather than destroy a QP the
+	// device would wait ~50 s for (Quirks.DestroyQPInvalidatesWindows).
+	d := q.dev
+	release := d.p.quirks.DestroyQPInvalidatesWindows
+	d.mem.Lock()
+	held := d.windowsHeldLocked(q.num, release)
+	d.mem.Unlock()
+	if held > 0 && !release {
+		q.mu.Unlock()
+		return fmt.Errorf("emu: destroy qp %d: %d type-2 windows still bound through it: %w", q.num, held, transport.ErrBusy)
+	}
 	q.closed = true
 	l := q.link
 	c := q.conn
@@ -665,7 +677,6 @@ func (q *qp) Close() error {
 	}
 	q.sendCQ.detach(q)
 	q.recvCQ.detach(q)
-	d := q.dev
 	d.qpMu.Lock()
 	delete(d.qps, q.num)
 	d.qpMu.Unlock()

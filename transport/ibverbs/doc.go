@@ -148,8 +148,13 @@
 //	receives posted in ERR               not flushed until something runs
 //	                                       the responder -> the provider
 //	                                       re-enters ERR after such posts
-//	ibv_destroy_qp with a window still   kernel WARNING (__rxe_cleanup
-//	  bound through it                     timeout); the destroy succeeds
+//	ibv_destroy_qp with a window still   waits ~50 s for the window's
+//	  bound through it                     reference, then a kernel WARNING
+//	                                       (__rxe_cleanup) and the destroy
+//	                                       succeeds -> refused before the
+//	                                       device: ErrBusy, the QP stays
+//	                                       (DestroyQPInvalidatesWindows
+//	                                       false)
 //	no receive posted (rnr_retry 6)      RNR_RETRY_EXC_ERR after ~4 s
 //	REG_MR                               not in user verbs: ErrUnsupported
 //	limits                               max_qp_wr 1048576, max_sge 32,

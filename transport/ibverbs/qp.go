@@ -650,6 +650,11 @@ func (q *QP) Close() error {
 	if q.closed {
 		return nil
 	}
+	if q.d.guardFreeInv {
+		if n := q.windowsHeld(); n > 0 {
+			return fmt.Errorf("ibverbs: destroy QP %d: %d type-2 windows still bound through it (rxe would wait for them, then warn): %w", q.num, n, transport.ErrBusy)
+		}
+	}
 	if rc, err := C.ibv_destroy_qp(q.qp); rc != 0 {
 		return mapErrno("ibv_destroy_qp", kindDestroy, errnoOfRC(rc, err))
 	}
@@ -669,6 +674,23 @@ func (q *QP) Close() error {
 	delete(q.d.qps, q.h)
 	q.d.mu.Unlock()
 	return nil
+}
+
+// windowsHeld counts the windows that, as far as posts and polled
+// completions tell, are bound through q. On rxe each holds a reference
+// on q (rxe_do_bind_mw) that only an invalidation or the window's
+// deallocation drops, and ibv_destroy_qp waits for it (~50 s in the test
+// VM), then warns in __rxe_cleanup.
+func (q *QP) windowsHeld() int {
+	q.d.winMu.RLock()
+	defer q.d.winMu.RUnlock()
+	n := 0
+	for _, w := range q.d.windows {
+		if w.bound && w.bqp == q {
+			n++
+		}
+	}
+	return n
 }
 
 // invalidKey names no object on rxe: index 0 is never allocated, so a
