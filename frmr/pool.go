@@ -1023,21 +1023,23 @@ func (p *Pool) RecoverOn(pd transport.PD, base transport.MR) error {
 func (p *Pool) Tick() error {
 	p.tick++
 	dl := int64(p.cfg.DeadlineTicks)
-	late := false
+	var late error // which wait ran past the deadline, for the log
 	for i := 0; i < p.ln; i++ {
 		e := &p.ledger[(p.lhead+i)%len(p.ledger)]
 		if e.signaled {
-			late = p.tick-e.posted > dl
+			if p.tick-e.posted > dl {
+				late = fmt.Errorf("signaled %s wr_id %#x (%d of %d outstanding) posted %d ticks ago", kindName(e.kind), e.id, i+1, p.ln, p.tick-e.posted)
+			}
 			break
 		}
 	}
 	for i := range p.slots {
 		s := &p.slots[i]
-		if s.state == InvPosted && p.tick-s.since > dl {
-			late = true
+		if late == nil && s.state == InvPosted && p.tick-s.since > dl {
+			late = fmt.Errorf("slot %d (key %s) has waited %d ticks for its LOCAL_INV", i, s.devKey, p.tick-s.since)
 		}
 	}
-	if !late {
+	if late == nil {
 		if p.lost {
 			return ErrLostCompletion
 		}
@@ -1045,7 +1047,10 @@ func (p *Pool) Tick() error {
 	}
 	p.st.Deadlines++
 	p.OnQPError()
-	return ErrDeadline
+	if p.cause == nil {
+		p.cause = late
+	}
+	return fmt.Errorf("%w: %w", ErrDeadline, late)
 }
 
 // Stats returns counters and gauges.
