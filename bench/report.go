@@ -64,9 +64,10 @@ func writeSummary(w io.Writer, r *result) {
 		fmt.Fprintf(w, "  mem  : %.3f heap allocations per I/O (whole process, incl. the per-interval report)\n", float64(r.mallocs)/float64(ios))
 	}
 	f := r.frmr
-	fmt.Fprintf(w, "  frmr : pools=%d mrs=%d registrations=%d remote-inv=%d local-inv=%d (ok %d) bogus-inv=%d taints=%d replacements=%d post-failures=%d qp-errors=%d deadlines=%d\n",
+	fmt.Fprintf(w, "  frmr : pools=%d mrs=%d registrations=%d remote-inv=%d local-inv=%d (ok %d) bogus-inv=%d taints=%d replacements=%d rotations=%d post-failures=%d qp-errors=%d lost-completions=%d deadlines=%d\n",
 		r.frmrPools, f.Size, f.Registrations, f.RemoteInvalidations, f.LocalInvalidations, f.LocalInvalidationsOK,
-		f.BogusInvalidations, f.Taints, f.Replacements, f.PostFailures, f.QPErrors, f.Deadlines)
+		f.BogusInvalidations, f.Taints, f.Replacements, f.Rotations, f.PostFailures, f.QPErrors, f.LostCompletions, f.Deadlines)
+	fmt.Fprintf(w, "  conn : connections-lost=%d reconnects=%d\n", r.connLost, r.reconnects)
 	if v := r.verify; v != nil {
 		fmt.Fprintf(w, "  verify: %d blocks checked (%d zero, %d of an earlier run), %d mismatches\n",
 			v.checked.Load(), v.zero.Load(), v.prior.Load(), v.mismatches.Load())
@@ -180,24 +181,27 @@ type fioLat struct {
 }
 
 type gosrpJSON struct {
-	Target        string      `json:"target"`
-	Provider      string      `json:"provider"`
-	Wire          string      `json:"wire"`
-	Profile       string      `json:"profile"`
-	Elapsed       float64     `json:"elapsed_s"`
-	IOPS          float64     `json:"iops"`
-	BWBytes       float64     `json:"bw_bytes"`
-	CPUUser       float64     `json:"cpu_user_s"`
-	CPUSys        float64     `json:"cpu_sys_s"`
-	CPUPerIONS    float64     `json:"cpu_ns_per_io"`
-	TargetPID     int         `json:"target_pid,omitempty"`
-	TargetCPU     *float64    `json:"target_cpu_s,omitempty"`
-	TargetPerIONS *float64    `json:"target_cpu_ns_per_io,omitempty"`
-	Embedded      bool        `json:"embedded"`
-	FRMR          frmrJSON    `json:"frmr"`
-	Verify        *verifyJSON `json:"verify,omitempty"`
-	Interrupted   bool        `json:"interrupted,omitempty"`
-	AllocsPerIO   float64     `json:"allocs_per_io"`
+	Target        string   `json:"target"`
+	Provider      string   `json:"provider"`
+	Wire          string   `json:"wire"`
+	Profile       string   `json:"profile"`
+	Elapsed       float64  `json:"elapsed_s"`
+	IOPS          float64  `json:"iops"`
+	BWBytes       float64  `json:"bw_bytes"`
+	CPUUser       float64  `json:"cpu_user_s"`
+	CPUSys        float64  `json:"cpu_sys_s"`
+	CPUPerIONS    float64  `json:"cpu_ns_per_io"`
+	TargetPID     int      `json:"target_pid,omitempty"`
+	TargetCPU     *float64 `json:"target_cpu_s,omitempty"`
+	TargetPerIONS *float64 `json:"target_cpu_ns_per_io,omitempty"`
+	Embedded      bool     `json:"embedded"`
+	FRMR          frmrJSON `json:"frmr"`
+	// ConnectionsLost and Reconnects sum the sessions' counters.
+	ConnectionsLost uint64      `json:"connections_lost"`
+	Reconnects      uint64      `json:"reconnects"`
+	Verify          *verifyJSON `json:"verify,omitempty"`
+	Interrupted     bool        `json:"interrupted,omitempty"`
+	AllocsPerIO     float64     `json:"allocs_per_io"`
 }
 
 // frmrJSON are the initiator's FRMR pool counters, summed over sessions
@@ -214,6 +218,8 @@ type frmrJSON struct {
 	Replacements         uint64 `json:"replacements"`
 	PostFailures         uint64 `json:"post_failures"`
 	QPErrors             uint64 `json:"qp_errors"`
+	LostCompletions      uint64 `json:"lost_completions"`
+	Rotations            uint64 `json:"rotations"`
 	Deadlines            uint64 `json:"deadlines"`
 }
 
@@ -387,7 +393,9 @@ func writeJSON(w io.Writer, r *result) error {
 			RemoteInvalidations: r.frmr.RemoteInvalidations, LocalInvalidations: r.frmr.LocalInvalidations,
 			LocalInvalidationsOK: r.frmr.LocalInvalidationsOK, BogusInvalidations: r.frmr.BogusInvalidations,
 			Taints: r.frmr.Taints, Replacements: r.frmr.Replacements, PostFailures: r.frmr.PostFailures,
-			QPErrors: r.frmr.QPErrors, Deadlines: r.frmr.Deadlines},
+			QPErrors: r.frmr.QPErrors, LostCompletions: r.frmr.LostCompletions, Rotations: r.frmr.Rotations,
+			Deadlines: r.frmr.Deadlines},
+		ConnectionsLost: r.connLost, Reconnects: r.reconnects,
 		Interrupted: r.interrupt,
 	}
 	if r.elapsed > 0 {

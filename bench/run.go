@@ -46,26 +46,29 @@ type opResult struct {
 
 // result is everything a report needs.
 type result struct {
-	o          *Options
-	started    time.Time
-	elapsed    time.Duration // measured phase
-	ops        [numOps]opResult
-	jobs       [][numOps]opResult
-	syncs      Histogram   // --fsync FLUSH latencies, all jobs
-	jobSyncs   []Histogram // the same per job
-	samples    []sample
-	cpu        cpuTimes
-	targetPID  int
-	targetCPU  *cpuTimes
-	frmr       frmr.Stats
-	frmrPools  int
-	verify     *verifyState
-	volSize    int64
-	blockSize  int
-	target     string
-	interrupt  bool
-	targetNote string
-	mallocs    uint64 // heap allocations of the whole process while measuring
+	o         *Options
+	started   time.Time
+	elapsed   time.Duration // measured phase
+	ops       [numOps]opResult
+	jobs      [][numOps]opResult
+	syncs     Histogram   // --fsync FLUSH latencies, all jobs
+	jobSyncs  []Histogram // the same per job
+	samples   []sample
+	cpu       cpuTimes
+	targetPID int
+	targetCPU *cpuTimes
+	frmr      frmr.Stats
+	frmrPools int
+	// connLost and reconnects sum the sessions' counters: a clean run
+	// over a healthy device has none.
+	connLost, reconnects uint64
+	verify               *verifyState
+	volSize              int64
+	blockSize            int
+	target               string
+	interrupt            bool
+	targetNote           string
+	mallocs              uint64 // heap allocations of the whole process while measuring
 }
 
 func mallocs() uint64 {
@@ -351,10 +354,13 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 	// The sessions publish their pools' counters on a 100 ms tick.
 	time.Sleep(120 * time.Millisecond)
 	for _, c := range conns {
-		for _, f := range c.s.Stats().FRMR {
+		st := c.s.Stats()
+		for _, f := range st.FRMR {
 			res.frmr = addFRMR(res.frmr, f)
 			res.frmrPools++
 		}
+		res.connLost += st.ConnectionsLost
+		res.reconnects += st.Reconnects
 	}
 	return res, nil
 }
@@ -385,6 +391,8 @@ func addFRMR(a, b frmr.Stats) frmr.Stats {
 	a.Taints += b.Taints
 	a.Replacements += b.Replacements
 	a.Deadlines += b.Deadlines
+	a.LostCompletions += b.LostCompletions
+	a.Rotations += b.Rotations
 	a.PostFailures += b.PostFailures
 	a.QPErrors += b.QPErrors
 	return a
