@@ -9,6 +9,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,8 +44,45 @@ func TestRXEEndToEnd(t *testing.T) {
 	}
 	defer p.Close()
 	for _, imm := range []int{0, -1} {
-		t.Run(fmt.Sprintf("immediate=%v", imm == 0), func(t *testing.T) { rxeRun(t, p, imm) })
+		t.Run(fmt.Sprintf("immediate=%v", imm == 0), func(t *testing.T) {
+			before := rxeCounters()
+			defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
+			rxeRun(t, p, imm)
+		})
 	}
+}
+
+// rxeCounters reads the device's hardware counters (rxe's retries,
+// sequence errors, RNR NAKs, ...) so that a run can say what the device
+// saw while it ran.
+func rxeCounters() map[string]int64 {
+	out := map[string]int64{}
+	files, _ := filepath.Glob("/sys/class/infiniband/*/ports/*/hw_counters/*")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			out[filepath.Base(f)] = v
+		}
+	}
+	return out
+}
+
+// rxeCounterDelta names the counters that moved between two reads.
+func rxeCounterDelta(a, b map[string]int64) string {
+	var parts []string
+	for k, v := range b {
+		if d := v - a[k]; d != 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, d))
+		}
+	}
+	sort.Strings(parts)
+	if len(parts) == 0 {
+		return "none moved"
+	}
+	return strings.Join(parts, " ")
 }
 
 var rxeLog *slog.Logger
