@@ -178,8 +178,10 @@ func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
 		}
 		if !t.admitLocked(src) {
 			t.mu.Unlock()
-			req.Reject(nil)
+			// Counted before the peer can see the reject, so that Stats
+			// never lags what a peer has been told.
 			t.refused(remote)
+			req.Reject(nil)
 			continue
 		}
 		c := &conn{t: t, id: t.ids.Add(1), remote: remote, src: src, prelogin: true, log: t.log,
