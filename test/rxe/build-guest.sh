@@ -3,8 +3,10 @@
 #   1. host tools (qemu-system-x86, debootstrap, cpio) from apt;
 #   2. Debian's own kernel (the package linux-image-amd64 depends on), unpacked, not installed;
 #      it has CONFIG_RDMA_RXE=m;
-#   3. a minbase userland of the host's Debian suite with rdma-core and librdmacm (debootstrap);
-#   4. one uncompressed newc cpio = userland + the module closure of rdma_rxe and friends +
+#   3. a minbase userland of the host's Debian suite with rdma-core and librdmacm (debootstrap),
+#      plus GOSRP_RXE_EXTRA_PKGS;
+#   4. one uncompressed newc cpio = userland + the module closure of rdma_rxe and friends
+#      (plus GOSRP_RXE_EXTRA_MODS) +
 #      guest-init.sh as /init. The kernel unpacks it as its root: no disk image.
 # Steps whose output exists are skipped; FORCE=1 rebuilds everything. Needs root.
 . "$(dirname "$0")/common.sh"
@@ -38,14 +40,15 @@ if [ ! -d "$W/kernel/lib/modules" ]; then
   step "kernel $PKG unpacked"
 fi
 
-if [ ! -x "$W/rootfs/usr/bin/ibv_devices" ]; then
+PKGS=$(echo $GUEST_PKGS | tr ' ' ',')
+if [ ! -x "$W/rootfs/usr/bin/ibv_devices" ] || [ "$(cat "$W/rootfs.pkgs" 2>/dev/null)" != "$PKGS" ]; then
   step "debootstrap $SUITE minbase (the long step)"
-  rm -rf "$W/rootfs.tmp"
-  debootstrap --variant=minbase \
-    --include=rdma-core,ibverbs-providers,libibverbs1,librdmacm1,ibverbs-utils,rdmacm-utils,iproute2,kmod,procps \
+  rm -rf "$W/rootfs.tmp" "$W/rootfs"
+  debootstrap --variant=minbase --include="$PKGS" \
     "$SUITE" "$W/rootfs.tmp" "$(mirror)" > "$W/debootstrap.log" 2>&1 \
     || { tail -20 "$W/debootstrap.log" >&2; exit 1; }
   mv "$W/rootfs.tmp" "$W/rootfs"
+  echo "$PKGS" > "$W/rootfs.pkgs"
   step "userland ready ($(du -sh "$W/rootfs" | cut -f1))"
 fi
 
@@ -61,8 +64,7 @@ if ! guest_ready; then
   mkdir -p "$S/tmp/kstage/lib/modules"
   cp -a "$W/kernel/lib/modules/$KV" "$S/tmp/kstage/lib/modules/"
   chroot "$S" depmod -b /tmp/kstage "$KV"
-  MODS="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci crc32_generic 9pnet_virtio 9p"
-  for m in $MODS; do chroot "$S" modprobe -d /tmp/kstage -S "$KV" --show-depends "$m"; done \
+  for m in $GUEST_MODS; do chroot "$S" modprobe -d /tmp/kstage -S "$KV" --show-depends "$m"; done \
     | awk '$1=="insmod"{print $2}' | sort -u > "$W/modlist.txt"
   while read -r f; do
     rel=${f#/tmp/kstage}

@@ -19,9 +19,14 @@ mirror() {
 # kver prints the version of the unpacked guest kernel.
 kver() { ls "$W/kernel/lib/modules" | head -1; }
 
-# guest_stamp identifies the scripts the guest image was built from, so a
-# changed guest-init.sh or build-guest.sh triggers a rebuild of the image.
-guest_stamp() { cat "$RXE_SCRIPTS/guest-init.sh" "$RXE_SCRIPTS/build-guest.sh" | sha256sum | cut -c1-16; }
+# Extra Debian packages and kernel modules for a guest that needs more than
+# rxe (peers.sh: fio, nvme-cli, perftest, the kernel's NVMe-oF and SRP).
+GUEST_PKGS="rdma-core ibverbs-providers libibverbs1 librdmacm1 ibverbs-utils rdmacm-utils iproute2 kmod procps ${GOSRP_RXE_EXTRA_PKGS:-}"
+GUEST_MODS="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci crc32_generic 9pnet_virtio 9p ${GOSRP_RXE_EXTRA_MODS:-}"
+
+# guest_stamp identifies the scripts and package and module lists the guest
+# image was built from, so a change to any of them rebuilds the image.
+guest_stamp() { { cat "$RXE_SCRIPTS/guest-init.sh" "$RXE_SCRIPTS/build-guest.sh"; echo "$GUEST_PKGS / $GUEST_MODS"; } | sha256sum | cut -c1-16; }
 
 # guest_ready succeeds when a bootable guest for the current scripts exists.
 guest_ready() {

@@ -1,0 +1,129 @@
+#!/bin/sh
+# peers-guest.sh: runs INSIDE the peers guest (peers.sh). Sets up each
+# target once, then runs every job against every target, ROUNDS times,
+# interleaved so that a slow moment of the VM falls on all of them. Each
+# job leaves its fio-shaped JSON in /mnt/out/ROUND-PEER-JOB.json and the
+# guest's busy CPU time over the job in ROUND-PEER-JOB.cpu (jiffies of all
+# CPUs from /proc/stat). A peer that cannot be set up is skipped and said.
+export PATH=/mnt:/usr/sbin:/usr/bin:/sbin:/bin
+O=/mnt/out
+mkdir -p $O
+IP=10.0.2.15
+RT=${RUNTIME:-5}
+RAMP=${RAMP:-1}
+say() { echo "[$(cut -d' ' -f1 /proc/uptime)] $*" | tee -a $O/steps.log; }
+busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
+# The jobs: name, fio rw, block size, queue depth.
+JOBS="rr32:randread:4k:32 rr1:randread:4k:1 rw32:randwrite:4k:32 rw1:randwrite:4k:1 sr128:read:128k:8"
+
+# measure ROUND PEER JOB CMD...: run one job with the CPU it cost.
+measure() {
+  tag=$1-$2-$3; shift 3
+  b0=$(busy)
+  timeout 120 "$@" > $O/$tag.log 2>&1
+  rc=$?
+  echo $(( $(busy) - b0 )) > $O/$tag.cpu
+  [ $rc = 0 ] || say "$tag exited $rc: $(tail -2 $O/$tag.log | tr '\n' ' ')"
+}
+
+say "kernel $(uname -r), $(nproc) CPUs; peers: $PEERS; $ROUNDS rounds of ${RT}s + ${RAMP}s"
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+GUID=$(tr -d : < /sys/class/infiniband/rxe0/node_guid)
+live=""
+
+for p in $PEERS; do
+  case $p in
+  gosrp)
+    mkdir -m 700 -p /tmp/srpd
+    srpd --provider ibverbs --listen $IP:4420 --backend memory --data /tmp/srpd > $O/srpd.log 2>&1 &
+    i=0
+    until grep -q msg=serving $O/srpd.log; do
+      i=$((i + 1)); [ $i -gt 200 ] && break; sleep 0.3
+    done
+    # The region is written once, as for the kernel peers' devices.
+    if bench --provider ibverbs --target $IP:4420 --rw read --bs 1m --iodepth 8 --size 256m --runtime 1s --prefill > $O/gosrp-fill.log 2>&1; then
+      live="$live gosrp"; say "gosrp: srpd on $IP:4420"
+    else say "gosrp: not ready: $(tail -3 $O/srpd.log | tr '\n' ' ')"; fi
+    ;;
+  nvme)
+    # A 256 MiB RAM disk exported by the kernel's NVMe-oF target over
+    # RDMA, and the kernel's NVMe-oF host connected to it.
+    modprobe brd rd_nr=1 rd_size=262144 && modprobe nvmet-rdma && modprobe nvme-rdma
+    N=/sys/kernel/config/nvmet
+    SUB=$N/subsystems/gosrp-peer
+    mkdir -p $SUB/namespaces/1 $N/ports/1
+    echo 1 > $SUB/attr_allow_any_host
+    echo -n /dev/ram0 > $SUB/namespaces/1/device_path
+    echo 1 > $SUB/namespaces/1/enable
+    echo rdma > $N/ports/1/addr_trtype
+    echo ipv4 > $N/ports/1/addr_adrfam
+    echo $IP > $N/ports/1/addr_traddr
+    echo 4421 > $N/ports/1/addr_trsvcid
+    ln -s $SUB $N/ports/1/subsystems/gosrp-peer
+    mkdir -p /etc/nvme && nvme gen-hostnqn > /etc/nvme/hostnqn
+    nvme connect -t rdma -a $IP -s 4421 -n gosrp-peer > $O/nvme-connect.log 2>&1
+    i=0
+    while [ ! -b /dev/nvme0n1 ] && [ $i -lt 60 ]; do i=$((i + 1)); sleep 0.5; done
+    if [ -b /dev/nvme0n1 ]; then
+      NVME=/dev/nvme0n1; live="$live nvme"; say "nvme: $NVME over nvme-rdma"
+      fio --name=fill --filename=$NVME --ioengine=libaio --direct=1 --rw=write --bs=1m --iodepth=8 --size=256m > $O/nvme-fill.log 2>&1
+    else say "nvme: no namespace appeared: $(cat $O/nvme-connect.log)"; fi
+    ;;
+  srp)
+    # LIO's RAM disk behind ib_srpt, reached by ib_srp. ib_srpt listens on
+    # RDMA CM only once given a port; the login's ACL name is the
+    # initiator's address; add_target must name the node GUID twice.
+    # There is no udev in the guest, so sd_mod is loaded by hand.
+    modprobe target_core_mod && modprobe ib_srpt && modprobe ib_srp && modprobe sd_mod
+    C=/sys/kernel/config/target
+    mkdir -p $C/core/rd_mcp_0/rd0
+    echo rd_pages=65536 > $C/core/rd_mcp_0/rd0/control
+    echo 1 > $C/core/rd_mcp_0/rd0/enable
+    mkdir -p $C/srpt
+    echo 5000 > $C/srpt/discovery_auth/rdma_cm_port
+    PORT=$C/srpt/$(cut -d: -f5-8 /sys/class/infiniband/rxe0/ports/1/gids/0)
+    mkdir -p $PORT/tpgt_1/lun/lun_0 $PORT/tpgt_1/acls/$IP/lun_0
+    ln -s $C/core/rd_mcp_0/rd0 $PORT/tpgt_1/lun/lun_0/rd0
+    ln -s $PORT/tpgt_1/lun/lun_0 $PORT/tpgt_1/acls/$IP/lun_0/lun0
+    echo 1 > $PORT/tpgt_1/enable
+    echo "id_ext=$GUID,ioc_guid=$GUID,dest=$IP:5000" > /sys/class/infiniband_srp/srp-rxe0-1/add_target
+    i=0
+    while ! ls /sys/block | grep -q '^sd' && [ $i -lt 60 ]; do i=$((i + 1)); sleep 0.5; done
+    D=$(ls /sys/block | grep '^sd' | head -1)
+    if [ -n "$D" ]; then
+      SRP=/dev/$D; live="$live srp"; say "srp: $SRP over ib_srp"
+      fio --name=fill --filename=$SRP --ioengine=libaio --direct=1 --rw=write --bs=1m --iodepth=8 --size=256m > $O/srp-fill.log 2>&1
+    else say "srp: no disk appeared: $(dmesg | grep -i srp | tail -3 | tr '\n' ' ')"; fi
+    ;;
+  esac
+done
+
+r=1
+while [ $r -le ${ROUNDS:-2} ]; do
+  for p in $live; do
+    for j in $JOBS; do
+      IFS=: read name rw bs qd <<JOB
+$j
+JOB
+      case $p in
+      gosrp) measure $r $p $name bench --provider ibverbs --target $IP:4420 --rw $rw --bs $bs --iodepth $qd --size 256m \
+          --runtime ${RT}s --ramp ${RAMP}s --output-format json --output $O/$r-$p-$name.json ;;
+      nvme|srp)
+        [ $p = nvme ] && dev=$NVME || dev=$SRP
+        measure $r $p $name fio --name=$p-$name --filename=$dev --ioengine=libaio --direct=1 --rw=$rw --bs=$bs \
+          --iodepth=$qd --size=256m --runtime=$RT --ramp_time=$RAMP --time_based --output-format=json --output=$O/$r-$p-$name.json ;;
+      esac
+    done
+  done
+  say "round $r done"
+  r=$((r + 1))
+done
+
+# The raw device: perftest's write and read bandwidth at 4 KiB, over RDMA CM.
+for t in ib_write_bw ib_read_bw; do
+  $t -d rxe0 -R -F -s 4096 -D $RT > $O/raw-$t-server.log 2>&1 &
+  sleep 1
+  timeout 60 $t -d rxe0 -R -F -s 4096 -D $RT $IP > $O/raw-$t.log 2>&1 || say "$t failed: $(tail -2 $O/raw-$t.log | tr '\n' ' ')"
+  wait
+done
+say "done"
