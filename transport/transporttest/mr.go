@@ -20,6 +20,8 @@ func init() {
 		register("MR/Remote/"+c.name, func(t *testing.T, p transport.Provider) { testRemote(t, p, c) })
 	}
 	register("Event/RemoteAccessErr", testRemoteAccessEvent)
+	register("MR/RecvSGEBadKey", testRecvSGEBadKey)
+	register("Arena/Shared", testArenaShared)
 }
 
 // localSGECase is a SEND whose first SGE is bad in one way. Strict
@@ -267,4 +269,51 @@ func testRemoteAccessEvent(t *testing.T, p transport.Provider) {
 	}
 	t.Logf("event: %v qp=%d %q", ev.Type, ev.QPNum, ev.Reason)
 	a.expectErrState(t, "responder after a remote access violation")
+}
+
+// A receive whose SGE names a bad lkey fails when a SEND lands in it: a
+// local protection error at the receiver (rxe reports its malformed-WQE
+// status LOC_QP_OP_ERR, Quirks.LocalKeyErrStatus), the receiver QP goes to
+// ERR and the sender does not see success.
+func testRecvSGEBadKey(t *testing.T, p transport.Provider) {
+	pr := connectPair(t, p, pairConfig{})
+	rb := newBuf(t, p, pr.a.pd, transport.PageSize, transport.AccessLocalWrite)
+	src := newBuf(t, p, pr.b.pd, transport.PageSize, 0)
+	bad := rb.sge(0, 64)
+	bad.LKey = bad.LKey.Bump()
+	postRecv(t, pr.a.qp, recvWR(1, bad))
+	pr.a.armSentinel(t, rb, 1024)
+	wc := pr.b.do(t, sendWR(2, src.sge(0, 16)))
+	if wc.Status == transport.StatusSuccess {
+		t.Errorf("SEND into a receive with a bad lkey completed SUCCESS at the sender")
+	}
+	t.Logf("sender status %v", wc.Status)
+	want := []transport.Status{transport.StatusLocProtErr, transport.StatusLocQPOpErr}
+	if s := pr.a.attr.Quirks.LocalKeyErrStatus; s != transport.StatusSuccess {
+		want = []transport.Status{s}
+	}
+	checkWC(t, waitWC(t, pr.a.rcq, 1, Timeout)[0], 1, pr.a.qp, want...)
+	pr.a.expectErrState(t, "receiver after a bad receive SGE")
+	for i, x := range rb.bytes(0, 64) {
+		if x != 0 {
+			t.Fatalf("byte %d of the refused receive buffer changed", i)
+		}
+	}
+}
+
+func testArenaShared(t *testing.T, p transport.Provider) {
+	a, err := transport.NewArena(transport.PageSize, transport.ArenaOptions{Shared: true, Name: "transporttest"})
+	if err != nil {
+		t.Skipf("shared arenas unavailable here: %v", err)
+	}
+	if a.FD() < 0 {
+		t.Errorf("shared arena FD = %d", a.FD())
+	}
+	a.Bytes()[0] = 1
+	if err := a.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if a.FD() != -1 {
+		t.Errorf("FD after Close = %d, want -1", a.FD())
+	}
 }

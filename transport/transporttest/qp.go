@@ -19,6 +19,9 @@ func init() {
 	register("QP/SQOverflowInSQD", testSQOverflowSQD)
 	register("CQ/OverrunNatural", testCQOverrunNatural)
 	register("Order/RecvBeforeSendCompletion", testRecvBeforeSendCompletion)
+	register("QP/SQDrainedEvent", testSQDrained)
+	register("QP/PostArgs", testPostArgs)
+	register("QP/PostAfterClose", testPostAfterClose)
 }
 
 // unconnected creates a PD, a CQ and a QP in RESET on the default device.
@@ -421,5 +424,92 @@ func testRecvQueueWrap(t *testing.T, p transport.Provider) {
 			t.FailNow()
 		}
 		postRecv(t, pr.a.qp, recvWR(uint64(i+depth), rb.sge((i%depth)*64, 64)))
+	}
+}
+
+// RTS -> SQD raises SQ_DRAINED once the WRs already in progress are done
+// (event.go); WRs not yet started stay queued and run after SQD -> RTS. The
+// completions before and after are one in-order sequence.
+func testSQDrained(t *testing.T, p transport.Provider) {
+	pr := connectPair(t, p, pairConfig{})
+	a, b := pr.a, pr.b
+	target := newBuf(t, p, b.pd, 8*512, accRW)
+	src := newBuf(t, p, a.pd, 8*512, 0)
+	fill(src.a.Bytes(), 81)
+	postSend(t, a.qp, writes(6, src, target)...)
+	if err := a.qp.Modify(transport.QPSQD); err != nil {
+		t.Skipf("Modify(SQD): %v", err)
+	}
+	if _, ok := waitEvent(t, a.dev, Timeout, func(ev transport.AsyncEvent) bool {
+		return ev.Type == transport.EventSQDrained && ev.QPNum == a.qp.Num()
+	}); !ok {
+		t.Fatalf("no SQ_DRAINED event for QP %d", a.qp.Num())
+	}
+	if st := a.qp.State(); st != transport.QPSQD {
+		t.Errorf("QP in %v, want SQD", st)
+	}
+	var buf [8]transport.WC
+	n, err := a.scq.Poll(buf[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := append([]transport.WC(nil), buf[:n]...)
+	t.Logf("%d of 6 WRs had completed when the send queue drained", n)
+	if err := a.qp.Modify(transport.QPRTS); err != nil {
+		t.Fatalf("Modify(SQD -> RTS): %v", err)
+	}
+	done = append(done, waitWC(t, a.scq, 6-n, Timeout)...)
+	for i, wc := range done {
+		if checkOK(t, wc, uint64(i), a.qp, transport.WCRDMAWrite) {
+			checkBytes(t, "WRITE data", target.bytes(i*512, 512), src.bytes(i*512, 512))
+		}
+	}
+}
+
+// Malformed posts fail at once with ErrInvalidArgument and n at the bad WR
+// (ibv_post_send's bad_wr): too many SGEs, an unknown opcode.
+func testPostArgs(t *testing.T, p transport.Provider) {
+	pr := connectPair(t, p, pairConfig{})
+	a := pr.a
+	b := newBuf(t, p, a.pd, transport.PageSize, transport.AccessLocalWrite)
+	maxSGE := min(4, max(a.attr.MaxSGE, 1)) // what connectPair configured
+	many := make([]transport.SGE, maxSGE+1)
+	for i := range many {
+		many[i] = b.sge(i*8, 8)
+	}
+	good := transport.SendWR{ID: 1, Opcode: transport.OpRDMAWrite, SGL: []transport.SGE{b.sge(0, 8)}, RemoteAddr: b.addr(0), RKey: 0}
+	cases := []struct {
+		name string
+		wr   transport.SendWR
+	}{
+		{"too many SGEs", transport.SendWR{ID: 2, Opcode: transport.OpSend, SGL: many}},
+		{"unknown opcode", transport.SendWR{ID: 3, Opcode: transport.Opcode(200)}},
+	}
+	if err := a.qp.Modify(transport.QPSQD); err != nil {
+		t.Skipf("Modify(SQD): %v (needed to keep the good WR from executing)", err)
+	}
+	for _, c := range cases {
+		n, err := a.qp.PostSend([]transport.SendWR{good, c.wr})
+		if n != 1 || !errors.Is(err, transport.ErrInvalidArgument) {
+			t.Errorf("PostSend [good, %s]: n=%d err=%v, want 1 and ErrInvalidArgument", c.name, n, err)
+		}
+	}
+	n, err := a.qp.PostRecv([]transport.RecvWR{recvWR(4, b.sge(0, 8)), recvWR(5, many...)})
+	if n != 1 || !errors.Is(err, transport.ErrInvalidArgument) {
+		t.Errorf("PostRecv [good, too many SGEs]: n=%d err=%v, want 1 and ErrInvalidArgument", n, err)
+	}
+}
+
+func testPostAfterClose(t *testing.T, p transport.Provider) {
+	_, pd, _, qp := unconnected(t, p, 4)
+	b := newBuf(t, p, pd, transport.PageSize, transport.AccessLocalWrite)
+	if err := qp.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if n, err := qp.PostSend([]transport.SendWR{sendWR(1, b.sge(0, 8))}); n != 0 || !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("PostSend on a closed QP: n=%d err=%v, want 0 and ErrClosed", n, err)
+	}
+	if n, err := qp.PostRecv([]transport.RecvWR{recvWR(2, b.sge(0, 8))}); n != 0 || !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("PostRecv on a closed QP: n=%d err=%v, want 0 and ErrClosed", n, err)
 	}
 }

@@ -2,6 +2,7 @@ package transporttest
 
 import (
 	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/gosrp/gosrp/transport"
@@ -20,6 +21,9 @@ func init() {
 	register("Order/ManySends", testManySends)
 	register("Order/WriteThenSend", testWriteThenSend)
 	register("Order/ReadAfterWrite", testReadAfterWrite)
+	register("Send/InlineTooLong", testInlineTooLong)
+	register("Order/FenceAfterRead", testFenceAfterRead)
+	register("Write/Large", testLarge)
 }
 
 // SEND/RECV both ways: byte_len, data, opcodes, QP numbers.
@@ -301,4 +305,73 @@ func testReadAfterWrite(t *testing.T, p transport.Provider) {
 	)
 	checkOK(t, waitWC(t, b.scq, 1, Timeout)[0], 2, b.qp, transport.WCRDMARead)
 	checkBytes(t, "READ after WRITE", local.bytes(4096, 4096), local.bytes(0, 4096))
+}
+
+// Inline data beyond the QP's MaxInline is refused at post time.
+func testInlineTooLong(t *testing.T, p transport.Provider) {
+	pr := connectPair(t, p, pairConfig{})
+	max := min(64, pr.b.attr.MaxInline)
+	if max <= 0 {
+		t.Skip("device has no inline data")
+	}
+	src := newArena(t, p, transport.PageSize)
+	n, err := pr.b.qp.PostSend([]transport.SendWR{{ID: 1, Opcode: transport.OpSend, Flags: transport.FlagInline | transport.FlagSignaled,
+		SGL: []transport.SGE{{Addr: src.Addr(), Length: uint32(max + 1)}}}})
+	if n != 0 || err == nil {
+		t.Errorf("inline SEND of %d bytes on a QP with MaxInline %d: n=%d err=%v, want 0 and an error", max+1, max, n, err)
+	} else if !errors.Is(err, transport.ErrInvalidArgument) {
+		t.Logf("note: refused with %v (not ErrInvalidArgument)", err)
+	}
+}
+
+// FENCE on a SEND waits for earlier RDMA READs (IBA 10.8.3.3 as cited in
+// frmr-semantics §3.1): a SEND gathering the READ's sink carries the data
+// the READ fetched.
+func testFenceAfterRead(t *testing.T, p transport.Provider) {
+	pr := connectPair(t, p, pairConfig{})
+	a, b := pr.a, pr.b
+	remote := newBuf(t, p, b.pd, 4*transport.PageSize, accRW)
+	sink := newBuf(t, p, a.pd, 4*transport.PageSize, transport.AccessLocalWrite)
+	rb := newBuf(t, p, b.pd, 4*transport.PageSize, transport.AccessLocalWrite)
+	const n = 3 * 4096
+	for round := range 4 {
+		fill(remote.bytes(0, n), uint32(90+round))
+		clear(sink.bytes(0, n))
+		postRecv(t, b.qp, recvWR(uint64(round), rb.sge(0, n)))
+		postSend(t, a.qp,
+			readWR(1, sink.sge(0, n), remote.addr(0), remote.mr.RKey()),
+			transport.SendWR{ID: 2, Opcode: transport.OpSend, Flags: transport.FlagFence | transport.FlagSignaled, SGL: []transport.SGE{sink.sge(0, n)}},
+		)
+		checkOK(t, waitWC(t, a.scq, 1, Timeout)[0], 2, a.qp, transport.WCSend)
+		wc := waitWC(t, b.rcq, 1, Timeout)[0]
+		if checkOK(t, wc, uint64(round), b.qp, transport.WCRecv) {
+			checkBytes(t, "fenced SEND of the READ sink", rb.bytes(0, n), remote.bytes(0, n))
+		}
+	}
+}
+
+// Large transfers (1 MiB, many MTUs) move every byte.
+func testLarge(t *testing.T, p transport.Provider) {
+	pr := connectPair(t, p, pairConfig{})
+	a, b := pr.a, pr.b
+	const n = 1 << 20
+	if a.attr.MaxMRSize != 0 && a.attr.MaxMRSize < 2*n {
+		t.Skipf("MaxMRSize %d", a.attr.MaxMRSize)
+	}
+	target := newBuf(t, p, a.pd, n, accRW)
+	local := newBuf(t, p, b.pd, 2*n, transport.AccessLocalWrite)
+	fill(local.bytes(0, n), 95)
+	b.doOK(t, writeWR(1, local.sge(0, n), target.addr(0), target.mr.RKey()), transport.WCRDMAWrite)
+	checkBytes(t, "1 MiB WRITE", target.bytes(0, n), local.bytes(0, n))
+	fill(target.bytes(0, n), 96)
+	b.doOK(t, readWR(2, local.sge(n, n), target.addr(0), target.mr.RKey()), transport.WCRDMARead)
+	checkBytes(t, "1 MiB READ", local.bytes(n, n), target.bytes(0, n))
+	rb := newBuf(t, p, a.pd, n, transport.AccessLocalWrite)
+	postRecv(t, a.qp, recvWR(3, rb.sge(0, n)))
+	b.doOK(t, sendWR(4, local.sge(0, n)), transport.WCSend)
+	wc := waitWC(t, a.rcq, 1, Timeout)[0]
+	if checkOK(t, wc, 3, a.qp, transport.WCRecv) && wc.ByteLen != n {
+		t.Errorf("1 MiB SEND: byte_len %d", wc.ByteLen)
+	}
+	checkBytes(t, "1 MiB SEND", rb.bytes(0, n), local.bytes(0, n))
 }

@@ -6,12 +6,39 @@ import (
 	"github.com/gosrp/gosrp/transport"
 )
 
+// Invalidation rules: what LOCAL_INV and a received SEND_WITH_INV may
+// name, and what a failed one does to the QPs and their events.
 func init() {
+	register("Event/RemoteInvalidateErr", testRemoteInvalidateEvent)
 	register("MR/LocalInvRegularMR", testLocalInvRegularMR)
 	for _, m := range mechanisms {
 		register("FastReg/"+m.name+"/SendWithInvOtherPD", func(t *testing.T, p transport.Provider) { testFRSendWithInvOtherPD(t, p, m) })
 		register("FastReg/"+m.name+"/SendWithInvFree", func(t *testing.T, p transport.Provider) { testFRSendWithInvFree(t, p, m) })
 		register("FastReg/"+m.name+"/LocalInvOtherPD", func(t *testing.T, p transport.Provider) { testFRLocalInvOtherPD(t, p, m) })
+	}
+}
+
+// A bad SEND_WITH_INV is an invalid request (Class J): the receiver gets
+// QP_REQ_ERR (event.go, frmr-semantics §2.3, §4.4) and goes to ERR. Under
+// Quirks.NoQPErrorEvents (rxe) it goes to ERR without the event.
+func testRemoteInvalidateEvent(t *testing.T, p transport.Provider) {
+	needCaps(t, deviceAttr(t, p), transport.CapSendWithInv)
+	pr := connectPair(t, p, pairConfig{})
+	rb := newBuf(t, p, pr.a.pd, transport.PageSize, accRW)
+	src := newBuf(t, p, pr.b.pd, transport.PageSize, 0)
+	postRecv(t, pr.a.qp, recvWR(1, rb.sge(0, 64)))
+	pr.b.do(t, transport.SendWR{ID: 2, Opcode: transport.OpSendWithInv, InvalidateKey: rb.mr.RKey(), SGL: []transport.SGE{src.sge(0, 8)}})
+	checkWC(t, waitWC(t, pr.a.rcq, 1, Timeout)[0], 1, pr.a.qp, transport.StatusRemInvReqErr)
+	match := func(ev transport.AsyncEvent) bool {
+		return ev.QPNum == pr.a.qp.Num() && ev.Type == transport.EventQPReqErr
+	}
+	if pr.a.attr.Quirks.NoQPErrorEvents {
+		expectNoEvent(t, pr.a.dev, "QP_REQ_ERR for the receiver (Quirks.NoQPErrorEvents is set)", match)
+	} else if _, ok := waitEvent(t, pr.a.dev, Timeout, match); !ok {
+		t.Errorf("no QP_REQ_ERR event for the receiver QP %d", pr.a.qp.Num())
+	}
+	if st := pr.a.qp.State(); st != transport.QPErr {
+		t.Errorf("receiver QP after REM_INV_REQ_ERR in %v, want ERR", st)
 	}
 }
 

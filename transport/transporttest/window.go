@@ -1,0 +1,131 @@
+package transporttest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// Rules of type-2 memory windows: what a bind needs, which QP a window
+// belongs to, and what it holds.
+func init() {
+	register("FastReg/MW/CrossQPInvalidate", testMWCrossQPInvalidate)
+	register("FastReg/MW/BoundToQP", testMWBoundToQP)
+	register("FastReg/MW/BindWithoutMWBindAccess", testMWBindWithoutAccess)
+	register("FastReg/MW/BindOutsideMR", testMWBindOutsideMR)
+	register("FastReg/MW/BindWriteNeedsLocalWrite", testMWBindNeedsLocalWrite)
+	register("FastReg/MW/DestroyQPWithBoundWindow", testDestroyQPWithBoundWindow)
+}
+
+// A type-2 window bound on one QP cannot be invalidated by LOCAL_INV on
+// another QP of the same PD (rdma-unit-test mw_test: cross-QP invalidate
+// -> MW_BIND_ERR; frmr-semantics §1).
+func testMWCrossQPInvalidate(t *testing.T, p transport.Provider) {
+	x := newFRFixture(t, p, mechanisms[1])
+	k := x.f.key().Bump()
+	x.reg(t, 1, k, 0, 4096, frAcc)
+	pr2 := connectPair(t, p, pairConfig{pdA: x.a.pd})
+	wc := pr2.a.do(t, localInvWR(2, k, 0))
+	checkWC(t, wc, 2, pr2.a.qp, x.localErr()...)
+	// Still bound on the first QP.
+	x.writeOK(t, 3, k, x.f.addr(0), 0, 64, 80)
+}
+
+// A type-2 window is associated with the QP that bound it: remote access
+// through another QP of the same PD fails (IBA type-2 windows; rxe
+// rxe_lookup_mw checks mw->qp).
+func testMWBoundToQP(t *testing.T, p transport.Provider) {
+	x := newFRFixture(t, p, mechanisms[1])
+	k := x.f.key().Bump()
+	x.reg(t, 1, k, 0, 4096, frAcc)
+	pr2 := connectPair(t, p, pairConfig{pdA: x.a.pd})
+	local := newBuf(t, p, pr2.b.pd, transport.PageSize, transport.AccessLocalWrite)
+	before := append([]byte(nil), x.arena.Bytes()...)
+	wc := pr2.b.do(t, writeWR(2, local.sge(0, 64), x.f.addr(0), k))
+	checkWC(t, wc, 2, pr2.b.qp, transport.StatusRemAccessErr)
+	checkBytes(t, "A's memory after a WRITE through another QP", x.arena.Bytes(), before)
+}
+
+// BIND_MW rules (ibv_bind_mw(3); rxe rxe_check_bind_mw): the MR must allow
+// MW_BIND; the window must lie inside the MR; a window granting
+// REMOTE_WRITE needs an MR with LOCAL_WRITE. A failed bind completes with
+// the local-op error (MW_BIND_ERR accepted) even unsignaled, and the QP goes
+// to ERR.
+func testMWBindRule(t *testing.T, p transport.Provider, mrAcc transport.Access, off, n int, winAcc transport.Access) {
+	t.Helper()
+	attr := deviceAttr(t, p)
+	needCaps(t, attr, transport.CapMemWindow2)
+	pr := connectPair(t, p, pairConfig{})
+	a := pr.a
+	arena := newArena(t, p, 4*transport.PageSize)
+	mr := regMR(t, a.pd, arena, 0, 2*transport.PageSize, mrAcc)
+	mw, err := a.pd.AllocMW()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mw.Close() })
+	postSend(t, a.qp,
+		transport.SendWR{ID: 1, Opcode: transport.OpBindMW, Bind: transport.BindWR{MW: mw, Key: mw.Key().Bump(), MR: mr,
+			Addr: mr.Addr() + uint64(off), Length: uint64(n), Access: winAcc}},
+		localInvWR(2, mw.Key().Bump(), transport.FlagSignaled),
+	)
+	wcs := waitWC(t, a.scq, 2, Timeout)
+	checkWC(t, wcs[0], 1, a.qp, attr.Quirks.LocalOpErrStatus, transport.StatusMWBindErr)
+	checkWC(t, wcs[1], 2, a.qp, transport.StatusWRFlushErr)
+}
+
+func testMWBindWithoutAccess(t *testing.T, p transport.Provider) {
+	testMWBindRule(t, p, transport.AccessLocalWrite|transport.AccessRemoteWrite, 0, 4096, transport.AccessRemoteWrite)
+}
+
+func testMWBindOutsideMR(t *testing.T, p transport.Provider) {
+	testMWBindRule(t, p, transport.AccessLocalWrite|transport.AccessMWBind, 4096, 2*4096, transport.AccessRemoteRead)
+}
+
+func testMWBindNeedsLocalWrite(t *testing.T, p transport.Provider) {
+	testMWBindRule(t, p, transport.AccessRemoteRead|transport.AccessMWBind, 0, 4096, transport.AccessRemoteWrite)
+}
+
+// testDestroyQPWithBoundWindow: a type-2 window bound through a QP holds
+// it on rxe (rxe_do_bind_mw takes a reference on the QP; rxe_destroy_qp
+// waited ~50 s for it in the test VM and warned in __rxe_cleanup). Unless
+// the device has DestroyQPInvalidatesWindows, Close refuses with ErrBusy
+// and leaves the QP working; once the window is invalidated, Close
+// succeeds. With the quirk, Close succeeds at once and takes the window
+// with it: a new bind of the window on another QP works.
+func testDestroyQPWithBoundWindow(t *testing.T, p transport.Provider) {
+	attr := deviceAttr(t, p)
+	needCaps(t, attr, transport.CapMemWindow2)
+	pr := connectPair(t, p, pairConfig{})
+	a := pr.a
+	arena := newArena(t, p, 2*transport.PageSize)
+	mr := regMR(t, a.pd, arena, 0, 2*transport.PageSize, transport.AccessLocalWrite|transport.AccessMWBind)
+	mw, err := a.pd.AllocMW()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mw.Close() })
+	key := mw.Key().Bump()
+	postSend(t, a.qp, transport.SendWR{ID: 1, Opcode: transport.OpBindMW, Flags: transport.FlagSignaled, Bind: transport.BindWR{
+		MW: mw, Key: key, MR: mr, Addr: mr.Addr(), Length: uint64(transport.PageSize), Access: transport.AccessRemoteRead}})
+	checkWC(t, waitWC(t, a.scq, 1, Timeout)[0], 1, a.qp, transport.StatusSuccess)
+
+	err = a.qp.Close()
+	if attr.Quirks.DestroyQPInvalidatesWindows {
+		if err != nil {
+			t.Fatalf("Close of a QP with a bound window: %v, want nil (DestroyQPInvalidatesWindows)", err)
+		}
+		return
+	}
+	if !errors.Is(err, transport.ErrBusy) {
+		t.Fatalf("Close of a QP with a window bound through it: %v, want ErrBusy", err)
+	}
+	// Refused means untouched: the QP still works, and its invalidation
+	// of the window releases it.
+	postSend(t, a.qp, localInvWR(2, key, transport.FlagSignaled))
+	checkWC(t, waitWC(t, a.scq, 1, Timeout)[0], 2, a.qp, transport.StatusSuccess)
+	if err := a.qp.Close(); err != nil {
+		t.Fatalf("Close after the window was invalidated: %v", err)
+	}
+}
