@@ -27,11 +27,12 @@ import (
 
 // TestRXEEndToEnd runs initiator and target in one process over the
 // ibverbs provider, connected through the device's own address (rxe0 in
-// the test VM): every operation, sizes from 4 KiB to 1 MiB, QD1 and QD32,
-// immediate data on and off, then a connection the target cuts (through
-// target/targettest, which works on any provider) and the reconnect
-// after it. A clean run has no lost connection but the one it forces.
-// test/rxe/run.sh runs it in the VM with GOSRP_RXE_E2E=1.
+// the test VM): every operation, sizes from 512 B (on a volume of
+// 512-byte blocks) to 1 MiB, QD1 and QD32, immediate data on and off,
+// then a connection the target cuts (through target/targettest, which
+// works on any provider) and the reconnect after it. A clean run has no
+// lost connection but the one it forces. test/rxe/run.sh runs it in the
+// VM with GOSRP_RXE_E2E=1, and so does CI.
 func TestRXEEndToEnd(t *testing.T) {
 	if os.Getenv("GOSRP_RXE_E2E") == "" {
 		t.Skip("needs an RDMA device: GOSRP_RXE_E2E=1 (test/rxe/run.sh ./initiator sets it)")
@@ -92,6 +93,9 @@ func rxeRun(t *testing.T, p transport.Provider, imm int) {
 	st := block.NewMemStore()
 	defer st.Close()
 	if _, err := st.Create("vol0", volSize, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create("vol512", 1<<20, 512); err != nil {
 		t.Fatal(err)
 	}
 	cut := make(chan struct{}, 1)
@@ -159,6 +163,28 @@ func rxeRun(t *testing.T, p transport.Provider, imm int) {
 		}
 		copy(model[off:], buf)
 		check(fmt.Sprintf("QD1 %d", n), off, n)
+	}
+	// Sub-4 KiB transfers, on a volume of 512-byte blocks.
+	v512, err := s.Open(dctx, "vol512", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{512, 1024, 1536, 2048, 3584} {
+		off := int64(i) * 8192
+		buf := make([]byte, n)
+		for j := range buf {
+			buf[j] = byte(rng.Uint32())
+		}
+		if _, err := v512.WriteAt(buf, off); err != nil {
+			t.Fatalf("write %d at %d on 512-byte blocks: %v", n, off, err)
+		}
+		got := make([]byte, n)
+		if _, err := v512.ReadAt(got, off); err != nil {
+			t.Fatalf("read %d at %d on 512-byte blocks: %v", n, off, err)
+		}
+		if !bytes.Equal(got, buf) {
+			t.Fatalf("%d bytes at %d on 512-byte blocks differ from what was written", n, off)
+		}
 	}
 	// QD32 of mixed sizes, FUA among them.
 	done := make(chan *initiator.Request, 32)

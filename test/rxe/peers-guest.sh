@@ -36,6 +36,7 @@ for p in $PEERS; do
   gosrp)
     mkdir -m 700 -p /tmp/srpd
     srpd --provider ibverbs --listen $IP:4420 --backend memory --data /tmp/srpd > $O/srpd.log 2>&1 &
+    SRPD=$!
     i=0
     until grep -q msg=serving $O/srpd.log; do
       i=$((i + 1)); [ $i -gt 200 ] && break; sleep 0.3
@@ -122,8 +123,11 @@ done
 # The raw device: perftest's write and read bandwidth at 4 KiB, over RDMA CM.
 for t in ib_write_bw ib_read_bw; do
   $t -d rxe0 -R -F -s 4096 -D $RT > $O/raw-$t-server.log 2>&1 &
+  server=$!
   sleep 1
   timeout 60 $t -d rxe0 -R -F -s 4096 -D $RT $IP > $O/raw-$t.log 2>&1 || say "$t failed: $(tail -2 $O/raw-$t.log | tr '\n' ' ')"
-  wait
+  # Its own server only: srpd runs in the background too.
+  wait $server
 done
+[ -n "${SRPD:-}" ] && kill -TERM $SRPD && wait $SRPD
 say "done"
