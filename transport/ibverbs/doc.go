@@ -155,6 +155,13 @@
 //	                                       device: ErrBusy, the QP stays
 //	                                       (DestroyQPInvalidatesWindows
 //	                                       false)
+//	completion before the post returns   rxe runs a user QP's requester
+//	                                       inside ibv_post_send, so another
+//	                                       thread can poll a WR's completion
+//	                                       before the post returns -> the
+//	                                       provider publishes its wr_id slots
+//	                                       before the post (a completion for
+//	                                       an unpublished slot was dropped)
 //	no receive posted (rnr_retry 6)      RNR_RETRY_EXC_ERR after ~4 s
 //	REG_MR                               not in user verbs: ErrUnsupported
 //	limits                               max_qp_wr 1048576, max_sge 32,
