@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,6 +116,7 @@ func TestImportCrashSoak(t *testing.T) {
 	}
 }
 
+// envInt reads a non-negative integer setting from the environment.
 func envInt(t *testing.T, name string, def int) int {
 	t.Helper()
 	v := os.Getenv(name)
@@ -128,10 +130,8 @@ func envInt(t *testing.T, name string, def int) int {
 	return n
 }
 
+// lastLine is the last line of a program's output: srpc's error.
 func lastLine(s string) string {
-	s = string(bytes.TrimSpace([]byte(s)))
-	if i := bytes.LastIndexByte([]byte(s), '\n'); i >= 0 {
-		return s[i+1:]
-	}
-	return s
+	s = strings.TrimSpace(s)
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
