@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gosrp/gosrp/internal/e2etest"
 )
 
 // TestDataDirPrivate: under umask 022 srpd creates its data directory,
@@ -52,4 +54,54 @@ func TestDataDirPrivate(t *testing.T) {
 	if !strings.Contains(logs.String(), "open to other users") {
 		t.Errorf("no warning for a data directory of mode 0755; log:\n%s", logs.String())
 	}
+}
+
+// TestStoreOpenErrors: "in use by another srpd" is said only when the
+// store's lock is held, by another srpd process or by this one. A store
+// that fails to open for any other reason (here, a CURRENT file that is
+// not pebble's) is reported as what it is. Every pebble error used to be
+// called "in use" (a read-only file system, --data /sys/kernel), because
+// the check looked for "lock" in the message and "block: pebble store"
+// contains it.
+func TestStoreOpenErrors(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	t.Run("held", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "data")
+		s, err := openStore("pebble", dir, log, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := openStore("pebble", dir, log, nil); err == nil || !strings.Contains(err.Error(), "in use by another srpd") {
+			t.Fatalf("second open of a held store: %v, want \"in use by another srpd\"", err)
+		}
+	})
+	t.Run("not-a-store", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "data")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "CURRENT"), []byte("not a manifest name\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := openStore("pebble", dir, log, nil)
+		if err == nil {
+			t.Fatal("a store with a bogus CURRENT opened")
+		}
+		if strings.Contains(err.Error(), "in use") {
+			t.Fatalf("a store that is not pebble's is reported as %q", err)
+		}
+	})
+	t.Run("other-process", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("builds and runs the binaries")
+		}
+		srpd, _ := e2etest.Binaries(t)
+		data := filepath.Join(t.TempDir(), "data")
+		e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), "")
+		r := e2etest.Run(t, nil, srpd, "--data", data, "--listen", e2etest.FreeAddr(t))
+		if r.Code == 0 || !strings.Contains(r.Stderr, "in use by another srpd") {
+			t.Fatalf("a second srpd on the same data directory: exit %d, %q; want \"in use by another srpd\"", r.Code, r.Stderr)
+		}
+	})
 }

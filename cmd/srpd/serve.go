@@ -109,7 +109,7 @@ func openStore(backend, dir string, log *slog.Logger, cfg *Config) (block.Store,
 			o.SpaceReserve, o.MaxOvercommit = int64(cfg.SpaceReserve), cfg.MaxOvercommit
 		}
 		s, err := block.OpenPebbleStore(dir, o)
-		if err != nil && strings.Contains(err.Error(), "lock") {
+		if err != nil && lockHeld(err) {
 			return nil, fmt.Errorf("data directory %s is in use by another srpd (%v)", dir, err)
 		}
 		return s, err
@@ -120,6 +120,15 @@ func openStore(backend, dir string, log *slog.Logger, cfg *Config) (block.Store,
 		}
 	}
 	return block.OpenStore(backend, dir)
+}
+
+// lockHeld reports whether opening a store failed because its lock is
+// held: by another process (flock's EWOULDBLOCK), or by this one (pebble
+// keeps a registry of the locks it holds). Any other failure (a read-only
+// file system, a permission, a directory that is no store) must be told
+// as what it is, not as another srpd.
+func lockHeld(err error) bool {
+	return errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held by")
 }
 
 func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
