@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-
 	"math/rand/v2"
 	"os"
 	"os/exec"
