@@ -595,6 +595,11 @@ func (p *Pool) Admit(chain []transport.SendWR) error {
 	return nil
 }
 
+// Room is how many WRs Admit would take now: the send queue's depth less
+// what is outstanding and the one slot kept for a drain marker. A caller
+// that batches several chains into one PostSend checks it as it stages.
+func (p *Pool) Room() int { return p.cfg.SQDepth - 1 - p.ln }
+
 // Posted records the outcome of PostSend(chain): n WRs were accepted. WRs
 // from chain[n] on were never posted and are never waited for; a
 // registration or invalidation among them, or a registration whose SEND

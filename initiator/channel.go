@@ -19,43 +19,6 @@ import (
 // tick is the channel's clock for the pool's deadlines and I/O timeouts.
 const tick = 100 * time.Millisecond
 
-// wr_id tags of the channel's own work requests; the pool uses 0xF7.
-const (
-	idRecv = 0xE1
-	idSend = 0xE2
-)
-
-func sendID(slot int, gen uint32) uint64 { return idSend<<56 | uint64(gen)<<24 | uint64(slot) }
-func recvID(i int) uint64                { return idRecv<<56 | uint64(i) }
-
-type slotState uint8
-
-const (
-	slotFree      slotState = iota
-	slotSent                // command posted, response outstanding
-	slotResponded           // response in; waiting for the MR to be proven FREE
-)
-
-func (s slotState) String() string {
-	return [...]string{"FREE", "SENT", "RESPONDED"}[s]
-}
-
-// ioSlot is one credit: a send buffer, a bounce buffer and the request
-// using them.
-type ioSlot struct {
-	state   slotState
-	gen     uint32
-	req     *Request
-	reg     frmr.Reg
-	hasReg  bool
-	inv     bool // a LOCAL_INV still has to be posted
-	rsp     wire.Response
-	bounce  int          // offset of the bounce buffer in the session arena
-	base    transport.MR // MR over the bounce buffer alone (isolate), windows bind over it
-	sendOff int          // offset of the send buffer in the channel arena
-	started int64        // passClock stamp of the pass that posted it
-}
-
 // channel is one connection of a session: a QP, its CQ, its FRMR pool and
 // the credit slots. Everything below mu is owned by the loop goroutine.
 type channel struct {
@@ -81,7 +44,7 @@ type channel struct {
 	// loop-owned
 	arena       *transport.Arena // send and receive buffers
 	mr          transport.MR
-	pool        *frmr.Pool
+	core        *core
 	cq          transport.CQ
 	qp          transport.QP
 	conn        transport.Conn
@@ -89,31 +52,20 @@ type channel struct {
 	waitDone    chan struct{}
 	cqReady     <-chan struct{}
 	cqAck       chan struct{}
-	credits     int // granted
-	avail       int
 	maxTransfer int
-	remoteInv   bool
-	maxImm      int    // largest WRITE sent as immediate data (0: none)
 	instGen     uint64 // the session's instance generation at this connection's login
 	// isolate: the device does not check window bounds, so every I/O goes
 	// through its slot's bounce buffer and binds over that buffer's own
 	// MR; a key then reaches nothing but the buffer of the I/O it was
 	// issued for (see frmr's "Windows and unchecked bounds").
-	isolate    bool
-	handles    map[*Volume]uint32
-	slots      []ioSlot
-	free       []int
-	waiting    []int // slots in slotResponded
-	invPending []int // slots whose LOCAL_INV could not be posted yet
-	clk        passClock
-	recvWRs    []transport.RecvWR
-	recvSGE    []transport.SGE
-	chain      [2]transport.SendWR
-	sendSGE    [2]transport.SGE // the IU, and a WRITE's immediate data
-	wcs        [64]transport.WC
-	cmd        wire.Command
-	sqDepth    int
-	rqDepth    int
+	isolate  bool
+	recvWRs  []transport.RecvWR
+	recvSGE  []transport.SGE
+	loginWR  [1]transport.SendWR
+	loginSGE [1]transport.SGE
+	wcs      [64]transport.WC
+	sqDepth  int
+	rqDepth  int
 }
 
 func newChannel(s *Session, id int) *channel {
@@ -124,7 +76,6 @@ func newChannel(s *Session, id int) *channel {
 		checks:   make(chan chan error),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
-		handles:  map[*Volume]uint32{},
 	}
 }
 
@@ -184,15 +135,24 @@ func (c *channel) setup(dev transport.Device) error {
 		a.Close()
 		return err
 	}
-	c.arena, c.mr, c.pool = a, m, pool
+	c.arena, c.mr = a, m
 	c.isolate = pool.Mechanism() == frmr.MW && dev.Attr().Quirks.WindowBoundsUnchecked
-	c.slots = make([]ioSlot, cr)
-	c.free = make([]int, 0, cr)
-	for i := range c.slots {
-		sl := &c.slots[i]
+	c.recvWRs = make([]transport.RecvWR, c.rqDepth)
+	c.recvSGE = make([]transport.SGE, c.rqDepth)
+	for i := range c.recvWRs {
+		c.recvSGE[i] = transport.SGE{Addr: m.Addr() + uint64(i*recvIU), Length: recvIU, LKey: m.LKey()}
+		c.recvWRs[i] = transport.RecvWR{ID: recvID(i), SGL: c.recvSGE[i : i+1]}
+	}
+	c.core = newCore(coreParams{
+		id: c.id, credits: cr, sqDepth: c.sqDepth, ioTimeout: int64(s.cfg.IOTimeout),
+		msg: a.Bytes(), msgAddr: m.Addr(), msgLKey: m.LKey(),
+		data: s.data.Bytes(), dataAddr: s.dataMR.Addr(), dataLKey: s.dataMR.LKey(), dataArena: s.data,
+		zeroCopy: s.zeroCopy, recvWRs: c.recvWRs, pool: pool,
+	})
+	for i := range c.core.slots {
+		sl := &c.core.slots[i]
 		sl.bounce = s.bounceOff(c.id, i)
 		sl.sendOff = c.rqDepth*recvIU + (i+1)*sendIU
-		c.free = append(c.free, i)
 		if c.isolate {
 			if sl.base, err = s.pd.RegMR(s.data, sl.bounce, s.cfg.MaxTransfer, transport.AccessLocalWrite|transport.AccessMWBind); err != nil {
 				c.closeSlotMRs()
@@ -203,22 +163,17 @@ func (c *channel) setup(dev transport.Device) error {
 			}
 		}
 	}
-	c.recvWRs = make([]transport.RecvWR, c.rqDepth)
-	c.recvSGE = make([]transport.SGE, c.rqDepth)
-	for i := range c.recvWRs {
-		c.recvSGE[i] = transport.SGE{Addr: m.Addr() + uint64(i*recvIU), Length: recvIU, LKey: m.LKey()}
-		c.recvWRs[i] = transport.RecvWR{ID: recvID(i), SGL: c.recvSGE[i : i+1]}
-	}
-	c.waiting = make([]int, 0, cr)
-	c.invPending = make([]int, 0, cr)
 	return nil
 }
 
 // closeSlotMRs deregisters the bounce buffers' own MRs; the pool's windows
 // must be gone first.
 func (c *channel) closeSlotMRs() {
-	for i := range c.slots {
-		if sl := &c.slots[i]; sl.base != nil {
+	if c.core == nil {
+		return
+	}
+	for i := range c.core.slots {
+		if sl := &c.core.slots[i]; sl.base != nil {
 			sl.base.Close()
 			sl.base = nil
 		}
@@ -255,11 +210,12 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			// Registrations first, then the QP (see replaceRegistrations).
-			c.pool.Reset()
-			if rerr := c.pool.Recover(); rerr != nil {
+			c.core.pool.Reset()
+			if rerr := c.core.pool.Recover(); rerr != nil {
 				err = fmt.Errorf("%w (and replacing registrations: %v)", err, rerr)
 			}
 			c.teardown()
+			c.core.reset() // nothing was in flight: the loop has not run on it
 		}
 	}()
 	if err := qp.Modify(transport.QPInit); err != nil {
@@ -291,7 +247,7 @@ func (c *channel) connect(ctx context.Context) (err error) {
 		if rsp.Error != "" {
 			return fmt.Errorf("initiator: re-open %q: %s", v.name, rsp.Error)
 		}
-		c.handles[v] = rsp.Handle
+		c.core.setHandle(v, rsp.Handle)
 	}
 	c.mu.Lock()
 	c.epoch++
@@ -335,7 +291,6 @@ func (c *channel) teardown() {
 		c.cq.Close()
 		c.cq = nil
 	}
-	clear(c.handles)
 }
 
 // startWaiter runs the goroutine that turns CQ events into cqReady, so the
@@ -374,13 +329,15 @@ func (c *channel) startWaiter() {
 	}()
 }
 
-// postChain admits, posts and records a chain.
+// postChain admits, posts and records a chain outside the core (login,
+// the drain marker).
 func (c *channel) postChain(chain []transport.SendWR) (int, error) {
-	if err := c.pool.Admit(chain); err != nil {
+	pool := c.core.pool
+	if err := pool.Admit(chain); err != nil {
 		return 0, err
 	}
 	n, err := c.qp.PostSend(chain)
-	c.pool.Posted(chain, n)
+	pool.Posted(chain, n)
 	return n, err
 }
 
@@ -391,9 +348,9 @@ func (c *channel) sendIUSync(iu []byte) error {
 	}
 	buf := c.arena.Bytes()[c.rqDepth*recvIU:]
 	copy(buf, iu)
-	c.sendSGE[0] = transport.SGE{Addr: c.mr.Addr() + uint64(c.rqDepth*recvIU), Length: uint32(len(iu)), LKey: c.mr.LKey()}
-	c.chain[0] = transport.SendWR{ID: sendID(0xfffff, 0), Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: c.sendSGE[:1]}
-	if _, err := c.postChain(c.chain[:1]); err != nil {
+	c.loginSGE[0] = transport.SGE{Addr: c.mr.Addr() + uint64(c.rqDepth*recvIU), Length: uint32(len(iu)), LKey: c.mr.LKey()}
+	c.loginWR[0] = transport.SendWR{ID: sendID(0xfffff, 0), Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: c.loginSGE[:]}
+	if _, err := c.postChain(c.loginWR[:]); err != nil {
 		return fmt.Errorf("initiator: send %s: %w", wire.Opcode(iu[0]), err)
 	}
 	return nil
@@ -410,7 +367,7 @@ func (c *channel) recvIUSync(ctx context.Context) ([]byte, int, error) {
 		for i := 0; i < n; i++ {
 			wc := &c.wcs[i]
 			if wc.ID>>56 != idRecv {
-				c.pool.OnSendCompletion(wc)
+				c.core.pool.OnSendCompletion(wc)
 				if wc.Status != transport.StatusSuccess {
 					return nil, 0, fmt.Errorf("initiator: login send failed: %s: %w", wc.Status, transport.ErrDisconnected)
 				}
@@ -432,7 +389,7 @@ func (c *channel) recvIUSync(ctx context.Context) ([]byte, int, error) {
 					}
 					return nil, 0, fmt.Errorf("initiator: unexpected IU during login: %w", ErrProtocol)
 				}
-				c.pool.OnSendCompletion(&c.wcs[j])
+				c.core.pool.OnSendCompletion(&c.wcs[j])
 			}
 			return b, idx, nil
 		}
@@ -520,11 +477,12 @@ func (c *channel) login(ctx context.Context) error {
 			if rsp.Credits == 0 || rsp.MaxTransfer < uint32(transport.PageSize) {
 				return fmt.Errorf("initiator: target granted %d credits, %d-byte transfers: %w", rsp.Credits, rsp.MaxTransfer, ErrProtocol)
 			}
-			c.credits = min(int(rsp.Credits), s.cfg.Credits)
-			c.avail = c.credits
 			c.maxTransfer = min(int(rsp.MaxTransfer), s.cfg.MaxTransfer)
-			c.remoteInv = rsp.RemoteInvalidate && !s.cfg.NoRemoteInvalidate
-			c.maxImm = min(int(rsp.MaxImmediate), int(req.MaxImmediate))
+			c.core.connected(login{
+				credits:   min(int(rsp.Credits), s.cfg.Credits),
+				remoteInv: rsp.RemoteInvalidate && !s.cfg.NoRemoteInvalidate,
+				maxImm:    min(int(rsp.MaxImmediate), int(req.MaxImmediate)),
+			})
 			s.noteLogin(c.id, rsp.Target, c.maxTransfer)
 			s.noteInstance(c, rsp.Instance)
 			return nil

@@ -40,6 +40,21 @@
 // Config.LossTimeout. Each channel is one QP with its own poller
 // goroutine, pool and credits; a session spreads I/O over its channels.
 //
+// # Inside a channel
+//
+// A channel's I/O logic is a pure state machine, the core (core.go): it
+// takes events (a request to start, polled completions, the outcome of a
+// post, a tick, the connection coming up or being torn down) and returns
+// actions (work requests to post, requests to deliver or re-queue, a
+// reason to end the connection). It starts no goroutines, reads no clock
+// and calls no provider. The shell (loop.go, channel.go) owns the QP, the
+// CQ and the goroutine: it stages every request it can in one pass and
+// posts their chains (and the LOCAL_INVs owed) in a single PostSend, one
+// doorbell for the batch, then hands the core what the CQ returns. The
+// traces in testdata/core are the core's specification, each an event
+// and what it asked for: hostile answers, flushed invalidations, partial
+// posts, timeouts. FuzzCore drives it with arbitrary event sequences.
+//
 // # Target restarts
 //
 // Re-issuing what had not completed is enough when only the connection

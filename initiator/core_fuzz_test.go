@@ -1,0 +1,132 @@
+package initiator
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// FuzzCore drives a channel's core with arbitrary events: requests,
+// partial and failed posts, completions of any posted WR with any status,
+// answers for any tag with any invalidation, garbage IUs, ticks,
+// teardowns and reconnects. Whatever the order, the core never panics,
+// keeps its invariants (core.check after every event) and completes no
+// request twice. It runs the traces' harness, one event per command.
+func FuzzCore(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1, 0, 3, 0, 0, 2, 1, 0})
+	f.Add([]byte{0, 1, 1, 0, 0, 2, 1, 3, 1, 1, 2, 0, 0, 5, 1, 0})
+	f.Add([]byte{0, 0, 3, 0, 2, 1, 1, 1, 2, 3, 0, 4, 2, 2, 1, 3, 1, 0, 6, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		next := func() int {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return int(b)
+		}
+		mech := "frmr"
+		if next()%2 == 1 {
+			mech = "mw"
+		}
+		cmd := func(name string, args ...string) *datadriven.TestData {
+			td := &datadriven.TestData{Pos: "fuzz", Cmd: name}
+			for _, a := range args {
+				k, v, _ := strings.Cut(a, "=")
+				arg := datadriven.CmdArg{Key: k}
+				if v != "" {
+					arg.Vals = []string{v}
+				}
+				td.CmdArgs = append(td.CmdArgs, arg)
+			}
+			return td
+		}
+		h := newCoreHarness(t, cmd("init", "credits=3", "mech="+mech))
+		done := map[string]bool{}
+		step := func(td *datadriven.TestData) {
+			out := h.run(t, td)
+			if err := h.core.check(); err != nil {
+				t.Fatalf("after %s: %v\n%s", td.String(), err, out)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if name, ok := strings.CutPrefix(line, "done "); ok {
+					name, _, _ = strings.Cut(name, ":")
+					if done[name] {
+						t.Fatalf("after %s: %s completed twice\n%s", td.String(), name, out)
+					}
+					done[name] = true
+				}
+			}
+		}
+		connect := func() {
+			args := []string{fmt.Sprintf("credits=%d", 1+next()%3), fmt.Sprintf("imm=%d", 4096*(next()%3))}
+			if next()%2 == 0 {
+				args = append(args, "remote-inv")
+			}
+			step(cmd("connect", args...))
+			step(cmd("open", "vol=v0", "handle=1"))
+		}
+		connect()
+		var names []string
+		pick := func() string { return names[next()%len(names)] }
+		ops := []string{"read", "write", "flush", "discard", "list", "close"}
+		for len(data) > 0 && len(names) < 64 {
+			switch next() % 8 {
+			case 0:
+				name := fmt.Sprintf("r%d", len(names))
+				names = append(names, name)
+				step(cmd("submit", "name="+name, "op="+ops[next()%len(ops)],
+					fmt.Sprintf("off=%d", 4096*(next()%4)), fmt.Sprintf("len=%d", 4096*(1+next()%3))))
+			case 1:
+				switch next() % 3 {
+				case 0:
+					step(cmd("dispatch"))
+				case 1:
+					step(cmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=queue-full"))
+				case 2:
+					step(cmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=disconnected"))
+				}
+			case 2:
+				if len(h.labels) == 0 {
+					continue
+				}
+				st := []string{"success", "success", "flush", "rem-access"}[next()%4]
+				step(cmd("wc", fmt.Sprintf("wr=#%d", 1+next()%len(h.labels)), "status="+st))
+			case 3, 4:
+				if len(names) == 0 || len(h.recvFree) == 0 {
+					continue
+				}
+				args := []string{"name=" + pick()}
+				switch next() % 6 {
+				case 0:
+					args = append(args, "tag=stale")
+				case 1:
+					args = append(args, "tag=unknown")
+				}
+				switch next() % 4 {
+				case 0:
+					if k := pick(); h.keys[k] != 0 {
+						args = append(args, "inv="+k)
+					}
+				case 1:
+					args = append(args, "inv=bogus")
+				}
+				args = append(args, "kind="+[]string{"response", "response", "control", "garbage"}[next()%4])
+				args = append(args, "status="+[]string{"good", "good", "error"}[next()%3])
+				args = append(args, fmt.Sprintf("credits=%d", next()%3))
+				step(cmd("recv", args...))
+			case 5:
+				step(cmd("tick", fmt.Sprintf("ms=%d", 500*(next()%4))))
+			case 6:
+				step(cmd("teardown"))
+				connect()
+			case 7:
+				if len(names) > 0 {
+					step(cmd("abandon", "name="+pick()))
+				}
+			}
+		}
+	})
+}
