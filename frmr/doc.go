@@ -52,8 +52,11 @@
 //     bits one registration needs, keeping only the buffer's offset in its
 //     first page. Two registrations of any MR of the pool never advertise
 //     overlapping ranges until the count wraps (2^64 over the shift: more
-//     than 2^40 registrations), so a stale descriptor fails the device's
-//     bounds check however many times its key has wrapped.
+//     than 2^40 registrations; Stats.KeyHorizon says 2^32, the spacing
+//     the initiator gives its channels' bases), so a stale descriptor
+//     fails the device's bounds check however many times its key has
+//     wrapped.
+//
 //   - MW: a window's address is the buffer's, so it cannot be tagged.
 //     Instead a window is rotated after 254 bindings, before its variant
 //     could repeat: a fresh window takes its place and the old one stays
@@ -64,11 +67,22 @@
 //     recovery rule) leaves no quarantined trace, so the pool remembers
 //     per index where the variants stopped, and a window reborn at that
 //     index goes on from there, rotating when the lives since the index's
-//     last quarantine have used the variants up. The horizon is
-//     therefore at least WindowQuarantine × 254 registrations of the pool
-//     on a device that reuses the index it freed last (the emulator), and
-//     the device's whole index space × 254 on one that allocates indices
-//     cyclically (rxe).
+//     last quarantine have used the variants up. The guarantee is
+//     therefore WindowQuarantine × 254 registrations of the pool
+//     (Stats.KeyHorizon) on a device that hands back the index it freed
+//     last (the emulator's strict, ib and iwarp profiles), and far more
+//     on one that allocates indices cyclically
+//     (transport.Quirks.CyclicIndices: rxe, whose index space of
+//     MaxMW windows must go round first).
+//
+//     No bound on windows can make it unbounded on the first kind of
+//     device: with at most W windows allocated, such a device never hands
+//     out more than W+1 indices, each index has 255 variants, and a
+//     buffer keeps its address, so past W × 255 registrations of one
+//     buffer some (key, address) pair must repeat. A caller that needs a
+//     longer horizon sizes WindowQuarantine for it (a window is a small
+//     device object); FRMRs, where the device offers them, have none of
+//     this limit.
 //
 // Windows and unchecked bounds. Where the device does not check a window's
 // own bounds (transport.Quirks.WindowBoundsUnchecked, rxe), a window's key

@@ -104,8 +104,9 @@ type Config struct {
 	// WindowQuarantine is how many retired windows the pool keeps
 	// allocated (and unbound) after rotating them, so the device cannot
 	// hand their index out again while a peer may remember its keys
-	// (MW only; default 4×Size). See "Stale descriptors" in the package
-	// doc for the horizon this buys.
+	// (MW only; default 4×Size). Each buys 254 registrations of key
+	// horizon (Stats.KeyHorizon; "Stale descriptors" in the package
+	// doc).
 	WindowQuarantine int
 	// DeadlineTicks is how many Ticks a signaled WR may stay uncompleted
 	// (default 50).
@@ -252,6 +253,13 @@ type Stats struct {
 	LostCompletions      uint64 // signaled WRs whose completion was skipped
 	PostFailures         uint64
 	QPErrors             uint64
+	// KeyHorizon is how many registrations of this pool back a
+	// descriptor (key, iova) it advertised is guaranteed never to be
+	// advertised again, so a peer presenting it is refused once its I/O
+	// has returned: 2^32 with the FRMR iova tag, WindowQuarantine × 254
+	// with windows (see "Stale descriptors" in the package doc), 255 for
+	// untagged FRMRs.
+	KeyHorizon uint64
 }
 
 // Pool is a fast-registration pool for one QP. See the package doc.
@@ -593,6 +601,24 @@ func (p *Pool) Admit(chain []transport.SendWR) error {
 		}
 	}
 	return nil
+}
+
+// keyHorizon computes Stats.KeyHorizon.
+func (p *Pool) keyHorizon() uint64 {
+	switch {
+	case p.mech == MW:
+		// A retired window's index can come back (at once, on a device
+		// that hands back the index freed last) only when the window
+		// leaves the quarantine, WindowQuarantine rotations later, each
+		// after maxBinds bindings.
+		return uint64(p.cfg.WindowQuarantine) * maxBinds
+	case p.cfg.IOVATag:
+		// Tags count registrations from IOVABase; the initiator spaces
+		// its channels' bases 2^32 apart, and a lone pool has at least
+		// that many below the top of the iova space.
+		return min(uint64(1)<<32, (^uint64(0))>>p.tagShift)
+	}
+	return 255
 }
 
 // Room is how many WRs Admit would take now: the send queue's depth less
@@ -1061,6 +1087,7 @@ func (p *Pool) Tick() error {
 // Stats returns counters and gauges.
 func (p *Pool) Stats() Stats {
 	st := p.st
+	st.KeyHorizon = p.keyHorizon()
 	st.Free, st.InUse, st.Outstanding = p.nFree, p.nInUse, p.ln
 	st.Tainted, st.Retiring = 0, 0
 	for i := range p.slots {

@@ -124,7 +124,7 @@ func (c *channel) setup(dev transport.Device) error {
 	pages := s.cfg.MaxTransfer/transport.PageSize + 1
 	pool, err := frmr.New(frmr.Config{
 		PD: s.pd, Caps: dev.Attr().Caps, Mechanism: s.cfg.Mechanism, Size: cr, MaxPages: pages,
-		BaseMR: s.dataMR, SQDepth: c.sqDepth, IOVATag: true,
+		BaseMR: s.dataMR, SQDepth: c.sqDepth, IOVATag: true, WindowQuarantine: s.cfg.WindowQuarantine,
 		// Channels share the PD, so a device may hand one channel's old
 		// MR index to another's pool: their iova tags must never meet.
 		IOVABase:      uint64(c.id) << 32,

@@ -32,6 +32,14 @@ type Config struct {
 	// Mechanism selects FRMR or memory windows; default: what the device
 	// offers (frmr.Auto).
 	Mechanism frmr.Mechanism
+	// WindowQuarantine is how many retired memory windows each channel's
+	// pool keeps allocated so that their keys cannot come back (frmr's
+	// Config.WindowQuarantine; MW only, default 4×Credits). With windows
+	// a descriptor the target was handed is refused for
+	// WindowQuarantine × 254 registrations of its channel
+	// (Stats.FRMR[i].KeyHorizon) on a device that reuses the window
+	// index it freed last; raise it where a peer may replay older ones.
+	WindowQuarantine int
 	// NoRemoteInvalidate stops the initiator from asking the target to
 	// invalidate keys with SEND_WITH_INV; every I/O then ends with a
 	// signaled LOCAL_INV.

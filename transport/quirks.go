@@ -82,4 +82,13 @@ type Quirks struct {
 	// it does not know before it destroys the QP (frmr's Recover or
 	// Close), which is what it must do anyway.
 	DestroyQPInvalidatesWindows bool
+	// CyclicIndices: the device hands out MR and window indices cyclically,
+	// so a freed index comes back only after every other free index of its
+	// range has been handed out (rxe: rxe_pool.c allocates with
+	// xa_alloc_cyclic). Zero means nothing is promised: a device may hand
+	// back the index it freed last at once, as the strict profile does.
+	// A consumer that must not repeat a key a peer has seen (frmr's
+	// windows) gets a longer horizon from a cyclic device for the same
+	// resources; it must stay correct without it.
+	CyclicIndices bool
 }

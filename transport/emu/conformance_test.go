@@ -74,6 +74,7 @@ func TestConformanceKnobs(t *testing.T) {
 		{"RecvLenErrStatus", func(q *transport.Quirks) { q.RecvLenErrStatus = transport.StatusLocQPOpErr }},
 		{"WindowBoundsUnchecked", func(q *transport.Quirks) { q.WindowBoundsUnchecked = true }},
 		{"DestroyQPInvalidatesWindows", func(q *transport.Quirks) { q.DestroyQPInvalidatesWindows = true }},
+		{"CyclicIndices", func(q *transport.Quirks) { q.CyclicIndices = true }},
 	}
 	seed := *conformanceSeed
 	if seed == 0 {

@@ -28,6 +28,7 @@ type device struct {
 	mem     sync.RWMutex
 	objs    []*memObj // by index; nil = free slot
 	freeIdx []uint32
+	lastIdx uint32 // the index handed out last (Quirks.CyclicIndices)
 
 	qpMu   sync.Mutex
 	qps    map[uint32]*qp
@@ -142,16 +143,36 @@ func (d *device) qpByNum(n uint32) *qp {
 // REQUIRES: d.mem held exclusively.
 func (d *device) newObjLocked(o *memObj) error {
 	var idx uint32
-	if n := len(d.freeIdx); n > 0 {
+	switch n := len(d.freeIdx); {
+	case d.p.quirks.CyclicIndices && len(d.objs) < maxObjects:
+		// Fresh indices first: a freed one comes back only once the
+		// range is used up (rxe_pool.c's xa_alloc_cyclic).
+		idx = uint32(len(d.objs))
+		d.objs = append(d.objs, nil)
+	case d.p.quirks.CyclicIndices && n > 0:
+		// The range is used up: the free index after the last one
+		// handed out, wrapping.
+		best := 0
+		for i, f := range d.freeIdx {
+			if (f-d.lastIdx-1)%maxObjects < (d.freeIdx[best]-d.lastIdx-1)%maxObjects {
+				best = i
+			}
+		}
+		idx = d.freeIdx[best]
+		d.freeIdx[best] = d.freeIdx[n-1]
+		d.freeIdx = d.freeIdx[:n-1]
+	case n > 0:
+		// The index freed last, the harshest reuse a device may show.
 		idx = d.freeIdx[n-1]
 		d.freeIdx = d.freeIdx[:n-1]
-	} else {
+	default:
 		if len(d.objs) >= maxObjects {
 			return fmt.Errorf("emu: %d memory objects: %w", maxObjects, transport.ErrNoMemory)
 		}
 		idx = uint32(len(d.objs))
 		d.objs = append(d.objs, nil)
 	}
+	d.lastIdx = idx
 	o.index = idx
 	o.key = transport.MakeKey(idx, uint8(d.p.randUint32()))
 	d.objs[idx] = o

@@ -71,6 +71,8 @@
 //	destroy a QP with a window    ErrBusy      windows      windows      ErrBusy       waits ~50 s, kernel
 //	  bound through it [9]                     invalidated  invalidated                WARNING; the provider
 //	                                                                                     refuses (ErrBusy)
+//	index of a new MR or window   freed last   freed last   freed last   cyclic        cyclic (to confirm:
+//	  after a free [10]                                                                  FastReg/MW/IndexReuse)
 //
 // [1] A LOCAL_INV, or a received SEND_WITH_INV, naming a FREE MR or window
 // with its current key. Failing means the local-op status
@@ -122,6 +124,13 @@
 // it keeps the QP, so a consumer that destroys the QP before it replaces
 // the windows it cannot vouch for leaks it, and initiator's
 // TestTeardownReleasesWindows sees that.
+//
+// [10] rxe allocates object indices with xa_alloc_cyclic (rxe_pool.c), so
+// a freed index comes back only once the rest of the range has been
+// handed out (Quirks.CyclicIndices); the other profiles hand back the
+// index freed last, the harshest reuse. It decides how long frmr's
+// windows can keep every key a peer has seen from coming back (frmr's
+// "Stale descriptors").
 //
 // Also measured in the VM and the same in every profile: a SEND_WITH_INV
 // with a wrong key fails the receive REM_INV_REQ and moves the receiver to

@@ -56,13 +56,15 @@ var profiles = map[string]Profile{
 	// rxe itself would oops or queue them, and the provider stops both
 	// before they reach the device. So is destroying a QP while a type-2
 	// window bound through it is valid: rxe would wait ~50 s for the
-	// window's reference and warn.
+	// window's reference and warn. Indices are handed out cyclically
+	// (rxe_pool.c's xa_alloc_cyclic), not the one freed last.
 	"rxe": {Name: "rxe", Vendor: "gosrp-emu (rxe-like)", Quirks: transport.Quirks{
 		LocalOpErrStatus:      transport.StatusLocQPOpErr,
 		NoQPErrorEvents:       true,
 		LocalKeyErrStatus:     transport.StatusLocQPOpErr,
 		RecvLenErrStatus:      transport.StatusLocQPOpErr,
 		WindowBoundsUnchecked: true,
+		CyclicIndices:         true,
 	}},
 }
 

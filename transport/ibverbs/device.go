@@ -166,6 +166,8 @@ func quirksFor(vendor, part uint32) transport.Quirks {
 			LocalKeyErrStatus:     transport.StatusLocQPOpErr,
 			RecvLenErrStatus:      transport.StatusLocQPOpErr,
 			WindowBoundsUnchecked: true,
+			// rxe_pool.c: xa_alloc_cyclic over the pool's index range.
+			CyclicIndices: true,
 		}
 	case mellanoxVendorID:
 		q := transport.Quirks{

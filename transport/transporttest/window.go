@@ -16,6 +16,7 @@ func init() {
 	register("FastReg/MW/BindOutsideMR", testMWBindOutsideMR)
 	register("FastReg/MW/BindWriteNeedsLocalWrite", testMWBindNeedsLocalWrite)
 	register("FastReg/MW/DestroyQPWithBoundWindow", testDestroyQPWithBoundWindow)
+	register("FastReg/MW/IndexReuse", testMWIndexReuse)
 }
 
 // A type-2 window bound on one QP cannot be invalidated by LOCAL_INV on
@@ -128,4 +129,38 @@ func testDestroyQPWithBoundWindow(t *testing.T, p transport.Provider) {
 	if err := a.qp.Close(); err != nil {
 		t.Fatalf("Close after the window was invalidated: %v", err)
 	}
+}
+
+// testMWIndexReuse: which index a window allocated after a deallocation
+// gets. With Quirks.CyclicIndices (rxe: rxe_pool.c allocates with
+// xa_alloc_cyclic) a freed index does not come back while fresh ones
+// remain: 64 windows allocated and freed one after the other have 64
+// different indices. Without the quirk nothing is promised, and the test
+// only reports what the device did (the strict profile hands back the
+// index freed last, the reuse frmr's windows must survive).
+func testMWIndexReuse(t *testing.T, p transport.Provider) {
+	attr := deviceAttr(t, p)
+	needCaps(t, attr, transport.CapMemWindow2)
+	pd, err := openDevice(t, p).AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pd.Close() })
+	seen := map[uint32]int{}
+	const n = 64
+	for i := 0; i < n; i++ {
+		mw, err := pd.AllocMW()
+		if err != nil {
+			t.Fatalf("AllocMW %d: %v", i, err)
+		}
+		idx := mw.Key().Index()
+		if j, ok := seen[idx]; ok && attr.Quirks.CyclicIndices {
+			t.Fatalf("window %d got index %#x, freed by window %d, while fresh indices remain (CyclicIndices)", i, idx, j)
+		}
+		seen[idx] = i
+		if err := mw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d windows allocated and freed in turn got %d distinct indices (CyclicIndices %v)", n, len(seen), attr.Quirks.CyclicIndices)
 }
