@@ -74,6 +74,9 @@ func (h *coreHarness) step() {
 }
 
 func (h *coreHarness) step1() {
+	if h.c.bug != nil {
+		h.tb.Fatalf("core refused its own move: %v", h.c.bug)
+	}
 	jobs, sends := h.c.acts.jobs, h.c.acts.send
 	var sig uint64
 	for i := range sends {

@@ -534,6 +534,9 @@ func (c *conn) teardown() {
 	a := &c.core.acts
 	ini := c.core.initiator
 	switch {
+	case c.core.bug != nil:
+		// The core refused a move of its own lifecycle: a gosrp bug.
+		c.log.Error("connection closed on an internal error", "err", c.core.bug, "remote", c.remote, "initiator", ini, "conn", c.id)
 	case a.violation:
 		c.t.violations.Add(1)
 		c.log.Warn("connection closed: protocol violation", "reason", a.reason, "remote", c.remote, "initiator", ini, "conn", c.id)

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
@@ -36,6 +37,8 @@ type coreParams struct {
 	volStats  func(name string) *ioCounters
 	connStats *ioCounters
 	instance  uint64 // the Target's write verifier, drawn by the shell
+	// trace, if set, hears every state change (tests).
+	trace func(change string)
 }
 
 // actions are what one or more events asked the shell to do, in order:
@@ -135,6 +138,10 @@ type core struct {
 	sqDone       uint64
 
 	acts actions
+	// bug is the first move the core refused as impossible (setState,
+	// setSlot): an error in the core, which the shell logs and tests fail
+	// on.
+	bug error
 }
 
 func newCore(p coreParams) *core {
@@ -214,7 +221,7 @@ func (c *core) drain(now int64) {
 	case connLogin, connChallenge:
 		c.reject(wire.RejectShuttingDown, "target shutting down")
 	case connActive:
-		c.state = connDraining
+		c.setState(connDraining)
 		c.checkDrained()
 	}
 }
@@ -319,7 +326,7 @@ func (c *core) backendDone(idx int32, now int64) {
 			c.orphans = append(c.orphans, s.opened)
 			s.opened = nil
 		}
-		s.state = slotFree
+		c.setSlot(s, slotFree)
 		return
 	}
 	if s.state != slotBackend {
@@ -400,7 +407,7 @@ func (c *core) onRecv(idx int32, n uint32) {
 			c.repost(idx)
 			c.loggedOut = true
 			if c.state == connActive {
-				c.state = connDraining
+				c.setState(connDraining)
 			}
 			c.checkDrained()
 		default:
@@ -416,7 +423,7 @@ func (c *core) takeSlot() *slot {
 }
 
 func (c *core) freeSlot(s *slot) {
-	s.state = slotFree
+	c.setSlot(s, slotFree)
 	s.ov = nil
 	s.busy = false
 	c.free = append(c.free, s.idx)
@@ -435,7 +442,7 @@ func (c *core) freeSlot(s *slot) {
 func (c *core) assign(s *slot, idx int32, n uint32, at int64) {
 	buf := c.recvBuf(idx, n)
 	s.start = at
-	s.state = slotReceived
+	c.setSlot(s, slotReceived)
 	s.busy = false
 	s.ov = nil
 	if wire.Opcode(buf[0]) == wire.OpCommand {
@@ -599,7 +606,7 @@ func (c *core) postReads(s *slot) {
 	c.appendRDMA(s, kindRead, transport.OpRDMARead)
 	c.acts.send[len(c.acts.send)-1].Flags = transport.FlagSignaled
 	s.sigSeq = c.sqPosted
-	s.state = slotReadingData
+	c.setSlot(s, slotReadingData)
 }
 
 // dispatchWrite hands a WRITE whose data is in the slot's buffer to the
@@ -623,7 +630,7 @@ func (c *core) dispatchWrite(s *slot) {
 func (c *core) dispatch(s *slot, j jobKind) {
 	s.job = j
 	s.err = nil
-	s.state = slotBackend
+	c.setSlot(s, slotBackend)
 	if s.ov != nil && !s.control {
 		s.ov.inflight.Add(1)
 	}
@@ -641,7 +648,7 @@ func (c *core) respondRead(s *slot) {
 	}
 	k := c.appendRDMA(s, kindWrite, transport.OpRDMAWrite)
 	c.postResponse(s, wire.StatusGood, wire.SenseNone, k)
-	s.state = slotWritingData
+	c.setSlot(s, slotWritingData)
 }
 
 // respond answers a command with no data to move.
@@ -650,7 +657,7 @@ func (c *core) respond(s *slot, st wire.Status, sense wire.Sense) {
 		return
 	}
 	c.postResponse(s, st, sense, 0)
-	s.state = slotResponding
+	c.setSlot(s, slotResponding)
 }
 
 // postResponse encodes the Response into the slot's send buffer and
@@ -841,7 +848,7 @@ func (c *core) controlRespond(s *slot, rsp *wire.ControlResponse) {
 		Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: s.sges[0:1]})
 	s.sigSeq = c.sqPosted
 	c.outstanding--
-	s.state = slotResponding
+	c.setSlot(s, slotResponding)
 }
 
 // ---- login ----
@@ -880,7 +887,7 @@ func (c *core) reject(reason wire.RejectReason, msg string) {
 	if c.state == connClosed {
 		return
 	}
-	c.state = connRejecting
+	c.setState(connRejecting)
 	c.deadline = c.now + rejectGrace
 }
 
@@ -941,7 +948,7 @@ func (c *core) onLogin(buf []byte) {
 			c.p.rand(c.tgtNonce)
 			c.sendLogin(wire.OpLoginChallenge, &wire.LoginChallenge{Method: "hmac-sha256", Nonce: c.tgtNonce})
 			if c.state != connClosed {
-				c.state = connChallenge
+				c.setState(connChallenge)
 			}
 			return
 		}
@@ -973,7 +980,7 @@ func (c *core) accept(proof []byte) {
 	if c.state == connClosed {
 		return
 	}
-	c.state = connActive
+	c.setState(connActive)
 	c.secret = nil
 	c.acts.loggedIn = true
 }
@@ -1002,7 +1009,7 @@ func (c *core) close(reason string, violation bool) {
 	if c.state == connClosed {
 		return
 	}
-	c.state = connClosed
+	c.setState(connClosed)
 	c.acts.disconnect = true
 	c.acts.violation = violation
 	if c.acts.reason == "" || !c.acts.rejected {
@@ -1091,5 +1098,48 @@ func (c *core) policyChanged(now int64) {
 			c.acts.policy = append(c.acts.policy, policyEffect{volume: ov.name, handle: ov.handle, access: AccessReadOnly,
 				reason: "access narrowed to read-only"})
 		}
+	}
+}
+
+// setState is the one place the connection's state changes. A move the
+// lifecycle (connNext) does not allow is a bug in the core, never the
+// peer's doing: it is refused, recorded in bug for the shell to log and
+// the tests to fail on, and the connection is closed.
+func (c *core) setState(to connState) {
+	from := c.state
+	if !slices.Contains(connNext[from], to) {
+		c.noteBug(fmt.Errorf("target: connection state %s -> %s is not a transition of its lifecycle", from, to))
+		if to != connClosed && from != connClosed {
+			c.state = connClosed
+			c.acts.disconnect = true
+			c.acts.reason = "internal error: " + c.bug.Error()
+		}
+		return
+	}
+	c.state = to
+	if c.p.trace != nil {
+		c.p.trace(fmt.Sprintf("conn %s -> %s", from, to))
+	}
+}
+
+// setSlot is the one place a slot's state changes, checked against
+// slotNext like setState.
+func (c *core) setSlot(s *slot, to slotState) {
+	from := s.state
+	if !slices.Contains(slotNext[from], to) {
+		c.noteBug(fmt.Errorf("target: slot %d state %s -> %s is not a transition of its lifecycle", s.idx, from, to))
+		c.close("internal error: "+c.bug.Error(), false)
+		return
+	}
+	s.state = to
+	if c.p.trace != nil {
+		c.p.trace(fmt.Sprintf("slot %d %s -> %s", s.idx, from, to))
+	}
+}
+
+// noteBug keeps the first internal error of the connection.
+func (c *core) noteBug(err error) {
+	if c.bug == nil {
+		c.bug = err
 	}
 }

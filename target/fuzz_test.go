@@ -125,6 +125,9 @@ func FuzzCore(f *testing.F) {
 			h.deliver(2+i, iu)
 			h.stepLenient()
 		}
+		if h.c.bug != nil {
+			t.Fatalf("core refused its own move: %v", h.c.bug)
+		}
 		if h.c.outstanding < 0 || h.c.outstanding > h.c.credits+1 || h.c.sqPosted < h.c.sqDone {
 			t.Fatalf("accounting: outstanding %d, sq %d/%d", h.c.outstanding, h.c.sqPosted, h.c.sqDone)
 		}

@@ -30,6 +30,17 @@ const (
 
 var slotStateNames = [...]string{"FREE", "RECEIVED", "READING_DATA", "BACKEND", "WRITING_DATA", "RESPONDING"}
 
+// slotNext says which states a slot may move to from each state; the
+// core's setSlot checks every move against it.
+var slotNext = [...][]slotState{
+	slotFree:        {slotReceived},
+	slotReceived:    {slotReadingData, slotBackend, slotResponding},
+	slotReadingData: {slotBackend, slotResponding},
+	slotBackend:     {slotWritingData, slotResponding, slotFree},
+	slotWritingData: {slotFree},
+	slotResponding:  {slotFree},
+}
+
 func (s slotState) String() string {
 	if int(s) < len(slotStateNames) {
 		return slotStateNames[s]
@@ -50,6 +61,18 @@ const (
 )
 
 var connStateNames = [...]string{"LOGIN", "CHALLENGE", "ACTIVE", "DRAINING", "REJECTING", "CLOSED"}
+
+// connNext says which states a connection may move to from each state;
+// the core's setState checks every move against it. CLOSED is reachable
+// from everywhere (a peer may vanish at any moment) and leads nowhere.
+var connNext = [...][]connState{
+	connLogin:     {connChallenge, connActive, connRejecting, connClosed},
+	connChallenge: {connActive, connRejecting, connClosed},
+	connActive:    {connDraining, connClosed},
+	connDraining:  {connClosed},
+	connRejecting: {connClosed},
+	connClosed:    {},
+}
 
 func (s connState) String() string {
 	if int(s) < len(connStateNames) {
