@@ -140,7 +140,6 @@ type rig struct {
 	bogus     int
 	mwBind    int
 	mwBindWhy string
-	log       []string
 }
 
 func newRig(t testing.TB, profile string, mech Mechanism, seed int64, iovaTag bool) *rig {

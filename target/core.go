@@ -114,14 +114,13 @@ type core struct {
 	// login (markKey is random per connection, so the digest says
 	// nothing about the secret): a policy change that alters the answer
 	// ends the session, which must then prove the new secret.
-	authMark   [sha256.Size]byte
-	markKey    []byte
-	deadline   int64 // login or reject deadline
-	loginSeq   uint64
-	handles    []*openVol // index handle-1
-	nhandles   int
-	orphans    []Volume // volumes opened after the connection closed
-	rejectedAt int64
+	authMark [sha256.Size]byte
+	markKey  []byte
+	deadline int64 // login or reject deadline
+	loginSeq uint64
+	handles  []*openVol // index handle-1
+	nhandles int
+	orphans  []Volume // volumes opened after the connection closed
 
 	slots    []slot
 	free     []int32 // stack of free slot indexes
@@ -181,9 +180,7 @@ func newCore(p coreParams) *core {
 // start posts every receive buffer and arms the login deadline.
 func (c *core) start(now int64) {
 	c.now = now
-	for i := range c.recvWR {
-		c.acts.recv = append(c.acts.recv, c.recvWR[i])
-	}
+	c.acts.recv = append(c.acts.recv, c.recvWR...)
 	c.deadline = now + c.p.loginTO
 }
 

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,11 +43,10 @@ func Binaries(t testing.TB) (srpd, srpc string) {
 		if buildErr != nil {
 			return
 		}
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(gobin); err != nil {
-			gobin = "go"
-		}
-		cmd := exec.Command(gobin, "build", "-o", binDir+"/",
+		// go test puts its own GOROOT/bin first on the PATH of the test
+		// binary (Go 1.19 release notes), so "go" is the toolchain that
+		// built this test.
+		cmd := exec.Command("go", "build", "-o", binDir+"/",
 			"github.com/gosrp/gosrp/cmd/srpd", "github.com/gosrp/gosrp/cmd/srpc")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -186,7 +186,6 @@ type loopReq struct {
 
 type loopReply struct {
 	conn *conn
-	priv []byte
 	err  error
 }
 

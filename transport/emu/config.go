@@ -83,11 +83,6 @@ type Faults struct {
 	LinkCut float64
 }
 
-func (f Faults) any() bool {
-	return f.QPError > 0 || f.PostFail > 0 || f.DropCQE > 0 || f.CorruptCQE > 0 ||
-		f.Duplicate > 0 || f.Delay > 0 || f.LinkCut > 0
-}
-
 // ConfigFromOptions builds a Config from transport.Options: profile, wire,
 // seed, shm-poll (adaptive or eager), and fault rates named after the Faults fields in lower case
 // (qperror, postfail, dropcqe, corruptcqe, duplicate, delay, linkcut).

@@ -132,12 +132,6 @@ func (d *device) shutdown() {
 	}
 }
 
-func (d *device) qpByNum(n uint32) *qp {
-	d.qpMu.Lock()
-	defer d.qpMu.Unlock()
-	return d.qps[n]
-}
-
 // newObj installs o in the table and gives it an index and a random initial
 // variant (rxe_get_next_key: never assume key 0 after allocation).
 // REQUIRES: d.mem held exclusively.
