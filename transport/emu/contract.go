@@ -4,7 +4,8 @@ import "github.com/gosrp/gosrp/transport"
 
 // The contract types each emu type implements, checked by the compiler so
 // that a method renamed or lost in the transport contract breaks the build
-// here, not a conformance run.
+// here, not a conformance run. internal/lint checks that every contract
+// interface an emu type implements is listed.
 var (
 	_ transport.Provider    = (*Provider)(nil)
 	_ transport.Device      = (*device)(nil)

@@ -1,4 +1,4 @@
-package gosrp_test
+package lint
 
 import (
 	"go/parser"
@@ -13,19 +13,20 @@ import (
 
 const module = "github.com/gosrp/gosrp"
 
-// TestImportRules checks the dependency rules of DESIGN.md: transport
-// imports nothing of the project; only transport/ibverbs imports "C";
+// TestImportRules checks who may import whom, the layering the package
+// docs describe: transport imports nothing of the project; only transport/ibverbs imports "C";
 // block imports nothing of RDMA; initiator and target do not import each
 // other, block, or a concrete provider; frmr imports transport only;
-// nothing imports a cmd.
+// nothing imports a cmd; providers import only the transport packages.
 func TestImportRules(t *testing.T) {
+	root := moduleRoot(t)
 	pkgs := map[string]map[string]bool{} // package dir → imports (non-test files)
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
-			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "testdata") {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
 				return filepath.SkipDir
 			}
 			return nil
@@ -37,7 +38,11 @@ func TestImportRules(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		dir := filepath.ToSlash(filepath.Dir(path))
+		rel, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		dir := filepath.ToSlash(rel)
 		if pkgs[dir] == nil {
 			pkgs[dir] = map[string]bool{}
 		}
@@ -90,7 +95,7 @@ func TestImportRules(t *testing.T) {
 			}
 		}
 	}
-	if _, err := os.Stat("transport"); err != nil {
+	if _, err := os.Stat(filepath.Join(root, "transport")); err != nil {
 		t.Fatalf("transport package missing: %v", err)
 	}
 }

@@ -1,0 +1,26 @@
+// Package lint holds the repository's lint test: the checks a reviewer
+// would otherwise run by hand, as one go test target, in the style of
+// pebble's internal/lint.
+//
+// TestLint runs, from the module root:
+//
+//   - gofmt: every Go file is formatted as gofmt would (go/format, in
+//     process, so no binary is needed);
+//   - go vet ./...;
+//   - go mod tidy -diff: go.mod and go.sum list exactly what the build and
+//     its tests import, direct requirements not marked indirect;
+//   - staticcheck, pinned as a tool dependency in go.mod (go tool
+//     staticcheck), so it runs offline once the module cache is filled;
+//   - the contract assertions: every transport interface that a type of a
+//     provider package implements is named in a var _ transport.X = (*T)(nil)
+//     line, so a contract change breaks the provider's build, not a
+//     conformance run.
+//
+// TestImportRules checks the package dependency rules (who may import
+// whom), reading only import lines.
+//
+// The tool-driven checks skip with a one-line reason when the tool cannot
+// run (no go command, no module cache offline) and under the race detector,
+// where they would only repeat the plain run's verdict at several times the
+// cost. A finding always fails.
+package lint
