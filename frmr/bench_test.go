@@ -82,7 +82,7 @@ func (c *cycle) run(tb testing.TB) Reg {
 	r.tgt.qp.PostRecv(c.trecv)
 	// Signaled: the target's send queue is sqDepth deep too, and an
 	// unsignaled WR holds its slot until a later signaled one completes
-	// (§3.3); pollUntil consumes the completions.
+	// (docs/verbs.md#completions); pollUntil consumes the completions.
 	c.tresp[0] = transport.SendWR{ID: sendBit, Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: c.tsge}
 	if c.remote {
 		c.tresp[0].Opcode = transport.OpSendWithInv

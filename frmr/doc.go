@@ -1,7 +1,8 @@
 // Package frmr is the initiator's fast-registration pool: completion-gated
 // recycling of fast-registration MRs (REG_MR) or type-2 memory windows
-// (BIND_MW over an arena MR), rkey bumping, and recovery by
-// deregistration and reallocation (frmr-semantics §6, §7).
+// (BIND_MW over an arena MR), rkey bumping, and recovery by deregistration
+// and reallocation (docs/registration.md#states,
+// docs/registration.md#invariants).
 //
 // One pool serves exactly one QP. Chaining LOCAL_INV → REG_MR (and
 // REG_MR → SEND) without waiting is safe only because one send queue
@@ -19,9 +20,9 @@
 //	      deadline, skipped completion, QP error--> TAINTED
 //	TAINTED --no WR names it any more: dereg + fresh alloc--> FREE
 //
-// A TAINTED MR is never invalidated again and reused (the ConnectX-3
-// lesson, seed thread 000); it is deregistered and replaced before Get
-// hands anything out. Done(reg) reports when the I/O's buffer may go back
+// A TAINTED MR is never invalidated again and reused (the ConnectX-3 lesson,
+// docs/registration.md#poisoned-mrs); it is deregistered and replaced before
+// Get hands anything out. Done(reg) reports when the I/O's buffer may go back
 // to the application: the registration is FREE, or its MR is gone.
 //
 // The pool is a state machine driven by its caller (etcd-raft style): it
@@ -31,16 +32,16 @@
 // OnSendCompletion, remote invalidations to OnRemoteInvalidate, ticks to
 // Tick, and QP errors to OnQPError, then a drain (or Reset, when the drain
 // cannot finish), then Recover, and only then destroys the QP: a type-2
-// window bound through a QP holds it on rxe, whose destroy then waits for
-// the window (transport.Quirks.DestroyQPInvalidatesWindows), so the
-// windows the pool cannot vouch for are replaced first. Close likewise
-// comes before the QP's destroy. Err reports when the pool itself wants the QP torn down:
-// after an error completion, or after a signaled WR's completion was
-// skipped (a lost completion, or a post before RTS that the device dropped
-// silently), which the pool never takes as proof that the skipped WRs
-// executed. It bounds send-queue use (signal at least every
-// SignalEvery WRs, one slot kept for a drain marker) and CQ size
-// (CQDepth). Steady-state Get/Posted/OnSendCompletion allocate nothing.
+// window bound through a QP holds it on rxe, whose destroy then waits for the
+// window (transport.Quirks.DestroyQPInvalidatesWindows), so the windows the
+// pool cannot vouch for are replaced first. Close likewise comes before the
+// QP's destroy. Err reports when the pool itself wants the QP torn down:
+// after an error completion, or after a signaled WR's completion was skipped
+// (a lost completion, or a post before RTS that the device dropped silently),
+// which the pool never takes as proof that the skipped WRs executed. It
+// bounds send-queue use (signal at least every SignalEvery WRs, one slot kept
+// for a drain marker) and CQ size (CQDepth). Steady-state
+// Get/Posted/OnSendCompletion allocate nothing.
 //
 // Stale descriptors. A peer may keep every (rkey, iova, length) it was
 // ever handed and present it later; a key is 24 bits of index and 8 bits
@@ -89,9 +90,11 @@
 // reaches all of the MR it is bound over. The caller then binds each
 // buffer's windows over an MR covering only that buffer (Segment.Base).
 //
-// Tests: go test ./frmr runs a short seeded soak per device profile
-// (strict, ib, iwarp, rxe) and mechanism with faults F1–F20 injected
-// (TestF04…, TestF07…, TestF13…, TestF14…, TestF19… pin the ones with the
-// most moving parts); set GOSRP_FRMR_SOAK=N for N I/Os per profile and
-// GOSRP_FRMR_SEED=S to replay a failing seed (printed on failure).
+// Tests: go test ./frmr runs a short seeded soak per device profile (strict,
+// ib, iwarp, rxe) and mechanism with every fault of
+// docs/registration.md#fault-scenarios injected (TestLostFlushCompletions,
+// TestStaleWrappedKey, TestRegFailure, TestWrongKeyLocalInv and
+// TestPostBeforeRTS pin the ones with the most moving parts); set
+// GOSRP_FRMR_SOAK=N for N I/Os per profile and GOSRP_FRMR_SEED=S to replay a
+// failing seed (printed on failure).
 package frmr

@@ -8,39 +8,44 @@ import (
 	"github.com/gosrp/gosrp/transport"
 )
 
-// Faults F4, F7, F13, F14 and F19 of frmr-semantics §8: the rig's hooks
+// The faults with the most moving parts (completions lost in a flush, stray
+// with a wrapped key, failed registration, wrong-key invalidation, posts
+// before RTS: headings of docs/registration.md#fault-scenarios, as are the
+// invariant names in messages and comments here): the rig's hooks
 // (used by the soak's fault menu) and one named test each.
 
 // onIniSendWC handles one initiator send completion.
 func (r *rig) onIniSendWC(wc *transport.WC) {
 	ok := wc.Status == transport.StatusSuccess
 	switch {
-	case r.f13IDs[wc.ID] != nil:
-		// F13: a failed REG completes in error although unsignaled
-		// (§3.3); its own status is the device's, not an I/O's reuse.
+	case r.regFailIDs[wc.ID] != nil:
+		// failed registration: a failed REG completes in error although
+		// unsignaled (docs/verbs.md#completions); its own status is the
+		// device's, not an I/O's reuse.
 		if ok {
-			r.fatalf("F13: the REG/BIND that must fail completed SUCCESS")
+			r.fatalf("failed registration: the REG/BIND that must fail completed SUCCESS")
 		}
-		r.f13Seen++
-		r.f13Status = wc.Status
-	case r.f14IDs[wc.ID]:
-		// F14: a LOCAL_INV naming a wrong key. Full-key devices (strict,
-		// rxe) must refuse it; index-only devices (ib, iwarp) accept it,
-		// which is how srp's off-by-one keys went unnoticed (§5.1).
+		r.regFailSeen++
+		r.regFailStatus = wc.Status
+	case r.wrongInvIDs[wc.ID]:
+		// wrong-key invalidation: a LOCAL_INV naming a wrong key. Full-key
+		// devices (strict, rxe) must refuse it; index-only devices (ib,
+		// iwarp) accept it, which is how srp's off-by-one keys went unnoticed
+		// (docs/registration.md#early-recycling).
 		if ok && !r.prov.Profile().Quirks.InvalidateIndexOnly {
-			r.fatalf("F14: LOCAL_INV with a wrong key succeeded on a full-key-compare device")
+			r.fatalf("wrong-key invalidation: LOCAL_INV with a wrong key succeeded on a full-key-compare device")
 		}
 	default:
 		if wc.Status == transport.StatusMWBindErr && !r.bogusConn {
 			r.mwBind++
 			k, sl, g, _ := decodeID(wc.ID)
-			r.mwBindWhy = fmt.Sprintf("wr %#x (kind %d slot %d gen %d; last F13 %#x)", wc.ID, k, sl, g, r.f13ID)
+			r.mwBindWhy = fmt.Sprintf("wr %#x (kind %d slot %d gen %d; last failed registration %#x)", wc.ID, k, sl, g, r.regFailID)
 		}
 	}
 	r.pool.OnSendCompletion(wc)
-	if f := r.f13IDs[wc.ID]; f != nil {
+	if f := r.regFailIDs[wc.ID]; f != nil {
 		if s := slotState(r.pool, f.slot); s.Gen == f.gen && s.State != Tainted {
-			r.fatalf("F13: MR of the failed REG is %s, want TAINTED", s.State)
+			r.fatalf("failed registration: MR of the failed REG is %s, want TAINTED", s.State)
 		}
 	}
 	if !ok || r.pool.Err() != nil {
@@ -48,31 +53,32 @@ func (r *rig) onIniSendWC(wc *transport.WC) {
 	}
 }
 
-type f13rec struct {
+type regFailRec struct {
 	slot int
 	gen  uint32
 }
 
-// clearInjected forgets the WRs of F13/F14 once the connection is gone.
+// clearInjected forgets the WRs of the injected failed registration and
+// wrong-key invalidation once the connection is gone.
 func (r *rig) clearInjected() {
-	clear(r.f13IDs)
-	clear(r.f13Reqs)
-	clear(r.f14IDs)
-	r.f13ID = 0
+	clear(r.regFailIDs)
+	clear(r.regFailReqs)
+	clear(r.wrongInvIDs)
+	r.regFailID = 0
 }
 
-// breakReg makes the registration of the I/O being started fail on the
-// device (F13): variant 0 a malformed REG (invalid access; for a window a
-// range outside the base MR), 1 a PD mismatch (an object of the target's
-// PD), 2 a REG/BIND on an object the device holds VALID (a registration
-// of the same object and key chained in front of it).
+// breakReg makes the registration of the I/O being started fail on the device
+// (failed registration): variant 0 a malformed REG (invalid access; for a
+// window a range outside the base MR), 1 a PD mismatch (an object of the
+// target's PD), 2 a REG/BIND on an object the device holds VALID (a
+// registration of the same object and key chained in front of it).
 func (r *rig) breakReg(chain []transport.SendWR, reg Reg) []transport.SendWR {
-	v := r.f13Arm - 1
-	r.f13Arm = 0
-	r.f13Inj++
-	r.f13ID, r.f13Slot, r.f13Gen = chain[0].ID, reg.Slot(), reg.gen
-	r.f13IDs[r.f13ID] = &f13rec{slot: reg.Slot(), gen: reg.gen}
-	r.f13Reqs[r.nextReq] = true
+	v := r.regFailArm - 1
+	r.regFailArm = 0
+	r.regFailInj++
+	r.regFailID, r.regFailSlot, r.regFailGen = chain[0].ID, reg.Slot(), reg.gen
+	r.regFailIDs[r.regFailID] = &regFailRec{slot: reg.Slot(), gen: reg.gen}
+	r.regFailReqs[r.nextReq] = true
 	w := &chain[0]
 	frmr := w.Opcode == transport.OpRegMR
 	switch v {
@@ -110,13 +116,13 @@ func (r *rig) breakReg(chain []transport.SendWR, reg Reg) []transport.SendWR {
 	return chain
 }
 
-// resetToInit is the first half of a reconnect that reuses the initiator
-// QP: the QP goes to RESET (its WRs are discarded without completions, so
-// the pool is Reset: rule 17) and then INIT; the old target is destroyed.
-// From here the rig posts without looking at the QP state (F19): strict
-// devices refuse the posts, ib drops them silently. With reconnect the QP
-// is connected again after the first accepted post (the race of a
-// reconnect), so later completions skip the dropped WRs.
+// resetToInit is the first half of a reconnect that reuses the initiator QP:
+// the QP goes to RESET (its WRs are discarded without completions, so the
+// pool is Reset: drained teardown) and then INIT; the old target is
+// destroyed. From here the rig posts without looking at the QP state (posts
+// before RTS): strict devices refuse the posts, ib drops them silently. With
+// reconnect the QP is connected again after the first accepted post (the race
+// of a reconnect), so later completions skip the dropped WRs.
 func (r *rig) resetToInit(reconnect bool) {
 	r.pool.OnQPError()
 	r.ini.qp.Modify(transport.QPReset)
@@ -153,13 +159,13 @@ func (r *rig) resetToInit(reconnect bool) {
 		r.postRecv(&r.ini, i)
 	}
 	r.clearInjected()
-	r.f19, r.f19Reconnect, r.f19Posted = true, reconnect, false
+	r.preRTS, r.preRTSReconnect, r.preRTSPosted = true, reconnect, false
 	r.broken = false
 }
 
-// strayWrapped is F7: a stray WRITE with an (rkey, va) advertised by an
-// earlier registration whose rkey a live I/O holds again (the 8-bit key
-// wrapped, or the device reused the index with that key).
+// strayWrapped is stray with a wrapped key: a stray WRITE with an (rkey, va)
+// advertised by an earlier registration whose rkey a live I/O holds again
+// (the 8-bit key wrapped, or the device reused the index with that key).
 func (r *rig) strayWrapped() {
 	for tag := range r.ios {
 		x := &r.ios[tag]
@@ -171,17 +177,18 @@ func (r *rig) strayWrapped() {
 			continue
 		}
 		if r.mech == MW && r.prov.Profile().Quirks.WindowBoundsUnchecked {
-			return // the window would not bound it: TestF07StaleWrappedKey
+			return // the window would not bound it: TestStaleWrappedKey
 		}
-		r.f7++
+		r.wrappedStrays++
 		st := r.stray(x.reg.RKey(), va, 16)
 		if r.mech == FRMR && st == transport.StatusSuccess {
-			r.fatalf("rule 9/F7: stray WRITE with a wrapped rkey %s and its old va %#x succeeded (live iova %#x)", x.reg.RKey(), va, x.reg.IOVA())
+			r.fatalf("varying iova (stray with a wrapped key): stray WRITE with a wrapped rkey %s and its old va %#x succeeded (live iova %#x)", x.reg.RKey(), va, x.reg.IOVA())
 		}
 		if st == transport.StatusSuccess {
-			// A window's va is not tagged: the write landed inside the
-			// live registration, memory the pool still owns (F7's
-			// accepted risk; rule 7 keeps that rkey on one I/O only).
+			// A window's va is not tagged: the write landed inside the live
+			// registration, memory the pool still owns (the accepted risk of
+			// a stray with a wrapped key; unique live keys keeps that rkey on
+			// one I/O only).
 			x.strayHit = true
 		}
 		return
@@ -208,13 +215,13 @@ func (r *rig) runUntilRecovered() {
 	}
 }
 
-// TestF04LostFlushCompletions: completions lost during a flush. rxe-like:
+// TestLostFlushCompletions: completions lost during a flush. rxe-like:
 // the CQ fills during the flush and the remaining flush completions
 // (including the drain marker's) are dropped; undersized: a CQ below
 // CQDepth overruns during the flush (the software NIC kills the CQ). The
-// pool must not wait forever (rule 13), must not recycle anything on the
+// pool must not wait forever (bounded waits), must not recycle anything on the
 // strength of what it did not see, and replaces every MR that was in use.
-func TestF04LostFlushCompletions(t *testing.T) {
+func TestLostFlushCompletions(t *testing.T) {
 	for _, mech := range []Mechanism{FRMR, MW} {
 		for _, mode := range []string{"rxe-like", "undersized"} {
 			t.Run(mech.String()+"/"+mode, func(t *testing.T) {
@@ -257,12 +264,12 @@ func TestF04LostFlushCompletions(t *testing.T) {
 						t.Fatal("no flush completion was lost")
 					}
 					if st.Deadlines == st0.Deadlines {
-						t.Fatal("the drain ended without the pool's deadline (rule 13)")
+						t.Fatal("the drain ended without the pool's deadline (bounded waits)")
 					}
 				}
-				// A slot in use at the flush is either replaced or was
-				// proven FREE by a SUCCESS polled before the flush
-				// completions (rig.check: FREE on the device, rule 5).
+				// A slot in use at the flush is either replaced or was proven
+				// FREE by a SUCCESS polled before the flush completions
+				// (rig.check: FREE on the device, one live generation).
 				replaced := 0
 				r.pool.Slots(func(s SlotInfo) {
 					if g, ok := inUse[s.Slot]; ok && s.Gen != g {
@@ -281,14 +288,14 @@ func TestF04LostFlushCompletions(t *testing.T) {
 	}
 }
 
-// TestF07StaleWrappedKey: a hostile peer keeps every descriptor (rkey,
+// TestStaleWrappedKey: a hostile peer keeps every descriptor (rkey,
 // iova, length) it was ever handed and, while each new registration of
 // the same MR is live, fires all of them. The 8-bit key wraps every 256
 // registrations, so without the iova tag (FRMR) or window rotation (MW)
 // the descriptor of 256 registrations ago is served inside the live
 // registration. None may be served, on any profile, across four wraps;
 // the live descriptor itself must be (the probe is not vacuous).
-func TestF07StaleWrappedKey(t *testing.T) {
+func TestStaleWrappedKey(t *testing.T) {
 	const rounds = 1024
 	for _, profile := range []string{"strict", "ib", "iwarp", "rxe"} {
 		for _, mech := range []Mechanism{FRMR, MW} {
@@ -344,32 +351,32 @@ func TestF07StaleWrappedKey(t *testing.T) {
 	}
 }
 
-// TestF13RegFailure: a REG_MR (BIND_MW) the device rejects — malformed
+// TestRegFailure: a REG_MR (BIND_MW) the device rejects — malformed
 // (bad page list / access), PD mismatch, REG on VALID — completes in
 // error although unsignaled; the SEND chained behind it is flushed, so
 // the target never sees the key; the MR is TAINTED and replaced.
-func TestF13RegFailure(t *testing.T) {
+func TestRegFailure(t *testing.T) {
 	for _, profile := range []string{"strict", "rxe"} {
 		for _, mech := range []Mechanism{FRMR, MW} {
 			for v, name := range []string{"malformed", "pd-mismatch", "reg-on-valid"} {
 				t.Run(profile+"/"+mech.String()+"/"+name, func(t *testing.T) {
 					r := newRig(t, profile, mech, 130+int64(v), mech == FRMR)
-					r.f13Arm = v + 1
+					r.regFailArm = v + 1
 					r.start(0)
-					if r.ios[0].state != ioPosted || r.f13ID == 0 {
+					if r.ios[0].state != ioPosted || r.regFailID == 0 {
 						t.Fatalf("not started: %+v", r.ios[0])
 					}
-					slot, gen := r.f13Slot, r.f13Gen
+					slot, gen := r.regFailSlot, r.regFailGen
 					r.runUntilRecovered() // the target fatals if it sees the command
-					if r.f13Seen != 1 {
-						t.Fatalf("%d error completions for the unsignaled REG, want 1", r.f13Seen)
+					if r.regFailSeen != 1 {
+						t.Fatalf("%d error completions for the unsignaled REG, want 1", r.regFailSeen)
 					}
 					want := transport.StatusMWBindErr
 					if profile == "rxe" && mech == FRMR {
 						want = transport.StatusLocQPOpErr
 					}
-					if r.f13Status != want {
-						t.Errorf("REG failed with %s, want %s", r.f13Status, want)
+					if r.regFailStatus != want {
+						t.Errorf("REG failed with %s, want %s", r.regFailStatus, want)
 					}
 					if s := slotState(r.pool, slot); s.Gen == gen {
 						t.Fatalf("slot %d not replaced: %+v", slot, s)
@@ -387,12 +394,12 @@ func TestF13RegFailure(t *testing.T) {
 	}
 }
 
-// TestF14WrongKeyLocalInv: a LOCAL_INV naming a wrong key (a pool bug,
+// TestWrongKeyLocalInv: a LOCAL_INV naming a wrong key (a pool bug,
 // simulated). strict and rxe refuse it (error completion, QP to ERR, MR
 // TAINTED); ib and iwarp match on the index only and invalidate anyway.
 // The pool itself never does this: rig.check counts key mismatches on
-// every step of the soak (rule 8).
-func TestF14WrongKeyLocalInv(t *testing.T) {
+// every step of the soak (invalidate the device key).
+func TestWrongKeyLocalInv(t *testing.T) {
 	for _, profile := range []string{"strict", "ib", "iwarp", "rxe"} {
 		t.Run(profile, func(t *testing.T) {
 			r := newRig(t, profile, FRMR, 140, true)
@@ -402,7 +409,7 @@ func TestF14WrongKeyLocalInv(t *testing.T) {
 				t.Fatal(err)
 			}
 			inv.InvalidateKey = inv.InvalidateKey.Bump()
-			r.f14++
+			r.wrongInv++
 			r.post([]transport.SendWR{inv})
 			r.waitIni(func() bool { return r.pool.Drained() })
 			c := r.prov.Counters()
@@ -424,13 +431,13 @@ func TestF14WrongKeyLocalInv(t *testing.T) {
 	}
 }
 
-// TestF19PostBeforeRTS: posts to a QP in INIT. strict, iwarp and rxe refuse
+// TestPostBeforeRTS: posts to a QP in INIT. strict, iwarp and rxe refuse
 // them at once: nothing is outstanding, the REG's MR is replaced. ib
 // accepts and drops them: the pool counts them outstanding only until its
-// deadline (rule 13). In the reconnect race the QP reaches RTS after the
+// deadline (bounded waits). In the reconnect race the QP reaches RTS after the
 // dropped posts and a later signaled WR completes: the pool must not take
 // that as proof the dropped REG and SEND executed.
-func TestF19PostBeforeRTS(t *testing.T) {
+func TestPostBeforeRTS(t *testing.T) {
 	for _, profile := range []string{"strict", "ib", "iwarp", "rxe"} {
 		for _, mech := range []Mechanism{FRMR, MW} {
 			t.Run(profile+"/"+mech.String(), func(t *testing.T) {
@@ -479,7 +486,7 @@ func TestF19PostBeforeRTS(t *testing.T) {
 					t.Fatalf("pool error %v, lost completions %d", r.pool.Err(), r.pool.Stats().LostCompletions)
 				}
 				if s := slotState(r.pool, dropped.Slot()); s.State != Tainted {
-					t.Fatalf("rule 2/10: the dropped REG's MR is %s, want TAINTED (the device never registered it)", s.State)
+					t.Fatalf("taint on error: the dropped REG's MR is %s, want TAINTED (the device never registered it)", s.State)
 				}
 				r.broken = true
 				r.recover()

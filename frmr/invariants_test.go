@@ -7,9 +7,9 @@ import (
 	"github.com/gosrp/gosrp/transport"
 )
 
-// One test per invariant of frmr-semantics §7. Rules whose check is a
-// per-step device/pool assertion run a short faulted soak: rig.check
-// asserts them after every step.
+// One test per invariant of docs/registration.md#invariants. Rules whose
+// check is a per-step device/pool assertion run a short faulted soak:
+// rig.check asserts them after every step.
 
 func shortSoak(t *testing.T, profile string, mech Mechanism) {
 	runSoak(t, profile, mech, soakSeed(int64(len(t.Name()))), 60, 0.03)
@@ -54,7 +54,8 @@ func TestRule03RemoteInvalidationChecked(t *testing.T) {
 	if r.pool.Done(reg) || slotState(r.pool, reg.Slot()).State != Tainted {
 		t.Fatal("bogus invalidation freed the MR")
 	}
-	// F17: response (with the right key) before the SEND completion.
+	// Receive before send completion: response (with the right key) before
+	// the SEND completion.
 	r2 := newRig(t, "strict", FRMR, 23, true)
 	reg2, _ := r2.pool.Get(Segment{Arena: r2.ini.arena, Off: 0, Len: 4096}, PeerWrites)
 	r2.pool.Posted([]transport.SendWR{reg2.WR(), {ID: sendBit | 9, Flags: transport.FlagSignaled}}, 2)

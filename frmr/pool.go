@@ -114,7 +114,8 @@ type Config struct {
 }
 
 // CQDepth is the CQ size a QP with the given queue depths needs so that a
-// full flush plus a drain marker never overruns it (frmr-semantics rule 16).
+// full flush plus a drain marker never overruns it
+// (docs/registration.md#cq-sizing).
 func CQDepth(sqDepth, rqDepth int) int { return sqDepth + rqDepth + 1 }
 
 // Segment is a buffer inside a registered arena.
@@ -560,10 +561,11 @@ func (p *Pool) cur(r Reg) (*slot, bool) {
 }
 
 // Admit checks that chain fits on the send queue (keeping one slot for a
-// drain marker) and sets FlagSignaled where needed: on the SEND that
-// follows a registration (its completion gates recycling, §3.6) and so
-// that no run of unsignaled WRs reaches SignalEvery. Call it right before
-// PostSend, then Posted.
+// drain marker) and sets FlagSignaled where needed: on the SEND that follows
+// a registration (its completion gates recycling,
+// docs/registration.md#when-a-buffer-goes-back) and so that no run of
+// unsignaled WRs reaches SignalEvery. Call it right before PostSend, then
+// Posted.
 func (p *Pool) Admit(chain []transport.SendWR) error {
 	if p.closed {
 		return ErrClosed
@@ -742,15 +744,20 @@ func (p *Pool) OnSendCompletion(wc *transport.WC) bool {
 	if j < 0 {
 		return false
 	}
-	// A signaled WR before this one whose completion never came: a
-	// conforming device reports every signaled WR, in order (§3.1, §3.3),
-	// so either the completion was lost (F3, F4) or the WR never reached
-	// the device (F19: a post before RTS that a device dropped silently).
-	// This completion then proves nothing about the skipped WRs, and
-	// inferring their success would free an MR whose LOCAL_INV never
-	// executed (rule 2) or take a never-executed REG for VALID. Treat the
-	// popped WRs as unknown outcomes (rule 10) and escalate to teardown
-	// (rule 13).
+	// A signaled WR before this one whose completion never came: a conforming
+	// device reports every signaled WR, in order
+	// (docs/verbs.md#send-queue-ordering-and-fences,
+	// docs/verbs.md#completions), so either the completion was lost
+	// (docs/registration.md#lost-completion,
+	// docs/registration.md#completions-lost-in-a-flush) or the WR never
+	// reached the device (docs/registration.md#posts-before-rts: a post
+	// before RTS that a device dropped silently). This completion then proves
+	// nothing about the skipped WRs, and inferring their success would free
+	// an MR whose LOCAL_INV never executed
+	// (docs/registration.md#proof-of-invalidation) or take a never-executed
+	// REG for VALID. Treat the popped WRs as unknown outcomes
+	// (docs/registration.md#taint-on-error) and escalate to teardown
+	// (docs/registration.md#bounded-waits).
 	if ok {
 		for i := 0; i < j; i++ {
 			if e := &p.ledger[(p.lhead+i)%len(p.ledger)]; e.signaled {
@@ -1139,10 +1146,10 @@ func (p *Pool) Check() error {
 		}
 	}
 	if nf != p.nFree || nu != p.nInUse || nt != p.nTainted {
-		return bad("rule 19: counted free/in-use/tainted %d/%d/%d, accounted %d/%d/%d", nf, nu, nt, p.nFree, p.nInUse, p.nTainted)
+		return bad("conservation: counted free/in-use/tainted %d/%d/%d, accounted %d/%d/%d", nf, nu, nt, p.nFree, p.nInUse, p.nTainted)
 	}
 	if nf+nu+nt != len(p.slots) {
-		return bad("rule 19: %d+%d+%d != size %d", nf, nu, nt, len(p.slots))
+		return bad("conservation: %d+%d+%d != size %d", nf, nu, nt, len(p.slots))
 	}
 	if len(p.free) != nf {
 		return bad("free list holds %d, %d slots FREE", len(p.free), nf)
@@ -1155,7 +1162,7 @@ func (p *Pool) Check() error {
 		}
 		seen[si] = true
 		if s.state != Free {
-			return bad("rule 1: slot %d on the free list in state %s", si, s.state)
+			return bad("free-list gating: slot %d on the free list in state %s", si, s.state)
 		}
 	}
 	pend := make([]int32, len(p.slots))
@@ -1178,14 +1185,14 @@ func (p *Pool) Check() error {
 			return bad("slot %d: %d ledger entries, pending %d", i, pend[i], s.pending)
 		}
 		if s.state == Free && s.pending != 0 {
-			return bad("rule 1: FREE slot %d named by %d outstanding WRs", i, s.pending)
+			return bad("free-list gating: FREE slot %d named by %d outstanding WRs", i, s.pending)
 		}
 	}
 	if p.ln > p.cfg.SQDepth {
-		return bad("rule 15: %d WRs outstanding, SQ holds %d", p.ln, p.cfg.SQDepth)
+		return bad("send-queue accounting: %d WRs outstanding, SQ holds %d", p.ln, p.cfg.SQDepth)
 	}
 	if maxRun >= p.cfg.SignalEvery {
-		return bad("rule 15: run of %d unsignaled WRs (SignalEvery %d)", maxRun, p.cfg.SignalEvery)
+		return bad("send-queue accounting: run of %d unsignaled WRs (SignalEvery %d)", maxRun, p.cfg.SignalEvery)
 	}
 	for k, si := range p.wait {
 		if p.slots[si].waitIdx != int32(k) {

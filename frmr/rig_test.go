@@ -22,9 +22,10 @@ const (
 	qd       = 8
 	maxPages = 4
 	iuSize   = 64
-	// sqDepth is both QPs' MaxSendWR and the pool's SQDepth, so rule 15
-	// (F11) is checked against the device's real send-queue limit: a WR
-	// beyond it fails PostSend with ErrQueueFull, which post reports.
+	// sqDepth is both QPs' MaxSendWR and the pool's SQDepth, so send-queue
+	// accounting (send-queue overflow) is checked against the device's real
+	// send-queue limit: a WR beyond it fails PostSend with ErrQueueFull,
+	// which post reports.
 	sqDepth = 32
 	rqDepth = 2 * qd
 	recvBit = 1 << 56
@@ -81,52 +82,53 @@ type rig struct {
 	area    int
 
 	// target-side script knobs (faults)
-	bogusNext   bool // F15
-	fenceless   bool // F16: READ and SEND_WITH_INV in one chain
-	deferSends  bool // F17
+	bogusNext   bool // bogus remote invalidation
+	fenceless   bool // invalidate behind a read: READ and SEND_WITH_INV in one chain
+	deferSends  bool // receive before send completion
 	deferred    []transport.WC
-	postFail    bool // F10 injected
+	postFail    bool // partial post injected
 	retiredKeys [8]struct {
 		key  transport.Key
 		iova uint64
 	}
 	retiredN int
 
-	// F4: nextCQ, if set, is the initiator CQ depth of the next
-	// connection (deliberately below CQDepth); lossy >= 0 makes the
-	// initiator's CQ rxe-like: of the flush completions only the next
+	// completions lost in a flush: nextCQ, if set, is the initiator CQ depth
+	// of the next connection (deliberately below CQDepth); lossy >= 0 makes
+	// the initiator's CQ rxe-like: of the flush completions only the next
 	// lossy are delivered, the rest are lost (CQ full during a flush).
 	nextCQ    int
 	lossy     int
 	lostCQEs  int
-	overrunOK bool // F4/F12 injected on this connection
-	// F13: the REG/BIND expected to fail, and its request.
-	f13ID         uint64 // the last one
-	f13Slot       int
-	f13Gen        uint32
-	f13IDs        map[uint64]*f13rec
-	f13Reqs       map[uint64]bool
-	f13Seen       int
-	f13Arm        int // 1 + variant of the next I/O's broken REG
-	f13Inj        int
-	f13Status     transport.Status
+	overrunOK bool // completions lost in a flush, CQ overrun injected on this connection
+	// failed registration: the REG/BIND expected to fail, and its request.
+	regFailID     uint64 // the last one
+	regFailSlot   int
+	regFailGen    uint32
+	regFailIDs    map[uint64]*regFailRec
+	regFailReqs   map[uint64]bool
+	regFailSeen   int
+	regFailArm    int // 1 + variant of the next I/O's broken REG
+	regFailInj    int
+	regFailStatus transport.Status
 	spareFR       transport.FastRegMR // on the target's PD
 	spareMW       transport.MW
 	injRegOnValid int
-	// F14: LOCAL_INVs posted with a wrong key.
-	f14Next   bool
-	f14IDs    map[uint64]bool
-	f14       int
-	bogusSent int
-	// F19: the initiator QP was reset to INIT and the rig keeps posting
-	// without looking at its state; reconnect it (same QP) after the
-	// first post if f19Reconnect.
-	f19, f19Reconnect, f19Posted bool
-	f19n                         int
-	// F7: (iova, request) a retired rkey was last advertised with.
-	keyHist map[transport.Key]uint64
-	f7      int
-	ticks   int64
+	// wrong-key invalidation: LOCAL_INVs posted with a wrong key.
+	wrongInvNext bool
+	wrongInvIDs  map[uint64]bool
+	wrongInv     int
+	bogusSent    int
+	// posts before RTS: the initiator QP was reset to INIT and the rig keeps
+	// posting without looking at its state; reconnect it (same QP) after the
+	// first post if preRTSReconnect.
+	preRTS, preRTSReconnect, preRTSPosted bool
+	preRTSN                               int
+	// stray with a wrapped key: (iova, request) a retired rkey was last
+	// advertised with.
+	keyHist       map[transport.Key]uint64
+	wrappedStrays int
+	ticks         int64
 
 	broken bool
 	// bogusConn: the target sent a wrong SEND_WITH_INV on this
@@ -150,7 +152,7 @@ func newRig(t testing.TB, profile string, mech Mechanism, seed int64, iovaTag bo
 	}
 	r := &rig{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 7)), prov: p, mech: mech, wcs: make([]transport.WC, 64),
 		lossy: -1, keyHist: map[transport.Key]uint64{},
-		f13IDs: map[uint64]*f13rec{}, f13Reqs: map[uint64]bool{}, f14IDs: map[uint64]bool{}}
+		regFailIDs: map[uint64]*regFailRec{}, regFailReqs: map[uint64]bool{}, wrongInvIDs: map[uint64]bool{}}
 	r.area = maxPages * transport.PageSize
 	d, _ := p.OpenDevice("")
 	for _, s := range []*side{&r.ini, &r.tgt} {
@@ -211,7 +213,7 @@ func (r *rig) connectQP(reuseIni bool) {
 			r.fatalf("cq: %v", err)
 		}
 		if depth < CQDepth(sqDepth, rqDepth) {
-			defer func() { r.overrunOK = true }() // F4: undersized on purpose
+			defer func() { r.overrunOK = true }() // completions lost in a flush: undersized on purpose
 		}
 		if s.qp, err = s.pd.CreateQP(transport.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: sqDepth, MaxRecvWR: rqDepth, MaxSendSGE: 2, MaxRecvSGE: 1}); err != nil {
 			r.fatalf("qp: %v", err)
@@ -242,21 +244,22 @@ func (r *rig) connectQP(reuseIni bool) {
 	}
 	r.broken = false
 	r.bogusConn = false
-	r.f19, r.f19Reconnect, r.f19Posted = false, false, false
+	r.preRTS, r.preRTSReconnect, r.preRTSPosted = false, false, false
 	if !reuseIni {
 		r.lossy = -1
 		r.overrunOK = false
 	}
 }
 
-// pollCQ polls one side's CQ. A dead CQ is a fault only if one was
-// injected (F4, F12): otherwise the pool sized it wrong (rule 16). The
-// initiator's CQ loses flush completions while lossy is armed (F4).
+// pollCQ polls one side's CQ. A dead CQ is a fault only if one was injected
+// (completions lost in a flush, CQ overrun): otherwise the pool sized it
+// wrong (CQ sizing). The initiator's CQ loses flush completions while lossy
+// is armed (completions lost in a flush).
 func (r *rig) pollCQ(s *side) (int, error) {
 	n, err := s.cq.Poll(r.wcs)
 	if err != nil {
 		if errors.Is(err, transport.ErrCQOverrun) && !r.overrunOK {
-			r.fatalf("rule 16: CQ of depth %d overran without injection", s.cq.Depth())
+			r.fatalf("CQ sizing: CQ of depth %d overran without injection", s.cq.Depth())
 		}
 		return 0, err
 	}
@@ -294,11 +297,11 @@ func (r *rig) post(chain []transport.SendWR) (int, error) {
 	}
 	n, err := r.ini.qp.PostSend(chain)
 	r.pool.Posted(chain, n)
-	if r.f19 && n > 0 {
-		r.f19Posted = true // accepted by a QP in INIT: dropped (ib) or kept
+	if r.preRTS && n > 0 {
+		r.preRTSPosted = true // accepted by a QP in INIT: dropped (ib) or kept
 	}
 	if err != nil && !r.postFail && r.ini.qp.State() == transport.QPRTS {
-		r.fatalf("post send failed without injection (rule 15/F11): %v", err)
+		r.fatalf("post send failed without injection (send-queue accounting; send-queue overflow): %v", err)
 	}
 	if err != nil {
 		r.postFail = false
@@ -353,7 +356,7 @@ func (r *rig) start(tag int) {
 	r.sendID++
 	chain := []transport.SendWR{reg.WR(), {ID: sendBit | r.sendID, Opcode: transport.OpSend,
 		SGL: []transport.SGE{{Addr: r.iuAddr(&r.ini, rqDepth+tag), Length: 32, LKey: r.ini.mr.LKey()}}}}
-	if r.f13Arm != 0 {
+	if r.regFailArm != 0 {
 		chain = r.breakReg(chain, reg)
 	}
 	n2, err := r.post(chain)
@@ -406,17 +409,18 @@ func (r *rig) onIniWC(wc transport.WC) {
 		x.failed = true
 		return
 	}
-	// Rule 8 / F14: the response proves the REG executed, so the device
-	// holds the key the LOCAL_INV must name.
+	// Invalidate the device key (wrong-key invalidation): the response proves
+	// the REG executed, so the device holds the key the LOCAL_INV must name.
 	if info, ok := r.prov.MRInfo(inv.InvalidateKey.Index()); !ok || info.Key != inv.InvalidateKey {
-		r.fatalf("rule 8: LOCAL_INV names %s, device holds %+v (ok=%v)", inv.InvalidateKey, info, ok)
+		r.fatalf("invalidate the device key: LOCAL_INV names %s, device holds %+v (ok=%v)", inv.InvalidateKey, info, ok)
 	}
-	if r.f14Next {
-		// F14: simulate a pool bug, a LOCAL_INV naming a wrong key.
-		r.f14Next = false
-		r.f14++
+	if r.wrongInvNext {
+		// wrong-key invalidation: simulate a pool bug, a LOCAL_INV naming a
+		// wrong key.
+		r.wrongInvNext = false
+		r.wrongInv++
 		inv.InvalidateKey = inv.InvalidateKey.Bump()
-		r.f14IDs[inv.ID] = true
+		r.wrongInvIDs[inv.ID] = true
 	}
 	if n, _ := r.post([]transport.SendWR{inv}); n == 0 {
 		x.failed = true
@@ -437,8 +441,8 @@ func (r *rig) onTgtWC(wc transport.WC) {
 		slot := int(wc.ID & 0xffffff)
 		iu := r.tgt.arena.Bytes()[qd*r.area+slot*iuSize:]
 		tag := int(binary.LittleEndian.Uint32(iu))
-		if req := binary.LittleEndian.Uint64(iu[8:]); r.f13Reqs[req] {
-			r.fatalf("F13: the target received request %d, whose REG failed: the SEND behind a failed REG must be flushed", req)
+		if req := binary.LittleEndian.Uint64(iu[8:]); r.regFailReqs[req] {
+			r.fatalf("failed registration: the target received request %d, whose REG failed: the SEND behind a failed REG must be flushed", req)
 		}
 		dir := Direction(iu[4])
 		pat := iu[5]
@@ -462,7 +466,8 @@ func (r *rig) onTgtWC(wc transport.WC) {
 		}
 		rd := transport.SendWR{ID: readBit | uint64(tag), Opcode: transport.OpRDMARead, Flags: transport.FlagSignaled, SGL: sge, RemoteAddr: iova, RKey: rkey}
 		if r.fenceless {
-			// F16: SEND_WITH_INV chained behind the READ of the same MR.
+			// invalidate behind a read: SEND_WITH_INV chained behind the READ
+			// of the same MR.
 			r.fenceless = false
 			rd.ID = sendBit | 2<<20 | uint64(tag)
 			r.respond(tag, rkey, rd)
@@ -494,7 +499,8 @@ func (r *rig) respond(tag int, rkey transport.Key, before ...transport.SendWR) {
 		resp.Opcode = transport.OpSendWithInv
 		resp.InvalidateKey = rkey
 		if r.bogusNext {
-			// F15: name the wrong key (another request's or a bumped one).
+			// bogus remote invalidation: name the wrong key (another
+			// request's or a bumped one).
 			r.bogusNext = false
 			r.bogusConn = true
 			r.bogusSent++
@@ -524,7 +530,7 @@ func (r *rig) tgtPost(chain []transport.SendWR) {
 func (r *rig) poll() bool {
 	any := false
 	for _, s := range []*side{&r.ini, &r.tgt} {
-		if s == &r.tgt && r.f19 {
+		if s == &r.tgt && r.preRTS {
 			continue // destroyed with the old connection
 		}
 		n, err := r.pollCQ(s)
@@ -539,7 +545,7 @@ func (r *rig) poll() bool {
 				continue
 			}
 			if r.deferSends && wc.ID>>56 != 1 || len(r.deferred) > 0 && wc.ID>>56 != 1 {
-				r.deferred = append(r.deferred, wc) // F17: receive overtakes send completion
+				r.deferred = append(r.deferred, wc) // receive before send completion: receive overtakes send completion
 				continue
 			}
 			r.onIniWC(wc)
@@ -556,17 +562,17 @@ func (r *rig) poll() bool {
 	return any
 }
 
-// retire hands buffers back when the pool says so, checking rule 4.
+// retire hands buffers back when the pool says so, checking buffer return.
 func (r *rig) retire() {
 	for tag := range r.ios {
 		x := &r.ios[tag]
 		if x.state == ioIdle || !r.pool.Done(x.reg) {
 			continue
 		}
-		// Rule 4: no rkey reaching the buffer is VALID on the device.
+		// buffer return: no rkey reaching the buffer is VALID on the device.
 		k := x.reg.RKey()
 		if info, ok := r.prov.MRInfo(k.Index()); ok && info.State == "VALID" && info.Key == k {
-			r.fatalf("rule 4: tag %d returned while rkey %s is VALID on the device", tag, k)
+			r.fatalf("buffer return: tag %d returned while rkey %s is VALID on the device", tag, k)
 		}
 		base := r.bufOff(tag)
 		buf := r.ini.arena.Bytes()[base : base+r.area]
@@ -602,7 +608,7 @@ func (r *rig) check() {
 	}
 	st := r.pool.Stats()
 	if st.Free+st.InUse+st.Tainted+st.Retiring != st.Size {
-		r.fatalf("rule 19: %+v", st)
+		r.fatalf("conservation: %+v", st)
 	}
 	free := map[uint32]bool{}
 	r.pool.Slots(func(s SlotInfo) {
@@ -610,46 +616,49 @@ func (r *rig) check() {
 			return
 		}
 		free[s.Index] = true
-		// Rule 5: a FREE slot's MR is FREE on the device, not poisoned.
+		// one live generation: a FREE slot's MR is FREE on the device, not
+		// poisoned.
 		info, ok := r.prov.MRInfo(s.Index)
 		if !ok || info.State != "FREE" || info.Poisoned {
-			r.fatalf("rule 5: FREE slot %d index %#x device %+v ok=%v", s.Slot, s.Index, info, ok)
+			r.fatalf("one live generation: FREE slot %d index %#x device %+v ok=%v", s.Slot, s.Index, info, ok)
 		}
 	})
-	// Rule 1: no outstanding WR names a FREE MR.
+	// free-list gating: no outstanding WR names a FREE MR.
 	for _, o := range r.prov.Outstanding() {
 		if o.QPNum != r.ini.qp.Num() || (o.Opcode != transport.OpRegMR && o.Opcode != transport.OpBindMW && o.Opcode != transport.OpLocalInv) {
 			continue
 		}
 		for _, idx := range o.Objects {
 			if free[idx] {
-				r.fatalf("rule 1: FREE MR index %#x named by outstanding %s %#x", idx, o.Opcode, o.ID)
+				r.fatalf("free-list gating: FREE MR index %#x named by outstanding %s %#x", idx, o.Opcode, o.ID)
 			}
 		}
 	}
-	// Rule 7: unretired rkeys are distinct.
+	// unique live keys: unretired rkeys are distinct.
 	for i := range r.ios {
 		for j := i + 1; j < len(r.ios); j++ {
 			if r.ios[i].state != ioIdle && r.ios[j].state != ioIdle && r.ios[i].reg.RKey() == r.ios[j].reg.RKey() {
-				r.fatalf("rule 7: tags %d and %d share rkey %s", i, j, r.ios[i].reg.RKey())
+				r.fatalf("unique live keys: tags %d and %d share rkey %s", i, j, r.ios[i].reg.RKey())
 			}
 		}
 	}
 	c := r.prov.Counters()
 	if c.RegOnValid > uint64(r.injRegOnValid) {
-		r.fatalf("rule 5: %d REG/BIND on a VALID object, %d injected (F13)", c.RegOnValid, r.injRegOnValid)
+		r.fatalf("one live generation: %d REG/BIND on a VALID object, %d injected (failed registration)", c.RegOnValid, r.injRegOnValid)
 	}
-	// F14 / rule 8: every key mismatch is one the rig injected (a wrong
-	// LOCAL_INV, or a bogus SEND_WITH_INV of F15).
-	if c.InvKeyMismatch > uint64(r.f14+r.bogusSent) {
-		r.fatalf("rule 8/F14: %d invalidations named a key the device does not hold, %d injected", c.InvKeyMismatch, r.f14+r.bogusSent)
+	// Invalidate the device key (wrong-key invalidation): every key mismatch
+	// is one the rig injected (a wrong LOCAL_INV, or the SEND_WITH_INV of a
+	// bogus remote invalidation).
+	if c.InvKeyMismatch > uint64(r.wrongInv+r.bogusSent) {
+		r.fatalf("invalidate the device key (wrong-key invalidation): %d invalidations named a key the device does not hold, %d injected", c.InvKeyMismatch, r.wrongInv+r.bogusSent)
 	}
 	if r.mwBind != 0 {
-		r.fatalf("F2/rule 10: %d MW_BIND_ERR completions reached the initiator, last %s", r.mwBind, r.mwBindWhy)
+		r.fatalf("taint on error (poisoned after a flush): %d MW_BIND_ERR completions reached the initiator, last %s", r.mwBind, r.mwBindWhy)
 	}
 }
 
-// recover tears the connection down and builds a new one (rules 10–13, 17).
+// recover tears the connection down and builds a new one (taint on error,
+// connection loss, partial posts, bounded waits, drained teardown).
 func (r *rig) recover() {
 	r.recovers++
 	r.pool.OnQPError()
@@ -665,8 +674,9 @@ func (r *rig) recover() {
 		n, _ := r.ini.qp.PostSend(m)
 		r.pool.Posted(m, n)
 	}
-	// The drain is bounded by the pool's deadline (rule 13), so lost flush
-	// completions (F4) cannot hang it; the wall clock is a backstop only.
+	// The drain is bounded by the pool's deadline (bounded waits), so lost
+	// flush completions (completions lost in a flush) cannot hang it; the
+	// wall clock is a backstop only.
 	deadline := time.Now().Add(5 * time.Second)
 	for !r.pool.Drained() && time.Now().Before(deadline) {
 		n, err := r.pollCQ(&r.ini)
@@ -690,7 +700,7 @@ func (r *rig) recover() {
 		s.cq.Close()
 	}
 	if !r.pool.Drained() {
-		r.pool.Reset() // rule 13/17: completions lost with the destroyed QP
+		r.pool.Reset() // bounded waits, drained teardown: completions lost with the destroyed QP
 	}
 	if err := r.pool.Recover(); err != nil {
 		r.fatalf("recover: %v", err)
@@ -738,7 +748,7 @@ func (r *rig) idle() {
 	cancel()
 	r.ticks++
 	if err := r.pool.Tick(); err != nil {
-		r.broken = true // rule 13: deadline (or a lost completion) → teardown
+		r.broken = true // bounded waits: deadline (or a lost completion) → teardown
 	}
 }
 
@@ -756,10 +766,10 @@ func (r *rig) step() {
 		r.broken = true // a QP error or a lost completion seen by the pool
 	}
 	r.retire()
-	if r.f19 {
-		// F19: the rig does not look at the QP state; only the pool's
-		// deadline or lost-completion check can end this.
-		if r.f19Reconnect && r.f19Posted && !r.broken {
+	if r.preRTS {
+		// posts before RTS: the rig does not look at the QP state; only the
+		// pool's deadline or lost-completion check can end this.
+		if r.preRTSReconnect && r.preRTSPosted && !r.broken {
 			if r.ini.qp.State() != transport.QPInit {
 				r.broken = true
 			} else {

@@ -61,14 +61,15 @@ func (r *rig) register(off, n int, dir Direction) Reg {
 	return reg
 }
 
-// TestSeed002NaivePoolLetsStrayWriteCorrupt reproduces seed thread 002
-// (ib_srp): a naive pool that recycles an MR when its LOCAL_INV is
-// *posted* hands the buffer back while the old rkey is still VALID; a stray
-// WRITE with that rkey lands in application memory. The LINV is held back
-// deterministically by putting the QP in SQD, so it cannot execute yet.
-// The real pool returns the buffer only after the LINV completed, and the
-// same stray WRITE fails with REM_ACCESS_ERR without changing a byte.
-func TestSeed002NaivePoolLetsStrayWriteCorrupt(t *testing.T) {
+// TestNaivePoolLetsStrayWriteCorrupt reproduces ib_srp's early recycling
+// (docs/registration.md#early-recycling): a naive pool that recycles an MR
+// when its LOCAL_INV is *posted* hands the buffer back while the old rkey is
+// still VALID; a stray WRITE with that rkey lands in application memory. The
+// LINV is held back deterministically by putting the QP in SQD, so it cannot
+// execute yet. The real pool returns the buffer only after the LINV
+// completed, and the same stray WRITE fails with REM_ACCESS_ERR without
+// changing a byte.
+func TestNaivePoolLetsStrayWriteCorrupt(t *testing.T) {
 	const off, n = 100, 3 * 4096
 	app := func(r *rig) []byte { return r.ini.arena.Bytes()[off : off+n] }
 	stray := bytes.Repeat([]byte{0xEE}, 64)
@@ -129,7 +130,7 @@ func TestSeed002NaivePoolLetsStrayWriteCorrupt(t *testing.T) {
 			t.Fatal(err)
 		}
 		if r.pool.Done(reg) {
-			t.Fatal("rule 2/4: buffer returned before the LOCAL_INV completed")
+			t.Fatal("buffer return: buffer returned before the LOCAL_INV completed")
 		}
 		if err := r.ini.qp.Modify(transport.QPRTS); err != nil {
 			t.Fatal(err)
@@ -153,10 +154,10 @@ func TestSeed002NaivePoolLetsStrayWriteCorrupt(t *testing.T) {
 	})
 }
 
-// TestSeed000QPErrorMidBurstIB: under the ib (ConnectX-3-like) profile a
+// TestQPErrorMidBurstIB: under the ib (ConnectX-3-like) profile a
 // QP error mid-burst flushes REG/LINV WRs and poisons their MRs; no
 // MW_BIND_ERR ever reaches an I/O and every flushed MR is replaced.
-func TestSeed000QPErrorMidBurstIB(t *testing.T) {
+func TestQPErrorMidBurstIB(t *testing.T) {
 	for _, mech := range []Mechanism{FRMR, MW} {
 		t.Run(mech.String(), func(t *testing.T) {
 			r := newRig(t, "ib", mech, 1000, mech == FRMR)
@@ -212,19 +213,21 @@ func TestCanaryCheckerFailsOnBrokenInvariant(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := r.pool
-	// Rule 1/19: an in-use MR pushed on the free list (the naive pool).
+	// Free-list gating and conservation (docs/registration.md#invariants):
+	// an in-use MR pushed on the free list (the naive pool).
 	p.free = append(p.free, uint32(reg.Slot()))
 	if err := p.Check(); err == nil {
 		t.Fatal("Check missed an in-use MR on the free list")
 	}
 	p.free = p.free[:len(p.free)-1]
-	// Rule 19: accounting drift.
+	// Conservation (docs/registration.md#conservation): accounting drift.
 	p.nInUse++
 	if err := p.Check(); err == nil {
 		t.Fatal("Check missed an accounting drift")
 	}
 	p.nInUse--
-	// Rule 15: a run of unsignaled WRs.
+	// Send-queue accounting (docs/registration.md#send-queue-accounting): a
+	// run of unsignaled WRs.
 	for i := 0; i < p.cfg.SignalEvery; i++ {
 		p.push(entry{id: uint64(i), kind: kindCaller})
 	}

@@ -8,23 +8,24 @@ import (
 	"github.com/gosrp/gosrp/transport"
 )
 
-// inject applies one random fault of frmr-semantics §8.
+// inject applies one random fault of docs/registration.md#fault-scenarios;
+// each case names its heading there.
 func (r *rig) inject() {
 	ini, tgt := r.ini.qp, r.tgt.qp
-	if r.f19 {
-		return // the target of the F19 window is gone; let it play out
+	if r.preRTS {
+		return // the target of the posts-before-RTS window is gone; let it play out
 	}
 	switch r.rng.IntN(17) {
-	case 0: // F1, F2 (ib): QP to ERR mid-burst
+	case 0: // QP error mid-burst; poisoned after a flush (ib)
 		r.prov.InjectQPError(ini, r.rng.IntN(4))
-	case 1: // F3: lost completion → deadline → teardown
+	case 1: // lost completion: deadline → teardown
 		r.prov.InjectDropCQE(ini, r.rng.IntN(3))
-	case 2: // F5, F7: stray WRITE with an old rkey
+	case 2: // stray after re-registration; stray with a wrapped key
 		if r.retiredN > 0 {
 			k := r.retiredKeys[r.rng.IntN(min(r.retiredN, len(r.retiredKeys)))]
 			r.stray(k.key, k.iova, 16)
 		}
-	case 3: // F6, rule 18: stray WRITE with a live rkey before invalidation
+	case 3: // stray before invalidation; least privilege
 		for tag := range r.ios {
 			x := &r.ios[tag]
 			if x.state != ioPosted {
@@ -33,33 +34,33 @@ func (r *rig) inject() {
 			x.strayHit = true
 			st := r.stray(x.reg.RKey(), x.reg.IOVA(), min(16, x.n))
 			if x.dir == PeerReads && st == transport.StatusSuccess {
-				r.fatalf("rule 18: WRITE through a REMOTE_READ registration succeeded")
+				r.fatalf("least privilege: WRITE through a REMOTE_READ registration succeeded")
 			}
 			break
 		}
-	case 4: // F8: duplicate request packets
+	case 4: // duplicate packets
 		if r.rng.IntN(2) == 0 {
 			r.prov.InjectDuplicate(ini, r.rng.IntN(3))
 		} else {
 			r.prov.InjectDuplicate(tgt, r.rng.IntN(3))
 		}
-	case 5: // F9: link cut (possibly during a target READ)
+	case 5: // disconnect during a read: link cut (possibly during a target READ)
 		r.prov.CutLink(tgt)
-	case 6: // F10: post_send fails partway through a chain
+	case 6: // partial post: post_send fails partway through a chain
 		r.prov.InjectPostFailure(ini, r.rng.IntN(2))
 		r.postFail = true
-	case 7: // F12: CQ overrun
+	case 7: // CQ overrun
 		r.overrunOK = true
 		r.prov.InjectCQOverrun(r.ini.cq)
-	case 8: // F15: SEND_WITH_INV naming the wrong key
+	case 8: // bogus remote invalidation: SEND_WITH_INV naming the wrong key
 		r.bogusNext = true
-	case 9: // F16: SEND_WITH_INV chained behind the target's READ
+	case 9: // invalidate behind a read: SEND_WITH_INV chained behind the target's READ
 		r.fenceless = true
-	case 10: // F17: receive completion overtakes the send completion
+	case 10: // receive before send completion: receive completion overtakes the send completion
 		r.deferSends = true
-	case 11: // F1 variant: consumer disconnect
+	case 11: // QP error mid-burst variant: consumer disconnect
 		r.ini.conn.Disconnect()
-	case 12: // F4: completions lost during a flush
+	case 12: // completions lost in a flush
 		if r.rng.IntN(2) == 0 {
 			// rxe-like: CQ full during the flush, the rest dropped.
 			r.lossy = r.rng.IntN(8)
@@ -69,14 +70,14 @@ func (r *rig) inject() {
 			r.nextCQ = rqDepth/2 + r.rng.IntN(sqDepth)
 			r.broken = true
 		}
-	case 13: // F13: the next registration fails on the device
-		r.f13Arm = 1 + r.rng.IntN(3)
-	case 14: // F14: the next LOCAL_INV names a wrong key
-		r.f14Next = true
-	case 15: // F19: QP back to INIT, posts before RTS
-		r.f19n++
+	case 13: // failed registration: the next registration fails on the device
+		r.regFailArm = 1 + r.rng.IntN(3)
+	case 14: // wrong-key invalidation: the next LOCAL_INV names a wrong key
+		r.wrongInvNext = true
+	case 15: // posts before RTS: QP back to INIT
+		r.preRTSN++
 		r.resetToInit(r.rng.IntN(2) == 0)
-	case 16: // F7: stray with a wrapped rkey and its old va
+	case 16: // stray with a wrapped key and its old va
 		r.strayWrapped()
 	}
 }
@@ -119,7 +120,8 @@ func runSoak(t *testing.T, profile string, mech Mechanism, seed int64, n int, fa
 }
 
 // TestSoak is the randomized, seeded run: thousands of I/Os (set
-// GOSRP_FRMR_SOAK) with F1–F20 injected, invariants checked every step.
+// GOSRP_FRMR_SOAK) with the fault scenarios injected, invariants checked
+// every step.
 func TestSoak(t *testing.T) {
 	n := soakN(2000)
 	if testing.Short() {
@@ -131,8 +133,8 @@ func TestSoak(t *testing.T) {
 				seed := soakSeed(int64(len(profile))*1000 + int64(mech))
 				r := runSoak(t, profile, mech, seed, n, 0.02)
 				st := r.pool.Stats()
-				t.Logf("seed %d: %d I/Os ok, %d failed, %d recoveries, %d strays (%d F7 wrapped), %d bogus invalidations, F13 %d (%d REG errors seen), F14 %d, F19 %d, %d flush CQEs lost (F4); stats %+v",
-					seed, r.done, r.failedIO, r.recovers, r.strays, r.f7, r.bogus, r.f13Inj, r.f13Seen, r.f14, r.f19n, r.lostCQEs, st)
+				t.Logf("seed %d: %d I/Os ok, %d failed, %d recoveries, %d strays (%d with a wrapped key), %d bogus invalidations, %d failed registrations (%d REG errors seen), %d wrong-key invalidations, %d posts before RTS, %d flush CQEs lost; stats %+v",
+					seed, r.done, r.failedIO, r.recovers, r.strays, r.wrappedStrays, r.bogus, r.regFailInj, r.regFailSeen, r.wrongInv, r.preRTSN, r.lostCQEs, st)
 			})
 		}
 	}

@@ -100,7 +100,7 @@ func (c *conn) policyChanged() {
 }
 
 // isIWARP guesses whether a device is iWARP, whose RDMA READ sinks need
-// REMOTE_WRITE (READ responses are tagged writes; frmr-semantics §2.4).
+// REMOTE_WRITE (READ responses are tagged writes; docs/verbs.md#access-flags).
 func isIWARP(a transport.DeviceAttr) bool {
 	s := strings.ToLower(a.Name + " " + a.Vendor)
 	for _, w := range []string{"iwarp", "siw", "cxgb", "i40iw"} {

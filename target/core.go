@@ -554,7 +554,7 @@ func (c *core) sqReserve(n int) bool {
 }
 
 // reclaim records that the signaled WR at sequence seq completed, which
-// frees its SQ entry and every one before it (frmr-semantics §3.3).
+// frees its SQ entry and every one before it (docs/verbs.md#completions).
 func (c *core) reclaim(seq uint64) {
 	if seq > c.sqDone {
 		c.sqDone = seq

@@ -1,11 +1,11 @@
 package transport
 
 // Quirks describe where a device departs from the strictest reading of the
-// verbs rules. Real devices differ (frmr-semantics §4.5; rdma-unit-test's
-// per-device introspection lists them); the software NIC reproduces each
-// departure on demand, and the conformance suite reads Quirks to know which
-// outcome is correct for the device under test. A correct consumer works
-// under every setting.
+// verbs rules. Real devices differ (docs/verbs.md#device-differences;
+// rdma-unit-test's per-device introspection lists them); the software NIC
+// reproduces each departure on demand, and the conformance suite reads Quirks
+// to know which outcome is correct for the device under test. A correct
+// consumer works under every setting.
 type Quirks struct {
 	// InvalidateIndexOnly: LOCAL_INV and a received SEND_WITH_INV match on
 	// the 24-bit index only, ignoring the 8-bit key (siw; assumed for mlx4).
@@ -17,7 +17,7 @@ type Quirks struct {
 	// PoisonOnFlush: an MR or window named by a flushed REG_MR, BIND_MW or
 	// LOCAL_INV is left in a state where every later REG_MR, BIND_MW or
 	// LOCAL_INV on it fails with MW_BIND_ERR until it is deregistered
-	// (ConnectX-2/3, seed thread 000).
+	// (ConnectX-2/3; docs/verbs.md#flushed-invalidations).
 	PoisonOnFlush bool
 	// LocalOpErrStatus is the status of a failed local memory operation:
 	// StatusMWBindErr on hardware, StatusLocQPOpErr on rxe. A failed

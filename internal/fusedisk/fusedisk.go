@@ -8,9 +8,9 @@
 // PUNCH_HOLE|KEEP_SIZE is Discard and ZERO_RANGE|KEEP_SIZE is WriteZeroes,
 // which is what the loop driver sends for discard and write-zeroes.
 //
-// Pitfalls (see the project's ecosystem notes, §4): the process serving
-// the mount must never touch the file system it serves; detach the loop
-// device before unmounting (the unmount fails with EBUSY while the loop
+// Pitfalls: the process serving the mount must never touch the file system it
+// serves (a FUSE server that does deadlocks on its own request); detach the
+// loop device before unmounting (the unmount fails with EBUSY while the loop
 // device holds DIR/disk); if the serving process dies, the mount stays as
 // "Transport endpoint is not connected" until umount -l.
 package fusedisk

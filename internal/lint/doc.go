@@ -17,7 +17,9 @@
 //     conformance run.
 //
 // TestImportRules checks the package dependency rules (who may import
-// whom), reading only import lines.
+// whom), reading only import lines. TestDocLinks checks that every
+// docs/<file>.md#<heading> a comment or document cites exists, so the
+// citations of docs/verbs.md and docs/registration.md stay true.
 //
 // The tool-driven checks skip with a one-line reason when the tool cannot
 // run (no go command, no module cache offline) and under the race detector,

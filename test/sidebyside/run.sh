@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side by side: gosrp against NBD peers on this machine, in one run.
 #
-# The job set of ../shared/research/perf-anchors.md §2 — 4 KiB randread and
+# The job set (fio, numjobs=1, latency = fio lat): 4 KiB randread and
 # randwrite at QD1 and QD32, 128 KiB sequential read and write at QD8, a
 # 1 GiB device pre-written end to end, 5 s + 1 s ramp — against:
 #   tmpfs file with fio psync and io_uring (ceilings), nbdkit memory over a

@@ -83,10 +83,10 @@ func (c *cq) Wait(ctx context.Context) error {
 	}
 }
 
-// push appends a completion. On overrun the CQ dies and every QP using it
-// is moved to ERR, then CQ_ERR is raised (strict: the most unforgiving
-// behaviour, frmr-semantics §4.5). It returns the QPs to move to ERR
-// (non-nil on overrun); the caller does so without holding any lock and
+// push appends a completion. On overrun the CQ dies and every QP using it is
+// moved to ERR, then CQ_ERR is raised (strict: the most unforgiving
+// behaviour, docs/verbs.md#device-differences). It returns the QPs to move to
+// ERR (non-nil on overrun); the caller does so without holding any lock and
 // then calls raiseOverrun.
 func (c *cq) push(wc *transport.WC) []*qp {
 	c.mu.Lock()

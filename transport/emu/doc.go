@@ -2,14 +2,14 @@
 // strict InfiniBand-style device in user space, moving real bytes between
 // arenas and failing exactly where hardware fails.
 //
-// What it models (frmr-semantics §2–§4, §9):
+// What it models (the rules of docs/verbs.md):
 //
 //   - Memory objects (regular MRs, fast-registration MRs, type-2 memory
 //     windows) with a device copy of key, state (FREE/VALID), page range,
 //     iova, length and access that only executed work requests change; the
 //     consumer's staged copy (FastRegMR.Map) is snapshotted into the work
-//     request when it is posted, never read later (the rxe bug behind seed
-//     thread 002).
+//     request when it is posted, never read later (the rxe bug behind ib_srp's
+//     "off by one" invalidations, docs/verbs.md#keys).
 //   - Key, PD, state, access and bounds checks on every local SGE, remote
 //     READ/WRITE, LOCAL_INV, REG_MR, BIND_MW and received SEND_WITH_INV.
 //   - RC queue pairs: RESET→INIT→RTR→RTS, SQD, ERR; one send queue executes

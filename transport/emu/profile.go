@@ -7,8 +7,9 @@ import (
 	"github.com/gosrp/gosrp/transport"
 )
 
-// Profile is a named bundle of device quirks (frmr-semantics §4.5). Every
-// knob can also be set on its own through Config.Quirks.
+// Profile is a named bundle of device quirks
+// (docs/verbs.md#device-differences). Every knob can also be set on its own
+// through Config.Quirks.
 type Profile struct {
 	Name   string
 	Quirks transport.Quirks
@@ -25,7 +26,8 @@ var profiles = map[string]Profile{
 		ScrambleErrorWC:  true,
 	}},
 	// ib is ConnectX-3-like: a flushed REG/LINV poisons the MR until it is
-	// deregistered (seed thread 000; xprtrdma acd9f2dd23c6).
+	// deregistered (docs/verbs.md#flushed-invalidations; xprtrdma
+	// acd9f2dd23c6).
 	"ib": {Name: "ib", Vendor: "gosrp-emu (ConnectX-3-like)", Quirks: transport.Quirks{
 		InvalidateIndexOnly: true,
 		PoisonOnFlush:       true,

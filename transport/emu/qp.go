@@ -508,7 +508,7 @@ func (q *qp) retireLocked() {
 		q.sqDone++
 		if w.signaled || w.status != transport.StatusSuccess {
 			// A completion frees this slot and every unsignaled one
-			// before it (frmr-semantics §3.3).
+			// before it (docs/verbs.md#completions).
 			q.sqHead = q.sqDone
 		}
 		if w.status != transport.StatusSuccess {

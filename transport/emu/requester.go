@@ -86,8 +86,8 @@ func (q *qp) armLocked(now time.Time) {
 
 // rewindLocked makes every transmitted WR from slot idx on go out again
 // (go-back-N after an RNR NAK or a timeout). Local operations that already
-// executed stay done: they are never replayed (frmr-semantics §3.1, the
-// rxe retry bug).
+// executed stay done: they are never replayed
+// (docs/verbs.md#send-queue-ordering-and-fences, the rxe retry bug).
 func (q *qp) rewindLocked(idx uint64) {
 	for _, i := range q.inflight {
 		q.slot(i).state = wqeQueued
@@ -252,8 +252,8 @@ func (q *qp) progress() (sent link) {
 }
 
 // buildRequestLocked describes the WR as a packet whose payload is the
-// checked source memory itself (pieces). It fails if a local SGE is bad: the sinks
-// of a READ with LOC_PROT_ERR, the sources of a SEND or WRITE with
+// checked source memory itself (pieces). It fails if a local SGE is bad: the
+// sinks of a READ with LOC_PROT_ERR, the sources of a SEND or WRITE with
 // device.sgeStatus. REQUIRES: q.mu.
 func (q *qp) buildRequestLocked(w *wqe) (*packet, *opError) {
 	wr := &w.wr

@@ -34,7 +34,7 @@ func (q *qp) onRequest(pkt *packet) {
 		}
 		// Duplicate: answer again without re-executing, except READ, which
 		// is re-executed against the memory's current state (IBA 9.5
-		// duplicate READ handling; frmr-semantics F8).
+		// duplicate READ handling; docs/registration.md#duplicate-packets).
 		q.dev.p.counters.duplicates.Add(1)
 		if pkt.kind == pktRead {
 			q.readLocked(pkt, resp, true)

@@ -20,7 +20,7 @@ func init() {
 }
 
 // Key.Bump: the variant plus one, wrapping 0xff -> 0x00, index unchanged
-// (ib_inc_rkey, frmr-semantics §2.1).
+// (ib_inc_rkey, docs/verbs.md#keys).
 func testKeyBump(t *testing.T, _ transport.Provider) {
 	k := transport.MakeKey(0xabcdef, 0xfe)
 	if got := k.Bump(); got != transport.MakeKey(0xabcdef, 0xff) {

@@ -38,22 +38,23 @@
 //     changed).
 //   - Send, Write: SEND/RECV, immediates, inline, byte_len, LOC_LEN_ERR,
 //     RNR_RETRY_EXC_ERR.
-//   - FastReg/FRMR and FastReg/MW: the same rules through REG_MR and
-//     through BIND_MW of type-2 windows: registration, chained advertise,
-//     REG on VALID (F13), LOCAL_INV with right/wrong key (F14) and on FREE,
-//     staged vs device key, stray ops after re-registration (F5) and before
-//     the invalidate executes (F6), key wrap (F20), poisoning after a flush
-//     (F2), SEND_WITH_INV right and wrong (F15), fenced LINV after READ
-//     (F18).
-//   - QP, CQ, Event: state machine, posts before RTS (F19), flush on ERR
-//     (F1), SQ overflow (F11), queue wrap, SQD, CQ overrun (F12), async
+//   - FastReg/FRMR and FastReg/MW: the same rules through REG_MR and through
+//     BIND_MW of type-2 windows: registration, chained advertise, failed
+//     registration (REG on VALID), wrong-key invalidation and LOCAL_INV on
+//     FREE, staged vs device key, strays after re-registration and before
+//     invalidation, key wrap, poisoned after a flush, bogus remote
+//     invalidation, read then invalidate (fenced LOCAL_INV after READ).
+//   - QP, CQ, Event: state machine, posts before RTS, flush on ERR (QP error
+//     mid-burst), send-queue overflow, queue wrap, SQD, CQ overrun, async
 //     events.
 //   - CM: private data and its limits, reject, disconnect, listener close.
 //   - Order: posting order, RC ordering of WRITE before SEND, fences, and a
 //     seeded randomized mix (RandomSeed, TRANSPORTTEST_SEED).
-//   - Inject: fault injection through the hooks of hooks.go (F1, F8, F10,
-//     F12, link cut); skipped without them.
+//   - Inject: fault injection through the hooks of hooks.go (QP error
+//     mid-burst, duplicate packets, partial post, CQ overrun, link cut);
+//     skipped without them.
 //
-// Rules are cited by their number in research/frmr-semantics.md: F1..F20 are
-// the fault scenarios of §8, "§2.3" etc. are sections.
+// The verbs rules the tests check are those of docs/verbs.md, cited by
+// section; the fault scenarios, such as "failed registration", are the
+// headings of docs/registration.md#fault-scenarios.
 package transporttest

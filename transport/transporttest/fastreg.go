@@ -12,7 +12,7 @@ import (
 // mechanism is a fast-registration mechanism: FRMRs registered with REG_MR
 // (kernel verbs), or type-2 memory windows bound with BIND_MW over an MR
 // registered with AccessMWBind (what user-space libibverbs offers). The same
-// rules hold for both (frmr-semantics §2; DESIGN.md "Data path").
+// rules hold for both (docs/verbs.md).
 type mechanism struct {
 	name string
 	cap  transport.Capability
@@ -244,7 +244,7 @@ func init() {
 }
 
 // REG_MR / BIND_MW under a bumped key, then remote WRITE and READ through
-// (rkey, iova) work and move the right bytes (frmr-semantics §2.1).
+// (rkey, iova) work and move the right bytes (docs/verbs.md#keys).
 func testFRRegisterWriteRead(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	k := x.f.key().Bump()
@@ -257,7 +257,7 @@ func testFRRegisterWriteRead(t *testing.T, p transport.Provider, m mechanism) {
 }
 
 // The REG chained unsignaled in front of the SEND that advertises the key is
-// in force before the peer can learn the key (frmr-semantics §3.4).
+// in force before the peer can learn the key (docs/verbs.md#advertising-a-key).
 func testFRChainedAdvertise(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	k := x.f.key()
@@ -317,8 +317,9 @@ func testFRPreviousKeyFails(t *testing.T, p transport.Provider, m mechanism) {
 	x.writeFails(t, 2, x.f.key(), raddr, 64, "WRITE through the allocation key after REG under its successor")
 }
 
-// Least privilege (frmr-semantics §2.4, rule 18): a READ of a registration
-// granting only REMOTE_WRITE fails REM_ACCESS_ERR.
+// Least privilege (docs/verbs.md#access-flags,
+// docs/registration.md#least-privilege): a READ of a registration granting
+// only REMOTE_WRITE fails REM_ACCESS_ERR.
 func testFRAccessWriteOnly(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	k := x.f.key().Bump()
@@ -350,9 +351,11 @@ func testFROutOfBounds(t *testing.T, p transport.Provider, m mechanism) {
 	x.writeFails(t, 2, k, raddr+4090, 16, "WRITE across the end of the registration")
 }
 
-// F13: REG on a VALID object fails with the local-op error even though it is
-// unsignaled, and the SEND chained behind it flushes, so the peer never
-// receives it (frmr-semantics §2.2, §3.3, §3.4).
+// Failed registration (docs/registration.md#failed-registration): REG on a
+// VALID object fails with the local-op error even though it is unsignaled,
+// and the SEND chained behind it flushes, so the peer never receives it
+// (docs/verbs.md#object-states, docs/verbs.md#completions,
+// docs/verbs.md#advertising-a-key).
 func testFRRegOnValid(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	k1 := x.f.key().Bump()
@@ -389,8 +392,8 @@ func (s *side) expectNoRecv(t *testing.T, id uint64, what string) {
 	checkWC(t, wc, id, s.qp, transport.StatusWRFlushErr)
 }
 
-// REG under a key whose index is not the object's fails (frmr-semantics
-// §2.3 "REG_MR key").
+// REG under a key whose index is not the object's fails
+// (docs/verbs.md#who-checks-what "REG_MR key").
 func testFRRegWrongIndex(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	k := x.f.key()
@@ -401,8 +404,8 @@ func testFRRegWrongIndex(t *testing.T, p transport.Provider, m mechanism) {
 	checkWC(t, wcs[1], 2, x.a.qp, transport.StatusWRFlushErr)
 }
 
-// REG of an object of another PD than the QP's fails (frmr-semantics §2.3;
-// C10-72 for windows).
+// REG of an object of another PD than the QP's fails
+// (docs/verbs.md#who-checks-what; C10-72 for windows).
 func testFRRegOtherPD(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	pd2, err := x.a.dev.AllocPD()
@@ -429,9 +432,11 @@ func testFRLocalInv(t *testing.T, p transport.Provider, m mechanism) {
 	x.writeFails(t, 4, k, raddr, 64, "WRITE through an invalidated key")
 }
 
-// F14: LOCAL_INV naming the wrong 8-bit key fails with the local-op error
-// (strict, rxe) unless the device matches on the index only (siw, assumed
-// mlx4), where it invalidates (frmr-semantics §2.3, §4.5).
+// Wrong-key invalidation (docs/registration.md#wrong-key-invalidation):
+// LOCAL_INV naming the wrong 8-bit key fails with the local-op error (strict,
+// rxe) unless the device matches on the index only (siw, assumed mlx4), where
+// it invalidates (docs/verbs.md#who-checks-what,
+// docs/verbs.md#device-differences).
 func testFRLocalInvWrongKey(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	k := x.f.key().Bump()
@@ -460,7 +465,8 @@ func testFRLocalInvWrongKey(t *testing.T, p transport.Provider, m mechanism) {
 }
 
 // LOCAL_INV of an object that was never registered (FREE) fails unless
-// Quirks.InvalidateFreeOK (frmr-semantics §2.2, §4.5).
+// Quirks.InvalidateFreeOK (docs/verbs.md#object-states,
+// docs/verbs.md#device-differences).
 func testFRLocalInvNeverRegistered(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	x.expectLocalInvOnFree(t, 1, x.f.key())
@@ -494,9 +500,10 @@ func (x *frFixture) expectLocalInvOnFree(t *testing.T, id uint64, k transport.Ke
 	}
 }
 
-// Staged vs device key (frmr-semantics §2.1, §3.2): a Map and a key bump
-// that are not followed by an executed REG change nothing the peer can
-// reach: the old key still works on the old pages, the new key fails.
+// Staged vs device key (docs/verbs.md#keys,
+// docs/verbs.md#invalidate-then-register): a Map and a key bump that are not
+// followed by an executed REG change nothing the peer can reach: the old key
+// still works on the old pages, the new key fails.
 func testFRStagedKeyInvisible(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	k1 := x.f.key().Bump()
@@ -512,23 +519,26 @@ func testFRStagedKeyInvisible(t *testing.T, p transport.Provider, m mechanism) {
 	x.writeFails(t, 3, k2, raddr, 64, "WRITE through a staged key no REG has put in force")
 }
 
-// F5: a stray RDMA op carrying the old rkey after invalidate and
-// re-registration under a new key fails REM_ACCESS_ERR at its sender and
-// changes no byte of the new registration (or the old one).
+// Stray after re-registration
+// (docs/registration.md#stray-after-re-registration): a stray RDMA op
+// carrying the old rkey after invalidate and re-registration under a new key
+// fails REM_ACCESS_ERR at its sender and changes no byte of the new
+// registration (or the old one).
 func testFRStrayAfterReregister(t *testing.T, p transport.Provider, m mechanism, read bool) {
 	x := newFRFixture(t, p, m)
 	k1 := x.f.key().Bump()
 	old := x.reg(t, 1, k1, 0, 4096, frAcc)
 	x.writeOK(t, 2, k1, old, 0, 128, 7)
 	// Invalidate and re-register in one chain (LINV then REG on one SQ:
-	// ordering makes this safe, §3.2), over different pages.
+	// ordering makes this safe, docs/verbs.md#invalidate-then-register), over
+	// different pages.
 	k2 := k1.Bump()
 	postSend(t, x.a.qp, localInvWR(3, k1, 0), x.f.regWR(t, 4, k2, 8192, 4096, frAcc, transport.FlagSignaled))
 	checkOK(t, waitWC(t, x.a.scq, 1, Timeout)[0], 4, x.a.qp, m.wcOpcode())
 	cur := x.f.addr(8192)
 	x.writeOK(t, 5, k2, cur, 8192, 128, 8)
 	if !read {
-		x.writeFails(t, 6, k1, old, 64, "stray WRITE with the old rkey after re-registration (F5)")
+		x.writeFails(t, 6, k1, old, 64, "stray WRITE with the old rkey after re-registration (stray after re-registration)")
 		return
 	}
 	x.a.armSentinel(t, x.rbuf, 0)
@@ -538,8 +548,10 @@ func testFRStrayAfterReregister(t *testing.T, p transport.Provider, m mechanism,
 	x.a.expectErrState(t, "responder of a stray READ with the old rkey")
 }
 
-// F5 through the provider's stray-op hook, when it has one: WRITE and READ
-// with the old key at the old and the new address.
+// Stray after re-registration
+// (docs/registration.md#stray-after-re-registration) through the provider's
+// stray-op hook, when it has one: WRITE and READ with the old key at the old
+// and the new address.
 func testFRStrayInjected(t *testing.T, p transport.Provider, m mechanism) {
 	inj := hook[StrayInjector](t, p, "InjectStray")
 	x := newFRFixture(t, p, m)
@@ -560,9 +572,10 @@ func testFRStrayInjected(t *testing.T, p transport.Provider, m mechanism) {
 	checkBytes(t, "A's memory after the stray WRITE", x.arena.Bytes(), before)
 }
 
-// F6: a stray WRITE with the old key that arrives before the LOCAL_INV
-// executes is served (device state still VALID); once the LINV executed it
-// fails. The LINV is held back by putting A's send queue in SQD.
+// Stray before invalidation (docs/registration.md#stray-before-invalidation):
+// a stray WRITE with the old key that arrives before the LOCAL_INV executes
+// is served (device state still VALID); once the LINV executed it fails. The
+// LINV is held back by putting A's send queue in SQD.
 func testFRStrayBeforeInvalidate(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	k := x.f.key().Bump()
@@ -580,9 +593,10 @@ func testFRStrayBeforeInvalidate(t *testing.T, p transport.Provider, m mechanism
 	x.writeFails(t, 4, k, raddr, 64, "WRITE with the key after its LINV executed")
 }
 
-// F20: 256+ registrations of one object: the key wraps with the index
-// unchanged and every registration works. Each cycle chains LINV(old) and
-// REG(new) on one post (the rw.c pattern, safe by SQ ordering).
+// Key wrap (docs/registration.md#key-wrap): 256+ registrations of one object:
+// the key wraps with the index unchanged and every registration works. Each
+// cycle chains LINV(old) and REG(new) on one post (the rw.c pattern, safe by
+// SQ ordering).
 func testFRKeyWrap(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	start := x.f.key()
@@ -619,7 +633,8 @@ func testFRKeyWrap(t *testing.T, p transport.Provider, m mechanism) {
 	x.linv(t, 9999, k)
 }
 
-// F2 (REG flavour): a REG that was flushed leaves the object poisoned under
+// Poisoned after a flush (docs/registration.md#poisoned-after-a-flush) (REG
+// flavour): a REG that was flushed leaves the object poisoned under
 // Quirks.PoisonOnFlush: REG on it fails MW_BIND_ERR on a new connection,
 // while a fresh object works. Without the quirk the object is unchanged
 // (still FREE) and registers normally.
@@ -634,8 +649,9 @@ func testFRPoisonAfterFlushedReg(t *testing.T, p transport.Provider, m mechanism
 	x.poisonCheck(t, p, k)
 }
 
-// F2 (LINV flavour, FRMR only: a type-2 window is tied to the QP that bound
-// it, so it cannot be invalidated from a new connection anyway).
+// Poisoned after a flush (docs/registration.md#poisoned-after-a-flush) (LINV
+// flavour, FRMR only: a type-2 window is tied to the QP that bound it, so it
+// cannot be invalidated from a new connection anyway).
 func testFRPoisonAfterFlushedLocalInv(t *testing.T, p transport.Provider, m mechanism) {
 	if m.isMW() {
 		t.Skip("a type-2 window is bound to its QP; invalidation from a new connection is not meaningful")
@@ -685,7 +701,7 @@ func (x *frFixture) poisonCheck(t *testing.T, p transport.Provider, k transport.
 
 // SEND_WITH_INV with the right key: the receiver's completion says
 // WCWithInv and names the key, and the registration is gone
-// (frmr-semantics §2.2, §3.5).
+// (docs/verbs.md#object-states, docs/verbs.md#remote-invalidation).
 func testFRSendWithInv(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	needCaps(t, x.a.attr, transport.CapSendWithInv)
@@ -711,9 +727,10 @@ func testFRSendWithInv(t *testing.T, p transport.Provider, m mechanism) {
 	x.writeFails(t, 5, k, raddr, 64, "WRITE through a remotely invalidated key")
 }
 
-// F15: SEND_WITH_INV naming the wrong 8-bit key: the receive fails
-// REM_INV_REQ_ERR and the receiver's QP goes to ERR (strict, rxe), unless
-// the device matches on the index only, where it invalidates.
+// Bogus remote invalidation (docs/registration.md#bogus-remote-invalidation):
+// SEND_WITH_INV naming the wrong 8-bit key: the receive fails REM_INV_REQ_ERR
+// and the receiver's QP goes to ERR (strict, rxe), unless the device matches
+// on the index only, where it invalidates.
 func testFRSendWithInvWrongVariant(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	needCaps(t, x.a.attr, transport.CapSendWithInv)
@@ -740,7 +757,8 @@ func testFRSendWithInvWrongVariant(t *testing.T, p transport.Provider, m mechani
 	}
 }
 
-// F15 with a key no fast registration owns (a regular MR's): always
+// Bogus remote invalidation (docs/registration.md#bogus-remote-invalidation)
+// with a key no fast registration owns (a regular MR's): always
 // REM_INV_REQ_ERR at the receiver, whose QP goes to ERR.
 func testSendWithInvRegularMR(t *testing.T, p transport.Provider) {
 	needCaps(t, deviceAttr(t, p), transport.CapSendWithInv)
@@ -759,10 +777,11 @@ func testSendWithInvRegularMR(t *testing.T, p transport.Provider) {
 	pr2.b.doOK(t, writeWR(3, src2.sge(0, 8), mr.addr(0), mr.mr.RKey()), transport.WCRDMAWrite)
 }
 
-// F18: an RDMA READ into a fast-registered MR followed by a LOCAL_INV of it
-// with FENCE (the local-invalidate fence) completes both: the LINV waits for
-// the READ's data (frmr-semantics §3.1). FRMR only: a window cannot be a
-// local sink.
+// Read then invalidate (docs/registration.md#read-then-invalidate): an RDMA
+// READ into a fast-registered MR followed by a LOCAL_INV of it with FENCE
+// (the local-invalidate fence) completes both: the LINV waits for the READ's
+// data (docs/verbs.md#send-queue-ordering-and-fences). FRMR only: a window
+// cannot be a local sink.
 func testFRFencedLocalInvAfterRead(t *testing.T, p transport.Provider, m mechanism) {
 	if m.isMW() {
 		t.Skip("a memory window is not addressable by local SGEs")
@@ -789,7 +808,7 @@ func testFRFencedLocalInvAfterRead(t *testing.T, p transport.Provider, m mechani
 }
 
 // Deregistering a VALID object (Close) ends its registration: a later WRITE
-// with its key fails (frmr-semantics §2.2: dereg works from any state).
+// with its key fails (docs/verbs.md#object-states: dereg works from any state).
 func testFRDeregWhileValid(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	k := x.f.key().Bump()

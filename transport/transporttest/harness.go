@@ -166,7 +166,7 @@ func (c *pairConfig) defaults(attr transport.DeviceAttr) {
 	}
 	if c.cqDepth == 0 {
 		// Room for a full flush of either queue plus a drain marker
-		// (frmr-semantics §7 rule 16).
+		// (docs/registration.md#cq-sizing).
 		c.cqDepth = max(c.sendWR, c.recvWR) + 8
 	}
 	if attr.MaxCQE > 0 {
@@ -507,9 +507,9 @@ func (s *side) armSentinel(t *testing.T, b buf, off int) {
 	postRecv(t, s.qp, recvWR(sentinelID, b.sge(off, 64)))
 }
 
-// expectErrState waits for the sentinel receive to flush and checks the QP
-// is in ERR (frmr-semantics §4.2: an error moves the QP to ERR and flushes
-// both queues).
+// expectErrState waits for the sentinel receive to flush and checks the QP is
+// in ERR (docs/verbs.md#errors-and-flushes: an error moves the QP to ERR and
+// flushes both queues).
 func (s *side) expectErrState(t *testing.T, why string) {
 	t.Helper()
 	wcs, err := pollN(s.rcq, 1, Timeout)

@@ -31,13 +31,14 @@ func writes(n int, src, target buf) []transport.SendWR {
 	return wrs
 }
 
-// F1 with a deterministic error point: the QP goes to ERR just before WR k
-// executes. Every WR yields exactly one completion, in posting order. WR k
-// and every later WR flush (unsignaled ones included) and place no data.
-// WRs before k succeed, except that on a pipelined wire some may still be
-// in flight when the QP fails: the first of those gets an error status of
-// the provider's choosing, the rest flush (frmr-semantics F1). Receives
-// flush too.
+// QP error mid burst (docs/registration.md#qp-error-mid-burst) with a
+// deterministic error point: the QP goes to ERR just before WR k executes.
+// Every WR yields exactly one completion, in posting order. WR k and every
+// later WR flush (unsignaled ones included) and place no data. WRs before k
+// succeed, except that on a pipelined wire some may still be in flight when
+// the QP fails: the first of those gets an error status of the provider's
+// choosing, the rest flush (docs/registration.md#qp-error-mid-burst).
+// Receives flush too.
 func testInjectQPError(t *testing.T, p transport.Provider) {
 	inj := hook[QPErrorInjector](t, p, "InjectQPError")
 	pr := connectPair(t, p, pairConfig{})
@@ -82,8 +83,9 @@ func testInjectQPError(t *testing.T, p transport.Provider) {
 	}
 }
 
-// F10: PostSend failing at WR k returns n == k and an error wrapping
-// ErrQueueFull; WRs before k complete, none from k on ever does.
+// Partial post (docs/registration.md#partial-post): PostSend failing at WR k
+// returns n == k and an error wrapping ErrQueueFull; WRs before k complete,
+// none from k on ever does.
 func testInjectPostFailure(t *testing.T, p transport.Provider) {
 	inj := hook[PostFailureInjector](t, p, "InjectPostFailure")
 	pr := connectPair(t, p, pairConfig{})
@@ -116,8 +118,9 @@ func testInjectPostFailure(t *testing.T, p transport.Provider) {
 	}
 }
 
-// F10 on a REG→SEND chain: the REG is posted, the SEND advertising its key
-// is not. The registration is in force, the peer never hears of it.
+// Partial post (docs/registration.md#partial-post) on a REG→SEND chain: the
+// REG is posted, the SEND advertising its key is not. The registration is in
+// force, the peer never hears of it.
 func testFRPostFailureMidChain(t *testing.T, p transport.Provider, m mechanism) {
 	inj := hook[PostFailureInjector](t, p, "InjectPostFailure")
 	x := newFRFixture(t, p, m)
@@ -195,8 +198,9 @@ func testInjectCQEStatus(t *testing.T, p transport.Provider) {
 	}
 }
 
-// F8: a duplicated SEND is acknowledged but not delivered again: it does
-// not consume a second receive.
+// Duplicate packets (docs/registration.md#duplicate-packets): a duplicated
+// SEND is acknowledged but not delivered again: it does not consume a second
+// receive.
 func testInjectDuplicateSend(t *testing.T, p transport.Provider) {
 	inj := hook[DuplicateInjector](t, p, "InjectDuplicate")
 	pr := connectPair(t, p, pairConfig{})
@@ -221,8 +225,9 @@ func testInjectDuplicateSend(t *testing.T, p transport.Provider) {
 	}
 }
 
-// F8: a duplicated WRITE is acknowledged and does not re-place data over a
-// later WRITE to the same bytes.
+// Duplicate packets (docs/registration.md#duplicate-packets): a duplicated
+// WRITE is acknowledged and does not re-place data over a later WRITE to the
+// same bytes.
 func testInjectDuplicateWrite(t *testing.T, p transport.Provider) {
 	inj := hook[DuplicateInjector](t, p, "InjectDuplicate")
 	pr := connectPair(t, p, pairConfig{})
@@ -267,8 +272,8 @@ func testInjectCutLink(t *testing.T, p transport.Provider) {
 	}
 }
 
-// F12: an injected CQ overrun: Poll returns ErrCQOverrun, a CQ_ERR event
-// names the CQ, the QPs on it go to ERR.
+// CQ overrun (docs/registration.md#cq-overrun): an injected CQ overrun: Poll
+// returns ErrCQOverrun, a CQ_ERR event names the CQ, the QPs on it go to ERR.
 func testInjectCQOverrun(t *testing.T, p transport.Provider) {
 	inj := hook[CQOverrunInjector](t, p, "InjectCQOverrun")
 	pr := connectPair(t, p, pairConfig{})

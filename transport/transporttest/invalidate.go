@@ -19,8 +19,9 @@ func init() {
 }
 
 // A bad SEND_WITH_INV is an invalid request (Class J): the receiver gets
-// QP_REQ_ERR (event.go, frmr-semantics §2.3, §4.4) and goes to ERR. Under
-// Quirks.NoQPErrorEvents (rxe) it goes to ERR without the event.
+// QP_REQ_ERR (event.go, docs/verbs.md#who-checks-what,
+// docs/verbs.md#async-events) and goes to ERR. Under Quirks.NoQPErrorEvents
+// (rxe) it goes to ERR without the event.
 func testRemoteInvalidateEvent(t *testing.T, p transport.Provider) {
 	needCaps(t, deviceAttr(t, p), transport.CapSendWithInv)
 	pr := connectPair(t, p, pairConfig{})
@@ -43,7 +44,8 @@ func testRemoteInvalidateEvent(t *testing.T, p transport.Provider) {
 }
 
 // Only fast-registration MRs and windows can be invalidated: LOCAL_INV of a
-// regular MR's key fails (frmr-semantics §2.2: rxe refuses non-FRMR types).
+// regular MR's key fails (docs/verbs.md#object-states: rxe refuses non-FRMR
+// types).
 func testLocalInvRegularMR(t *testing.T, p transport.Provider) {
 	attr := deviceAttr(t, p)
 	needCaps(t, attr, transport.CapLocalInv)
@@ -57,9 +59,9 @@ func testLocalInvRegularMR(t *testing.T, p transport.Provider) {
 	pr2.b.doOK(t, writeWR(2, src.sge(0, 8), mr.addr(0), mr.mr.RKey()), transport.WCRDMAWrite)
 }
 
-// SEND_WITH_INV naming an object of another PD than the receiving QP's
-// fails REM_INV_REQ_ERR at the receiver (frmr-semantics §2.2, §2.3), whatever
-// the quirks.
+// SEND_WITH_INV naming an object of another PD than the receiving QP's fails
+// REM_INV_REQ_ERR at the receiver (docs/verbs.md#object-states,
+// docs/verbs.md#who-checks-what), whatever the quirks.
 func testFRSendWithInvOtherPD(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	needCaps(t, x.a.attr, transport.CapSendWithInv)
@@ -95,8 +97,8 @@ func testFRSendWithInvFree(t *testing.T, p transport.Provider, m mechanism) {
 	}
 }
 
-// LOCAL_INV of an object of another PD than the QP's fails (frmr-semantics
-// §2.2: only objects of the QP's PD).
+// LOCAL_INV of an object of another PD than the QP's fails
+// (docs/verbs.md#object-states: only objects of the QP's PD).
 func testFRLocalInvOtherPD(t *testing.T, p transport.Provider, m mechanism) {
 	x := newFRFixture(t, p, m)
 	pd2, err := x.a.dev.AllocPD()

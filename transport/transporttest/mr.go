@@ -24,8 +24,8 @@ func init() {
 	register("Arena/Shared", testArenaShared)
 }
 
-// localSGECase is a SEND whose first SGE is bad in one way. Strict
-// requester checks (frmr-semantics §2.3): index exists, full key equal,
+// localSGECase is a SEND whose first SGE is bad in one way. Strict requester
+// checks (docs/verbs.md#who-checks-what): index exists, full key equal,
 // PD(MR) = PD(QP), bounds; failure is LOC_PROT_ERR and the QP goes to ERR.
 // badKey marks the cases whose lkey does not resolve to a usable MR, which
 // complete with Quirks.LocalKeyErrStatus where it is set (rxe:
@@ -68,10 +68,11 @@ var localSGECases = []localSGECase{
 	}},
 }
 
-// A bad local SGE completes LOC_PROT_ERR (or Quirks.LocalKeyErrStatus for
-// an lkey that does not resolve), the QP goes to ERR, and every later WR on
-// both queues flushes with WR_FLUSH_ERR, one completion each, in posting
-// order, signaled or not (frmr-semantics §2.3, §3.3, §4.2).
+// A bad local SGE completes LOC_PROT_ERR (or Quirks.LocalKeyErrStatus for an
+// lkey that does not resolve), the QP goes to ERR, and every later WR on both
+// queues flushes with WR_FLUSH_ERR, one completion each, in posting order,
+// signaled or not (docs/verbs.md#who-checks-what, docs/verbs.md#completions,
+// docs/verbs.md#errors-and-flushes).
 func testLocalSGE(t *testing.T, p transport.Provider, c localSGECase) {
 	pr := connectPair(t, p, pairConfig{})
 	a, b := pr.a, pr.b
@@ -99,7 +100,7 @@ func testLocalSGE(t *testing.T, p transport.Provider, c localSGECase) {
 	if st := a.qp.State(); st != transport.QPErr {
 		t.Errorf("QP after a local protection error is %v, want ERR", st)
 	}
-	// Posts in ERR are accepted and flush (frmr-semantics §4.1).
+	// Posts in ERR are accepted and flush (docs/verbs.md#qp-states).
 	postSend(t, a.qp, transport.SendWR{ID: 4, Opcode: transport.OpSend, SGL: []transport.SGE{good.sge(0, 16)}})
 	postRecv(t, a.qp, recvWR(102, good.sge(2048, 16)))
 	checkWC(t, waitWC(t, a.scq, 1, Timeout)[0], 4, a.qp, transport.StatusWRFlushErr)
@@ -175,9 +176,11 @@ var remoteCases = []remoteCase{
 	{name: "WriteOtherPD", acc: accRW, off: 0, n: 64, otherPD: true},
 }
 
-// Remote access checks at the responder (frmr-semantics §2.3, §2.4, rule
-// 18): a bad key, missing permission or bound fails REM_ACCESS_ERR at the
-// requester, moves the responder QP to ERR, and changes no byte.
+// Remote access checks at the responder (docs/verbs.md#who-checks-what,
+// docs/verbs.md#access-flags,
+// docs/registration.md#least-privilege): a bad key, missing permission or
+// bound fails REM_ACCESS_ERR at the requester, moves the responder QP to ERR,
+// and changes no byte.
 func testRemote(t *testing.T, p transport.Provider, c remoteCase) {
 	pr := connectPair(t, p, pairConfig{})
 	a, b := pr.a, pr.b
@@ -243,9 +246,9 @@ func testRemote(t *testing.T, p transport.Provider, c remoteCase) {
 }
 
 // The responder of a remote access violation gets QP_ACCESS_ERR
-// (frmr-semantics §4.2, §4.4) and goes to ERR. Under
-// Quirks.NoQPErrorEvents (rxe) it goes to ERR without the event: the error
-// shows only in completions.
+// (docs/verbs.md#errors-and-flushes, docs/verbs.md#async-events) and goes to
+// ERR. Under Quirks.NoQPErrorEvents (rxe) it goes to ERR without the event:
+// the error shows only in completions.
 func testRemoteAccessEvent(t *testing.T, p transport.Provider) {
 	pr := connectPair(t, p, pairConfig{})
 	a, b := pr.a, pr.b

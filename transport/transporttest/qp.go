@@ -46,7 +46,7 @@ func unconnected(t *testing.T, p transport.Provider, sendWR int) (transport.Devi
 	return dev, pd, cq, qp
 }
 
-// QP state machine (frmr-semantics §4.1, qp.go): RESET→INIT by hand;
+// QP state machine (docs/verbs.md#qp-states, qp.go): RESET→INIT by hand;
 // INIT→RTR needs a connection; any→ERR; ERR→RESET; nothing else leaves ERR.
 func testQPStateMachine(t *testing.T, p transport.Provider) {
 	_, _, _, qp := unconnected(t, p, 8)
@@ -99,9 +99,10 @@ func testQPNumbers(t *testing.T, p transport.Provider) {
 	}
 }
 
-// F19: a post to a QP in RESET or INIT fails at once with ErrInvalidState
-// and n == 0 on a strict device; under Quirks.DropPostsBeforeRTS it is
-// accepted and never completes (not even as a flush later).
+// Posts before RTS (docs/registration.md#posts-before-rts): a post to a QP in
+// RESET or INIT fails at once with ErrInvalidState and n == 0 on a strict
+// device; under Quirks.DropPostsBeforeRTS it is accepted and never completes
+// (not even as a flush later).
 func testPostBeforeRTS(t *testing.T, p transport.Provider) {
 	dev, pd, cq, qp := unconnected(t, p, 8)
 	q := dev.Attr().Quirks
@@ -139,7 +140,7 @@ func testPostBeforeRTS(t *testing.T, p transport.Provider) {
 	expectNoWC(t, cq, "after the drain marker")
 }
 
-// Receives cannot be posted in RESET (frmr-semantics §4.1).
+// Receives cannot be posted in RESET (docs/verbs.md#qp-states).
 func testRecvInReset(t *testing.T, p transport.Provider) {
 	_, pd, cq, qp := unconnected(t, p, 8)
 	b := newBuf(t, p, pd, transport.PageSize, transport.AccessLocalWrite)
@@ -184,10 +185,11 @@ func testPostInErr(t *testing.T, p transport.Provider) {
 	expectNoWC(t, cq, "after the flushes")
 }
 
-// F1: the QP goes to ERR (Modify) in the middle of a burst. Every
-// outstanding WR yields exactly one completion, in posting order: the
-// signaled ones that finished succeed, then everything from the first
-// flushed WR on flushes (unsignaled ones included); receives flush too.
+// QP error mid burst (docs/registration.md#qp-error-mid-burst): the QP goes
+// to ERR (Modify) in the middle of a burst. Every outstanding WR yields
+// exactly one completion, in posting order: the signaled ones that finished
+// succeed, then everything from the first flushed WR on flushes (unsignaled
+// ones included); receives flush too.
 func testFlushOnErr(t *testing.T, p transport.Provider) {
 	const n = 48
 	pr := connectPair(t, p, pairConfig{sendWR: 64})
@@ -270,10 +272,11 @@ func testFlushOnErr(t *testing.T, p transport.Provider) {
 	}
 }
 
-// F11: posting more unsignaled WRs than the send queue holds fails with
-// ErrQueueFull at the first WR that does not fit; n is the number of free
-// slots. Unsignaled WRs keep their slots until a later signaled WR
-// completes (frmr-semantics §3.3).
+// Send queue overflow (docs/registration.md#send-queue-overflow): posting
+// more unsignaled WRs than the send queue holds fails with ErrQueueFull at
+// the first WR that does not fit; n is the number of free slots. Unsignaled
+// WRs keep their slots until a later signaled WR completes
+// (docs/verbs.md#completions).
 func testSQOverflow(t *testing.T, p transport.Provider) {
 	const depth = 16
 	pr := connectPair(t, p, pairConfig{sendWR: depth})
@@ -342,8 +345,9 @@ func testSQOverflowSQD(t *testing.T, p transport.Provider) {
 }
 
 // CQ overrun without injection: more completions than the CQ holds, none
-// polled. Poll then returns ErrCQOverrun, a CQ_ERR event names the CQ and
-// the QPs on it are in ERR (frmr-semantics §4.5 F12; cq.go).
+// polled. Poll then returns ErrCQOverrun, a CQ_ERR event names the CQ and the
+// QPs on it are in ERR (docs/verbs.md#device-differences,
+// docs/registration.md#cq-overrun; cq.go).
 func testCQOverrunNatural(t *testing.T, p transport.Provider) {
 	pr := connectPair(t, p, pairConfig{sendWR: 64, cqDepth: 4})
 	a, b := pr.a, pr.b
@@ -375,11 +379,13 @@ func testCQOverrunNatural(t *testing.T, p transport.Provider) {
 	}
 }
 
-// F17 (receive completion before the SEND completion) is a consumer rule
-// (the FRMR pool must wait for both); the contract has no hook that delays
-// a send completion, so there is nothing provider-side to check.
+// Receive before send completion
+// (docs/registration.md#receive-before-send-completion) (receive completion
+// before the SEND completion) is a consumer rule (the FRMR pool must wait for
+// both); the contract has no hook that delays a send completion, so there is
+// nothing provider-side to check.
 func testRecvBeforeSendCompletion(t *testing.T, p transport.Provider) {
-	t.Skip("F17 is a consumer rule (frmr pool: retire only after both completions); no provider hook delays a send completion")
+	t.Skip("receive before send completion is a consumer rule (frmr pool: retire only after both completions); no provider hook delays a send completion")
 }
 
 func init() {

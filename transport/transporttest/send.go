@@ -146,8 +146,8 @@ func testSendSignalAll(t *testing.T, p transport.Provider) {
 }
 
 // A receive buffer too small for the SEND: LOC_LEN_ERR on the receiver,
-// whose QP goes to ERR; the sender does not see success (frmr-semantics
-// §4.3).
+// whose QP goes to ERR; the sender does not see success
+// (docs/verbs.md#completion-statuses).
 func testRecvTooSmall(t *testing.T, p transport.Provider) {
 	pr := connectPair(t, p, pairConfig{})
 	sb := newBuf(t, p, pr.b.pd, transport.PageSize, 0)
@@ -260,7 +260,8 @@ func testManySends(t *testing.T, p transport.Provider) {
 }
 
 // RC ordering: WRITEs posted before a SEND are placed before the SEND's
-// receive completes (the read path of DESIGN.md relies on it).
+// receive completes (the initiator's read path relies on it: the target
+// WRITEs the data and then SENDs the response).
 func testWriteThenSend(t *testing.T, p transport.Provider) {
 	pr := connectPair(t, p, pairConfig{})
 	a, b := pr.a, pr.b
@@ -325,8 +326,8 @@ func testInlineTooLong(t *testing.T, p transport.Provider) {
 }
 
 // FENCE on a SEND waits for earlier RDMA READs (IBA 10.8.3.3 as cited in
-// frmr-semantics §3.1): a SEND gathering the READ's sink carries the data
-// the READ fetched.
+// docs/verbs.md#send-queue-ordering-and-fences): a SEND gathering the READ's
+// sink carries the data the READ fetched.
 func testFenceAfterRead(t *testing.T, p transport.Provider) {
 	pr := connectPair(t, p, pairConfig{})
 	a, b := pr.a, pr.b

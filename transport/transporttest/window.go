@@ -21,7 +21,7 @@ func init() {
 
 // A type-2 window bound on one QP cannot be invalidated by LOCAL_INV on
 // another QP of the same PD (rdma-unit-test mw_test: cross-QP invalidate
-// -> MW_BIND_ERR; frmr-semantics §1).
+// -> MW_BIND_ERR; docs/verbs.md#completion-statuses).
 func testMWCrossQPInvalidate(t *testing.T, p transport.Provider) {
 	x := newFRFixture(t, p, mechanisms[1])
 	k := x.f.key().Bump()
