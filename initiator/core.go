@@ -110,16 +110,6 @@ func (a *coreActions) empty() bool {
 	return len(a.recv) == 0 && len(a.send) == 0 && len(a.done) == 0 && len(a.requeue) == 0 && a.fail == nil
 }
 
-func (a *coreActions) reset() {
-	a.recv = a.recv[:0]
-	a.send = a.send[:0]
-	clear(a.done)
-	a.done = a.done[:0]
-	clear(a.requeue)
-	a.requeue = a.requeue[:0]
-	a.fail = nil
-}
-
 // staged is one chain of the batch in acts.send: a command's (REG and)
 // SEND, or a LOCAL_INV.
 type staged struct {
@@ -168,7 +158,6 @@ type core struct {
 	order       []int  // reset's scratch
 	cmd         wire.Command
 	acts        coreActions
-	immCapable  bool // the QP gathers two SGEs per SEND
 	lastFailure error
 }
 
@@ -516,8 +505,9 @@ func (c *core) onRecv(wc *transport.WC) {
 	switch {
 	case sl.hasReg && withInv:
 		// Remote invalidation counts only if it names the key
-		// registered for this request (docs: the pool's "bogus remote
-		// invalidation" rule, nvme-rdma's nvme_rdma_process_nvme_rsp).
+		// registered for this request
+		// (docs/registration.md#bogus-remote-invalidation; nvme-rdma's
+		// nvme_rdma_process_nvme_rsp).
 		if err := c.pool.OnRemoteInvalidate(sl.reg, wc.InvalidatedKey); err != nil {
 			c.fail(err)
 			return

@@ -150,7 +150,7 @@ func mtuBytes(m int) int {
 
 // quirksFor returns the departures from strict verbs of a device: rxe as
 // measured in the VM (see the package doc), Mellanox as documented in
-// frmr-semantics §4.5, and the strict reading for everything else.
+// docs/verbs.md#device-differences, and the strict reading for everything else.
 func quirksFor(vendor, part uint32) transport.Quirks {
 	switch vendor {
 	case rxeVendorID:
