@@ -151,7 +151,6 @@ func (f flushWriter) Write(p []byte) (int, error) {
 }
 
 func main() {
-	cli.QuietSysmon()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code := cli.Execute(ctx, rootCommand(defaultOptions(), os.Stdout, os.Stderr), os.Args[1:], os.Stdout, os.Stderr)

@@ -27,7 +27,6 @@ import (
 )
 
 func main() {
-	cli.QuietSysmon()
 	cli.Main(context.Background(), rootCommand())
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gosrp/gosrp/internal/admin"
-	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/internal/e2etest"
 )
 
@@ -53,19 +51,6 @@ func TestNewUser(t *testing.T) {
 	if !strings.Contains(d.Log(), "created default volume") || !strings.Contains(d.Log(), "vol0") {
 		t.Errorf("no log line about the default volume:\n%s", d.Log())
 	}
-	// srpd re-executes itself with sysmon's deep sleep off (cli.QuietSysmon).
-	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", d.Cmd.Process.Pid)); err == nil && !cli.SetsSchedtrace(os.Getenv("GODEBUG")) {
-		godebug := ""
-		for _, kv := range strings.Split(string(env), "\x00") {
-			if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
-				godebug = v
-			}
-		}
-		if !cli.SetsSchedtrace(godebug) {
-			t.Errorf("srpd runs without a schedtrace in GODEBUG (%q)", godebug)
-		}
-	}
-
 	// Import 64 MiB of random data into vol0 and export it back.
 	img := filepath.Join(dir, "in.img")
 	buf := make([]byte, 64<<20)

@@ -17,7 +17,6 @@ import (
 )
 
 func main() {
-	cli.QuietSysmon()
 	cli.Main(context.Background(), rootCommand())
 }
 

@@ -92,21 +92,3 @@ func TestSetProcs(t *testing.T) {
 		t.Fatalf("--procs %d: %v, GOMAXPROCS %d", prev+1, err, runtime.GOMAXPROCS(0))
 	}
 }
-
-func TestWithSysmonSetting(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-		exec     bool
-	}{
-		{"", sysmonSetting, true},
-		{"madvdontneed=1", "madvdontneed=1," + sysmonSetting, true},
-		{"schedtrace=0", "schedtrace=0", false},
-		{"gctrace=1,schedtrace=1000", "gctrace=1,schedtrace=1000", false},
-		{"xschedtrace=5", "xschedtrace=5," + sysmonSetting, true},
-	} {
-		got, exec := withSysmonSetting(tc.in)
-		if got != tc.want || exec != tc.exec {
-			t.Errorf("withSysmonSetting(%q) = %q, %v; want %q, %v", tc.in, got, exec, tc.want, tc.exec)
-		}
-	}
-}

@@ -25,7 +25,9 @@
 # default, or eager), PROCS (--procs of every gosrp process, default 1:
 # the processes of one job share two cores; 0 is Go's default, a thread
 # per CPU in each; bench's auto is 1 here, one job), PEBBLE_PROCS (the
-# pebble srpd's --procs, default 0: its compactions run beside the I/O). All traffic stays on loopback and unix sockets. Missing
+# pebble srpd's --procs, default 0: its compactions run beside the I/O),
+# GOSRP_GODEBUG (the gosrp processes' GODEBUG, see below). All traffic
+# stays on loopback and unix sockets. Missing
 # tools (fio, nbdkit, qemu-utils, libnbd-bin, python3) are installed with
 # apt-get. A benchmark, never a test: run it on a quiet machine.
 set -euo pipefail
@@ -46,6 +48,11 @@ ONLY=${ONLY:-}
 POLL_OPT=()
 if [ -n "${SHM_POLL:-}" ]; then POLL_OPT=(--provider-option "shm-poll=$SHM_POLL"); fi
 PROCS=${PROCS:-1}
+# The gosrp processes run with GOSRP_GODEBUG as their GODEBUG:
+# schedtrace=2147483647 by default, the setting docs/performance.md
+# describes for small shared hosts (the programs never set it
+# themselves); GOSRP_GODEBUG= runs them with Go's defaults.
+export GODEBUG=${GOSRP_GODEBUG-schedtrace=2147483647}
 PEBBLE_PROCS=${PEBBLE_PROCS:-0}
 
 # ---- tools ----
