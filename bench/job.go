@@ -74,6 +74,8 @@ type job struct {
 	vs    *verifyState // nil without --verify
 	phase *atomic.Int32
 	abort func(error)
+	// finished is called once, when the job has done --number_ios I/Os.
+	finished func()
 
 	rng      *rand.Rand
 	nblocks  int64 // blocks of --bs in the region
@@ -88,13 +90,14 @@ type job struct {
 	// Job-owned totals of the measured phase, read after the job ends.
 	slat, clat, lat [numOps]Histogram
 	syncLat         Histogram // FLUSH latencies
+	measured        int64     // I/Os completed in the measured phase
 	err             error
 }
 
 func newJob(id int, o *Options, sess *initiator.Session, vol *initiator.Volume, vs *verifyState,
-	phase *atomic.Int32, nblocks, seed uint64, abort func(error)) (*job, error) {
+	phase *atomic.Int32, nblocks, seed uint64, abort func(error), finished func()) (*job, error) {
 	j := &job{
-		id: id, o: o, sess: sess, vol: vol, vs: vs, phase: phase, abort: abort,
+		id: id, o: o, sess: sess, vol: vol, vs: vs, phase: phase, abort: abort, finished: finished,
 		rng:     rand.New(rand.NewPCG(seed, uint64(id)+1)),
 		nblocks: int64(nblocks), base: o.Offset / o.BS, readPct: o.readPercent(),
 		slots:  make([]slot, o.IODepth),
@@ -225,7 +228,13 @@ func (j *job) run() {
 			j.clat[s.op].Record(t2 - s.t1)
 			j.interval[s.op].record(total)
 		}
-		if ph == phaseStop || j.err != nil {
+		if ph == phaseMeasure {
+			j.measured++
+			if j.measured == j.o.NumberIOs {
+				j.finished()
+			}
+		}
+		if ph == phaseStop || j.err != nil || (j.o.NumberIOs > 0 && j.measured >= j.o.NumberIOs) {
 			continue
 		}
 		if err := j.submit(s); err != nil {

@@ -15,18 +15,22 @@ import (
 
 // Options are the parsed flags of one run.
 type Options struct {
-	RW         string // randread, randwrite, randrw, read, write
-	BS         int64
-	IODepth    int
-	NumJobs    int
-	Procs      int // GOMAXPROCS; procsAuto: --numjobs with --target, else the Go default
-	Runtime    time.Duration
-	Ramp       time.Duration
-	Size       int64 // 0: the volume's size (or 1 GiB embedded)
-	Offset     int64
-	RWMixRead  int
-	Verify     bool
-	Fsync      int // FLUSH after every Fsync writes (0: never)
+	RW        string // randread, randwrite, randrw, read, write
+	BS        int64
+	IODepth   int
+	NumJobs   int
+	Procs     int // GOMAXPROCS; procsAuto: --numjobs with --target, else the Go default
+	Runtime   time.Duration
+	Ramp      time.Duration
+	Size      int64 // 0: the volume's size (or 1 GiB embedded)
+	Offset    int64
+	RWMixRead int
+	Verify    bool
+	Fsync     int // FLUSH after every Fsync writes (0: never)
+	// NumberIOs stops each job after that many I/Os of the measured
+	// phase (FLUSHes count), as fio's number_ios; the run ends when every
+	// job has, or at Runtime (0: no limit).
+	NumberIOs  int64
 	Prefill    triBool
 	Seed       uint64
 	OutFormat  string // normal, json
@@ -180,6 +184,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.Var(sizeValue{&o.Size}, "size", "`SIZE` of the region I/O goes to, from --offset (default: the whole volume; embedded: 1g)")
 	fs.Var(sizeValue{&o.Offset}, "offset", "start of the region, a `SIZE` (multiple of --bs)")
 	fs.IntVar(&o.RWMixRead, "rwmixread", o.RWMixRead, "`PERCENT` of randrw I/Os that are reads")
+	fs.Int64Var(&o.NumberIOs, "number_ios", 0, "stop each job after `N` I/Os of the measured phase, FLUSHes included, as fio's --number_ios; the run ends when every job has, or at --runtime (0: no limit)")
 	fs.IntVar(&o.Fsync, "fsync", 0, "issue a FLUSH after every `N` writes, as fio's --fsync (0: never); a FLUSH takes one of the --iodepth slots and is reported apart, as fio's sync")
 	fs.BoolVar(&o.Verify, "verify", false, "write patterned blocks (LBA, generation, run ID, CRC-32C) and check every read; mismatches are counted, reported and make the exit status 1")
 	fs.Var(&o.Prefill, "prefill", "write the whole region before the run (patterned with --verify) so reads hit data (default: true when --embedded and the workload reads)")
@@ -280,6 +285,8 @@ func (o *Options) validate() error {
 		return cli.Usagef("--runtime must be positive")
 	case o.RWMixRead < 0 || o.RWMixRead > 100:
 		return cli.Usagef("--rwmixread %d: want 0..100", o.RWMixRead)
+	case o.NumberIOs < 0:
+		return cli.Usagef("--number_ios %d: want 0 (no limit) or a number of I/Os", o.NumberIOs)
 	case o.Fsync < 0:
 		return cli.Usagef("--fsync %d: want 0 (never) or a number of writes", o.Fsync)
 	case o.Channels < 1 || o.Channels > 64:

@@ -209,9 +209,18 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 		phase.Store(phaseStop)
 		stopOnce.Do(func() { close(stopCh) })
 	}
+	// With --number_ios the measured phase ends when the last job has
+	// done its count.
+	var left atomic.Int32
+	left.Store(int32(o.NumJobs))
+	finished := func() {
+		if left.Add(-1) == 0 {
+			stopOnce.Do(func() { close(stopCh) })
+		}
+	}
 	jobs := make([]*job, o.NumJobs)
 	for i := range jobs {
-		if jobs[i], err = newJob(i, o, conns[i].s, conns[i].v, res.verify, &phase, uint64(nblocks), o.Seed, abort); err != nil {
+		if jobs[i], err = newJob(i, o, conns[i].s, conns[i].v, res.verify, &phase, uint64(nblocks), o.Seed, abort, finished); err != nil {
 			return nil, err
 		}
 	}

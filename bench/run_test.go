@@ -194,13 +194,14 @@ func TestJSONOutputShape(t *testing.T) {
 // pebble volume (whose FLUSH syncs its log) and reports them in fio's
 // sync section, with every write still verified.
 func TestFsync(t *testing.T) {
-	// One flush per 10 writes: 10 intervals need only 100 writes in the
-	// 300 ms, which a race build on a loaded 2-vCPU machine makes (it made
-	// 448 where one flush per 50 wanted 500), and the tolerance of
-	// depth+1 flushes is then a tenth of the count, not half of it.
+	// A count of I/Os, not a duration, so that a loaded machine cannot
+	// starve the run of writes (it made 80 in 300 ms once); --runtime
+	// only bounds it. Of 400 I/Os about half are writes, so one flush
+	// per 10 writes gives about 18, against a tolerance of depth+1.
 	const n, depth = 10, 4
 	code, out, errs := bench(t, "--output-format", "json", "--backend", "pebble", "--dir", t.TempDir(), "--rw", "randrw",
-		"--verify", "--fsync", strconv.Itoa(n), "--runtime", "300ms", "--size", "4m", "--iodepth", strconv.Itoa(depth))
+		"--verify", "--fsync", strconv.Itoa(n), "--number_ios", "400", "--runtime", "60s", "--seed", "1",
+		"--size", "4m", "--iodepth", strconv.Itoa(depth))
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, errs)
 	}
@@ -265,5 +266,23 @@ func TestEmbeddedVerifyOffset(t *testing.T) {
 				t.Fatalf("no block was verified:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestNumberIOs: --number_ios ends the measured phase after that many
+// I/Os per job, long before --runtime; at depth 1 the count is exact.
+func TestNumberIOs(t *testing.T) {
+	code, out, errs := bench(t, "--output-format", "json", "--rw", "randrw", "--number_ios", "50",
+		"--runtime", "60s", "--size", "4m", "--iodepth", "1", "--seed", "1")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errs)
+	}
+	var rep fioJSONReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	j := rep.Jobs[0]
+	if n := j.Read.TotalIOs + j.Write.TotalIOs; n != 50 {
+		t.Fatalf("%d reads and %d writes measured, want 50 I/Os in all", j.Read.TotalIOs, j.Write.TotalIOs)
 	}
 }
