@@ -22,7 +22,10 @@ const (
 )
 
 func (m Mechanism) String() string {
-	return [...]string{"auto", "frmr", "mw"}[m%3]
+	if names := [...]string{"auto", "frmr", "mw"}; int(m) < len(names) {
+		return names[m]
+	}
+	return fmt.Sprintf("Mechanism(%d)", uint8(m))
 }
 
 // Direction says which way the peer moves data through a registration.
@@ -51,7 +54,10 @@ const (
 )
 
 func (s State) String() string {
-	return [...]string{"FREE", "REG_POSTED", "VALID", "INV_POSTED", "TAINTED"}[s%5]
+	if names := [...]string{"FREE", "REG_POSTED", "VALID", "INV_POSTED", "TAINTED"}; int(s) < len(names) {
+		return names[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
 }
 
 // Errors.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/initiator"
-	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/transport/emu"
 )
@@ -32,7 +31,7 @@ func TestAuthentication(t *testing.T) {
 		return err
 	}
 	var le *initiator.LoginError
-	if err := dial("host-a", []byte("wrong")); !errors.As(err, &le) || le.Reason != wire.RejectAuthFailed {
+	if err := dial("host-a", []byte("wrong")); !errors.As(err, &le) || le.Reason != initiator.RejectAuthFailed {
 		t.Fatalf("wrong secret: %v", err)
 	}
 	if err := dial("host-a", nil); !errors.Is(err, initiator.ErrAuth) {
@@ -166,14 +165,14 @@ func TestLiveACL(t *testing.T) {
 // TestIOErrorSentinels: the senses a caller acts on are errors.Is-able,
 // access denied also as fs.ErrPermission.
 func TestIOErrorSentinels(t *testing.T) {
-	denied := error(&initiator.IOError{Op: initiator.OpRead, Sense: wire.SenseAccessDenied})
+	denied := error(&initiator.IOError{Op: initiator.OpRead, Sense: initiator.SenseAccessDenied})
 	if !errors.Is(denied, initiator.ErrAccessDenied) || !errors.Is(denied, fs.ErrPermission) || errors.Is(denied, initiator.ErrReadOnly) {
 		t.Errorf("access denied: %v", denied)
 	}
-	if wp := error(&initiator.IOError{Op: initiator.OpWrite, Sense: wire.SenseWriteProtected}); !errors.Is(wp, initiator.ErrReadOnly) {
+	if wp := error(&initiator.IOError{Op: initiator.OpWrite, Sense: initiator.SenseWriteProtected}); !errors.Is(wp, initiator.ErrReadOnly) {
 		t.Errorf("write protected is not ErrReadOnly: %v", wp)
 	}
-	if me := error(&initiator.IOError{Op: initiator.OpRead, Sense: wire.SenseMediumError}); errors.Is(me, initiator.ErrAccessDenied) || errors.Is(me, initiator.ErrReadOnly) {
+	if me := error(&initiator.IOError{Op: initiator.OpRead, Sense: initiator.SenseMediumError}); errors.Is(me, initiator.ErrAccessDenied) || errors.Is(me, initiator.ErrReadOnly) {
 		t.Errorf("medium error matches a sentinel: %v", me)
 	}
 }

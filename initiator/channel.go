@@ -229,7 +229,7 @@ func (c *channel) connect(ctx context.Context) (err error) {
 		var rej *transport.RejectError
 		if errors.As(err, &rej) {
 			if h, herr := wire.DecodeHello(rej.PrivateData); herr == nil {
-				return &LoginError{Reason: wire.RejectVersion, Message: fmt.Sprintf("target speaks version %d, we speak %d", h.Version, wire.Version)}
+				return &LoginError{Reason: RejectVersion, Message: fmt.Sprintf("target speaks version %d, we speak %d", h.Version, wire.Version)}
 			}
 		}
 		return fmt.Errorf("initiator: connect to %s: %w", s.cfg.Addr, err)
@@ -459,7 +459,7 @@ func (c *channel) login(ctx context.Context) error {
 			if err := wire.DecodeControl(b, op, &rej); err != nil {
 				return fmt.Errorf("initiator: %w: %w", ErrProtocol, err)
 			}
-			return &LoginError{Reason: rej.Reason, Message: rej.Message}
+			return &LoginError{Reason: RejectReason(rej.Reason), Message: rej.Message}
 		case wire.OpLoginResponse:
 			var rsp wire.LoginResponse
 			if err := wire.DecodeControl(b, op, &rsp); err != nil {

@@ -568,7 +568,7 @@ func (c *core) complete(si int) {
 	c.free = append(c.free, si)
 	var err error
 	if r.Op != opControl && sl.rsp.Status != wire.StatusGood {
-		err = &IOError{Op: r.Op, Off: r.Offset, Len: r.length(), Sense: sl.rsp.Sense}
+		err = &IOError{Op: r.Op, Off: r.Offset, Len: r.length(), Sense: Sense(sl.rsp.Sense)}
 	}
 	c.acts.done = append(c.acts.done, doneIO{req: r, err: err, bounce: sl.bounce, rsp: true})
 }

@@ -81,7 +81,7 @@ type IOError struct {
 	Op    Op
 	Off   int64
 	Len   int64
-	Sense wire.Sense
+	Sense Sense
 }
 
 func (e *IOError) Error() string {
@@ -94,11 +94,11 @@ func (e *IOError) Error() string {
 // others.
 func (e *IOError) Unwrap() error {
 	switch e.Sense {
-	case wire.SenseWriteProtected:
+	case SenseWriteProtected:
 		return ErrReadOnly
-	case wire.SenseAccessDenied:
+	case SenseAccessDenied:
 		return ErrAccessDenied
-	case wire.SenseSpaceAllocFailed:
+	case SenseSpaceAllocFailed:
 		return ErrNoSpace
 	}
 	return nil
@@ -106,7 +106,7 @@ func (e *IOError) Unwrap() error {
 
 // LoginError is a login the target rejected.
 type LoginError struct {
-	Reason  wire.RejectReason
+	Reason  RejectReason
 	Message string
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/e2etest"
 	"github.com/gosrp/gosrp/internal/nbd"
-	"github.com/gosrp/gosrp/internal/wire"
 )
 
 // TestImportTargetRestart is issue 21's silent loss: srpd is SIGKILLed
@@ -144,7 +143,7 @@ func TestWriteCacheLostErrno(t *testing.T) {
 // client as ENOSPC, not EIO (before: every unmapped sense was EIO).
 func TestNoSpaceErrno(t *testing.T) {
 	err := fmt.Errorf("initiator: volume %q: %w", "vol0",
-		&initiator.IOError{Op: initiator.OpWrite, Len: 4096, Sense: wire.SenseSpaceAllocFailed})
+		&initiator.IOError{Op: initiator.OpWrite, Len: 4096, Sense: initiator.SenseSpaceAllocFailed})
 	if e := nbd.Errno(nbdErr(err, true)); e != nbd.ENOSPC {
 		t.Fatalf("errno %d, want ENOSPC", e)
 	}

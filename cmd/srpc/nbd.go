@@ -16,7 +16,6 @@ import (
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/internal/nbd"
-	"github.com/gosrp/gosrp/internal/wire"
 )
 
 const nbdLong = `Serve VOLUME over the NBD protocol on a unix socket (--socket PATH) or a
@@ -306,13 +305,13 @@ func nbdErr(err error, write bool) error {
 		return nbd.WithErrno(err, nbd.ENOSPC)
 	case errors.As(orig, &ie):
 		switch ie.Sense {
-		case wire.SenseWriteProtected:
+		case initiator.SenseWriteProtected:
 			return nbd.WithErrno(err, nbd.EPERM)
-		case wire.SenseUnsupported:
+		case initiator.SenseUnsupported:
 			return nbd.WithErrno(err, nbd.ENOTSUP)
-		case wire.SenseInvalidField, wire.SenseMisaligned:
+		case initiator.SenseInvalidField, initiator.SenseMisaligned:
 			return nbd.WithErrno(err, nbd.EINVAL)
-		case wire.SenseOutOfRange:
+		case initiator.SenseOutOfRange:
 			if write {
 				return nbd.WithErrno(err, nbd.ENOSPC)
 			}
