@@ -85,6 +85,53 @@ func asQP(d *device, x transport.QP) (*qp, error) {
 	return q, nil
 }
 
+// answerOnce admits the one answer a connection request gets, an accept
+// or a reject; on the loop wire a requester that gave up (gaveUp) has
+// taken it.
+type answerOnce struct {
+	mu       sync.Mutex
+	answered bool
+	gaveUp   bool
+}
+
+func (a *answerOnce) answer() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.gaveUp:
+		return fmt.Errorf("emu: the requester gave up: %w", transport.ErrDisconnected)
+	case a.answered:
+		return fmt.Errorf("emu: request already answered: %w", transport.ErrInvalidState)
+	}
+	a.answered = true
+	return nil
+}
+
+// accepting checks an Accept's private data and QP (one of d's) and
+// takes the request's answer.
+func (a *answerOnce) accepting(d *device, x transport.QP, priv []byte) (*qp, error) {
+	if err := checkPrivate("accept", priv, transport.MaxAcceptPrivateData); err != nil {
+		return nil, err
+	}
+	q, err := asQP(d, x)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.answer(); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// rejecting checks a Reject's private data and takes the request's
+// answer.
+func (a *answerOnce) rejecting(priv []byte) error {
+	if err := checkPrivate("reject", priv, transport.MaxRejectPrivateData); err != nil {
+		return err
+	}
+	return a.answer()
+}
+
 // acceptFrom waits for the next connection request a wire's listener
 // queued; once the listener's socket has failed (fail, nil on the loop
 // wire) it returns that error.
@@ -143,9 +190,9 @@ func (e *endpoint) Connect(ctx context.Context, x transport.QP, priv []byte) (tr
 	e.used = true
 	switch e.p.cfg.Wire {
 	case WireTCP:
-		return e.p.connectTCP(ctx, e.addr, q, priv)
+		return dialStream[tcpWire](ctx, e.p, e.addr, q, priv)
 	case WireShm:
-		return e.p.connectShm(ctx, e.addr, q, priv)
+		return dialStream[shmWire](ctx, e.p, e.addr, q, priv)
 	}
 	return e.p.connectLoop(ctx, e.addr, q, priv)
 }

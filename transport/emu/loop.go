@@ -74,10 +74,7 @@ type loopReq struct {
 	priv   []byte
 	from   string
 	reply  chan loopReply
-
-	mu       sync.Mutex
-	answered bool
-	gaveUp   bool
+	answerOnce
 }
 
 type loopReply struct {
@@ -89,28 +86,9 @@ func (r *loopReq) Device() transport.Device { return r.l.p.dev }
 func (r *loopReq) PrivateData() []byte      { return r.priv }
 func (r *loopReq) RemoteAddr() string       { return r.from }
 
-func (r *loopReq) answer() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.gaveUp:
-		return fmt.Errorf("emu: the requester gave up: %w", transport.ErrDisconnected)
-	case r.answered:
-		return fmt.Errorf("emu: request already answered: %w", transport.ErrInvalidState)
-	}
-	r.answered = true
-	return nil
-}
-
 func (r *loopReq) Accept(ctx context.Context, x transport.QP, priv []byte) (transport.Conn, error) {
-	if err := checkPrivate("accept", priv, transport.MaxAcceptPrivateData); err != nil {
-		return nil, err
-	}
-	server, err := asQP(r.l.p.dev, x)
+	server, err := r.accepting(r.l.p.dev, x, priv)
 	if err != nil {
-		return nil, err
-	}
-	if err := r.answer(); err != nil {
 		return nil, err
 	}
 	sh := &loopShared{}
@@ -133,10 +111,7 @@ func (r *loopReq) Accept(ctx context.Context, x transport.QP, priv []byte) (tran
 }
 
 func (r *loopReq) Reject(priv []byte) error {
-	if err := checkPrivate("reject", priv, transport.MaxRejectPrivateData); err != nil {
-		return err
-	}
-	if err := r.answer(); err != nil {
+	if err := r.rejecting(priv); err != nil {
 		return err
 	}
 	r.reply <- loopReply{err: &transport.RejectError{PrivateData: append([]byte(nil), priv...)}}

@@ -1,7 +1,8 @@
 package emu
 
-// The shm wire's connection management: the listener on a unix socket
-// path, its connection requests, and the active side's connect.
+// The shm wire's connection management: its listener on a unix socket
+// path and the messages of its connection setup (shmWire), which the
+// stream wires' shared path (stream.go) runs.
 
 import (
 	"context"
@@ -11,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,18 +21,16 @@ import (
 	"github.com/gosrp/gosrp/transport"
 )
 
+// shmListeners numbers the sockets of the listeners that pick their own
+// path (Listen with "").
 var shmListeners atomic.Uint64
 
-type shmListener struct {
-	p    *Provider
-	ln   *net.UnixListener
-	path string
-	reqs chan *shmReq
-	done chan struct{}
-	fail *listenFail
-	once sync.Once
-	wg   sync.WaitGroup
-}
+// shmListener and shmReq are the shm wire's listener and connection
+// request.
+type (
+	shmListener = streamListener[shmWire]
+	shmReq      = streamReq[shmWire]
+)
 
 func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listener, error) {
 	if addr == "" {
@@ -59,23 +57,8 @@ func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listen
 // serveShm starts accepting connection requests on ln; accept is ln
 // itself, or a wrapper of it (tests inject accept errors).
 func (p *Provider) serveShm(ln *net.UnixListener, accept net.Listener, addr string) (*shmListener, error) {
-	l := &shmListener{p: p, ln: ln, path: addr, reqs: make(chan *shmReq, 64), done: make(chan struct{}), fail: newListenFail()}
-	if err := p.own(l); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		p.acceptLoop(accept, addr, l.done, l.fail, func(nc net.Conn) {
-			l.wg.Add(1)
-			go l.handshake(nc.(*net.UnixConn))
-		})
-	}()
-	return l, nil
+	return serveStream[shmWire](p, ln, accept, addr)
 }
-
-func (l *shmListener) Addr() string { return l.path }
 
 // removeStaleSocket removes the socket a listener that died without
 // closing (SIGKILL) left at path, so that a new one can bind there. It
@@ -123,9 +106,20 @@ func peerPID(uc *net.UnixConn) string {
 	return "shm:pid=" + pid
 }
 
-func (l *shmListener) handshake(uc *net.UnixConn) {
-	defer l.wg.Done()
-	uc.SetReadDeadline(time.Now().Add(cmTimeout))
+// shmWire is the shm wire's part of connection setup: control messages
+// on the SOCK_SEQPACKET socket (shm_control.go), the accept passing the
+// connection region's memfd.
+type shmWire struct{}
+
+func (shmWire) network() string { return "unixpacket" }
+
+func (shmWire) remote(nc net.Conn) string { return peerPID(nc.(*net.UnixConn)) }
+
+func (shmWire) readRequest(p *Provider, nc net.Conn) ([]byte, error) {
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		return nil, fmt.Errorf("emu: shm listener accepted a %T", nc)
+	}
 	var buf [ctlMaxLen]byte
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	var m ctlMsg
@@ -133,154 +127,83 @@ func (l *shmListener) handshake(uc *net.UnixConn) {
 	closeFDs(fds)
 	if err != nil || m.kind != ctlReq {
 		if err == nil || errors.Is(err, errBadFrame) {
-			l.p.counters.badFrms.Add(1)
-			l.p.log.Warn("dropping connection with a bad connect request", "err", err, "kind", m.kind)
+			p.counters.badFrms.Add(1)
+			p.log.Warn("dropping connection with a bad connect request", "err", err, "kind", m.kind)
 		}
-		uc.Close()
-		return
-	}
-	uc.SetReadDeadline(time.Time{})
-	r := &shmReq{l: l, uc: uc, priv: append([]byte(nil), m.priv...), from: peerPID(uc)}
-	select {
-	case l.reqs <- r:
-	case <-l.done:
-		r.Reject(nil)
-	}
-}
-
-func (l *shmListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	return acceptFrom(ctx, l.reqs, l.done, l.fail, l.path)
-}
-
-func (l *shmListener) Close() error {
-	l.once.Do(func() {
-		close(l.done)
-		l.ln.Close()
-		l.wg.Wait()
-		rejectPending(l.reqs)
-		l.p.disown(l)
-	})
-	return nil
-}
-
-type shmReq struct {
-	l    *shmListener
-	uc   *net.UnixConn
-	priv []byte
-	from string
-
-	mu       sync.Mutex
-	answered bool
-}
-
-func (r *shmReq) Device() transport.Device { return r.l.p.dev }
-func (r *shmReq) PrivateData() []byte      { return r.priv }
-func (r *shmReq) RemoteAddr() string       { return r.from }
-
-func (r *shmReq) answer() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.answered {
-		return fmt.Errorf("emu: request already answered: %w", transport.ErrInvalidState)
-	}
-	r.answered = true
-	return nil
-}
-
-func (r *shmReq) Accept(ctx context.Context, x transport.QP, priv []byte) (transport.Conn, error) {
-	if err := checkPrivate("accept", priv, transport.MaxAcceptPrivateData); err != nil {
+		if err == nil {
+			err = fmt.Errorf("%w: control kind %d instead of a connect request", errBadFrame, m.kind)
+		}
 		return nil, err
 	}
-	q, err := asQP(r.l.p.dev, x)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.answer(); err != nil {
-		return nil, err
-	}
+	return append([]byte(nil), m.priv...), nil
+}
+
+// accept creates the connection region, a sealed memfd, and passes it
+// with the accept.
+func (shmWire) accept(ctx context.Context, r *sockReq, q *qp, priv []byte) (transport.Conn, error) {
+	uc := r.nc.(*net.UnixConn)
 	fd, err := unix.MemfdCreate("gosrp-shm-conn", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		r.uc.Close()
+		uc.Close()
 		return nil, fmt.Errorf("emu: accept: connection region: %w", err)
 	}
 	defer unix.Close(fd)
 	if err := unix.Ftruncate(fd, regionLen); err != nil {
-		r.uc.Close()
+		uc.Close()
 		return nil, fmt.Errorf("emu: accept: connection region: %w", err)
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		r.uc.Close()
+		uc.Close()
 		return nil, fmt.Errorf("emu: accept: seal connection region: %w", err)
 	}
 	region, err := unix.Mmap(fd, 0, regionLen, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		r.uc.Close()
+		uc.Close()
 		return nil, fmt.Errorf("emu: accept: map connection region: %w", err)
 	}
 	initRegion(region)
 	if dl, ok := ctx.Deadline(); ok {
-		r.uc.SetWriteDeadline(dl)
+		uc.SetWriteDeadline(dl)
 	}
-	if err := writeCtl(r.uc, &ctlMsg{kind: ctlRep, size: regionLen, priv: priv}, fd); err != nil {
+	if err := writeCtl(uc, &ctlMsg{kind: ctlRep, size: regionLen, priv: priv}, fd); err != nil {
 		unix.Munmap(region)
-		r.uc.Close()
+		uc.Close()
 		return nil, fmt.Errorf("emu: accept: %w", err)
 	}
-	r.uc.SetWriteDeadline(time.Time{})
-	return startShm(r.l.p, q, r.uc, region, 1, r.priv, r.l.path, r.from)
+	uc.SetWriteDeadline(time.Time{})
+	return startShm(r.p, q, uc, region, 1, r.priv, r.at, r.from)
 }
 
-func (r *shmReq) Reject(priv []byte) error {
-	if err := checkPrivate("reject", priv, transport.MaxRejectPrivateData); err != nil {
-		return err
-	}
-	if err := r.answer(); err != nil {
-		return err
-	}
-	r.uc.SetWriteDeadline(time.Now().Add(cmTimeout))
-	err := writeCtl(r.uc, &ctlMsg{kind: ctlRej, priv: priv}, -1)
-	r.uc.Close()
-	if err != nil {
-		return fmt.Errorf("emu: reject: %w", err)
-	}
-	return nil
+func (shmWire) writeReject(nc net.Conn, priv []byte) error {
+	return writeCtl(nc.(*net.UnixConn), &ctlMsg{kind: ctlRej, priv: priv}, -1)
 }
 
-func (p *Provider) connectShm(ctx context.Context, addr string, q *qp, priv []byte) (transport.Conn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unixpacket", addr)
-	if err != nil {
-		return nil, fmt.Errorf("emu: connect to %s: %w: %w", addr, transport.ErrNotFound, err)
-	}
-	uc := nc.(*net.UnixConn)
-	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Now()) })
-	defer stop()
-	if err := writeCtl(uc, &ctlMsg{kind: ctlReq, priv: priv}, -1); err != nil {
-		uc.Close()
-		return nil, fmt.Errorf("emu: connect to %s: %w", addr, err)
-	}
+func (shmWire) writeRequest(nc net.Conn, priv []byte) error {
+	return writeCtl(nc.(*net.UnixConn), &ctlMsg{kind: ctlReq, priv: priv}, -1)
+}
+
+// readAnswer reads the accept and maps the connection region it passes,
+// after checking the memfd's seals and size and the region's layout.
+func (shmWire) readAnswer(ctx context.Context, p *Provider, nc net.Conn, addr string) (streamAnswer, error) {
 	var buf [ctlMaxLen]byte
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	var m ctlMsg
-	fds, err := readCtl(uc, buf[:], oob, &m)
+	fds, err := readCtl(nc.(*net.UnixConn), buf[:], oob, &m)
 	if err != nil {
-		uc.Close()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
+			return streamAnswer{}, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
 		}
 		if errors.Is(err, errBadFrame) {
-			return nil, fmt.Errorf("emu: connect to %s: bad answer: %w: %w", addr, transport.ErrDisconnected, err)
+			return streamAnswer{}, fmt.Errorf("emu: connect to %s: bad answer: %w: %w", addr, transport.ErrDisconnected, err)
 		}
-		return nil, fmt.Errorf("emu: connect to %s: no answer: %w: %w", addr, transport.ErrDisconnected, err)
+		return streamAnswer{}, fmt.Errorf("emu: connect to %s: no answer: %w: %w", addr, transport.ErrDisconnected, err)
 	}
 	switch {
 	case m.kind == ctlRej && len(fds) == 0:
-		uc.Close()
-		return nil, &transport.RejectError{PrivateData: append([]byte(nil), m.priv...)}
+		return streamAnswer{}, &transport.RejectError{PrivateData: append([]byte(nil), m.priv...)}
 	case m.kind != ctlRep || len(fds) != 1:
 		closeFDs(fds)
-		uc.Close()
-		return nil, fmt.Errorf("emu: connect to %s: bad answer (kind %d, %d descriptors): %w", addr, m.kind, len(fds), transport.ErrDisconnected)
+		return streamAnswer{}, fmt.Errorf("emu: connect to %s: bad answer (kind %d, %d descriptors): %w", addr, m.kind, len(fds), transport.ErrDisconnected)
 	}
 	region, err := mapPeerFD(fds[0], regionLen, unix.PROT_READ|unix.PROT_WRITE)
 	unix.Close(fds[0])
@@ -290,15 +213,14 @@ func (p *Provider) connectShm(ctx context.Context, addr string, q *qp, priv []by
 		}
 	}
 	if err != nil {
-		uc.Close()
 		p.counters.badFrms.Add(1)
-		return nil, fmt.Errorf("emu: connect to %s: %w: %w", addr, transport.ErrDisconnected, err)
+		return streamAnswer{}, fmt.Errorf("emu: connect to %s: %w: %w", addr, transport.ErrDisconnected, err)
 	}
-	if !stop() {
-		unix.Munmap(region)
-		uc.Close()
-		return nil, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
-	}
-	uc.SetDeadline(time.Time{})
-	return startShm(p, q, uc, region, 0, m.priv, "shm:pid="+strconv.Itoa(os.Getpid()), addr)
+	return streamAnswer{priv: append([]byte(nil), m.priv...), region: region}, nil
+}
+
+func (shmWire) release(a streamAnswer) { unix.Munmap(a.region) }
+
+func (shmWire) start(p *Provider, q *qp, nc net.Conn, a streamAnswer, addr string) (transport.Conn, error) {
+	return startShm(p, q, nc.(*net.UnixConn), a.region, 0, a.priv, "shm:pid="+strconv.Itoa(os.Getpid()), addr)
 }

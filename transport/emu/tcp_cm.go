@@ -1,32 +1,25 @@
 package emu
 
-// The tcp wire's connection management: the listener, its connection
-// requests, and the active side's connect.
+// The tcp wire's connection management: its listener and the messages
+// of its connection setup (tcpWire), which the stream wires' shared path
+// (stream.go) runs.
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/gosrp/gosrp/transport"
 )
 
-// cmTimeout bounds how long a passive side waits for a connect request's
-// first frame, so a silent TCP client cannot pin a goroutine.
-const cmTimeout = 10 * time.Second
-
-type tcpListener struct {
-	p    *Provider
-	ln   net.Listener
-	reqs chan *tcpReq
-	done chan struct{}
-	fail *listenFail
-	once sync.Once
-	wg   sync.WaitGroup
-}
+// tcpListener and tcpReq are the tcp wire's listener and connection
+// request.
+type (
+	tcpListener = streamListener[tcpWire]
+	tcpReq      = streamReq[tcpWire]
+)
 
 func (p *Provider) listenTCP(ctx context.Context, addr string) (transport.Listener, error) {
 	if addr == "" {
@@ -46,111 +39,39 @@ func (p *Provider) listenTCP(ctx context.Context, addr string) (transport.Listen
 
 // serveTCP starts accepting connection requests on ln.
 func (p *Provider) serveTCP(ln net.Listener) (*tcpListener, error) {
-	l := &tcpListener{p: p, ln: ln, reqs: make(chan *tcpReq, 64), done: make(chan struct{}), fail: newListenFail()}
-	if err := p.own(l); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		p.acceptLoop(ln, l.Addr(), l.done, l.fail, func(nc net.Conn) {
-			l.wg.Add(1)
-			go l.handshake(nc)
-		})
-	}()
-	return l, nil
+	return serveStream[tcpWire](p, ln, ln, ln.Addr().String())
 }
 
-func (l *tcpListener) Addr() string { return l.ln.Addr().String() }
+// tcpWire is the tcp wire's part of connection setup: a CM message is a
+// frame header (cmReq, cmRep, cmRej) followed by the private data.
+type tcpWire struct{}
 
-// handshake reads the connect request of a new TCP connection.
-func (l *tcpListener) handshake(nc net.Conn) {
-	defer l.wg.Done()
-	nc.SetReadDeadline(time.Now().Add(cmTimeout))
+func (tcpWire) network() string { return "tcp" }
+
+func (tcpWire) remote(nc net.Conn) string { return nc.RemoteAddr().String() }
+
+func (tcpWire) readRequest(p *Provider, nc net.Conn) ([]byte, error) {
 	var hb [headerLen]byte
 	var h header
 	if _, err := io.ReadFull(nc, hb[:]); err != nil {
-		nc.Close()
-		return
+		return nil, err
 	}
 	if err := decodeHeader(hb[:], &h); err != nil || h.kind != cmReq {
-		l.p.counters.badFrms.Add(1)
-		l.p.log.Warn("dropping connection with a bad connect request", "remote", nc.RemoteAddr().String(), "err", err, "kind", h.kind)
-		nc.Close()
-		return
+		p.counters.badFrms.Add(1)
+		p.log.Warn("dropping connection with a bad connect request", "remote", nc.RemoteAddr().String(), "err", err, "kind", h.kind)
+		if err == nil {
+			err = fmt.Errorf("%w: %s instead of a connect request", errBadFrame, h.kind)
+		}
+		return nil, err
 	}
 	priv := make([]byte, h.paylen)
 	if _, err := io.ReadFull(nc, priv); err != nil {
-		nc.Close()
-		return
-	}
-	nc.SetReadDeadline(time.Time{})
-	r := &tcpReq{l: l, nc: nc, priv: priv}
-	select {
-	case l.reqs <- r:
-	case <-l.done:
-		r.Reject(nil)
-	}
-}
-
-func (l *tcpListener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	return acceptFrom(ctx, l.reqs, l.done, l.fail, l.Addr())
-}
-
-func (l *tcpListener) Close() error {
-	l.once.Do(func() {
-		close(l.done)
-		l.ln.Close()
-		l.wg.Wait()
-		rejectPending(l.reqs)
-		l.p.disown(l)
-	})
-	return nil
-}
-
-type tcpReq struct {
-	l    *tcpListener
-	nc   net.Conn
-	priv []byte
-
-	mu       sync.Mutex
-	answered bool
-}
-
-func (r *tcpReq) Device() transport.Device { return r.l.p.dev }
-func (r *tcpReq) PrivateData() []byte      { return r.priv }
-func (r *tcpReq) RemoteAddr() string       { return r.nc.RemoteAddr().String() }
-
-func (r *tcpReq) answer() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.answered {
-		return fmt.Errorf("emu: request already answered: %w", transport.ErrInvalidState)
-	}
-	r.answered = true
-	return nil
-}
-
-func writeCM(nc net.Conn, kind pktKind, priv []byte) error {
-	b := make([]byte, headerLen+len(priv))
-	putHeader(b, &header{kind: kind, paylen: uint32(len(priv))})
-	copy(b[headerLen:], priv)
-	_, err := nc.Write(b)
-	return err
-}
-
-func (r *tcpReq) Accept(ctx context.Context, x transport.QP, priv []byte) (transport.Conn, error) {
-	if err := checkPrivate("accept", priv, transport.MaxAcceptPrivateData); err != nil {
 		return nil, err
 	}
-	q, err := asQP(r.l.p.dev, x)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.answer(); err != nil {
-		return nil, err
-	}
+	return priv, nil
+}
+
+func (tcpWire) accept(ctx context.Context, r *sockReq, q *qp, priv []byte) (transport.Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		r.nc.SetWriteDeadline(dl)
 	}
@@ -159,63 +80,46 @@ func (r *tcpReq) Accept(ctx context.Context, x transport.QP, priv []byte) (trans
 		return nil, fmt.Errorf("emu: accept: %w", err)
 	}
 	r.nc.SetWriteDeadline(time.Time{})
-	return startTCP(r.l.p, q, r.nc, r.priv)
+	return startTCP(r.p, q, r.nc, r.priv)
 }
 
-func (r *tcpReq) Reject(priv []byte) error {
-	if err := checkPrivate("reject", priv, transport.MaxRejectPrivateData); err != nil {
-		return err
-	}
-	if err := r.answer(); err != nil {
-		return err
-	}
-	r.nc.SetWriteDeadline(time.Now().Add(cmTimeout))
-	err := writeCM(r.nc, cmRej, priv)
-	r.nc.Close()
-	if err != nil {
-		return fmt.Errorf("emu: reject: %w", err)
-	}
-	return nil
-}
+func (tcpWire) writeReject(nc net.Conn, priv []byte) error { return writeCM(nc, cmRej, priv) }
 
-func (p *Provider) connectTCP(ctx context.Context, addr string, q *qp, priv []byte) (transport.Conn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("emu: connect to %s: %w: %w", addr, transport.ErrNotFound, err)
-	}
-	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
-	defer stop()
-	if err := writeCM(nc, cmReq, priv); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("emu: connect to %s: %w", addr, err)
-	}
+func (tcpWire) writeRequest(nc net.Conn, priv []byte) error { return writeCM(nc, cmReq, priv) }
+
+func (tcpWire) readAnswer(ctx context.Context, p *Provider, nc net.Conn, addr string) (streamAnswer, error) {
 	var hb [headerLen]byte
 	var h header
 	if _, err := io.ReadFull(nc, hb[:]); err != nil {
-		nc.Close()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
+			return streamAnswer{}, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
 		}
-		return nil, fmt.Errorf("emu: connect to %s: no answer: %w: %w", addr, transport.ErrDisconnected, err)
+		return streamAnswer{}, fmt.Errorf("emu: connect to %s: no answer: %w: %w", addr, transport.ErrDisconnected, err)
 	}
 	if err := decodeHeader(hb[:], &h); err != nil || (h.kind != cmRep && h.kind != cmRej) {
-		nc.Close()
-		return nil, fmt.Errorf("emu: connect to %s: bad answer (%v, kind %s): %w", addr, err, h.kind, transport.ErrDisconnected)
+		return streamAnswer{}, fmt.Errorf("emu: connect to %s: bad answer (%v, kind %s): %w", addr, err, h.kind, transport.ErrDisconnected)
 	}
 	rp := make([]byte, h.paylen)
 	if _, err := io.ReadFull(nc, rp); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("emu: connect to %s: %w", addr, err)
+		return streamAnswer{}, fmt.Errorf("emu: connect to %s: %w", addr, err)
 	}
 	if h.kind == cmRej {
-		nc.Close()
-		return nil, &transport.RejectError{PrivateData: rp}
+		return streamAnswer{}, &transport.RejectError{PrivateData: rp}
 	}
-	if !stop() {
-		nc.Close()
-		return nil, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
-	}
-	nc.SetDeadline(time.Time{})
-	return startTCP(p, q, nc, rp)
+	return streamAnswer{priv: rp}, nil
+}
+
+func (tcpWire) release(streamAnswer) {}
+
+func (tcpWire) start(p *Provider, q *qp, nc net.Conn, a streamAnswer, _ string) (transport.Conn, error) {
+	return startTCP(p, q, nc, a.priv)
+}
+
+// writeCM writes a CM message of kind with private data priv.
+func writeCM(nc net.Conn, kind pktKind, priv []byte) error {
+	b := make([]byte, headerLen+len(priv))
+	putHeader(b, &header{kind: kind, paylen: uint32(len(priv))})
+	copy(b[headerLen:], priv)
+	_, err := nc.Write(b)
+	return err
 }
