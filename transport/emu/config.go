@@ -41,8 +41,9 @@ type Config struct {
 	// RetryTimeout is how long a requester waits for an answer before a
 	// retry (the IB local ACK timeout); RetryCount retries end in
 	// RETRY_EXC_ERR. Defaults 3 retries after 20ms on the loop wire
-	// (short, so tests stay fast) and after 100ms on tcp and shm, whose
-	// peer may be descheduled for longer than 20ms on a loaded machine.
+	// (short, so tests stay fast) and 7 after 250ms on tcp and shm, whose
+	// frames are never lost and whose peer may be descheduled for a long
+	// while on a loaded machine.
 	RetryTimeout time.Duration
 	RetryCount   int
 	// RNRTimeout and RNRRetry bound receiver-not-ready retries; defaults

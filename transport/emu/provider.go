@@ -61,21 +61,28 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano()
 	}
+	stream := cfg.Wire != WireLoop
 	if cfg.RetryTimeout <= 0 {
 		cfg.RetryTimeout = 20 * time.Millisecond
-		if cfg.Wire != WireLoop {
+		if stream {
 			// A frame on a stream wire is never lost, only late: the
 			// peer is another goroutine or process that may be
-			// descheduled, or busy copying a large frame, for longer
-			// than 20 ms on a loaded machine, and three such delays
-			// ended a healthy connection with RETRY_EXC_ERR (the
-			// conformance suite's Write/Large under -race). IB's
-			// usual local ACK timeout (14: 4.096 µs × 2^14) is 67 ms.
-			cfg.RetryTimeout = 100 * time.Millisecond
+			// descheduled, or busy copying a large frame, on a loaded
+			// machine. 3 × 100 ms still ended healthy connections with
+			// RETRY_EXC_ERR under -race beside a VM (the conformance
+			// suite's Write/Large and Send/PollWhilePosting, load 10-20
+			// on 2 cores), so a stream wire waits as long as IB's
+			// largest common setting allows: 7 retries (retry_cnt's
+			// maximum) of 250 ms, 2 s in all. A dead peer is seen
+			// sooner anyway: its socket closes.
+			cfg.RetryTimeout = 250 * time.Millisecond
 		}
 	}
 	if cfg.RetryCount <= 0 {
 		cfg.RetryCount = 3
+		if stream {
+			cfg.RetryCount = 7
+		}
 	}
 	if cfg.RNRTimeout <= 0 {
 		cfg.RNRTimeout = time.Millisecond
