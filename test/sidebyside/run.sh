@@ -21,7 +21,8 @@
 #
 # Env: ROUNDS (3), QUICK (0), OUT (results dir; default a new /tmp dir,
 # kept), ONLY (space-separated target keys to run, e.g. "nbdkit-unix
-# gosrp-nbd-shm"), SHM_POLL (the emu shm-poll option: adaptive, the
+# gosrp-nbd-shm"), POLL_PRESSURE (emu poll-pressure, default on here),
+# SHM_POLL (the emu shm-poll option: adaptive, the
 # default, or eager), PROCS (--procs of every gosrp process, default 1:
 # the processes of one job share two cores; 0 is Go's default, a thread
 # per CPU in each; bench's auto is 1 here, one job), PEBBLE_PROCS (the
@@ -45,8 +46,12 @@ WORK=$(mktemp -d /dev/shm/gosrp-sbs.XXXXXX) # tmpfs: files, sockets, pebble data
 ONLY=${ONLY:-}
 # SHM_POLL=eager runs every gosrp process with --provider-option
 # shm-poll=eager (poll for answers as a dedicated core would).
-POLL_OPT=()
-if [ -n "${SHM_POLL:-}" ]; then POLL_OPT=(--provider-option "shm-poll=$SHM_POLL"); fi
+# POLL_PRESSURE=on (the default here, a small shared VM) lets the emu
+# readers consult /proc/pressure/cpu (emu's Config.PollPressure, off in
+# the programs' own defaults); off judges from their own polls alone.
+POLL_PRESSURE=${POLL_PRESSURE:-on}
+POLL_OPT=(--provider-option "poll-pressure=$POLL_PRESSURE")
+if [ -n "${SHM_POLL:-}" ]; then POLL_OPT+=(--provider-option "shm-poll=$SHM_POLL"); fi
 PROCS=${PROCS:-1}
 # The gosrp processes run with GOSRP_GODEBUG as their GODEBUG:
 # schedtrace=2147483647 by default, the setting docs/performance.md
@@ -250,7 +255,7 @@ run_pebble() { # run_pebble tcp|shm
 }
 
 per_round=$((6 * 9 + 16))
-echo "== gosrp processes: --procs $PROCS (pebble srpd: $PEBBLE_PROCS), shm-poll ${SHM_POLL:-adaptive}"
+echo "== gosrp processes: --procs $PROCS (pebble srpd: $PEBBLE_PROCS), shm-poll ${SHM_POLL:-adaptive}, poll-pressure $POLL_PRESSURE, GODEBUG=$GODEBUG"
 echo "== $ROUNDS round(s) of about $((per_round * (RUNTIME + RAMP + 1) / 60 + 1)) min; results in $OUT"
 for r in $(seq "$ROUNDS"); do
 	RD=$OUT/r$r

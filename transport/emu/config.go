@@ -57,6 +57,15 @@ type Config struct {
 	// lowest latency when each process has a core to itself, CPU taken
 	// from co-scheduled processes when not.
 	ShmPoll string
+	// PollPressure lets the tcp and shm readers ask the kernel's pressure
+	// stall information (/proc/pressure/cpu, a host-wide figure) whether
+	// the CPUs are oversubscribed before they poll. Off, a reader judges
+	// from its own polls alone: one that finds itself descheduled stops
+	// polling for a while. That is right on a machine given to gosrp;
+	// turn it on (option poll-pressure=on) where gosrp shares a few cores
+	// with other work, where PSI tells a neighbour's load from the
+	// hypervisor's (docs/performance.md).
+	PollPressure bool
 	// Logger receives the NIC's log (QP errors and their reasons). Default:
 	// slog.Default().
 	Logger *slog.Logger
@@ -85,7 +94,7 @@ type Faults struct {
 }
 
 // ConfigFromOptions builds a Config from transport.Options: profile, wire,
-// seed, shm-poll (adaptive or eager), and fault rates named after the Faults fields in lower case
+// seed, shm-poll (adaptive or eager), poll-pressure (on or off), and fault rates named after the Faults fields in lower case
 // (qperror, postfail, dropcqe, corruptcqe, duplicate, delay, linkcut).
 func ConfigFromOptions(o transport.Options) (Config, error) {
 	var c Config
@@ -98,6 +107,15 @@ func ConfigFromOptions(o transport.Options) (Config, error) {
 			c.Wire = v
 		case "shm-poll":
 			c.ShmPoll = v
+		case "poll-pressure":
+			switch v {
+			case "on":
+				c.PollPressure = true
+			case "off":
+				c.PollPressure = false
+			default:
+				c.PollPressure, err = strconv.ParseBool(v)
+			}
 		case "seed":
 			c.Seed, err = strconv.ParseInt(v, 0, 64)
 		case "qperror":

@@ -18,7 +18,13 @@ func TestOptions(t *testing.T) {
 	if c.Profile != "rxe" || c.Wire != "shm" || c.Seed != 7 || c.ShmPoll != ShmPollEager || c.Faults.Duplicate != 0.5 {
 		t.Fatalf("config %+v", c)
 	}
-	for _, o := range []transport.Options{{"bogus": "1"}, {"seed": "x"}, {"linkcut": "often"}} {
+	for v, want := range map[string]bool{"on": true, "off": false, "true": true, "0": false} {
+		c, err := ConfigFromOptions(transport.Options{"poll-pressure": v})
+		if err != nil || c.PollPressure != want {
+			t.Errorf("poll-pressure=%s: %v, %v; want %v", v, c.PollPressure, err, want)
+		}
+	}
+	for _, o := range []transport.Options{{"bogus": "1"}, {"seed": "x"}, {"linkcut": "often"}, {"poll-pressure": "sometimes"}} {
 		if _, err := ConfigFromOptions(o); !errors.Is(err, transport.ErrInvalidArgument) {
 			t.Errorf("%v: %v, want ErrInvalidArgument", o, err)
 		}
@@ -33,5 +39,9 @@ func TestOptions(t *testing.T) {
 	defer p.Close()
 	if p.cfg.ShmPoll != ShmPollAdaptive {
 		t.Errorf("default ShmPoll %q, want %q", p.cfg.ShmPoll, ShmPollAdaptive)
+	}
+	// Host-wide state is consulted only when asked for.
+	if p.pressure != nil {
+		t.Error("the default provider consults /proc/pressure/cpu")
 	}
 }

@@ -41,8 +41,8 @@ const shmSpinAwait = 200 * time.Microsecond
 
 // shmSpinIdle is how long a reader with no requests in flight polls for
 // new ones, past its adaptive budget, while most of its recent waits
-// ended without a sleep and the kernel's pressure stall information shows
-// no task waiting for a CPU (cpuPressure): then the polling takes CPU
+// ended without a sleep and the CPUs do not look oversubscribed
+// (contention.busy): then the polling takes CPU
 // from nobody and usually ends in work, and a reader that sleeps instead
 // costs the peer a wake-up across CPUs for the next request, which on a
 // VM without guest halt-polling is tens of microseconds. A reader whose
@@ -54,7 +54,8 @@ const shmSpinIdle = 50 * time.Microsecond
 
 // A poll that takes longer than pollPreempted means the reader did not
 // run in between. If the kernel ran another thread on this CPU meanwhile
-// (cpuPressure tells), the CPUs are oversubscribed, and a reader polling
+// (the reader assumes so, or asks PSI with Config.PollPressure), the CPUs
+// are oversubscribed, and a reader polling
 // for answers takes time from the processes that would produce them, so
 // for pollContendedFor after it, the shm and tcp readers do not poll for
 // answers.
@@ -63,18 +64,35 @@ const (
 	pollContendedFor = 50 * time.Millisecond
 )
 
-// contention is a polling reader's record of being descheduled.
-type contention struct{ until int64 }
+// contention is a polling reader's record of being descheduled, and the
+// pressure gauge it may consult (nil: its own record alone;
+// Config.PollPressure).
+type contention struct {
+	until int64
+	g     *pressureGauge
+}
 
 // observe records one poll that began at prev and ended at now (clock
 // nanoseconds); it reports whether the reader was descheduled in between
-// by a thread that wanted its CPU.
+// by a thread that wanted its CPU. Without a gauge a long gap alone
+// counts: on a machine given to gosrp it is rare, and where it is not,
+// backing off is the safe guess.
 func (c *contention) observe(prev, now int64) bool {
-	if now-prev > int64(pollPreempted) && cpuPressure.oversubscribed(now) {
+	if now-prev > int64(pollPreempted) && (c.g == nil || c.g.oversubscribed(now)) {
 		c.until = now + int64(pollContendedFor)
 		return true
 	}
 	return false
+}
+
+// busy reports whether the CPUs look oversubscribed at now, which keeps a
+// reader from polling for new requests: the gauge's word where there is
+// one, else the reader's own record.
+func (c *contention) busy(now int64) bool {
+	if c.g != nil {
+		return c.g.oversubscribed(now)
+	}
+	return c.contended(now)
 }
 
 // contended reports whether polling for answers should stop at now.

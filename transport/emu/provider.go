@@ -23,7 +23,10 @@ type Provider struct {
 	prof   Profile
 	quirks transport.Quirks
 	log    *slog.Logger
-	dev    *device
+	// pressure is the CPU pressure gauge the readers consult, nil unless
+	// Config.PollPressure.
+	pressure *pressureGauge
+	dev      *device
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -100,6 +103,9 @@ func New(cfg Config) (*Provider, error) {
 		log:    cfg.Logger,
 		owned:  map[io.Closer]struct{}{},
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)),
+	}
+	if cfg.PollPressure {
+		p.pressure = cpuPressure
 	}
 	if cfg.Quirks != nil {
 		p.quirks = *cfg.Quirks

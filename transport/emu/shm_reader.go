@@ -101,7 +101,7 @@ func (l *shmLink) reader() {
 	slept := false   // this wait went to sleep
 	var sleepy int64 // moving average of waits that slept, in 1/1024
 	var prev int64   // the previous idle poll
-	var cont contention
+	cont := contention{g: l.p.pressure}
 	eager := l.p.cfg.ShmPoll == ShmPollEager
 	for !l.closing.Load() {
 		n, ok := l.poll()
@@ -150,7 +150,7 @@ func (l *shmLink) reader() {
 			switch {
 			case l.q.awaitingAnswers():
 				awaiting = 1
-			case sleepy < 512 && !cpuPressure.oversubscribed(now):
+			case sleepy < 512 && !cont.busy(now):
 				awaiting = 2
 			default:
 				awaiting = 3

@@ -116,7 +116,7 @@ type sockReader struct {
 }
 
 func newSockReader(l *tcpLink) *sockReader {
-	r := &sockReader{l: l}
+	r := &sockReader{l: l, cont: contention{g: l.p.pressure}}
 	r.fn = r.try
 	return r
 }
@@ -162,7 +162,7 @@ func (r *sockReader) try(fd uintptr) bool {
 			}
 			limit = int64(tcpSpinAwait)
 			if !r.l.q.awaitingAnswers() {
-				if cpuPressure.oversubscribed(now) {
+				if r.cont.busy(now) {
 					return false
 				}
 				limit = int64(tcpSpinIdle)
