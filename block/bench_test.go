@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -148,7 +149,7 @@ func TestMeasureIOPSRatio(t *testing.T) {
 	if os.Getenv("GOSRP_MEASURE") == "" {
 		t.Skip("set GOSRP_MEASURE=1")
 	}
-	secs := time.Duration(envInt(t, "GOSRP_MEASURE_SECS", 3)) * time.Second
+	secs := time.Duration(testenv.Int(t, "GOSRP_MEASURE_SECS", 3, 1)) * time.Second
 	iops := map[string]float64{}
 	for _, be := range backends()[1:] { // file, pebble
 		var v Volume
@@ -193,7 +194,7 @@ func TestMeasureIOPSRatio(t *testing.T) {
 // kernel's count of bytes this process sent to the disk and the store's
 // size on disk.
 func TestMeasureWriteAmp(t *testing.T) {
-	total := envInt(t, "GOSRP_WA_BYTES", 0)
+	total := testenv.Int(t, "GOSRP_WA_BYTES", 0, 0)
 	if total == 0 {
 		t.Skip("set GOSRP_WA_BYTES=1073741824")
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,7 +39,7 @@ func TestCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("re-executes the test binary")
 	}
-	iters := int(envInt(t, "GOSRP_CRASH_ITERS", 3))
+	iters := int(testenv.Int(t, "GOSRP_CRASH_ITERS", 3, 1))
 	seed := seedFrom(t, "GOSRP_CRASH_SEED")
 	for i := 0; i < iters; i++ {
 		s := seed + int64(i)

@@ -1,11 +1,9 @@
 package block
 
 import (
-	"os"
-	"strconv"
 	"testing"
-	"time"
 
+	"github.com/gosrp/gosrp/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,21 +31,6 @@ func backends() []backend {
 	}
 }
 
-// envInt returns the integer in the environment variable name, or def.
-func envInt(t testing.TB, name string, def int64) int64 {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	require.NoError(t, err, "%s=%q", name, v)
-	return n
-}
-
 // seedFrom returns the seed from the environment variable name (for
 // replay) or a fresh one, and logs it.
-func seedFrom(t testing.TB, name string) int64 {
-	seed := envInt(t, name, time.Now().UnixNano())
-	t.Logf("seed=%d (replay with %s=%d)", seed, name, seed)
-	return seed
-}
+func seedFrom(t testing.TB, name string) int64 { return testenv.Seed(t, name) }

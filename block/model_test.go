@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gosrp/gosrp/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -74,7 +75,7 @@ type modelRun struct {
 
 func TestModel(t *testing.T) {
 	seed := seedFrom(t, "GOSRP_MODEL_SEED")
-	steps := int(envInt(t, "GOSRP_MODEL_STEPS", 250))
+	steps := int(testenv.Int(t, "GOSRP_MODEL_STEPS", 250, 1))
 	for _, be := range backends() {
 		t.Run(be.name, func(t *testing.T) {
 			for i := int64(0); i < 2; i++ {

@@ -12,7 +12,7 @@ import (
 // rig.check asserts them after every step.
 
 func shortSoak(t *testing.T, profile string, mech Mechanism) {
-	runSoak(t, profile, mech, soakSeed(int64(len(t.Name()))), 60, 0.03)
+	runSoak(t, profile, mech, soakSeed(t, int64(len(t.Name()))), 60, 0.03)
 }
 
 func slotState(p *Pool, slot int) (st SlotInfo) {

@@ -1,10 +1,10 @@
 package frmr
 
 import (
-	"os"
-	"strconv"
+	"math"
 	"testing"
 
+	"github.com/gosrp/gosrp/internal/testenv"
 	"github.com/gosrp/gosrp/transport"
 )
 
@@ -82,22 +82,15 @@ func (r *rig) inject() {
 	}
 }
 
-func soakN(short int) int {
-	if v := os.Getenv("GOSRP_FRMR_SOAK"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			return n
-		}
-	}
-	return short
+// soakN is GOSRP_FRMR_SOAK's I/O count, or short; a malformed value
+// fails the test rather than running the short form.
+func soakN(t testing.TB, short int) int {
+	return int(testenv.Int(t, "GOSRP_FRMR_SOAK", int64(short), 1))
 }
 
-func soakSeed(def int64) int64 {
-	if v := os.Getenv("GOSRP_FRMR_SEED"); v != "" {
-		if n, err := strconv.ParseInt(v, 0, 64); err == nil {
-			return n
-		}
-	}
-	return def
+// soakSeed is GOSRP_FRMR_SEED, or def (each run's own fixed seed).
+func soakSeed(t testing.TB, def int64) int64 {
+	return testenv.Int(t, "GOSRP_FRMR_SEED", def, math.MinInt64)
 }
 
 func runSoak(t *testing.T, profile string, mech Mechanism, seed int64, n int, faultRate float64) *rig {
@@ -123,14 +116,14 @@ func runSoak(t *testing.T, profile string, mech Mechanism, seed int64, n int, fa
 // GOSRP_FRMR_SOAK) with the fault scenarios injected, invariants checked
 // every step.
 func TestSoak(t *testing.T) {
-	n := soakN(2000)
+	n := soakN(t, 2000)
 	if testing.Short() {
 		n = 300
 	}
 	for _, profile := range []string{"strict", "ib", "iwarp", "rxe"} {
 		for _, mech := range []Mechanism{FRMR, MW} {
 			t.Run(profile+"/"+mech.String(), func(t *testing.T) {
-				seed := soakSeed(int64(len(profile))*1000 + int64(mech))
+				seed := soakSeed(t, int64(len(profile))*1000+int64(mech))
 				r := runSoak(t, profile, mech, seed, n, 0.02)
 				st := r.pool.Stats()
 				t.Logf("seed %d: %d I/Os ok, %d failed, %d recoveries, %d strays (%d with a wrapped key), %d bogus invalidations, %d failed registrations (%d REG errors seen), %d wrong-key invalidations, %d posts before RTS, %d flush CQEs lost; stats %+v",

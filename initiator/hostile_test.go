@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/testenv"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/target/targettest"
 	"github.com/gosrp/gosrp/transport"
@@ -480,9 +479,8 @@ func TestHostileAnswers(t *testing.T) {
 // every read equal to what was written. GOSRP_HOSTILE_SOAK=N runs N I/Os
 // per profile x mechanism (default 1500); GOSRP_HOSTILE_SEED=S replays.
 func TestHostileSoak(t *testing.T) {
-	n := envInt(t, "GOSRP_HOSTILE_SOAK", 1500)
-	seed := uint64(envInt(t, "GOSRP_HOSTILE_SEED", int(time.Now().UnixNano()&0x7fffffff)))
-	t.Logf("seed %d (replay with GOSRP_HOSTILE_SEED=%d)", seed, seed)
+	n := int(testenv.Int(t, "GOSRP_HOSTILE_SOAK", 1500, 1))
+	seed := uint64(testenv.Seed(t, "GOSRP_HOSTILE_SEED"))
 	for _, profile := range []string{"strict", "ib", "iwarp", "rxe"} {
 		for _, mech := range mechanisms {
 			t.Run(profile+"/"+mech.String(), func(t *testing.T) {
@@ -639,16 +637,4 @@ func TestHostileSoak(t *testing.T) {
 			})
 		}
 	}
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
 }

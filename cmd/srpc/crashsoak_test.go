@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/internal/e2etest"
+	"github.com/gosrp/gosrp/internal/testenv"
 )
 
 // TestImportCrashSoak is issue 21's silent loss as a soak: srpd, on
@@ -30,10 +31,9 @@ func TestImportCrashSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	iters := envInt(t, "GOSRP_CRASH_SOAK", 2)
-	mib := envInt(t, "GOSRP_CRASH_SOAK_MIB", 24)
-	seed := uint64(envInt(t, "GOSRP_CRASH_SOAK_SEED", int(time.Now().UnixNano()&0x7fffffff)))
-	t.Logf("seed %d (rerun with GOSRP_CRASH_SOAK_SEED=%d)", seed, seed)
+	iters := int(testenv.Int(t, "GOSRP_CRASH_SOAK", 2, 0))
+	mib := int(testenv.Int(t, "GOSRP_CRASH_SOAK_MIB", 24, 1))
+	seed := uint64(testenv.Seed(t, "GOSRP_CRASH_SOAK_SEED"))
 	srpd, srpc := e2etest.Binaries(t)
 	for _, wire := range []string{"tcp", "shm"} {
 		t.Run(wire, func(t *testing.T) {
@@ -113,20 +113,6 @@ func TestImportCrashSoak(t *testing.T) {
 			t.Logf("%d iterations over %s: %d imports exact, %d exited non-zero, 0 silent losses; %d saw the kill", iters, wire, exact, refused, hit)
 		})
 	}
-}
-
-// envInt reads a non-negative integer setting from the environment.
-func envInt(t *testing.T, name string, def int) int {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		t.Fatalf("%s=%q: want a non-negative integer", name, v)
-	}
-	return n
 }
 
 // lastLine is the last line of a program's output: srpc's error.
