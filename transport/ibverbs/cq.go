@@ -10,8 +10,10 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +46,8 @@ type CQ struct {
 
 	wakeFD  int // eventfd: context cancellation, Close, overrun
 	overrun atomic.Bool
+
+	busyHits, arms, sleeps atomic.Uint64 // WaitStats
 }
 
 var _ transport.CQ = (*CQ)(nil)
@@ -224,16 +228,23 @@ func convertWC(o *C.struct_gosrp_wc, w *transport.WC) {
 	w.VendorErr = uint32(o.vendor_err)
 }
 
-// Wait arms the CQ (ibv_req_notify_cq), checks for completions that raced
-// the arming, and sleeps in poll(2) on the completion channel and an
-// eventfd that context cancellation, Close and overrun write. It starts no
-// goroutine that outlives it (context.AfterFunc is stopped on return).
+// Wait returns once the CQ may hold a completion. It first polls the CQ
+// for up to the provider's busy_poll (pollBusy): completions found there
+// are kept for the next Poll and nothing is armed. Only a CQ that stayed
+// empty that long is armed (ibv_req_notify_cq), checked once more for a
+// completion that raced the arming, and slept on in poll(2) over the
+// completion channel and an eventfd that context cancellation, Close and
+// overrun write. It starts no goroutine that outlives it
+// (context.AfterFunc is stopped on return).
 func (c *CQ) Wait(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	c.life.RLock()
 	defer c.life.RUnlock()
+	if got, err := c.pollBusy(ctx); got || err != nil {
+		return err
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -247,6 +258,7 @@ func (c *CQ) Wait(ctx context.Context) error {
 		c.mu.Unlock()
 		return mapErrno("ibv_req_notify_cq", kindCreate, int(rc))
 	}
+	c.arms.Add(1)
 	// A completion added before the arming raises no event: look for one.
 	got, err := c.poll(c.stash[:])
 	c.stashI, c.stashN = 0, got
@@ -254,6 +266,7 @@ func (c *CQ) Wait(ctx context.Context) error {
 	if err != nil || got > 0 {
 		return err
 	}
+	c.sleeps.Add(1)
 	stop := context.AfterFunc(ctx, c.wake)
 	defer stop()
 	fds := []unix.PollFd{{Fd: int32(c.ch.fd), Events: unix.POLLIN}, {Fd: int32(c.wakeFD), Events: unix.POLLIN}}
@@ -285,6 +298,63 @@ func (c *CQ) Wait(ctx context.Context) error {
 			return nil // overrun, or a stale wake-up: the caller polls
 		}
 	}
+}
+
+// pollBusy polls the CQ into the stash until it finds a completion, the
+// provider's busy_poll passes, or ctx ends; it reports whether the caller
+// has something to poll (or an error). A poll is no system call on rxe or
+// on hardware, an arming and a sleep are three (package doc, Waiting).
+func (c *CQ) pollBusy(ctx context.Context) (bool, error) {
+	limit := c.d.p.busyPoll
+	if limit <= 0 {
+		return false, nil
+	}
+	var start time.Time
+	for i := 0; ; i++ {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return false, errCQClosed
+		}
+		if c.stashI < c.stashN || c.overrun.Load() {
+			c.mu.Unlock()
+			return true, nil
+		}
+		got, err := c.poll(c.stash[:])
+		c.stashI, c.stashN = 0, got
+		c.mu.Unlock()
+		if err != nil || got > 0 {
+			c.busyHits.Add(1)
+			return true, err
+		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if i == 0 {
+			start = time.Now()
+		} else if time.Since(start) >= limit {
+			return false, nil
+		}
+		// This process's other goroutines first (they post the work
+		// whose completions this waits for), then other threads of this
+		// CPU: when the peer that will produce the completion runs on
+		// the same CPU (both ends on one host, or a shared core),
+		// spinning without sched_yield(2) would hold the CPU it needs
+		// until the scheduler's slice ends. On an idle CPU it returns at
+		// once.
+		runtime.Gosched()
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
+
+// WaitStats counts what CQ.Wait did, for tests and measurement: BusyHits
+// waits ended by a completion that the busy poll found, Arms
+// ibv_req_notify_cq calls, Sleeps waits that went to sleep in poll(2).
+type WaitStats struct{ BusyHits, Arms, Sleeps uint64 }
+
+// WaitStats returns the CQ's counts so far.
+func (c *CQ) WaitStats() WaitStats {
+	return WaitStats{BusyHits: c.busyHits.Load(), Arms: c.arms.Load(), Sleeps: c.sleeps.Load()}
 }
 
 // Close destroys the CQ (ErrBusy while a QP uses it) and wakes waiters.

@@ -17,8 +17,9 @@
 // ibv_query_device and ibv_query_port of port 1. A goroutine owned by the
 // Device reads ibv_get_async_event and is stopped by Close. PD.RegMR is
 // ibv_reg_mr on arena memory (Arena.Addr()+off). CQ is ibv_create_cq with
-// a completion channel; CQ.Wait is ibv_req_notify_cq plus poll(2) on the
-// channel fd and an eventfd that context cancellation and Close write. QP
+// a completion channel; CQ.Wait polls the CQ for a while, then arms it
+// (ibv_req_notify_cq) and sleeps in poll(2) on the channel fd and an
+// eventfd that context cancellation and Close write (Waiting, below). QP
 // is an RC ibv_create_qp; posts fill C arrays of ibv_send_wr / ibv_sge
 // sized at creation, so posting and polling do not allocate and no Go
 // pointer reaches C. The wr_id the device sees is a slot handle (QP
@@ -36,6 +37,46 @@
 // rdma_conn_param.qp_num, and the active side calls rdma_establish after
 // RDMA_CM_EVENT_CONNECT_RESPONSE. Listen("") binds $GOSRP_IBVERBS_ADDR if
 // set, else the first IPv4 address of a netdev that carries an RDMA device.
+//
+// # Waiting
+//
+// A consumer polls its CQ until it is empty and then calls CQ.Wait. What
+// Wait costs decides the latency and CPU of each I/O, because most I/Os
+// end with a Wait on each side: the initiator waits for the response, the
+// target for the next command.
+//
+// Polling is cheap and sleeping is not. ibv_poll_cq reads the CQ's ring in
+// user memory, for rxe (rdma-core providers/rxe/rxe.c, rxe_poll_cq, over
+// the queue the kernel's rxe_cq_post fills) as for hardware, so it is no
+// system call. Sleeping is three: ibv_req_notify_cq (rxe's is
+// ibv_cmd_req_notify_cq, a write to the uverbs fd that lands in the
+// kernel's rxe_req_notify_cq), poll(2) on the completion channel, and the
+// read of ibv_get_cq_event, plus the wake-up by the kernel's
+// rxe_cq_post -> ib_uverbs_comp_handler and a thread switch. The profile
+// of bench at QD1 on rxe in a TCG VM had the channel's poll(2),
+// ibv_get_cq_event and ibv_req_notify_cq on both sides right behind
+// ibv_post_send.
+//
+// So Wait first polls the CQ for up to the busy_poll option
+// (DefaultBusyPoll, 50µs; the idea and the name are Linux's
+// net.core.busy_poll), yielding between looks to the process's other
+// goroutines and, with sched_yield(2), to other threads of its CPU (the
+// peer that will complete the I/O may be one of them when both ends share
+// a host), and keeps what it finds for the next Poll; a busy queue is then
+// drained without a system call and the CQ is never armed. Only a CQ that
+// stayed empty that long is armed, polled once more (a completion added
+// between the last poll and the arming raises no event: IBA's CQ
+// notification fires only for completions added after the request), and
+// slept on. The event is acknowledged at once (ibv_ack_cq_events), and the
+// CQ is armed again only by a later Wait that finds it idle, as the
+// kernel's own CQ polling for its consumers (ib_poll_handler in
+// drivers/infiniband/core/cq.c) re-arms only when a round of polling came
+// up short of its budget.
+//
+// The bound is what keeps this right beyond a dedicated machine: polling
+// burns a core while it lasts, so busy_poll=0 restores arm-at-once for a
+// host that shares its cores. CQ.WaitStats counts busy-poll hits, arms and
+// sleeps.
 //
 // # Fast registration
 //

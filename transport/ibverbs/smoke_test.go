@@ -22,7 +22,13 @@ const regionSize = 64 << 10
 
 func newProvider(t *testing.T) *Provider {
 	t.Helper()
-	p, err := New(nil)
+	return newProviderOpts(t, nil)
+}
+
+// newProviderOpts is newProvider with provider options.
+func newProviderOpts(t *testing.T, opts transport.Options) *Provider {
+	t.Helper()
+	p, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
