@@ -33,18 +33,26 @@ live=""
 
 for p in $PEERS; do
   case $p in
-  gosrp)
-    mkdir -m 700 -p /tmp/srpd
-    srpd --provider ibverbs --listen $IP:4420 --backend memory --data /tmp/srpd > $O/srpd.log 2>&1 &
-    SRPD=$!
+  gosrp*)
+    # Each gosrp peer is its own srpd; OPTS_<peer> (comma-separated
+    # KEY=VALUE) are provider options for both srpd and bench, so that two
+    # settings of the ibverbs provider meet the same boot (peers.sh).
+    port=$((4430 + ${ngosrp:-0})); ngosrp=$((${ngosrp:-0} + 1))
+    eval "popts=\${OPTS_$p:-}"
+    pflags=""
+    for kv in $(echo "$popts" | tr , ' '); do pflags="$pflags --provider-option $kv"; done
+    eval "PORT_$p=$port FLAGS_$p=\"$pflags\""
+    mkdir -m 700 -p /tmp/srpd-$p
+    srpd --provider ibverbs $pflags --listen $IP:$port --backend memory --data /tmp/srpd-$p > $O/srpd-$p.log 2>&1 &
+    SRPDS="${SRPDS:-} $!"
     i=0
-    until grep -q msg=serving $O/srpd.log; do
+    until grep -q msg=serving $O/srpd-$p.log; do
       i=$((i + 1)); [ $i -gt 200 ] && break; sleep 0.3
     done
     # The region is written once, as for the kernel peers' devices.
-    if bench --provider ibverbs --target $IP:4420 --rw read --bs 1m --iodepth 8 --size 256m --runtime 1s --prefill > $O/gosrp-fill.log 2>&1; then
-      live="$live gosrp"; say "gosrp: srpd on $IP:4420"
-    else say "gosrp: not ready: $(tail -3 $O/srpd.log | tr '\n' ' ')"; fi
+    if bench --provider ibverbs $pflags --target $IP:$port --rw read --bs 1m --iodepth 8 --size 256m --runtime 1s --prefill > $O/$p-fill.log 2>&1; then
+      live="$live $p"; say "$p: srpd on $IP:$port, provider options '${popts}'"
+    else say "$p: not ready: $(tail -3 $O/srpd-$p.log | tr '\n' ' ')"; fi
     ;;
   nvme)
     # A 256 MiB RAM disk exported by the kernel's NVMe-oF target over
@@ -107,7 +115,9 @@ while [ $r -le ${ROUNDS:-2} ]; do
 $j
 JOB
       case $p in
-      gosrp) measure $r $p $name bench --provider ibverbs --target $IP:4420 --rw $rw --bs $bs --iodepth $qd --size 256m \
+      gosrp*)
+        eval "port=\$PORT_$p pflags=\$FLAGS_$p"
+        measure $r $p $name bench --provider ibverbs $pflags --target $IP:$port --rw $rw --bs $bs --iodepth $qd --size 256m \
           --runtime ${RT}s --ramp ${RAMP}s --output-format json --output $O/$r-$p-$name.json ;;
       nvme|srp)
         [ $p = nvme ] && dev=$NVME || dev=$SRP
@@ -129,5 +139,5 @@ for t in ib_write_bw ib_read_bw; do
   # Its own server only: srpd runs in the background too.
   wait $server
 done
-[ -n "${SRPD:-}" ] && kill -TERM $SRPD && wait $SRPD
+for pid in ${SRPDS:-}; do kill -TERM $pid && wait $pid; done
 say "done"

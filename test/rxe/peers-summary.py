@@ -4,8 +4,9 @@
 Reads OUT/ROUND-PEER-JOB.json (fio's JSON, or bench's fio-shaped JSON),
 OUT/ROUND-PEER-JOB.cpu (guest busy jiffies over the job) and
 OUT/raw-ib_*_bw.log (perftest), and prints, per peer and job, the median
-over rounds with its spread, then gosrp's ratios against the better kernel
-peer and against the raw device. Exit status 1 if no job produced a figure.
+over rounds with its spread, then the ratios of each gosrp peer (every peer
+whose name starts with gosrp) against the better kernel peer and against the
+raw device. Exit status 1 if no job produced a figure.
 """
 import glob
 import json
@@ -17,7 +18,7 @@ import sys
 HZ = 100  # USER_HZ: /proc/stat counts in 1/100 s
 JOBS = [("rr32", "4K randread QD32"), ("rr1", "4K randread QD1"), ("rw32", "4K randwrite QD32"),
         ("rw1", "4K randwrite QD1"), ("sr128", "128K read QD8")]
-PEERS = ["gosrp", "nvme", "srp"]
+KERNEL = ["nvme", "srp"]
 
 
 def job_figures(path):
@@ -89,32 +90,35 @@ def main(out):
     if not cells:
         print("peers-summary: no job produced a figure", file=sys.stderr)
         return 1
-    print(f"{'peer':6} {'job':18} {'IOPS median [min-max]':26} {'p50 us':22} {'MiB/s':18} {'CPU us/IO':18}")
-    for peer in PEERS:
+    gosrps = sorted({p for p, _ in cells if p.startswith("gosrp")})
+    width = max([6] + [len(p) for p in gosrps])
+    print(f"{'peer':{width}} {'job':18} {'IOPS median [min-max]':26} {'p50 us':22} {'MiB/s':18} {'CPU us/IO':18}")
+    for peer in gosrps + KERNEL:
         for job, label in JOBS:
             c = cells.get((peer, job))
             if not c:
                 continue
-            print(f"{peer:6} {label:18} {spread(c['iops'], kfmt):26} {spread(c['p50'], lambda x: f'{x:.0f}'):22} "
+            print(f"{peer:{width}} {label:18} {spread(c['iops'], kfmt):26} {spread(c['p50'], lambda x: f'{x:.0f}'):22} "
                   f"{spread(c['bw'], lambda x: f'{x:.1f}'):18} {spread(c['cpu'], lambda x: f'{x:.0f}'):18}")
     for t, rate in raw.items():
         print(f"raw    {t} 4 KiB: {kfmt(rate)} messages/s")
-    print("\ngosrp against the better kernel peer (and the raw device), medians of this boot:")
-    for job, label in JOBS:
-        g = cells.get(("gosrp", job))
-        peers = [cells[(p, job)] for p in ("nvme", "srp") if (p, job) in cells]
-        if not g or not peers:
-            continue
-        best = max(statistics.median(p["iops"]) for p in peers)
-        line = f"  {label:18} IOPS {statistics.median(g['iops']) / best:.2f}x"
-        if g["p50"] and all(p["p50"] for p in peers):
-            line += f", p50 {statistics.median(g['p50']) / min(statistics.median(p['p50']) for p in peers):.2f}x"
-        if g["cpu"] and all(p["cpu"] for p in peers):
-            line += f", CPU/IO {statistics.median(g['cpu']) / min(statistics.median(p['cpu']) for p in peers):.2f}x"
-        rr = raw.get("ib_read_bw" if "read" in label else "ib_write_bw")
-        if rr and label.startswith("4K"):
-            line += f", {statistics.median(g['iops']) / rr:.0%} of raw"
-        print(line)
+    for gp in gosrps:
+        print(f"\n{gp} against the better kernel peer (and the raw device), medians of this boot:")
+        for job, label in JOBS:
+            g = cells.get((gp, job))
+            peers = [cells[(p, job)] for p in KERNEL if (p, job) in cells]
+            if not g or not peers:
+                continue
+            best = max(statistics.median(p["iops"]) for p in peers)
+            line = f"  {label:18} IOPS {statistics.median(g['iops']) / best:.2f}x"
+            if g["p50"] and all(p["p50"] for p in peers):
+                line += f", p50 {statistics.median(g['p50']) / min(statistics.median(p['p50']) for p in peers):.2f}x"
+            if g["cpu"] and all(p["cpu"] for p in peers):
+                line += f", CPU/IO {statistics.median(g['cpu']) / min(statistics.median(p['cpu']) for p in peers):.2f}x"
+            rr = raw.get("ib_read_bw" if "read" in label else "ib_write_bw")
+            if rr and label.startswith("4K"):
+                line += f", {statistics.median(g['iops']) / rr:.0%} of raw"
+            print(line)
     return 0
 
 

@@ -10,7 +10,10 @@
 # prints a table and gosrp's ratios to the better kernel peer and to raw rxe
 # (peers-summary.py). The VM runs under TCG: compare figures within one boot
 # only. Env: ROUNDS (2), RUNTIME (5 s), RAMP (1 s), PEERS ("gosrp nvme srp"),
-# OUT (a temp dir). Needs root; the guest (~1 GB) lives in
+# OUT (a temp dir), OPTS_<peer>: any PEERS word starting with gosrp is a
+# gosrp peer of its own (its own srpd) whose ibverbs provider options,
+# comma-separated KEY=VALUE, are OPTS_<peer>, e.g.
+#   PEERS="gosrp gosrpnopoll nvme srp" OPTS_gosrpnopoll=busy_poll=0 Needs root; the guest (~1 GB) lives in
 # $GOSRP_RXE_PEERS_DIR (default /var/cache/gosrp-rxe-peers).
 export GOSRP_RXE_DIR=${GOSRP_RXE_PEERS_DIR:-/var/cache/gosrp-rxe-peers}
 export GOSRP_RXE_EXTRA_PKGS="fio nvme-cli perftest"
@@ -24,7 +27,7 @@ trap 'rm -rf "$B"' EXIT
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gosrp-peers-out.XXXXXX")}
 export ROUNDS=${ROUNDS:-2} RUNTIME=${RUNTIME:-5} RAMP=${RAMP:-1} PEERS=${PEERS:-"gosrp nvme srp"}
 rc=0
-VM_ENV="ROUNDS RUNTIME RAMP PEERS" VM_MEM=${VM_MEM:-4096} VM_LIMIT=${VM_LIMIT:-2400} \
+VM_ENV="ROUNDS RUNTIME RAMP PEERS $(compgen -v OPTS_ | tr '\n' ' ')" VM_MEM=${VM_MEM:-4096} VM_LIMIT=${VM_LIMIT:-2400} \
   VM_FILES="$B/srpd $B/bench" VM_OUT="$OUT" bash "$RXE_SCRIPTS/vm-exec.sh" "$RXE_SCRIPTS/peers-guest.sh" || rc=$?
 python3 "$RXE_SCRIPTS/peers-summary.py" "$OUT" || rc=1
 echo "peers: rc=$rc, results in $OUT"
