@@ -117,20 +117,26 @@ func isIWARP(a transport.DeviceAttr) bool {
 func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 	t := c.t
 	cfg := &t.cfg
+	// Counted before the peer can see the reject, so that Stats never
+	// lags what a peer has been told (TestHello read 1 of 2).
+	reject := func(priv []byte) {
+		t.rejected.Add(1)
+		req.Reject(priv)
+	}
 	h, err := wire.DecodeHello(req.PrivateData())
 	if err != nil {
 		c.log.Info("connection rejected: not a gosrp hello", "remote", c.remote)
-		req.Reject(nil)
+		reject(nil)
 		return false
 	}
 	if h.Version != wire.Version {
 		c.log.Info("connection rejected: protocol version", "remote", c.remote, "version", h.Version, "want", wire.Version)
-		req.Reject(wire.Hello{Version: wire.Version}.Encode())
+		reject(wire.Hello{Version: wire.Version}.Encode())
 		return false
 	}
 	fail := func(what string, err error) bool {
 		c.log.Warn("connection setup failed", "remote", c.remote, "step", what, "err", err)
-		req.Reject(nil)
+		reject(nil)
 		c.release()
 		return false
 	}
@@ -197,6 +203,7 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 	defer cancel()
 	if c.cm, err = req.Accept(actx, c.qp, wire.Hello{Version: wire.Version}.Encode()); err != nil {
 		c.log.Warn("accept failed", "remote", c.remote, "err", err)
+		t.rejected.Add(1)
 		c.release()
 		return false
 	}

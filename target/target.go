@@ -204,8 +204,7 @@ func (t *Target) serveConn(c *conn, req transport.ConnRequest) {
 		close(c.finished)
 	}()
 	if !c.setup(t.base, req) {
-		t.rejected.Add(1)
-		return
+		return // setup counted the reject
 	}
 	t.accepted.Add(1)
 	c.log.Debug("connection accepted", "remote", c.remote, "conn", c.id)

@@ -130,9 +130,14 @@ func covered(in *types.TypeName, impl []*types.TypeName) bool {
 
 // namedOf returns the named type of t or of what t points to.
 func namedOf(t types.Type) *types.Named {
-	if p, ok := t.(*types.Pointer); ok {
+	if p, ok := types.Unalias(t).(*types.Pointer); ok {
 		t = p.Elem()
 	}
-	n, _ := t.(*types.Named)
+	// An alias of an instantiated generic (tcpListener =
+	// streamListener[tcpWire]) names its generic type.
+	n, _ := types.Unalias(t).(*types.Named)
+	if n != nil && n.Origin() != nil {
+		n = n.Origin()
+	}
 	return n
 }

@@ -18,10 +18,10 @@ var (
 	_ transport.MW          = (*mw)(nil)
 	_ transport.Conn        = (*conn)(nil)
 	_ transport.Listener    = (*loopListener)(nil)
-	_ transport.Listener    = (*shmListener)(nil)
-	_ transport.Listener    = (*tcpListener)(nil)
+	_ transport.Listener    = (*shmListener)(nil) // streamListener[shmWire]
+	_ transport.Listener    = (*tcpListener)(nil) // streamListener[tcpWire]
 	_ transport.ConnRequest = (*loopReq)(nil)
-	_ transport.ConnRequest = (*shmReq)(nil)
-	_ transport.ConnRequest = (*tcpReq)(nil)
+	_ transport.ConnRequest = (*shmReq)(nil) // streamReq[shmWire]
+	_ transport.ConnRequest = (*tcpReq)(nil) // streamReq[tcpWire]
 	_ transport.Endpoint    = (*endpoint)(nil)
 )
