@@ -172,6 +172,12 @@ func Execute(ctx context.Context, root *Command, args []string, stdout, stderr i
 			return ExitOK
 		}
 		if strings.HasPrefix(a, "-") {
+			if c.Run == nil {
+				if moved, ok := c.hoist(args); ok {
+					args = moved
+					continue
+				}
+			}
 			break
 		}
 		s := c.find(a)
@@ -213,6 +219,46 @@ func Execute(ctx context.Context, root *Command, args []string, stdout, stderr i
 		return ExitFailure
 	}
 	return ExitOK
+}
+
+// hoist moves flags written before a group's subcommand word to just
+// after it ("srpc --target X list" runs as "srpc list --target X"), as go,
+// git and kubectl accept them. A flag is known by the subcommands that
+// define it, which also tells whether it takes a value; at the first word
+// that is no such flag, nothing is moved and ok is false, and parsing
+// reports it as before.
+func (c *Command) hoist(args []string) (moved []string, ok bool) {
+	sets := make([]*flag.FlagSet, len(c.Sub))
+	for i, s := range c.Sub {
+		sets[i] = s.flagSet()
+	}
+	lookup := func(name string) *flag.Flag {
+		for _, fs := range sets {
+			if f := fs.Lookup(name); f != nil {
+				return f
+			}
+		}
+		return nil
+	}
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "-" && args[i] != "--" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		f := lookup(name)
+		if f == nil {
+			return nil, false
+		}
+		i++
+		if b, isBool := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(isBool && b.IsBoolFlag()) {
+			i++ // the flag's value is the next word
+		}
+	}
+	if i == 0 || i >= len(args) || c.find(args[i]) == nil {
+		return nil, false
+	}
+	moved = make([]string, 0, len(args))
+	moved = append(moved, args[i])
+	moved = append(moved, args[:i]...)
+	return append(moved, args[i+1:]...), true
 }
 
 func link(c, parent *Command) {

@@ -92,3 +92,49 @@ func TestSetProcs(t *testing.T) {
 		t.Fatalf("--procs %d: %v, GOMAXPROCS %d", prev+1, err, runtime.GOMAXPROCS(0))
 	}
 }
+
+// TestFlagsBeforeCommand: a group accepts its subcommands' flags before
+// the subcommand word, as go, git and kubectl do; a word that is no flag
+// of any subcommand is still reported.
+func TestFlagsBeforeCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		target   string
+		quiet    bool
+		pos      []string
+		stderrIs string
+	}{
+		{args: []string{"--target", "x:1", "list"}, target: "x:1"},
+		{args: []string{"--target=x:1", "--quiet", "list", "v"}, target: "x:1", quiet: true, pos: []string{"v"}},
+		{args: []string{"-quiet", "--target", "x:1", "list", "--target", "y:2"}, target: "y:2", quiet: true},
+		{args: []string{"--target", "list", "list"}, target: "list"},
+		{args: []string{"--bogus", "list"}, code: ExitUsage, stderrIs: "prog: flag provided but not defined: -bogus\n"},
+		{args: []string{"--target", "x:1"}, code: ExitUsage},
+		{args: []string{"--target", "x:1", "nope"}, code: ExitUsage},
+	} {
+		var target string
+		var quiet bool
+		var pos []string
+		root := &Command{Name: "prog", Sub: []*Command{{
+			Name: "list",
+			SetFlags: func(fs *flag.FlagSet) {
+				fs.StringVar(&target, "target", "default", "the `ADDR`")
+				fs.BoolVar(&quiet, "quiet", false, "be quiet")
+			},
+			Run: func(_ context.Context, args []string) error { pos = args; return nil },
+		}}}
+		var out, errb bytes.Buffer
+		code := Execute(context.Background(), root, tc.args, &out, &errb)
+		if code != tc.code {
+			t.Errorf("%q: exit %d, want %d (%s)", tc.args, code, tc.code, errb.String())
+			continue
+		}
+		if tc.stderrIs != "" && !strings.HasPrefix(errb.String(), tc.stderrIs) {
+			t.Errorf("%q: stderr %q, want it to start %q", tc.args, errb.String(), tc.stderrIs)
+		}
+		if code == 0 && (target != tc.target || quiet != tc.quiet || strings.Join(pos, " ") != strings.Join(tc.pos, " ")) {
+			t.Errorf("%q: target %q quiet %v args %q; want %q %v %q", tc.args, target, quiet, pos, tc.target, tc.quiet, tc.pos)
+		}
+	}
+}
