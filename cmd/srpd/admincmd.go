@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -60,6 +61,21 @@ func (a *adminFlags) withService(ctx context.Context, offlineOK bool, fn func(ad
 	return ferr
 }
 
+// served reports whether name is a volume or a VOLUME@SNAPSHOT the
+// daemon serves (cmd/srpd catalog.go); a failed lookup counts as served,
+// so that a rule is never reported missing on a guess.
+func served(s admin.Service, name string) bool {
+	if vol, snap, ok := strings.Cut(name, "@"); ok {
+		snaps, err := s.Snapshots(vol)
+		if err != nil {
+			return !errors.Is(err, admin.ErrNotFound)
+		}
+		return slices.ContainsFunc(snaps, func(x admin.Snapshot) bool { return x.Name == snap })
+	}
+	vols, err := s.Volumes()
+	return err != nil || slices.ContainsFunc(vols, func(v admin.Volume) bool { return v.Name == name })
+}
+
 // aclNote tells the user when an ACL change waits for a restart.
 func (a *adminFlags) aclNote(err error) error {
 	if err == nil && !a.aclLive {
@@ -80,8 +96,11 @@ func (a *adminFlags) print(v any, table func(w *tabwriter.Writer)) error {
 }
 
 func sizeArg(s *cli.SizeFlag, name string) error {
-	if s.N <= 0 {
+	switch {
+	case !s.Given:
 		return cli.Usagef("--%s is required (e.g. --%s 256MiB)", name, name)
+	case s.N <= 0:
+		return cli.Usagef("--%s %d: a volume needs a size above 0 (e.g. --%s 256MiB)", name, s.N, name)
 	}
 	return nil
 }
@@ -324,7 +343,15 @@ Example: srpd acl default deny && srpd acl set host-a vol0 rw`,
 				return cli.Usagef("%v", strings.TrimSuffix(err.Error(), ": "+admin.ErrInvalid.Error()))
 			}
 			return af.withService(ctx, true, func(s admin.Service) error {
-				return af.aclNote(s.SetACLRule(admin.ACLRule{Initiator: args[0], Volume: args[1], Access: args[2]}))
+				if err := s.SetACLRule(admin.ACLRule{Initiator: args[0], Volume: args[1], Access: args[2]}); err != nil {
+					return err
+				}
+				if args[1] != "*" && !served(s, args[1]) {
+					// A rule may be set before its volume exists; a typo
+					// would otherwise go unnoticed until a login fails.
+					fmt.Fprintf(os.Stderr, "srpd: saved, but there is no volume %q yet: the rule applies once it exists\n", args[1])
+				}
+				return af.aclNote(nil)
 			})
 		},
 	}

@@ -131,6 +131,26 @@ func lockHeld(err error) bool {
 	return errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held by")
 }
 
+// listenNeedsData reports whether the listen address is a socket path
+// inside the data directory (shm), which must then exist before srpd
+// listens on it.
+func listenNeedsData(cfg Config) bool {
+	if cfg.Provider != "emu" || cfg.Wire != "shm" {
+		return false
+	}
+	rel, err := filepath.Rel(cfg.Data, filepath.Dir(cfg.Listen))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// warnOpenMetrics says so when the metrics endpoint, which has no
+// authentication, listens on every interface (--metrics :9625).
+func warnOpenMetrics(log *slog.Logger, addr net.Addr) {
+	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		log.Warn("the metrics endpoint listens on every interface, unauthenticated; give a host (--metrics 127.0.0.1:PORT) to keep it local",
+			"metrics", addr.String())
+	}
+}
+
 func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if len(args) > 0 {
 		return cli.Usagef("unexpected argument %q (serve takes only flags; see --help)", args[0])
@@ -150,6 +170,9 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			}
 			cfg.ProviderOptions[k] = v
 		}
+	}
+	if cfg.Pprof && cfg.Metrics == "" {
+		return cli.Usagef("--pprof serves on the --metrics address: give --metrics HOST:PORT too")
 	}
 	if err := cli.SetProcs(cfg.Procs); err != nil {
 		return err
@@ -171,6 +194,32 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	if cfg.SpaceReserve < 0 {
 		return cli.Usagef("--space-reserve %d: want a size >= 0", cfg.SpaceReserve)
+	}
+	// Everything that can be refused by the host (the ports, the metrics
+	// address) is taken before the store is opened, so a failed start
+	// leaves the disk as it found it: no data directory, no vol0.
+	if listenNeedsData(cfg) {
+		if err := makeDataDir(cfg.Data, log); err != nil {
+			return err
+		}
+	}
+	ln, err := prov.Listen(ctx, cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	lnOwned := true
+	defer func() {
+		if lnOwned {
+			ln.Close()
+		}
+	}()
+	var mln net.Listener
+	if cfg.Metrics != "" {
+		if mln, err = net.Listen("tcp", cfg.Metrics); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		defer mln.Close() // after the server's own Close: a second Close only errs
+		warnOpenMetrics(log, mln.Addr())
 	}
 	store, err := openStore(cfg.Backend, cfg.Data, log, &cfg)
 	if err != nil {
@@ -223,10 +272,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	setLive(tgt, acc)
 
-	ln, err := prov.Listen(ctx, cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
+	lnOwned = false // tgt.Serve closes it
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- tgt.Serve(context.Background(), ln) }()
 
@@ -250,13 +296,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}()
 
 	var metricsSrv *http.Server
-	if cfg.Metrics != "" {
-		mln, err := net.Listen("tcp", cfg.Metrics)
-		if err != nil {
-			adminSrv.Close()
-			tgt.Shutdown(context.Background())
-			return fmt.Errorf("metrics: %w", err)
-		}
+	if mln != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(tgt, store, acceptErrors(prov)), promhttp.HandlerOpts{}))
 		if cfg.Pprof {

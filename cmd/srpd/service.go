@@ -65,6 +65,30 @@ func (s *service) spaceErr(what string, before, size int64, err error) error {
 		cli.FormatSize(int64(info.MaxOvercommit*float64(info.Total))))
 }
 
+// maxNameLen is the store's bound on volume and snapshot names
+// (block/check.go); a longer name is refused here, without quoting it, so
+// that a runaway argument does not become a runaway message.
+const maxNameLen = 200
+
+func checkNameLen(what, name string) error {
+	if len(name) > maxNameLen {
+		return admin.Errorf(admin.ErrInvalid, "a %s name of %d bytes is too long: the limit is %d", what, len(name), maxNameLen)
+	}
+	return nil
+}
+
+// notFound names what is missing when a snapshot operation finds nothing:
+// the volume itself, or only its snapshot.
+func (s *service) notFound(volume, snap string, err error) error {
+	if !errors.Is(err, block.ErrNotFound) {
+		return nil
+	}
+	if _, verr := s.volume(volume); verr != nil {
+		return verr
+	}
+	return admin.Errorf(admin.ErrNotFound, "snapshot %s@%s does not exist", volume, snap)
+}
+
 func (s *service) snapper() (block.Snapshotter, error) {
 	sn, ok := s.store.(block.Snapshotter)
 	if !ok {
@@ -108,6 +132,9 @@ func (s *service) volume(name string) (admin.Volume, error) {
 func (s *service) CreateVolume(req admin.CreateVolume) (admin.Volume, error) {
 	if req.Name == "" {
 		return admin.Volume{}, admin.Errorf(admin.ErrInvalid, "a volume needs a name")
+	}
+	if err := checkNameLen("volume", req.Name); err != nil {
+		return admin.Volume{}, err
 	}
 	if strings.Contains(req.Name, "@") {
 		return admin.Volume{}, admin.Errorf(admin.ErrInvalid, "volume name %q: '@' separates volume and snapshot names", req.Name)
@@ -195,7 +222,13 @@ func (s *service) CreateSnapshot(volume, name string) (admin.Snapshot, error) {
 	if err != nil {
 		return admin.Snapshot{}, err
 	}
+	if err := checkNameLen("snapshot", name); err != nil {
+		return admin.Snapshot{}, err
+	}
 	x, err := sn.Snapshot(volume, name)
+	if nf := s.notFound(volume, name, err); nf != nil {
+		return admin.Snapshot{}, nf
+	}
 	if err != nil {
 		return admin.Snapshot{}, blockErr(fmt.Sprintf("snapshot %s@%s", volume, name), err)
 	}
@@ -207,7 +240,11 @@ func (s *service) DeleteSnapshot(volume, name string) error {
 	if err != nil {
 		return err
 	}
-	return blockErr(fmt.Sprintf("snapshot %s@%s", volume, name), sn.DeleteSnapshot(volume, name))
+	err = sn.DeleteSnapshot(volume, name)
+	if nf := s.notFound(volume, name, err); nf != nil {
+		return nf
+	}
+	return blockErr(fmt.Sprintf("snapshot %s@%s", volume, name), err)
 }
 
 func (s *service) CloneSnapshot(volume, snap, name string) (admin.Volume, error) {
@@ -215,7 +252,13 @@ func (s *service) CloneSnapshot(volume, snap, name string) (admin.Volume, error)
 	if err != nil {
 		return admin.Volume{}, err
 	}
+	if err := checkNameLen("volume", name); err != nil {
+		return admin.Volume{}, err
+	}
 	v, err := sn.Clone(volume, snap, name)
+	if nf := s.notFound(volume, snap, err); nf != nil {
+		return admin.Volume{}, nf
+	}
 	if err != nil {
 		return admin.Volume{}, blockErr(fmt.Sprintf("clone of %s@%s as %q", volume, snap, name), err)
 	}
@@ -264,7 +307,21 @@ func (s *service) Status() (admin.Status, error) {
 	}
 	ts := s.tgt.Stats()
 	st.Connections, st.Accepted, st.Rejected, st.Violations, st.CreditsInUse = ts.Connections, ts.Accepted, ts.Rejected, ts.Violations, ts.CreditsInUse
+	// The target keeps the counters of every name it has served; a
+	// volume or snapshot deleted since is no longer shown.
+	live := map[string]bool{}
+	for _, v := range vols {
+		live[v.Name] = true
+	}
+	if snaps, err := s.Snapshots(""); err == nil {
+		for _, x := range snaps {
+			live[x.Volume+"@"+x.Name] = true
+		}
+	}
 	for _, v := range ts.Volumes {
+		if !live[v.Name] {
+			continue
+		}
 		st.VolumeStats = append(st.VolumeStats, admin.VolumeStats{Name: v.Name, IOStats: ioStats(v.IOStats)})
 	}
 	for _, c := range ts.Conns {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +16,10 @@ import (
 
 // ErrNotRunning means no daemon answers on the socket.
 var ErrNotRunning = errors.New("srpd is not running")
+
+// ErrPermission means the socket exists, or may, but this user may not
+// connect to it.
+var ErrPermission = errors.New("permission denied")
 
 // Client talks to a daemon's admin socket.
 type Client struct {
@@ -59,6 +64,11 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		var ne *net.OpError
+		if errors.As(err, &ne) && ne.Op == "dial" && errors.Is(err, fs.ErrPermission) {
+			// The socket is 0600 in a 0700 directory (cmd/srpd serve.go):
+			// a daemon may well be running; this user may not talk to it.
+			return fmt.Errorf("%w: the admin socket %s is the daemon's user's alone; run as root or as that user", ErrPermission, c.Socket)
+		}
 		if errors.As(err, &ne) && ne.Op == "dial" {
 			return fmt.Errorf("%w (no daemon answers on %s)", ErrNotRunning, c.Socket)
 		}

@@ -80,7 +80,12 @@ func FormatSize(n int64) string {
 
 // SizeFlag is a flag.Value holding a byte count written with ParseSize's
 // units.
-type SizeFlag struct{ N int64 }
+type SizeFlag struct {
+	N int64
+	// Given is set once the flag is on the command line, so that an
+	// explicit 0 can be told apart from a missing flag.
+	Given bool
+}
 
 func (s *SizeFlag) String() string {
 	if s == nil || s.N == 0 {
@@ -95,7 +100,7 @@ func (s *SizeFlag) Set(v string) error {
 	if err != nil {
 		return err
 	}
-	s.N = n
+	s.N, s.Given = n, true
 	return nil
 }
 
