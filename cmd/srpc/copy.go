@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -101,9 +102,19 @@ func openVolume(ctx context.Context, s *session, name string, ro bool) (*initiat
 		if errors.Is(err, initiator.ErrReadOnly) {
 			return nil, fmt.Errorf("volume %q is read-only for this initiator", name)
 		}
+		if !errors.Is(err, initiator.ErrAccessDenied) && !offered(ctx, s, name) {
+			return nil, s.noVolume(name)
+		}
 		return nil, fmt.Errorf("cannot open volume %q: %v (srpc list shows what you may open)", name, ioError(err))
 	}
 	return v, nil
+}
+
+// offered reports whether the target lists name for this session; when
+// the list cannot be had, it says yes, and the open's own error is told.
+func offered(ctx context.Context, s *session, name string) bool {
+	vols, err := s.Volumes(ctx)
+	return err != nil || slices.ContainsFunc(vols, func(v initiator.VolumeInfo) bool { return v.Name == name })
 }
 
 func importCommand() *cli.Command {
@@ -130,7 +141,14 @@ completed with the volume's existing bytes.`,
 			}
 			var in io.Reader = os.Stdin
 			total := int64(-1)
-			if args[1] != "-" {
+			if args[1] == "-" {
+				// stdin redirected from a file has a size to check up front.
+				if st, err := os.Stdin.Stat(); err == nil && st.Mode().IsRegular() {
+					if pos, err := os.Stdin.Seek(0, io.SeekCurrent); err == nil {
+						total = st.Size() - pos
+					}
+				}
+			} else {
 				f, err := os.Open(args[1])
 				if err != nil {
 					return err
@@ -158,7 +176,11 @@ completed with the volume's existing bytes.`,
 				return cli.Usagef("--offset %d must be a multiple of the block size %d and inside the volume (%d bytes)", off, v.BlockSize(), v.Size())
 			}
 			if total >= 0 && off+total > v.Size() {
-				return fmt.Errorf("%s (%d bytes) does not fit in %s at offset %d (%d bytes)", args[1], total, v.Name(), off, v.Size())
+				src := args[1]
+				if src == "-" {
+					src = "stdin"
+				}
+				return fmt.Errorf("%s (%d bytes) does not fit in %s at offset %d (%d bytes); nothing was written", src, total, v.Name(), off, v.Size())
 			}
 			start := time.Now()
 			n, err := importData(ctx, s, v, in, off, total, &cf)
@@ -216,7 +238,8 @@ func importData(ctx context.Context, s *session, v *initiator.Volume, in io.Read
 		n, rerr := io.ReadFull(in, buf)
 		if n > 0 {
 			if pos+int64(n) > v.Size() {
-				firstErr = fmt.Errorf("input is larger than %s past offset %d (%d bytes)", v.Name(), off, v.Size())
+				firstErr = fmt.Errorf("the input does not fit in %s (%d bytes) past offset %d: srpc wrote the first %d bytes of it, unflushed, and stopped",
+					v.Name(), v.Size(), off, pos-off)
 				break
 			}
 			if n%v.BlockSize() != 0 {
@@ -297,6 +320,9 @@ truncated. Snapshots export as VOLUME@SNAPSHOT.`,
 			off, length := cf.offset.N, cf.length.N
 			if off%int64(v.BlockSize()) != 0 || off > v.Size() {
 				return cli.Usagef("--offset %d must be a multiple of the block size %d and inside the volume (%d bytes)", off, v.BlockSize(), v.Size())
+			}
+			if cf.length.Given && length <= 0 {
+				return cli.Usagef("--length %d: want a length above 0, or no --length to export to the end", length)
 			}
 			if length == 0 {
 				length = v.Size() - off

@@ -103,7 +103,7 @@ func infoCommand() *cli.Command {
 				fmt.Fprintf(w, "max transfer:\t%s\n", cli.FormatSize(int64(s.MaxTransfer())))
 				return w.Flush()
 			}
-			return fmt.Errorf("no volume %q on %s for initiator %q (srpc list shows what you may open)", args[0], cf.target, cf.name)
+			return s.noVolume(args[0])
 		},
 	}
 }

@@ -96,10 +96,19 @@ func (c *connFlags) registerReplay(fs *flag.FlagSet) {
 		"and lost them (when full, writes wait for a flush); 0: none, and such a restart fails the next flush")
 }
 
-// session is a logged-in session and its provider.
+// session is a logged-in session and its provider, with the target
+// address and initiator name it was dialled with, for messages.
 type session struct {
 	*initiator.Session
-	prov transport.Provider
+	prov       transport.Provider
+	addr, name string
+}
+
+// noVolume is the one-line message for a volume the target does not
+// offer this initiator: missing, or hidden by its ACL, which a target
+// does not tell apart.
+func (s *session) noVolume(name string) error {
+	return fmt.Errorf("no volume %q on %s for initiator %q (srpc list shows what you may open)", name, s.addr, s.name)
 }
 
 func (s *session) Close() error {
@@ -156,7 +165,7 @@ func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error
 		prov.Close()
 		return nil, dialError(c.target, c.name, secret != "", err)
 	}
-	return &session{Session: s, prov: prov}, nil
+	return &session{Session: s, prov: prov, addr: c.target, name: c.name}, nil
 }
 
 func dialError(target, name string, haveSecret bool, err error) error {
@@ -171,7 +180,11 @@ func dialError(target, name string, haveSecret bool, err error) error {
 	case errors.Is(err, initiator.ErrAuth) && !haveSecret:
 		return fmt.Errorf("target %s wants initiator %q to authenticate: pass its secret with --secret-file or SRPC_SECRET", target, name)
 	case errors.Is(err, initiator.ErrAuth):
-		return fmt.Errorf("target %s failed to prove it knows the shared secret", target)
+		// A target that checked our proof knows the secret and proves it
+		// (target/core.go onProof); one that did not ask has no secret for
+		// this initiator, or is not the target that shares it.
+		return fmt.Errorf("target %s did not ask initiator %q for a secret: it has none for it (add one there with 'srpd secret set'), "+
+			"or it is not the target that shares yours", target, name)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("cannot reach a target at %s: timed out", target)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
@@ -71,8 +74,8 @@ func mountCommand() *cli.Command {
 				return err
 			}
 			dir := args[1]
-			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				return fmt.Errorf("mount point %s is not a directory", dir)
+			if err := mountPoint(dir); err != nil {
+				return err
 			}
 			if ro {
 				cf.replay.N = 0 // nothing to replay
@@ -103,7 +106,7 @@ func mountCommand() *cli.Command {
 			select {
 			case <-served: // unmounted from outside (umount DIR)
 			case <-sigs:
-				unmount(srv.Unmount, dir, disk, sigs, served)
+				unmount(func() error { return unmountDir(dir, srv.Unmount) }, dir, disk, sigs, served)
 			}
 			<-served
 			fctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
@@ -119,6 +122,34 @@ func mountCommand() *cli.Command {
 	}
 }
 
+// mountPoint checks that dir can be mounted on, naming what is wrong: a
+// FUSE mount whose srpc was killed answers stat with ENOTCONN.
+func mountPoint(dir string) error {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, syscall.ENOTCONN):
+		return fmt.Errorf("mount point %s is a stale FUSE mount (its srpc was killed): clean it up with 'umount -l' first", dir)
+	case err != nil:
+		return fmt.Errorf("mount point: %w", err)
+	case !st.IsDir():
+		return fmt.Errorf("mount point %s is not a directory", dir)
+	}
+	return nil
+}
+
+// unmountDir unmounts dir with umount(2) where this process may
+// (root), so that a busy mount is reported as EBUSY; otherwise, or on any
+// other failure, fallback (go-fuse's, through fusermount) tries. Without
+// this, root on a host with no fusermount saw the failed lookup of
+// fusermount instead of "busy".
+func unmountDir(dir string, fallback func() error) error {
+	err := unix.Unmount(dir, 0)
+	if err == nil || errors.Is(err, unix.EBUSY) {
+		return err
+	}
+	return fallback()
+}
+
 // unmount retries while the mount is busy (a loop device or an open file
 // still holds DIR/disk); a second signal exits at once.
 func unmount(do func() error, dir, disk string, sigs <-chan os.Signal, served <-chan struct{}) {
@@ -129,7 +160,8 @@ func unmount(do func() error, dir, disk string, sigs <-chan os.Signal, served <-
 			return
 		}
 		if !warned {
-			fmt.Fprintf(os.Stderr, "srpc: %s is busy (%v): detach its loop device first (losetup -j %s; losetup -d /dev/loopN); retrying, a second signal exits at once\n", dir, err, disk)
+			fmt.Fprintf(os.Stderr, "srpc: %s is busy (%v): detach its loop device first (losetup -j %s; losetup -d /dev/loopN); retrying, a second signal exits at once\n",
+				dir, cli.OneLine(err), disk)
 			warned = true
 		}
 		select {

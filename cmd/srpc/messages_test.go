@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gosrp/gosrp/internal/e2etest"
+)
+
+// runStdin runs srpc with stdin from in (an *os.File stays a file, so
+// srpc can stat it; anything else comes through a pipe).
+func runStdin(t *testing.T, srpc string, in any, args ...string) e2etest.Result {
+	t.Helper()
+	cmd := exec.Command(srpc, args...)
+	switch in := in.(type) {
+	case *os.File:
+		cmd.Stdin = in
+	case []byte:
+		cmd.Stdin = bytes.NewReader(in)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := e2etest.Result{Stdout: out.String(), Stderr: errb.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		r.Code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestClientMessages: what a user meets in srpc names the real cause on
+// one line: a missing volume through every command that opens one, a
+// secret the target does not know, an empty --length, an input too large
+// for the volume (up front when its size is known).
+func TestClientMessages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	srpd, srpc := e2etest.Binaries(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	addr := e2etest.FreeAddr(t)
+	e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "1MiB")
+	conn := []string{"--target", addr, "--name", "h"}
+	noVol := `srpc: no volume "nosuch" on ` + addr + ` for initiator "h" (srpc list shows what you may open)` + "\n"
+	big := filepath.Join(dir, "big.img")
+	if err := os.WriteFile(big, make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bigFile, err := os.Open(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bigFile.Close()
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte("s3cret\n"), 0o600)
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+
+	for _, tc := range []struct {
+		name   string
+		in     any
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"info", nil, []string{"info", "nosuch"}, 1, noVol},
+		{"export", nil, []string{"export", "nosuch", os.DevNull}, 1, noVol},
+		{"import", nil, []string{"import", "nosuch", os.DevNull}, 1, noVol},
+		{"mount", nil, []string{"mount", "nosuch", mnt}, 1, noVol},
+		{"nbd", nil, []string{"nbd", "--socket", filepath.Join(dir, "nbd.sock"), "nosuch"}, 1, noVol},
+		{"secret the target lacks", nil, []string{"list", "--secret-file", secret}, 1,
+			"srpc: target " + addr + ` did not ask initiator "h" for a secret: it has none for it (add one there with 'srpd secret set'), ` +
+				"or it is not the target that shares yours\n"},
+		{"length 0", nil, []string{"export", "--length", "0", "vol0", os.DevNull}, 2,
+			"srpc export: --length 0: want a length above 0, or no --length to export to the end\nRun 'srpc export --help' for usage.\n"},
+		{"stdin file too large", bigFile, []string{"import", "vol0", "-"}, 1,
+			"srpc: stdin (2097152 bytes) does not fit in vol0 at offset 0 (1048576 bytes); nothing was written\n"},
+		{"stdin pipe too large", make([]byte, 2<<20), []string{"import", "vol0", "-"}, 1,
+			"srpc: the input does not fit in vol0 (1048576 bytes) past offset 0: srpc wrote the first 1048576 bytes of it, unflushed, and stopped\n"},
+		{"mount point missing", nil, []string{"mount", "vol0", filepath.Join(dir, "nodir")}, 1,
+			"srpc: mount point: stat " + filepath.Join(dir, "nodir") + ": no such file or directory\n"},
+		{"mount point a file", nil, []string{"mount", "vol0", big}, 1, "srpc: mount point " + big + " is not a directory\n"},
+	} {
+		r := runStdin(t, srpc, tc.in, append(tc.args, conn...)...)
+		if r.Code != tc.code || r.Stderr != tc.stderr {
+			t.Errorf("%s: exit %d, stderr %q; want %d, %q", tc.name, r.Code, r.Stderr, tc.code, tc.stderr)
+		}
+	}
+
+	// Connection flags may come before the command, as go, git and
+	// kubectl accept them; srpc used to say "flag provided but not
+	// defined: -target".
+	r := e2etest.MustRun(t, srpc, "--target", addr, "--name=h", "info", "vol0")
+	if !strings.Contains(r.Stdout, "1 MiB") {
+		t.Errorf("srpc --target %s --name=h info vol0:\n%s", addr, r.Stdout)
+	}
+}
+
+// TestMountMessages: SIGTERM while a loop device holds DIR/disk says the
+// mount is busy and what to detach, without the fusermount fallback's
+// own failure (multi-line, and naming a missing /bin/fusermount on hosts
+// without one); once the loop device is gone, srpc unmounts and exits 0.
+// Then a FUSE mount left by a killed srpc is named as such, where it
+// used to be reported as "not a directory".
+func TestMountMessages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: FUSE direct mount and losetup")
+	}
+	for _, p := range []string{"/dev/fuse", "/dev/loop-control"} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("needs %s", p)
+		}
+	}
+	if _, err := exec.LookPath("losetup"); err != nil {
+		t.Skip("needs losetup (util-linux)")
+	}
+	srpd, srpc := e2etest.Binaries(t)
+	dir := t.TempDir()
+	data, mnt := filepath.Join(dir, "data"), filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	addr := e2etest.FreeAddr(t)
+	e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "1MiB")
+	defer exec.Command("umount", "-l", mnt).Run()
+
+	cmd := exec.Command(srpc, "mount", "--target", addr, "vol0", mnt)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	lines := bufio.NewScanner(stderr)
+	next := func() string {
+		if !lines.Scan() {
+			t.Fatalf("srpc mount closed stderr: %v", lines.Err())
+		}
+		return lines.Text()
+	}
+	if l := next(); !strings.HasPrefix(l, "srpc: mounted vol0") {
+		t.Fatalf("first line %q, want srpc: mounted vol0…", l)
+	}
+	disk := filepath.Join(mnt, "disk")
+	dev := run(t, "losetup", "-f", "--show", disk)
+	detached := false
+	defer func() {
+		if !detached {
+			exec.Command("losetup", "-d", dev).Run()
+		}
+	}()
+	cmd.Process.Signal(syscall.SIGTERM)
+	want := "srpc: " + mnt + " is busy (device or resource busy): detach its loop device first (losetup -j " + disk +
+		"; losetup -d /dev/loopN); retrying, a second signal exits at once"
+	if l := next(); l != want {
+		t.Errorf("busy unmount said\n%q\nwant\n%q", l, want)
+	}
+	run(t, "losetup", "-d", dev)
+	detached = true
+	for lines.Scan() {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("srpc mount after the loop device was detached: %v", err)
+	}
+
+	m := startMount(t, srpc, addr, "vol0", mnt)
+	m.cmd.Process.Kill()
+	<-m.exited
+	r := e2etest.Run(t, nil, srpc, "mount", "--target", addr, "vol0", mnt)
+	want = "srpc: mount point " + mnt + " is a stale FUSE mount (its srpc was killed): clean it up with 'umount -l' first\n"
+	if r.Code != 1 || r.Stderr != want {
+		t.Errorf("mount on a stale mount point: exit %d, stderr %q; want 1, %q", r.Code, r.Stderr, want)
+	}
+}
