@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
@@ -116,11 +117,14 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 	res := &result{o: o, target: o.Target}
 	addr := o.Target
 	if o.Embedded {
+		if o.BS%block.DefaultBlockSize != 0 {
+			return nil, cli.Usagef("--bs %s is not a multiple of the embedded volume's %d-byte blocks", formatFioSize(o.BS), block.DefaultBlockSize)
+		}
 		if o.Size == 0 {
-			o.Size = 1 << 30
+			o.Size = 1 << 30 / o.BS * o.BS
 		}
 		if o.Size%o.BS != 0 {
-			return nil, cli.Usagef("--size must be a multiple of --bs")
+			return nil, cli.Usagef("--size %s is not a multiple of --bs %s", formatFioSize(o.Size), formatFioSize(o.BS))
 		}
 		e, err := startEmbedded(o, ip, log)
 		if err != nil {
@@ -176,7 +180,7 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 		o.Size = (v0.Size() - o.Offset) / o.BS * o.BS
 	}
 	if o.Size%o.BS != 0 {
-		return nil, cli.Usagef("--size must be a multiple of --bs")
+		return nil, cli.Usagef("--size %s is not a multiple of --bs %s", formatFioSize(o.Size), formatFioSize(o.BS))
 	}
 	if o.Offset+o.Size > v0.Size() {
 		return nil, cli.Usagef("--offset + --size (%s) is beyond the end of the %s volume", formatFioSize(o.Offset+o.Size), formatFioSize(v0.Size()))

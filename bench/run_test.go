@@ -286,3 +286,21 @@ func TestNumberIOs(t *testing.T) {
 		t.Fatalf("%d reads and %d writes measured, want 50 I/Os in all", j.Read.TotalIOs, j.Write.TotalIOs)
 	}
 }
+
+// TestSizeMessages: a --bs or --size that does not fit is told as what it
+// is. "--bs 1000" alone used to say "--size must be a multiple of --bs",
+// naming a flag the user never gave.
+func TestSizeMessages(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bs", "1000"}, "bench: --bs 1000 is not a multiple of the embedded volume's 4096-byte blocks\n"},
+		{[]string{"--bs", "4k", "--size", "10k"}, "bench: --size 10k is not a multiple of --bs 4k\n"},
+	} {
+		code, _, errs := bench(t, append(tc.args, "--runtime", "100ms")...)
+		if got, _, _ := strings.Cut(errs, "Run '"); code != 2 || got != tc.want {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
