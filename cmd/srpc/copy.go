@@ -12,19 +12,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
-
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
 )
 
 type copyFlags struct {
-	conn   connFlags
-	offset cli.SizeFlag
-	length cli.SizeFlag
-	qd     int
-	quiet  bool
+	conn     connFlags
+	offset   cli.SizeFlag
+	length   cli.SizeFlag
+	qd       int
+	quiet    bool
+	progress string
 }
 
 func (c *copyFlags) register(fs *flag.FlagSet, withLength bool) {
@@ -34,24 +32,27 @@ func (c *copyFlags) register(fs *flag.FlagSet, withLength bool) {
 		fs.Var(&c.length, "length", "copy `LENGTH` bytes (default: to the end of the volume)")
 	}
 	fs.IntVar(&c.qd, "qd", 32, "queue depth: `N` requests of up to 1 MiB in flight")
-	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar (there is none anyway when stderr is not a terminal)")
+	fs.StringVar(&c.progress, "progress", "auto", "`WHEN` to report progress on stderr: auto (a bar on a terminal), "+
+		"always (a line at every tenth, or GiB, when stderr is no terminal) or never; a summary line ends every copy")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress and no summary line")
 }
 
-func (c *copyFlags) bar(total int64, what string) *progressbar.ProgressBar {
-	if c.quiet || !term.IsTerminal(int(os.Stderr.Fd())) {
-		return nil
+// check validates the flags every copy takes.
+func (c *copyFlags) check() error {
+	if c.qd < 1 || c.qd > 1024 {
+		return cli.Usagef("--qd %d: want 1..1024", c.qd)
 	}
-	return progressbar.NewOptions64(total,
-		progressbar.OptionSetWriter(os.Stderr),
-		progressbar.OptionSetDescription(what),
-		progressbar.OptionShowBytes(true),
-		progressbar.OptionShowTotalBytes(true),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionSetWidth(30),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionShowElapsedTimeOnFinish(),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }),
-	)
+	if !slices.Contains(progressModes, c.progress) {
+		return cli.Usagef("--progress %q: want auto, always or never", c.progress)
+	}
+	return nil
+}
+
+// summary prints the line that ends a copy, unless --quiet.
+func (c *copyFlags) summary(format string, args ...any) {
+	if !c.quiet {
+		fmt.Fprintf(os.Stderr, "srpc: "+format+"\n", args...)
+	}
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM; a second signal exits.
@@ -136,8 +137,8 @@ completed with the volume's existing bytes.`,
 			if err := cli.NArgs(args, 2, 2, "VOLUME FILE|-"); err != nil {
 				return err
 			}
-			if cf.qd < 1 || cf.qd > 1024 {
-				return cli.Usagef("--qd %d: want 1..1024", cf.qd)
+			if err := cf.check(); err != nil {
+				return err
 			}
 			var in io.Reader = os.Stdin
 			total := int64(-1)
@@ -187,10 +188,8 @@ completed with the volume's existing bytes.`,
 			if err != nil {
 				return err
 			}
-			if !cf.quiet && term.IsTerminal(int(os.Stderr.Fd())) {
-				fmt.Fprintf(os.Stderr, "imported %s into %s in %s (%s/s), flushed\n", cli.FormatSize(n), v.Name(),
-					time.Since(start).Round(time.Millisecond), cli.FormatSize(int64(float64(n)/max(time.Since(start).Seconds(), 1e-3))))
-			}
+			cf.summary("imported %s into %s in %s (%s/s), flushed", cli.FormatSize(n), v.Name(),
+				time.Since(start).Round(time.Millisecond), cli.FormatSize(int64(float64(n)/max(time.Since(start).Seconds(), 1e-3))))
 			return nil
 		},
 	}
@@ -201,7 +200,7 @@ func importData(ctx context.Context, s *session, v *initiator.Volume, in io.Read
 	if err != nil {
 		return 0, err
 	}
-	bar := cf.bar(total, "import "+v.Name())
+	bar := newProgress(cf.progress, cf.quiet, os.Stderr, total, "import "+v.Name())
 	free := append([]*initiator.Request(nil), p.reqs...)
 	inflight := 0
 	var firstErr error
@@ -211,7 +210,7 @@ func importData(ctx context.Context, s *session, v *initiator.Volume, in io.Read
 		if r.Err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("write of %d bytes at %d: %v", len(r.Buf), r.Offset, ioError(r.Err))
 		}
-		if bar != nil && r.Err == nil {
+		if r.Err == nil {
 			bar.Add(len(r.Buf))
 		}
 		r.Buf = r.Buf[:cap(r.Buf)]
@@ -274,9 +273,7 @@ func importData(ctx context.Context, s *session, v *initiator.Volume, in io.Read
 			return pos - off, fmt.Errorf("write of the last %d bytes at %d: %v", len(tail), pos, ioError(err))
 		}
 		pos += int64(len(tail))
-		if bar != nil {
-			bar.Add(len(tail))
-		}
+		bar.Add(len(tail))
 	}
 	if err := v.Flush(ctx); err != nil {
 		if errors.Is(err, initiator.ErrWriteCacheLost) {
@@ -284,9 +281,7 @@ func importData(ctx context.Context, s *session, v *initiator.Volume, in io.Read
 		}
 		return pos - off, fmt.Errorf("flush: %v (the data may not be durable)", ioError(err))
 	}
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.Finish()
 	return pos - off, nil
 }
 
@@ -302,8 +297,8 @@ truncated. Snapshots export as VOLUME@SNAPSHOT.`,
 			if err := cli.NArgs(args, 2, 2, "VOLUME FILE|-"); err != nil {
 				return err
 			}
-			if cf.qd < 1 || cf.qd > 1024 {
-				return cli.Usagef("--qd %d: want 1..1024", cf.qd)
+			if err := cf.check(); err != nil {
+				return err
 			}
 			ctx, stop := signalContext(ctx)
 			defer stop()
@@ -348,9 +343,7 @@ truncated. Snapshots export as VOLUME@SNAPSHOT.`,
 					return err
 				}
 			}
-			if !cf.quiet && term.IsTerminal(int(os.Stderr.Fd())) {
-				fmt.Fprintf(os.Stderr, "exported %s from %s in %s\n", cli.FormatSize(length), v.Name(), time.Since(start).Round(time.Millisecond))
-			}
+			cf.summary("exported %s from %s in %s", cli.FormatSize(length), v.Name(), time.Since(start).Round(time.Millisecond))
 			return nil
 		},
 	}
@@ -361,7 +354,7 @@ func exportData(ctx context.Context, s *session, v *initiator.Volume, out io.Wri
 	if err != nil {
 		return err
 	}
-	bar := cf.bar(length, "export "+v.Name())
+	bar := newProgress(cf.progress, cf.quiet, os.Stderr, length, "export "+v.Name())
 	bs := int64(v.BlockSize())
 	end := off + length
 	next := off // next offset to submit
@@ -401,7 +394,7 @@ func exportData(ctx context.Context, s *session, v *initiator.Volume, out io.Wri
 			default:
 				if _, err := out.Write(r.Buf[:want[i]]); err != nil {
 					firstErr = fmt.Errorf("write output: %w", err)
-				} else if bar != nil {
+				} else {
 					bar.Add(want[i])
 				}
 			}
@@ -417,8 +410,6 @@ func exportData(ctx context.Context, s *session, v *initiator.Volume, out io.Wri
 	if firstErr != nil {
 		return firstErr
 	}
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.Finish()
 	return nil
 }

@@ -189,3 +189,65 @@ func TestMountMessages(t *testing.T) {
 		t.Errorf("mount on a stale mount point: exit %d, stderr %q; want 1, %q", r.Code, r.Stderr, want)
 	}
 }
+
+// TestProgress: with stderr not a terminal, import and export end with a
+// summary line whatever --progress says (they used to print nothing);
+// --progress always adds a line at every tenth of the copy, and --quiet
+// silences both.
+func TestProgress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	srpd, srpc := e2etest.Binaries(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	addr := e2etest.FreeAddr(t)
+	e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "16MiB")
+	img := filepath.Join(dir, "img")
+	if err := os.WriteFile(img, bytes.Repeat([]byte{7}, 16<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args     []string
+		lines    int    // progress lines
+		summary  string // prefix of the last line ("": no output), or all of stderr on a usage error
+		wantCode int
+	}{
+		{[]string{"import", "vol0", img}, 0, "srpc: imported 16 MiB into vol0 in ", 0},
+		{[]string{"import", "--progress", "never", "vol0", img}, 0, "srpc: imported 16 MiB into vol0 in ", 0},
+		{[]string{"import", "--progress", "always", "vol0", img}, 9, "srpc: imported 16 MiB into vol0 in ", 0},
+		{[]string{"import", "--quiet", "--progress", "always", "vol0", img}, 0, "", 0},
+		{[]string{"export", "--progress", "always", "vol0", os.DevNull}, 9, "srpc: exported 16 MiB from vol0 in ", 0},
+		{[]string{"export", "vol0", os.DevNull}, 0, "srpc: exported 16 MiB from vol0 in ", 0},
+		{[]string{"export", "--progress", "sometimes", "vol0", os.DevNull}, 0,
+			"srpc export: --progress \"sometimes\": want auto, always or never\nRun 'srpc export --help' for usage.\n", 2},
+	} {
+		r := e2etest.Run(t, nil, srpc, append(tc.args, "--target", addr)...)
+		lines := strings.Split(strings.TrimSuffix(r.Stderr, "\n"), "\n")
+		if r.Stderr == "" {
+			lines = nil
+		}
+		if r.Code != tc.wantCode || (r.Code != 0 && r.Stderr != tc.summary) {
+			t.Errorf("srpc %q: exit %d, stderr %q; want %d", tc.args, r.Code, r.Stderr, tc.wantCode)
+			continue
+		}
+		if r.Code != 0 {
+			continue
+		}
+		if tc.summary == "" {
+			if r.Stderr != "" {
+				t.Errorf("srpc %q: stderr %q, want none", tc.args, r.Stderr)
+			}
+			continue
+		}
+		if len(lines) != tc.lines+1 || !strings.HasPrefix(lines[len(lines)-1], tc.summary) {
+			t.Errorf("srpc %q: stderr %q; want %d progress lines, then %q…", tc.args, r.Stderr, tc.lines, tc.summary)
+			continue
+		}
+		for _, l := range lines[:tc.lines] {
+			if !strings.HasPrefix(l, "srpc: "+tc.args[0]+" vol0: ") || !strings.Contains(l, "% ") && !strings.Contains(l, "%)") {
+				t.Errorf("srpc %q: progress line %q", tc.args, l)
+			}
+		}
+	}
+}
