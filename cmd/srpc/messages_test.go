@@ -38,6 +38,16 @@ func runStdin(t *testing.T, srpc string, in any, args ...string) e2etest.Result 
 	return r
 }
 
+// startTarget starts srpd with a vol0 of size in a fresh directory dir
+// and returns srpc's path, dir and srpd's address.
+func startTarget(t *testing.T, size string) (srpc, dir, addr string) {
+	t.Helper()
+	srpd, srpc := e2etest.Binaries(t)
+	dir, addr = t.TempDir(), e2etest.FreeAddr(t)
+	e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data"), addr, "", "--default-volume-size", size)
+	return srpc, dir, addr
+}
+
 // TestClientMessages: what a user meets in srpc names the real cause on
 // one line: a missing volume through every command that opens one, a
 // secret the target does not know, an empty --length, an input too large
@@ -46,11 +56,7 @@ func TestClientMessages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	srpd, srpc := e2etest.Binaries(t)
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	addr := e2etest.FreeAddr(t)
-	e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "1MiB")
+	srpc, dir, addr := startTarget(t, "1MiB")
 	conn := []string{"--target", addr, "--name", "h"}
 	noVol := `srpc: no volume "nosuch" on ` + addr + ` for initiator "h" (srpc list shows what you may open)` + "\n"
 	big := filepath.Join(dir, "big.img")
@@ -128,12 +134,9 @@ func TestMountMessages(t *testing.T) {
 	if _, err := exec.LookPath("losetup"); err != nil {
 		t.Skip("needs losetup (util-linux)")
 	}
-	srpd, srpc := e2etest.Binaries(t)
-	dir := t.TempDir()
-	data, mnt := filepath.Join(dir, "data"), filepath.Join(dir, "mnt")
+	srpc, dir, addr := startTarget(t, "1MiB")
+	mnt := filepath.Join(dir, "mnt")
 	os.Mkdir(mnt, 0o755)
-	addr := e2etest.FreeAddr(t)
-	e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "1MiB")
 	defer exec.Command("umount", "-l", mnt).Run()
 
 	cmd := exec.Command(srpc, "mount", "--target", addr, "vol0", mnt)
@@ -198,11 +201,7 @@ func TestProgress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	srpd, srpc := e2etest.Binaries(t)
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	addr := e2etest.FreeAddr(t)
-	e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "16MiB")
+	srpc, dir, addr := startTarget(t, "16MiB")
 	img := filepath.Join(dir, "img")
 	if err := os.WriteFile(img, bytes.Repeat([]byte{7}, 16<<20), 0o644); err != nil {
 		t.Fatal(err)
