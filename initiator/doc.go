@@ -75,8 +75,10 @@
 //     replay: the volume's next Flush and its next FUA write fail with
 //     ErrWriteCacheLost, each once per loss (as Linux reports a writeback
 //     error to the next fsync and only to it), and VolumeStats counts it.
-//     The loss is never reported as durable; the Flush after the failed
-//     one covers only what was written since, and succeeds.
+//     So does every other Flush issued before a Flush reported the loss
+//     that may cover lost writes, however many are in flight: the loss
+//     is never reported as durable. A Flush issued after the report
+//     covers only what was written since, and succeeds.
 //   - With a replay buffer, the session keeps a copy of every write
 //     acknowledged since its volume's last successful flush, in one ring
 //     of that many bytes allocated at Dial (FUA writes need none unless

@@ -256,7 +256,11 @@ func (s *Session) flushDone(c *channel, r *Request) error {
 			s.releaseLocked(v, r.seq, &rel)
 		}
 	}
-	if !r.self && d.lossGen != d.flushSeen {
+	// The first flush answered after a loss reports it (errseq), and so
+	// does every flush issued before a flush had reported it: what it
+	// covers may be among the lost, so it must not succeed, however many
+	// were in flight.
+	if !r.self && (d.lossGen != d.flushSeen || r.lossGen != noLoss && r.lossGen != d.lossGen) {
 		d.flushSeen = d.lossGen
 		err = s.lostErr(v)
 	}
@@ -346,15 +350,24 @@ func (s *Session) overflowDone(f *Request) {
 	s.overflowFlush(kick)
 }
 
+// noLoss stamps a flush that covers no unflushed write and no loss
+// unreported: no loss can touch it.
+const noLoss = ^uint64(0)
+
 // markFlush stamps a flush with the writes it covers: those acknowledged
-// before it was issued.
+// before it was issued, and with the losses a flush had reported by then.
 func (v *Volume) markFlush(r *Request) {
 	r.replay, r.self = false, false
 	if r.Op != OpFlush {
 		return
 	}
 	v.s.dmu.Lock()
-	r.seq = v.dur.acked
+	d := &v.dur
+	r.seq = d.acked
+	r.lossGen = d.flushSeen
+	if d.acked <= d.flushed && d.flushSeen == d.lossGen {
+		r.lossGen = noLoss
+	}
 	v.s.dmu.Unlock()
 }
 

@@ -147,8 +147,11 @@ type Request struct {
 	state   atomic.Uint32 // reqPending, reqClaimed, reqAbandoned
 	ctrl    *wire.ControlRequest
 	ctrlRsp wire.ControlResponse
-	epoch   uint64        // connection the response came from (control requests)
-	seq     uint64        // a flush: the writes it covers; a parked write: its number (replay.go)
+	epoch   uint64 // connection the response came from (control requests)
+	seq     uint64 // a flush: the writes it covers; a parked write: its number (replay.go)
+	// lossGen is a flush's count of its volume's losses a flush had
+	// reported when it was issued, or noLoss (replay.go).
+	lossGen uint64
 	replay  bool          // re-issued from the replay ring
 	self    bool          // the session's own flush, for room in the ring
 	sync    chan *Request // the synchronous API's own completion channel
