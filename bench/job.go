@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -62,12 +63,16 @@ type slot struct {
 	lba    int64 // block index in the region
 	gen    uint64
 	t0, t1 int64 // clock.Nanos before and after Submit
+	// covers are the writes a FLUSH in this slot makes durable once it
+	// succeeds (--verify-state).
+	covers []blockGen
 }
 
 // job is one --numjobs worker: its own session, volume handle, requests,
 // random source and histograms.
 type job struct {
 	id    int
+	ctx   context.Context // bounds the final FLUSH
 	o     *Options
 	sess  *initiator.Session
 	vol   *initiator.Volume
@@ -83,6 +88,10 @@ type job struct {
 	seqNext  int64
 	readPct  int
 	unsynced int // writes submitted since the last FLUSH (--fsync)
+	// acked are the writes acknowledged since the last FLUSH was issued,
+	// which the next one covers (--verify-state). The slice is reused,
+	// so steady state allocates nothing.
+	acked    []blockGen
 	slots    []slot
 	bySlot   map[*initiator.Request]*slot
 	done     chan *initiator.Request
@@ -94,10 +103,10 @@ type job struct {
 	err             error
 }
 
-func newJob(id int, o *Options, sess *initiator.Session, vol *initiator.Volume, vs *verifyState,
+func newJob(ctx context.Context, id int, o *Options, sess *initiator.Session, vol *initiator.Volume, vs *verifyState,
 	phase *atomic.Int32, nblocks, seed uint64, abort func(error), finished func()) (*job, error) {
 	j := &job{
-		id: id, o: o, sess: sess, vol: vol, vs: vs, phase: phase, abort: abort, finished: finished,
+		id: id, ctx: ctx, o: o, sess: sess, vol: vol, vs: vs, phase: phase, abort: abort, finished: finished,
 		rng:     rand.New(rand.NewPCG(seed, uint64(id)+1)),
 		nblocks: int64(nblocks), base: o.Offset / o.BS, readPct: o.readPercent(),
 		slots:  make([]slot, o.IODepth),
@@ -134,6 +143,9 @@ func (j *job) pick(s *slot) {
 	if j.o.Fsync > 0 && j.unsynced >= j.o.Fsync {
 		j.unsynced = 0
 		s.op, s.req.Op, s.req.Offset = opFlush, initiator.OpFlush, 0
+		// A flush covers the writes acknowledged before it was issued
+		// (initiator's package doc, "Target restarts").
+		s.covers, j.acked = j.acked, s.covers[:0]
 		return
 	}
 	s.op = opRead
@@ -165,6 +177,9 @@ func (j *job) pick(s *slot) {
 		if j.vs != nil {
 			s.gen = j.vs.gen(s.lba) + 1
 			fillBlock(s.req.Buf, j.vs.stamp(s.lba), s.gen, j.vs.run)
+			if j.vs.recording() {
+				j.vs.submit(s.lba, s.gen)
+			}
 		}
 	} else {
 		s.req.Op = initiator.OpRead
@@ -210,12 +225,17 @@ func (j *job) run() {
 			j.fail(fmt.Errorf("job %d: %s of %d bytes at %d: %w", j.id, opNames[s.op], len(s.req.Buf), s.req.Offset, r.Err))
 			continue
 		}
-		if j.vs != nil && s.op != opFlush {
-			if s.op == opRead {
-				j.vs.check(s.req.Buf, s.lba)
-				j.vs.unlock(s.lba, j.vs.gen(s.lba))
-			} else {
-				j.vs.unlock(s.lba, s.gen)
+		switch {
+		case j.vs == nil:
+		case s.op == opFlush && j.vs.recording():
+			j.vs.flush(s.covers)
+		case s.op == opRead:
+			j.vs.check(s.req.Buf, s.lba)
+			j.vs.unlock(s.lba, j.vs.gen(s.lba))
+		case s.op == opWrite:
+			j.vs.unlock(s.lba, s.gen)
+			if j.vs.recording() {
+				j.acked = append(j.acked, blockGen{s.lba, s.gen})
 			}
 		}
 		ph := j.phase.Load()
@@ -242,6 +262,24 @@ func (j *job) run() {
 			continue
 		}
 		inflight++
+	}
+	j.endFlush()
+}
+
+// endFlush is fio's end_fsync: with --fsync the run ends with one more
+// FLUSH once the job's I/O has drained, so that exit status 0 says every
+// write it acknowledged is durable. A FLUSH that fails here (after a
+// target restart lost writes, say) fails the run.
+func (j *job) endFlush() {
+	if j.o.Fsync == 0 || !j.o.writes() || j.err != nil || j.ctx.Err() != nil {
+		return
+	}
+	if err := j.vol.Flush(j.ctx); err != nil {
+		j.fail(fmt.Errorf("job %d: final flush: %w", j.id, err))
+		return
+	}
+	if j.vs != nil && j.vs.recording() {
+		j.vs.flush(j.acked)
 	}
 }
 

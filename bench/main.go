@@ -50,8 +50,16 @@ shape (jobs[].read.iops, bw_bytes, clat_ns.percentile, ...) instead.
 CRC-32C, and checks every read against the generation last written;
 blocks never written by this run must read as zeros (or as an intact
 block of an earlier run). Mismatches are counted and reported, and make
-the exit status 1. Exit status: 0 success, 1 failure (one line on
-stderr), 2 usage.`
+the exit status 1. --verify-state FILE saves what the run knew of every
+block when it ended (generation acknowledged, submitted, covered by a
+successful FLUSH), for a check of the volume after a target crash.
+
+--fsync N issues a FLUSH after every N writes and one more when a job
+ends. A target restart that lost acknowledged writes fails the next FLUSH
+unless --replay-buffer gives each session a replay buffer, which re-issues
+them.
+
+Exit status: 0 success, 1 failure (one line on stderr), 2 usage.`
 
 func rootCommand(o *Options, stdout, stderr io.Writer) *cli.Command {
 	return &cli.Command{

@@ -26,7 +26,9 @@ type Options struct {
 	Offset    int64
 	RWMixRead int
 	Verify    bool
-	Fsync     int // FLUSH after every Fsync writes (0: never)
+	Fsync     int    // FLUSH after every Fsync writes (0: never)
+	ReplayBuf int64  // each job's session's initiator.Config.ReplayBuffer (0: none)
+	StateFile string // --verify-state: file for the verify state at the end ("": none)
 	// NumberIOs stops each job after that many I/Os of the measured
 	// phase (FLUSHes count), as fio's number_ios; the run ends when every
 	// job has, or at Runtime (0: no limit).
@@ -185,7 +187,9 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.Var(sizeValue{&o.Offset}, "offset", "start of the region, a `SIZE` (multiple of --bs)")
 	fs.IntVar(&o.RWMixRead, "rwmixread", o.RWMixRead, "`PERCENT` of randrw I/Os that are reads")
 	fs.Int64Var(&o.NumberIOs, "number_ios", 0, "stop each job after `N` I/Os of the measured phase, FLUSHes included, as fio's --number_ios; the run ends when every job has, or at --runtime (0: no limit)")
-	fs.IntVar(&o.Fsync, "fsync", 0, "issue a FLUSH after every `N` writes, as fio's --fsync (0: never); a FLUSH takes one of the --iodepth slots and is reported apart, as fio's sync")
+	fs.IntVar(&o.Fsync, "fsync", 0, "issue a FLUSH after every `N` writes, as fio's --fsync (0: never); a FLUSH takes one of the --iodepth slots and is reported apart, as fio's sync; each job ends with one more (fio's end_fsync), so exit status 0 says every write is durable")
+	fs.Var(sizeValue{&o.ReplayBuf}, "replay-buffer", "keep a copy of each job's writes since its last FLUSH in a `SIZE` buffer and re-issue them if the target restarts and loses them (0: none; the next FLUSH fails instead)")
+	fs.StringVar(&o.StateFile, "verify-state", "", "with --verify, save what the run knew of every block at its end, however it ended (generation acknowledged, submitted, covered by a FLUSH) to `FILE`, for a check of the volume afterwards")
 	fs.BoolVar(&o.Verify, "verify", false, "write patterned blocks (LBA, generation, run ID, CRC-32C) and check every read; mismatches are counted, reported and make the exit status 1")
 	fs.Var(&o.Prefill, "prefill", "write the whole region before the run (patterned with --verify) so reads hit data (default: true when --embedded and the workload reads)")
 	fs.Func("seed", "`N` seeding the offsets and the verify run ID (default: from the clock)", func(s string) error {
@@ -287,6 +291,10 @@ func (o *Options) validate() error {
 		return cli.Usagef("--rwmixread %d: want 0..100", o.RWMixRead)
 	case o.NumberIOs < 0:
 		return cli.Usagef("--number_ios %d: want 0 (no limit) or a number of I/Os", o.NumberIOs)
+	case o.StateFile != "" && !o.Verify:
+		return cli.Usagef("--verify-state needs --verify")
+	case o.ReplayBuf > math.MaxInt32:
+		return cli.Usagef("--replay-buffer %s: at most 2g", formatFioSize(o.ReplayBuf))
 	case o.Fsync < 0:
 		return cli.Usagef("--fsync %d: want 0 (never) or a number of writes", o.Fsync)
 	case o.Channels < 1 || o.Channels > 64:

@@ -197,6 +197,9 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 			return nil, cli.Usagef("--verify needs at least 2 × numjobs × iodepth = %d blocks in the region, have %d", 2*inflight, nblocks)
 		}
 		res.verify = newVerifyState(nblocks, o.Offset/o.BS, o.Seed)
+		if o.StateFile != "" {
+			res.verify.record()
+		}
 	}
 	if o.prefill() {
 		if err := prefill(ctx, o, ip, addr, secret, res.verify, log, msg); err != nil {
@@ -224,7 +227,7 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 	}
 	jobs := make([]*job, o.NumJobs)
 	for i := range jobs {
-		if jobs[i], err = newJob(i, o, conns[i].s, conns[i].v, res.verify, &phase, uint64(nblocks), o.Seed, abort, finished); err != nil {
+		if jobs[i], err = newJob(ctx, i, o, conns[i].s, conns[i].v, res.verify, &phase, uint64(nblocks), o.Seed, abort, finished); err != nil {
 			return nil, err
 		}
 	}
@@ -347,6 +350,11 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 		collect(measureEnd)
 	}
 	wg.Wait()
+	if o.StateFile != "" {
+		if err := res.verify.save(o.StateFile, o.BS); err != nil {
+			return nil, err
+		}
+	}
 	if p := firstErr.Load(); p != nil {
 		return nil, *p
 	}

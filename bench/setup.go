@@ -166,7 +166,7 @@ func dialJob(ctx context.Context, o *Options, p transport.Provider, addr string,
 	cfg := initiator.Config{
 		Provider: p, Addr: addr, Name: o.Name, Secret: secret,
 		Channels: o.Channels, Credits: o.IODepth, MaxTransfer: int(max(bsPage, int64(transport.PageSize))),
-		BufferBytes: o.IODepth * int(o.BS), Logger: log,
+		BufferBytes: o.IODepth * int(o.BS), ReplayBuffer: int(o.ReplayBuf), Logger: log,
 	}
 	cfg.BufferBytes = int(pageRound(int64(cfg.BufferBytes)))
 	s, err := initiator.Dial(ctx, cfg)
@@ -251,6 +251,9 @@ func prefill(ctx context.Context, o *Options, p transport.Provider, addr string,
 	if vs != nil {
 		for i := range vs.gens {
 			vs.gens[i].Store(1)
+			if vs.recording() {
+				vs.submitted[i].Store(1)
+			}
 		}
 	}
 	el := time.Since(start)

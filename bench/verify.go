@@ -65,41 +65,52 @@ const (
 // checkBlock verifies b, read from lba, against the generation this run
 // last wrote there (0: never). The error says what is wrong.
 func checkBlock(b []byte, lba, gen, run uint64) (verifyOutcome, error) {
-	end := len(b) - 4
-	if len(b) < minVerifyBS {
-		return verifyMismatch, fmt.Errorf("lba %d: %d-byte block is too small to verify", lba, len(b))
-	}
-	if gen == 0 && isZero(b) {
-		return verifyZero, nil
-	}
-	if string(b[0:8]) != verifyMagic {
-		if gen == 0 {
-			return verifyMismatch, fmt.Errorf("lba %d: never written by this run: neither zeros nor a verify block", lba)
-		}
-		if isZero(b) {
+	got, out, err := readBlock(b, lba, run)
+	switch {
+	case out == verifyMismatch:
+		if gen != 0 && isZero(b) {
 			return verifyMismatch, fmt.Errorf("lba %d: reads zeros, want generation %d", lba, gen)
 		}
-		return verifyMismatch, fmt.Errorf("lba %d: no verify header (want generation %d)", lba, gen)
-	}
-	if got, want := binary.LittleEndian.Uint32(b[end:]), crc32.Checksum(b[:end], castagnoli); got != want {
-		return verifyMismatch, fmt.Errorf("lba %d: checksum %#08x, computed %#08x: torn or corrupt block", lba, got, want)
-	}
-	gotLBA := binary.LittleEndian.Uint64(b[8:])
-	gotGen := binary.LittleEndian.Uint64(b[16:])
-	gotRun := binary.LittleEndian.Uint64(b[24:])
-	switch {
-	case gotLBA != lba:
-		return verifyMismatch, fmt.Errorf("lba %d: holds block %d (misplaced I/O)", lba, gotLBA)
-	case gen == 0 && gotRun != run:
-		return verifyPrior, nil
-	case gen == 0:
-		return verifyMismatch, fmt.Errorf("lba %d: never written by this run but holds its generation %d", lba, gotGen)
-	case gotRun != run:
+		return out, err
+	case out != verifyOK && gen == 0:
+		return out, nil
+	case out == verifyZero:
+		return verifyMismatch, fmt.Errorf("lba %d: reads zeros, want generation %d", lba, gen)
+	case out == verifyPrior:
 		return verifyMismatch, fmt.Errorf("lba %d: holds a block of another run, want generation %d", lba, gen)
-	case gotGen != gen:
-		return verifyMismatch, fmt.Errorf("lba %d: generation %d, want %d (stale or lost write)", lba, gotGen, gen)
+	case gen == 0:
+		return verifyMismatch, fmt.Errorf("lba %d: never written by this run but holds its generation %d", lba, got)
+	case got != gen:
+		return verifyMismatch, fmt.Errorf("lba %d: generation %d, want %d (stale or lost write)", lba, got, gen)
 	}
 	return verifyOK, nil
+}
+
+// readBlock tells what b, read from lba, holds: a generation this run
+// wrote (verifyOK and the generation), zeros, an intact block of another
+// run, or none of these (verifyMismatch, with the reason; a block whose
+// checksum fails is torn or corrupt).
+func readBlock(b []byte, lba, run uint64) (uint64, verifyOutcome, error) {
+	end := len(b) - 4
+	if len(b) < minVerifyBS {
+		return 0, verifyMismatch, fmt.Errorf("lba %d: %d-byte block is too small to verify", lba, len(b))
+	}
+	if isZero(b) {
+		return 0, verifyZero, nil
+	}
+	if string(b[0:8]) != verifyMagic {
+		return 0, verifyMismatch, fmt.Errorf("lba %d: neither zeros nor a verify block (no verify header)", lba)
+	}
+	if got, want := binary.LittleEndian.Uint32(b[end:]), crc32.Checksum(b[:end], castagnoli); got != want {
+		return 0, verifyMismatch, fmt.Errorf("lba %d: checksum %#08x, computed %#08x: torn or corrupt block", lba, got, want)
+	}
+	if got := binary.LittleEndian.Uint64(b[8:]); got != lba {
+		return 0, verifyMismatch, fmt.Errorf("lba %d: holds block %d (misplaced I/O)", lba, got)
+	}
+	if binary.LittleEndian.Uint64(b[24:]) != run {
+		return 0, verifyPrior, nil
+	}
+	return binary.LittleEndian.Uint64(b[16:]), verifyOK, nil
 }
 
 func isZero(b []byte) bool {
@@ -126,6 +137,10 @@ type verifyState struct {
 	// place on the volume, as the prefill stamps them.
 	base int64
 	gens []atomic.Uint64 // generation last acknowledged; bit 63: an I/O is in flight
+	// submitted and flushed are the highest generations written and
+	// covered by a successful FLUSH, kept for --verify-state (nil
+	// without it; see verifystate.go).
+	submitted, flushed []atomic.Uint64
 	// counters
 	checked, zero, prior, mismatches atomic.Uint64
 	firstMu                          atomic.Int32

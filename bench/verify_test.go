@@ -95,3 +95,70 @@ func TestParseFioSize(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyStateCheck saves a run's verify state and holds blocks read
+// back to it: exactly the acknowledged generation after a clean run;
+// after a failed one, an intact generation from the flushed one to the
+// submitted one.
+func TestVerifyStateCheck(t *testing.T) {
+	const run, otherRun, bs = 0x5eed, 0x0dd, 512
+	vs := newVerifyState(4, 10, run)
+	vs.record()
+	// block: acknowledged, submitted, flushed
+	for i, g := range [][3]uint64{{0, 0, 0}, {3, 4, 2}, {2, 2, 2}, {1, 1, 0}} {
+		vs.gens[i].Store(g[0])
+		vs.submitted[i].Store(g[1])
+		vs.flushed[i].Store(g[2])
+	}
+	path := t.TempDir() + "/state"
+	if err := vs.save(path, bs); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := loadVerifyState(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Run != run || rec.Base != 10 || rec.BS != bs || len(rec.Blocks) != 4 || rec.Blocks[1] != (blockRecord{3, 4, 2}) {
+		t.Fatalf("loaded %+v", rec)
+	}
+	block := func(i int, gen, run uint64) []byte {
+		b := make([]byte, bs)
+		if gen > 0 {
+			fillBlock(b, 10+uint64(i), gen, run)
+		}
+		return b
+	}
+	torn := block(1, 3, run)
+	copy(torn[bs/2:], block(1, 2, run)[bs/2:])
+	cases := []struct {
+		name   string
+		i      int
+		b      []byte
+		exact  bool
+		reason string // "": passes
+	}{
+		{"never written, zeros", 0, block(0, 0, 0), true, ""},
+		{"never written, earlier run", 0, block(0, 5, otherRun), false, ""},
+		{"clean run, acknowledged", 1, block(1, 3, run), true, ""},
+		{"clean run, older", 1, block(1, 2, run), true, "generation 2, want 3"},
+		{"failed run, flushed", 1, block(1, 2, run), false, ""},
+		{"failed run, submitted, unacknowledged", 1, block(1, 4, run), false, ""},
+		{"failed run, older than flushed", 1, block(1, 1, run), false, "flushed write lost"},
+		{"failed run, never written", 1, block(1, 5, run), false, "only 4 was ever written"},
+		{"failed run, torn", 1, torn, false, "torn"},
+		{"failed run, flushed block reads zeros", 2, block(2, 0, 0), false, "flushed generation 2 lost"},
+		{"failed run, unflushed block reads zeros", 3, block(3, 0, 0), false, ""},
+		{"misplaced", 3, block(2, 1, run), false, "holds block 12"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := rec.check(tc.b, tc.i, tc.exact)
+			switch {
+			case tc.reason == "" && err != nil:
+				t.Fatalf("want no error, got %v", err)
+			case tc.reason != "" && (err == nil || !strings.Contains(err.Error(), tc.reason)):
+				t.Fatalf("error %v, want it to mention %q", err, tc.reason)
+			}
+		})
+	}
+}

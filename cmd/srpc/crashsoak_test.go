@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -91,7 +90,7 @@ func TestImportCrashSoak(t *testing.T) {
 				}
 				if werr != nil {
 					refused++
-					t.Logf("iteration %d (kill after %s, down %v): import exited non-zero, as it may: %v: %s", it, kill, pause, werr, lastLine(out.String()))
+					t.Logf("iteration %d (kill after %s, down %v): import exited non-zero, as it may: %v: %s", it, kill, pause, werr, e2etest.LastLine(out.String()))
 				} else {
 					r := e2etest.MustRun(t, srpc, "export", "--wire", wire, "--target", addr, "--length", strconv.Itoa(len(img)), "vol0", "-")
 					if got := []byte(r.Stdout); !bytes.Equal(got, img) {
@@ -113,10 +112,4 @@ func TestImportCrashSoak(t *testing.T) {
 			t.Logf("%d iterations over %s: %d imports exact, %d exited non-zero, 0 silent losses; %d saw the kill", iters, wire, exact, refused, hit)
 		})
 	}
-}
-
-// lastLine is the last line of a program's output: srpc's error.
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	return s[strings.LastIndexByte(s, '\n')+1:]
 }

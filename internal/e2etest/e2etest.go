@@ -1,7 +1,7 @@
-// Package e2etest runs srpd and srpc as a user would, for the black-box
-// tests of cmd/srpd and cmd/srpc: it builds the binaries (without -race,
-// whatever the test binary was built with), picks free ports, starts the
-// daemon and waits until it answers.
+// Package e2etest runs srpd, srpc and bench as a user would, for the
+// black-box tests of cmd/srpd, cmd/srpc and bench: it builds the
+// binaries (without -race, whatever the test binary was built with),
+// picks free ports, starts the daemon and waits until it answers.
 package e2etest
 
 import (
@@ -47,7 +47,7 @@ func Binaries(t testing.TB) (srpd, srpc string) {
 		// binary (Go 1.19 release notes), so "go" is the toolchain that
 		// built this test.
 		cmd := exec.Command("go", "build", "-o", binDir+"/",
-			"github.com/gosrp/gosrp/cmd/srpd", "github.com/gosrp/gosrp/cmd/srpc")
+			"github.com/gosrp/gosrp/cmd/srpd", "github.com/gosrp/gosrp/cmd/srpc", "github.com/gosrp/gosrp/bench")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -57,6 +57,20 @@ func Binaries(t testing.TB) (srpd, srpc string) {
 		t.Fatal(buildErr)
 	}
 	return filepath.Join(binDir, "srpd"), filepath.Join(binDir, "srpc")
+}
+
+// Bench returns the path of the bench binary, built with srpd and srpc.
+func Bench(t testing.TB) string {
+	t.Helper()
+	Binaries(t)
+	return filepath.Join(binDir, "bench")
+}
+
+// LastLine is the last line of a program's output: a failing command's
+// error.
+func LastLine(s string) string {
+	s = strings.TrimSpace(s)
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 // FreeAddr returns a loopback address with a port nobody listens on.
