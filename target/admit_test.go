@@ -1,12 +1,12 @@
 package target
 
 import (
-	"encoding/binary"
 	"io"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/e2etest"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport/emu"
 )
@@ -25,14 +25,7 @@ func rawConnect(t *testing.T, local, addr string) bool {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	hello := wire.Hello{Version: wire.Version}.Encode()
-	f := make([]byte, 36+len(hello))
-	binary.LittleEndian.PutUint16(f[0:], 0x5367) // magic "gS"
-	f[2] = 1                                     // version
-	f[3] = 0x40                                  // CM_REQ
-	binary.LittleEndian.PutUint32(f[32:], uint32(len(hello)))
-	copy(f[36:], hello)
-	if _, err := nc.Write(f); err != nil {
+	if _, err := nc.Write(e2etest.ConnectRequest()); err != nil {
 		t.Fatal(err)
 	}
 	nc.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -7,6 +7,7 @@ package e2etest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/internal/admin"
+	"github.com/gosrp/gosrp/internal/wire"
 )
 
 var (
@@ -64,6 +66,21 @@ func Bench(t testing.TB) string {
 	t.Helper()
 	Binaries(t)
 	return filepath.Join(binDir, "bench")
+}
+
+// ConnectRequest is the connect request a gosrp initiator sends first
+// on emu's tcp wire: a 36-byte frame header of kind CM_REQ (magic "gS",
+// version 1; transport/emu/frame.go) and a hello. Flood tests send it and
+// never log in. The answer's byte 3 is 0x41 (CM_REP) or 0x42 (CM_REJ).
+func ConnectRequest() []byte {
+	hello := wire.Hello{Version: wire.Version}.Encode()
+	f := make([]byte, 36+len(hello))
+	binary.LittleEndian.PutUint16(f[0:], 0x5367)
+	f[2] = 1
+	f[3] = 0x40
+	binary.LittleEndian.PutUint32(f[32:], uint32(len(hello)))
+	copy(f[36:], hello)
+	return f
 }
 
 // LastLine is the last line of a program's output: a failing command's

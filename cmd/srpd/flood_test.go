@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gosrp/gosrp/internal/e2etest"
+)
+
+// honestLogin runs 'srpc list' against srpd, as a user who knows nothing
+// of the flood would, up to tries times while the target refuses the
+// connection (a user tries again), and logs how long it took. It must
+// succeed within the context's generous deadline; the time is a figure
+// for the log, not an assertion.
+func honestLogin(t *testing.T, srpc, addr, when string, tries int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	start := time.Now()
+	for try := 1; ; try++ {
+		out, err := exec.CommandContext(ctx, srpc, "list", "--wire", "tcp", "--target", addr, "--timeout", "60s").CombinedOutput()
+		el := time.Since(start).Round(time.Millisecond)
+		if err == nil && strings.Contains(string(out), "vol0") {
+			t.Logf("honest 'srpc list' %s: logged in and listed in %v (attempt %d)", when, el, try)
+			return
+		}
+		if try >= tries || !strings.Contains(string(out), "connection rejected") {
+			t.Fatalf("honest 'srpc list' %s, attempt %d: %v after %v:\n%s", when, try, err, el, out)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("honest 'srpc list' %s: still refused after %v", when, el)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// floodTarget starts srpd (memory store, tcp) for a flood test, and
+// returns srpc's path, srpd's address and the daemon.
+func floodTarget(t *testing.T) (srpc, addr string, d *e2etest.Daemon) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	srpd, srpc := e2etest.Binaries(t)
+	addr = e2etest.FreeAddr(t)
+	d = e2etest.StartDaemon(t, srpd, filepath.Join(t.TempDir(), "data"), addr, "", "--backend", "memory")
+	return srpc, addr, d
+}
+
+// floodConn opens a TCP connection to addr from local and, unless
+// silent, sends the connect request a gosrp initiator sends on emu's tcp
+// wire (a 36-byte CM_REQ frame header and a hello) and never logs in.
+func floodConn(local, addr string, silent bool) (net.Conn, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 10 * time.Second}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil || silent {
+		return nc, err
+	}
+	if _, err := nc.Write(e2etest.ConnectRequest()); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// answers reads each flood connection's answer to its connect request and
+// counts the accepted (CM_REP) and rejected (CM_REJ) ones.
+func answers(conns []net.Conn) (accepted, rejected, silent int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, nc := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			var h [36]byte
+			_, err := io.ReadFull(nc, h[:])
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && h[3] == 0x41:
+				accepted++
+			case err == nil && h[3] == 0x42:
+				rejected++
+			default:
+				silent++
+			}
+		}()
+	}
+	wg.Wait()
+	return
+}
+
+func closeAll(conns []net.Conn) {
+	for _, nc := range conns {
+		nc.Close()
+	}
+}
+
+// rss is a process's resident set from /proc, for the log.
+func rss(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "?"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
+func openFDs(t *testing.T, pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestLoginFlood is issue 21's flood figure: 1,000 connection requests
+// that never log in, from one source and then spread over 100, against
+// srpd with its default caps (16 pending per source, 64 in all). Every
+// request is answered. An honest 'srpc list' from another address logs
+// in while they are held (at once from one source; spread over enough
+// sources the flood holds every pending slot, so the honest login is
+// refused until the login timeout frees one, and tries again) and at
+// once after they are gone. The log gives the times.
+func TestLoginFlood(t *testing.T) {
+	srpc, addr, d := floodTarget(t)
+	pid := d.Cmd.Process.Pid
+	honestLogin(t, srpc, addr, "before the flood", 1)
+	for _, sources := range []int{1, 100} {
+		const flood = 1000
+		conns := make([]net.Conn, 0, flood)
+		for i := range flood {
+			nc, err := floodConn(fmt.Sprintf("127.0.%d.%d", 1+i%sources/250, 2+i%sources%250), addr, false)
+			if err != nil {
+				t.Fatalf("flood connection %d: %v", i, err)
+			}
+			conns = append(conns, nc)
+		}
+		acc, rej, none := answers(conns)
+		t.Logf("%d connect requests from %d source(s): %d accepted and held, %d rejected, %d unanswered; srpd RSS %s, %d fds",
+			flood, sources, acc, rej, none, rss(pid), openFDs(t, pid))
+		if none != 0 {
+			t.Errorf("%d connect requests unanswered", none)
+		}
+		// From one source the flood fills only that source's share of
+		// the slots. From many it fills them all, and the honest login
+		// is refused until the login timeout frees one (10 s).
+		tries := 1
+		if sources > 1 {
+			tries = 1000
+		}
+		honestLogin(t, srpc, addr, fmt.Sprintf("during a %d-source flood", sources), tries)
+		closeAll(conns)
+		honestLogin(t, srpc, addr, fmt.Sprintf("after a %d-source flood", sources), 1)
+	}
+	if code := d.Stop(t); code != 0 {
+		t.Fatalf("srpd exited %d after SIGTERM:\n%s", code, d.Log())
+	}
+}
+
+// TestFDExhaustion is issue 21's fd-exhaustion burst: srpd under a low
+// RLIMIT_NOFILE (its open descriptors + 32, set with prlimit(2)) gets
+// 48 TCP connections that send nothing, more than it has descriptors
+// for, so accept(2) fails with EMFILE. It must keep accepting: an honest
+// 'srpc list' logs in during the burst (once the silent connections
+// holding the descriptors have timed out: emu's 10 s connect-request
+// timeout, one round per 32 of them ahead of it in the listen queue) and
+// at once after it.
+func TestFDExhaustion(t *testing.T) {
+	srpc, addr, d := floodTarget(t)
+	pid := d.Cmd.Process.Pid
+	base := openFDs(t, pid)
+	lim := unix.Rlimit{Cur: uint64(base + 32), Max: uint64(base + 32)}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+		t.Skipf("prlimit: %v", err)
+	}
+	honestLogin(t, srpc, addr, "under the limit, before the burst", 1)
+	const burst = 48
+	conns := make([]net.Conn, 0, burst)
+	for i := range burst {
+		nc, err := floodConn("127.0.0.2", addr, true)
+		if err != nil {
+			t.Fatalf("burst connection %d: %v", i, err)
+		}
+		conns = append(conns, nc)
+	}
+	// srpd accepts until accept(2) fails for want of descriptors.
+	for deadline := time.Now().Add(10 * time.Second); openFDs(t, pid) < int(lim.Cur)-1 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%d silent connections; srpd has %d fds open (limit %d), RSS %s", burst, openFDs(t, pid), lim.Cur, rss(pid))
+	honestLogin(t, srpc, addr, "during the burst", 1)
+	closeAll(conns)
+	honestLogin(t, srpc, addr, "after the burst", 1)
+	for _, l := range strings.Split(d.Log(), "\n") {
+		if strings.Contains(l, "accept") {
+			t.Logf("srpd: %s", l)
+			break
+		}
+	}
+	if code := d.Stop(t); code != 0 {
+		t.Fatalf("srpd exited %d after SIGTERM:\n%s", code, d.Log())
+	}
+}
