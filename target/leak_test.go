@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/gosrp/gosrp/internal/e2etest"
+	"github.com/gosrp/gosrp/internal/testenv"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -27,7 +27,7 @@ func heapInuse() uint64 {
 // on tcp, the QP, the connection) would add megabytes.
 func TestConnectionsReleased(t *testing.T) {
 	const warm = 10
-	cycles := e2etest.EnvInt(t, "GOSRP_LEAK_CYCLES", 200)
+	cycles := int(testenv.Int(t, "GOSRP_LEAK_CYCLES", 200, 1))
 	for _, w := range []string{emu.WireTCP, emu.WireShm} {
 		t.Run(w, func(t *testing.T) {
 			r := newRig(t, env{w, "strict"}, Config{})
