@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,10 @@ const (
 	acceptDelayMin = 5 * time.Millisecond
 	acceptDelayMax = time.Second
 )
+
+// shedDelay is the wait before the accept after a shed connection
+// (handshakes), for its descriptor to be released.
+const shedDelay = time.Millisecond
 
 // acceptLogEvery bounds how often a run of accept errors is logged: the
 // first error of a run at once, then one line per interval with the count
@@ -67,7 +72,11 @@ func (f *listenFail) set(err error) {
 // loop and fails the listener (fail), with a logged reason: a listener
 // that silently stopped accepting would leave the daemon looking healthy
 // while no initiator could connect.
-func (p *Provider) acceptLoop(ln net.Listener, addr string, done <-chan struct{}, fail *listenFail, handle func(net.Conn)) {
+//
+// Out of descriptors (EMFILE, ENFILE), it first sheds the oldest
+// connection of hs still waiting for its connect request, so that one
+// descriptor comes free for the next connection in the queue.
+func (p *Provider) acceptLoop(ln net.Listener, addr string, done <-chan struct{}, fail *listenFail, hs *handshakes, handle func(net.Conn)) {
 	var delay time.Duration
 	var run, since uint64 // errors in this run, and since the last log line
 	var logged time.Time
@@ -95,6 +104,11 @@ func (p *Provider) acceptLoop(ln net.Listener, addr string, done <-chan struct{}
 		}
 		p.counters.acceptErrors.Add(1)
 		delay = min(max(2*delay, acceptDelayMin), acceptDelayMax)
+		if (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) && hs.shedOldest() {
+			// A descriptor comes free as soon as the shed connection's
+			// reader lets go of it: retry soon, without backing off.
+			delay = shedDelay
+		}
 		run++
 		since++
 		if now := time.Now(); run == 1 || now.Sub(logged) >= acceptLogEvery {
@@ -113,4 +127,50 @@ func (p *Provider) acceptLoop(ln net.Listener, addr string, done <-chan struct{}
 			return
 		}
 	}
+}
+
+// handshakes are a listener's connections still waiting for their
+// connect request, oldest first. A peer that connects and sends nothing
+// holds a descriptor for cmTimeout; out of descriptors, the accept loop
+// closes the oldest such connection to make room, as the kernel's SYN
+// queue drops its oldest entries under a flood, so that silent
+// connections cannot keep an honest client waiting in the listen queue
+// behind them for a timeout per descriptor. A connection that has sent
+// its request is no longer here: the target's pre-login caps bound those.
+type handshakes struct {
+	mu    sync.Mutex
+	conns list.List // of net.Conn
+}
+
+// add records nc, whose connect request is being read.
+func (h *handshakes) add(nc net.Conn) *list.Element {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conns.PushBack(nc)
+}
+
+// done forgets e: its request has arrived, or its connection ended. It
+// reports false if e was shed (its connection is closed) before.
+func (h *handshakes) done(e *list.Element) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conns.Remove(e) != nil
+}
+
+// shedOldest closes the oldest connection waiting for its request, if
+// any (its handshake then fails), and reports whether there was one.
+func (h *handshakes) shedOldest() bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.conns.Front()
+	if e == nil {
+		return false
+	}
+	h.conns.Remove(e)
+	e.Value.(net.Conn).Close()
+	e.Value = nil // done reports it
+	return true
 }

@@ -1,8 +1,10 @@
 package emu
 
 import (
+	"container/list"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -197,5 +199,44 @@ func TestLinksReleased(t *testing.T) {
 				t.Errorf("after the listener closed, the NIC holds %d objects, want 0", n)
 			}
 		})
+	}
+}
+
+// TestHandshakesShedOldest: out of descriptors, the accept loop closes
+// the oldest connection still waiting for its connect request, and only
+// such a one; a handshake whose connection was shed learns so.
+func TestHandshakesShedOldest(t *testing.T) {
+	var h handshakes
+	var ends [3]net.Conn
+	var elems [3]*list.Element
+	for i := range ends {
+		a, b := net.Pipe()
+		defer b.Close()
+		ends[i] = b
+		elems[i] = h.add(a)
+	}
+	closed := func(i int) bool {
+		ends[i].SetReadDeadline(time.Now().Add(time.Second))
+		_, err := ends[i].Read(make([]byte, 1))
+		return errors.Is(err, io.EOF)
+	}
+	if !h.done(elems[1]) {
+		t.Fatal("done on a connection nobody shed: false")
+	}
+	if !h.shedOldest() || !closed(0) {
+		t.Fatal("the oldest connection was not shed")
+	}
+	if h.done(elems[0]) {
+		t.Fatal("done on a shed connection: true")
+	}
+	if !h.shedOldest() || !closed(2) {
+		t.Fatal("the next oldest waiting connection was not shed")
+	}
+	if h.shedOldest() {
+		t.Fatal("shed with nothing waiting")
+	}
+	var none *handshakes
+	if none.shedOldest() {
+		t.Fatal("a listener without handshakes shed something")
 	}
 }

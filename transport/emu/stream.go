@@ -70,6 +70,7 @@ type streamListener[W streamWire] struct {
 	fail *listenFail
 	once sync.Once
 	wg   sync.WaitGroup
+	hs   handshakes // connections still silent, which acceptLoop may shed
 }
 
 // serveStream starts accepting connection requests on ln; accept is ln
@@ -84,7 +85,7 @@ func serveStream[W streamWire](p *Provider, ln, accept net.Listener, addr string
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		p.acceptLoop(accept, addr, l.done, l.fail, func(nc net.Conn) {
+		p.acceptLoop(accept, addr, l.done, l.fail, &l.hs, func(nc net.Conn) {
 			l.wg.Add(1)
 			go l.handshake(nc)
 		})
@@ -98,6 +99,8 @@ func (l *streamListener[W]) Addr() string { return l.addr }
 // a closing listener rejects it.
 func (l *streamListener[W]) handshake(nc net.Conn) {
 	defer l.wg.Done()
+	waiting := l.hs.add(nc)
+	defer l.hs.done(waiting)
 	var w W
 	nc.SetReadDeadline(time.Now().Add(cmTimeout))
 	priv, err := w.readRequest(l.p, nc)
@@ -106,6 +109,9 @@ func (l *streamListener[W]) handshake(nc net.Conn) {
 		return
 	}
 	nc.SetReadDeadline(time.Time{})
+	if !l.hs.done(waiting) { // shed while its request came in
+		return
+	}
 	r := &streamReq[W]{sockReq{p: l.p, nc: nc, priv: priv, from: w.remote(nc), at: l.addr}}
 	select {
 	case l.reqs <- r:
