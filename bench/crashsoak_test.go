@@ -62,7 +62,7 @@ func TestBenchCrashSoak(t *testing.T) {
 			start := func() *e2etest.Daemon {
 				return e2etest.StartDaemon(t, srpd, data, addr, "", "--wire", wire, "--default-volume-size", "64MiB")
 			}
-			var exact, refused, lossReported, hit, flushedBlocks int
+			var exact, refused, lossReported, hit, missed, flushedBlocks int
 			for it := 0; it < iters; it++ {
 				replay := it%2 == 0
 				d := start()
@@ -82,30 +82,46 @@ func TestBenchCrashSoak(t *testing.T) {
 				}
 				exited := make(chan error, 1)
 				go func() { exited <- cmd.Wait() }()
-				// The kill falls inside the measured run: bench connects
-				// in well under 300 ms on loopback.
-				at := 300*time.Millisecond + time.Duration(rng.Int64N(int64(runtime-800*time.Millisecond)))
+				// The kill falls inside the measured run: the clock starts
+				// at srpd's first write, so a slow connect (a loaded
+				// machine) does not move it before bench's I/O.
+				at := time.Duration(rng.Int64N(int64(runtime - 500*time.Millisecond)))
 				pause := time.Duration(rng.IntN(400)) * time.Millisecond
 				desc := func() string {
-					return "iteration " + strconv.Itoa(it) + " (replay " + strconv.FormatBool(replay) + ", kill at " + at.String() + ", down " + pause.String() + ")"
+					return "iteration " + strconv.Itoa(it) + " (replay " + strconv.FormatBool(replay) + ", kill " + at.String() + " into the I/O, down " + pause.String() + ")"
 				}
-				select {
-				case err := <-exited:
-					t.Fatalf("%s: bench exited before the kill: %v\n%s", desc(), err, out.String())
-				case <-time.After(at):
+				for began := time.Now(); e2etest.VolumeStats(t, srpd, data, "vol0").Write.Bytes == 0; {
+					if len(exited) > 0 {
+						t.Fatalf("%s: bench exited before writing: %v\n%s\nsrpd:\n%s", desc(), <-exited, out.String(), d.Log())
+					}
+					if time.Since(began) > 60*time.Second {
+						t.Fatalf("%s: srpd has seen no write 60s after bench started:\n%s", desc(), out.String())
+					}
+					time.Sleep(5 * time.Millisecond)
 				}
-				d.Kill(t)
-				time.Sleep(pause)
-				d = start()
+				// On a loaded machine the run can end before the kill:
+				// then it is checked all the same, as a run without one.
 				var werr error
+				killed := false
 				select {
 				case werr = <-exited:
-				case <-time.After(120 * time.Second):
-					cmd.Process.Kill()
-					t.Fatalf("%s: bench still running 120s later:\n%s", desc(), out.String())
+					missed++
+				case <-time.After(at):
+					killed = true
+				}
+				if killed {
+					d.Kill(t)
+					time.Sleep(pause)
+					d = start()
+					select {
+					case werr = <-exited:
+					case <-time.After(120 * time.Second):
+						cmd.Process.Kill()
+						t.Fatalf("%s: bench still running 120s later:\n%s\nsrpd:\n%s", desc(), out.String(), d.Log())
+					}
 				}
 				if werr != nil && replay {
-					t.Fatalf("%s: bench, with a replay buffer, exited %v: it must ride a restart out\n%s", desc(), werr, out.String())
+					t.Fatalf("%s: bench, with a replay buffer, exited %v: it must ride a restart out\n%s\nsrpd after the restart:\n%s", desc(), werr, out.String(), d.Log())
 				}
 				if werr != nil {
 					refused++
@@ -144,8 +160,8 @@ func TestBenchCrashSoak(t *testing.T) {
 					t.Fatalf("srpd exited %d after SIGTERM:\n%s", code, d.Log())
 				}
 			}
-			t.Logf("%d iterations over %s: %d runs exact, %d exited non-zero (%d reporting the lost writes), %d saw the kill; 0 silent losses, 0 flushed writes lost, 0 torn blocks over %d flushed block generations",
-				iters, wire, exact, refused, lossReported, hit, flushedBlocks)
+			t.Logf("%d iterations over %s: %d runs exact, %d exited non-zero (%d reporting the lost writes), %d saw the kill, %d ended before it; 0 silent losses, 0 flushed writes lost, 0 torn blocks over %d flushed block generations",
+				iters, wire, exact, refused, lossReported, hit, missed, flushedBlocks)
 		})
 	}
 }

@@ -81,7 +81,7 @@ func TestImportTargetRestart(t *testing.T) {
 			// Once srpd has written 16 MiB, with at most 4 MiB in flight,
 			// srpc has had at least 12 MiB acknowledged and flushed none.
 			deadline := time.Now().Add(30 * time.Second)
-			for volumeStats(t, srpd, data, "vol0").Write.Bytes < half {
+			for e2etest.VolumeStats(t, srpd, data, "vol0").Write.Bytes < half {
 				if time.Now().After(deadline) {
 					t.Fatalf("srpd has not written 16 MiB after 30s; srpc said: %s", out.String())
 				}

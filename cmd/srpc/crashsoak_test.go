@@ -71,7 +71,7 @@ func TestImportCrashSoak(t *testing.T) {
 				at := rng.Int64N(int64(len(img)))
 				pause := time.Duration(rng.IntN(400)) * time.Millisecond
 				began := time.Now()
-				for volumeStats(t, srpd, data, "vol0").Write.Bytes < uint64(at) && len(exited) == 0 {
+				for e2etest.VolumeStats(t, srpd, data, "vol0").Write.Bytes < uint64(at) && len(exited) == 0 {
 					if time.Since(began) > 60*time.Second {
 						t.Fatalf("iteration %d: srpd has not written %d bytes after 60s: %s", it, at, out.String())
 					}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gosrp/gosrp/internal/admin"
 	"github.com/gosrp/gosrp/internal/e2etest"
 )
 
@@ -130,21 +128,6 @@ func attach(t *testing.T, disk, fsDir string, mkfs bool) (dev string, detach fun
 	return dev, detach
 }
 
-func volumeStats(t *testing.T, srpd, data, vol string) admin.VolumeStats {
-	t.Helper()
-	r := e2etest.MustRun(t, srpd, "status", "--data", data, "--json")
-	var st admin.Status
-	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range st.VolumeStats {
-		if v.Name == vol {
-			return v
-		}
-	}
-	return admin.VolumeStats{Name: vol}
-}
-
 // TestMountLoopExt4: srpc mount, losetup, mkfs.ext4, mount, files, umount,
 // detach, SIGTERM; again and read the files back; then discard and
 // write-zeroes through the loop device reach the volume.
@@ -231,7 +214,7 @@ func TestMountLoopExt4(t *testing.T) {
 	if !bytes.Equal(export(off), pattern[:n]) || !bytes.Equal(export(off+n), pattern[:n]) {
 		t.Fatal("pattern written through the loop device did not reach the volume")
 	}
-	before := volumeStats(t, srpd, data, "vol0")
+	before := e2etest.VolumeStats(t, srpd, data, "vol0")
 	run(t, "blkdiscard", "-o", itoa(off), "-l", itoa(n), dev)
 	run(t, "blkdiscard", "-z", "-o", itoa(off+n), "-l", itoa(n), dev)
 	zeros := make([]byte, n)
@@ -241,7 +224,7 @@ func TestMountLoopExt4(t *testing.T) {
 	if !bytes.Equal(export(off+n), zeros) {
 		t.Error("write-zeroes range does not read as zeros")
 	}
-	after := volumeStats(t, srpd, data, "vol0")
+	after := e2etest.VolumeStats(t, srpd, data, "vol0")
 	if after.Discard.Ops <= before.Discard.Ops {
 		t.Errorf("blkdiscard did not reach the volume as DISCARD: %+v -> %+v", before.Discard, after.Discard)
 	}

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -81,6 +82,23 @@ func ConnectRequest() []byte {
 	binary.LittleEndian.PutUint32(f[32:], uint32(len(hello)))
 	copy(f[36:], hello)
 	return f
+}
+
+// VolumeStats is what 'srpd status' says of volume vol of the srpd on
+// data (zero counters when it names no such volume).
+func VolumeStats(t testing.TB, srpd, data, vol string) admin.VolumeStats {
+	t.Helper()
+	r := MustRun(t, srpd, "status", "--data", data, "--json")
+	var st admin.Status
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range st.VolumeStats {
+		if v.Name == vol {
+			return v
+		}
+	}
+	return admin.VolumeStats{Name: vol}
 }
 
 // LastLine is the last line of a program's output: a failing command's
