@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -91,7 +92,13 @@ type job struct {
 	// acked are the writes acknowledged since the last FLUSH was issued,
 	// which the next one covers (--verify-state). The slice is reused,
 	// so steady state allocates nothing.
-	acked    []blockGen
+	acked []blockGen
+	// lossSeen: a FLUSH reported that the target lost acknowledged
+	// writes. A FLUSH answered after that report covers only what was
+	// written since (initiator's package doc, "Target restarts"), and
+	// the job cannot tell which of its acknowledged writes those are, so
+	// it records no more as flushed.
+	lossSeen bool
 	slots    []slot
 	bySlot   map[*initiator.Request]*slot
 	done     chan *initiator.Request
@@ -215,6 +222,9 @@ func (j *job) run() {
 		t2 := clock.Nanos()
 		s := j.bySlot[r]
 		if r.Err != nil && s.op == opFlush {
+			if errors.Is(r.Err, initiator.ErrWriteCacheLost) {
+				j.lossSeen = true
+			}
 			j.fail(fmt.Errorf("job %d: flush: %w", j.id, r.Err))
 			continue
 		}
@@ -227,7 +237,7 @@ func (j *job) run() {
 		}
 		switch {
 		case j.vs == nil:
-		case s.op == opFlush && j.vs.recording():
+		case s.op == opFlush && j.vs.recording() && !j.lossSeen:
 			j.vs.flush(s.covers)
 		case s.op == opRead:
 			j.vs.check(s.req.Buf, s.lba)
