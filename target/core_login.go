@@ -123,7 +123,7 @@ func (c *core) onProof(buf []byte) {
 	}
 	want := wire.LoginProofFor(c.secret, "initiator", c.initiator, c.reqTarget, c.iniNonce, c.tgtNonce)
 	if !hmac.Equal(p.Proof, want) {
-		c.reject(wire.RejectAuthFailed, "authentication failed")
+		c.reject(wire.RejectAuthFailed, "the proof does not match the secret the target holds for this initiator")
 		return
 	}
 	c.accept(wire.LoginProofFor(c.secret, "target", c.initiator, c.reqTarget, c.iniNonce, c.tgtNonce))

@@ -71,8 +71,9 @@
 //	destroy a QP with a window    ErrBusy      windows      windows      ErrBusy       waits ~50 s, kernel
 //	  bound through it [9]                     invalidated  invalidated                WARNING; the provider
 //	                                                                                     refuses (ErrBusy)
-//	index of a new MR or window   freed last   freed last   freed last   cyclic        cyclic (to confirm:
-//	  after a free [10]                                                                  FastReg/MW/IndexReuse)
+//	index of a new MR or window   freed last   freed last   freed last   cyclic        cyclic: 64 windows
+//	  after a free [10]                                                                  freed in turn, 64
+//	                                                                                     indices
 //
 // [1] A LOCAL_INV, or a received SEND_WITH_INV, naming a FREE MR or window
 // with its current key. Failing means the local-op status
