@@ -44,9 +44,9 @@ func rawConnect(t *testing.T, local, addr string) bool {
 }
 
 // TestPreLoginCaps: connection requests that never log in are capped per
-// source and in all, each one beyond a cap is rejected at once, and an
-// honest client from elsewhere still logs in while they hold their
-// slots.
+// source and in all, each one beyond a cap is rejected at once unless it
+// can take the slot of a silent one (chooseVictim), and an honest client
+// from elsewhere still logs in while they hold their slots.
 func TestPreLoginCaps(t *testing.T) {
 	const perSource, total, flood = 4, 6, 10
 	r := newRig(t, env{emu.WireTCP, "strict"}, Config{MaxPendingPerSource: perSource, MaxPendingLogins: total, LoginTimeout: time.Minute})
@@ -68,12 +68,47 @@ func TestPreLoginCaps(t *testing.T) {
 		}
 	}
 	// One slot went to the honest client until it logged in, and was
-	// given back then.
-	if want := total - perSource; accepted != want {
-		t.Errorf("%d of %d requests from a second source accepted, want %d (the total cap)", accepted, flood, want)
+	// given back then. The second source fills the total cap, and takes
+	// one more slot from the first, which then holds two more than it
+	// (4 against 2); at 3 against 3 it is refused.
+	if want := total - perSource + 1; accepted != want {
+		t.Errorf("%d of %d requests from a second source accepted, want %d (the total cap, and one eviction)", accepted, flood, want)
 	}
-	if st := r.tgt.Stats(); st.Rejected != 2*flood-total {
-		t.Errorf("Rejected = %d, want %d", st.Rejected, 2*flood-total)
+	if st := r.tgt.Stats(); st.Rejected != 2*flood-total-1 || st.Evicted != 1 {
+		t.Errorf("Rejected = %d, Evicted = %d, want %d and 1", st.Rejected, st.Evicted, 2*flood-total-1)
 	}
 	c.control(wire.ControlRequest{Op: wire.ControlList})
+}
+
+// TestChooseVictim is the eviction policy: a newcomer takes the slot of
+// the oldest connection of a source holding at least two more slots than
+// its own, else of the oldest connection silent for minAge, else none.
+func TestChooseVictim(t *testing.T) {
+	p := func(src string, since int64) pendingInfo { return pendingInfo{src: src, since: since} }
+	for _, tc := range []struct {
+		name    string
+		pending []pendingInfo
+		src     string
+		now     int64
+		want    int
+	}{
+		{"the heavy source pays", []pendingInfo{p("a", 0), p("b", 1), p("b", 2), p("b", 3)}, "c", 5, 1},
+		{"one more is no reason", []pendingInfo{p("a", 0), p("b", 1), p("b", 2)}, "a", 5, -1},
+		{"old and silent goes", []pendingInfo{p("a", 0), p("b", 1), p("c", 2)}, "d", 100, 0},
+		{"young ones stay", []pendingInfo{p("a", 50), p("b", 60), p("c", 70)}, "d", 100, -1},
+		{"already evicted is skipped", []pendingInfo{{src: "a", since: 0, evicted: true}, p("b", 1), p("c", 2)}, "d", 100, 1},
+		{"the heavy source may be the newcomer's", []pendingInfo{p("a", 0), p("a", 1), p("a", 2)}, "a", 5, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			count := map[string]int{}
+			for _, q := range tc.pending {
+				if !q.evicted {
+					count[q.src]++
+				}
+			}
+			if got := chooseVictim(tc.pending, count, tc.src, tc.now, 90); got != tc.want {
+				t.Errorf("victim %d, want %d", got, tc.want)
+			}
+		})
+	}
 }

@@ -32,6 +32,10 @@ type conn struct {
 	// is set while c holds a pre-login slot (Target.loginDone).
 	src      string
 	prelogin bool
+	// pendingSince is when c was admitted, evicted whether a newcomer has
+	// taken its slot (both under t.mu; admitLocked).
+	pendingSince int64
+	evicted      bool
 
 	pd        transport.PD
 	cq        transport.CQ
@@ -59,8 +63,10 @@ type conn struct {
 
 	drainCh   chan struct{} // closed by Shutdown
 	killCh    chan struct{} // closed when Shutdown's context ends
+	evictCh   chan struct{} // closed when a newcomer takes c's pre-login slot
 	drainOnce sync.Once
 	killOnce  sync.Once
+	evictOnce sync.Once
 	// policyCh (capacity 1) says the ACL or the secrets changed; one
 	// pending signal covers any number of changes, since the core reads
 	// the policy as it is when it handles it.
@@ -88,6 +94,15 @@ type conn struct {
 
 func (c *conn) drain() { c.drainOnce.Do(func() { close(c.drainCh); c.signals.Add(1) }) }
 func (c *conn) kill()  { c.killOnce.Do(func() { close(c.killCh); c.signals.Add(1) }) }
+func (c *conn) evict() { c.evictOnce.Do(func() { close(c.evictCh); c.signals.Add(1) }) }
+
+// onEvict ends c if it still has not logged in; one that logged in since
+// its eviction was decided keeps its session (prelogin is c's own).
+func (c *conn) onEvict() {
+	if c.prelogin {
+		c.core.close("evicted: every pre-login slot was held, and this connection had been silent longest", false)
+	}
+}
 
 // policyChanged asks the run loop to re-evaluate the session against the
 // current policy (core.policyChanged). It never blocks.
@@ -240,7 +255,7 @@ func (c *conn) run() {
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	drainCh := c.drainCh
+	drainCh, evictCh := c.drainCh, c.evictCh
 	var seen uint32 // signals handled
 	yields := 0     // idle passes since the last progress
 	for !c.core.acts.disconnect {
@@ -267,6 +282,10 @@ func (c *conn) run() {
 				progressed = true
 			case <-c.killCh:
 				c.core.close("forced shutdown", false)
+			case <-evictCh:
+				evictCh = nil
+				c.onEvict()
+				progressed = true
 			case <-c.policyCh:
 				c.core.policyChanged(c.now())
 				progressed = true
@@ -313,6 +332,9 @@ func (c *conn) run() {
 			c.core.drain(c.now())
 		case <-c.killCh:
 			c.core.close("forced shutdown", false)
+		case <-evictCh:
+			evictCh = nil
+			c.onEvict()
 		case <-c.policyCh:
 			c.core.policyChanged(c.now())
 		case <-c.cm.Done():

@@ -100,6 +100,9 @@ type Stats struct {
 	Accepted    uint64
 	Rejected    uint64
 	Violations  uint64
+	// Evicted counts connections that had not logged in and gave up
+	// their slot to a newcomer when every pre-login slot was held.
+	Evicted uint64
 	// CreditsInUse sums ConnStats.CreditsInUse.
 	CreditsInUse int
 	Volumes      []VolumeStats // sorted by name

@@ -43,8 +43,14 @@ type Target struct {
 	// Connections not logged in yet, in all and by source (admitLocked).
 	npending  int
 	pendingBy map[string]int
+	// pending are those connections, oldest first; evicting counts the
+	// ones told to give up their slot that still hold it (admitLocked).
+	pending  []*conn
+	evicting int
+	scratch  []pendingInfo
 
 	accepted, rejected, violations atomic.Uint64
+	evictions                      atomic.Uint64 // silent connections shed for a newcomer
 	acl                            atomic.Pointer[ACL]
 	// refusals since the last log line about them, and when that was
 	// (Unix nanoseconds); see refused.
@@ -176,7 +182,10 @@ func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
 			req.Reject(nil)
 			return ErrClosed
 		}
-		if !t.admitLocked(src) {
+		c := &conn{t: t, remote: remote, src: src, prelogin: true, log: t.log,
+			drainCh: make(chan struct{}), killCh: make(chan struct{}), evictCh: make(chan struct{}),
+			policyCh: make(chan struct{}, 1), finished: make(chan struct{})}
+		if !t.admitLocked(c, int64(time.Since(t.epoch))) {
 			t.mu.Unlock()
 			// Counted before the peer can see the reject, so that Stats
 			// never lags what a peer has been told.
@@ -184,9 +193,7 @@ func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
 			req.Reject(nil)
 			continue
 		}
-		c := &conn{t: t, id: t.ids.Add(1), remote: remote, src: src, prelogin: true, log: t.log,
-			drainCh: make(chan struct{}), killCh: make(chan struct{}), policyCh: make(chan struct{}, 1),
-			finished: make(chan struct{})}
+		c.id = t.ids.Add(1)
 		t.conns[c.id] = c
 		t.wg.Add(1)
 		t.mu.Unlock()
@@ -266,6 +273,7 @@ func (t *Target) volumeCounters(name string) *ioCounters {
 func (t *Target) Stats() Stats {
 	var s Stats
 	s.Accepted, s.Rejected, s.Violations = t.accepted.Load(), t.rejected.Load(), t.violations.Load()
+	s.Evicted = t.evictions.Load()
 	t.mu.Lock()
 	for name, vc := range t.volStats {
 		s.Volumes = append(s.Volumes, VolumeStats{Name: name, IOStats: vc.load()})
