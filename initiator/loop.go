@@ -100,10 +100,23 @@ func (c *channel) dispatch() {
 				c.mu.Unlock()
 				break
 			}
+			if len(c.core.acts.send) >= postBatch {
+				// Post what is staged so the device starts on it while
+				// the rest of the pass is staged.
+				c.apply(now)
+			}
 		}
 	}
 	c.apply(now)
 }
+
+// postBatch is how many staged WRs a dispatch pass posts at once: enough
+// that a deep queue costs a few doorbells (one syscall each on rxe, where
+// the post runs the requester) rather than one per request, few enough
+// that the device is not left idle while a pass stages 32 requests (bench
+// over emu tcp at QD32 lost 10-15% when a pass posted everything at its
+// end).
+const postBatch = 16
 
 // apply carries out what the core asked for, in the order its actions
 // document, until it asks for nothing more.
