@@ -22,6 +22,7 @@ import (
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/target/targettest"
 	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/faults"
 	_ "github.com/gosrp/gosrp/transport/ibverbs"
 )
 
@@ -48,9 +49,24 @@ func TestRXEEndToEnd(t *testing.T) {
 		t.Run(fmt.Sprintf("immediate=%v", imm == 0), func(t *testing.T) {
 			before := rxeCounters()
 			defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
-			rxeRun(t, p, imm)
+			rxeRun(t, p, p, imm)
 		})
 	}
+	// The same run with faults made in front of the initiator on the real
+	// device (transport/faults): refused posts, QP errors, lost
+	// completions and completions that report an error for WRs rxe did
+	// carry out. The session must ride them out with every byte intact.
+	t.Run("faults", func(t *testing.T) {
+		fp := faults.Wrap(p, faults.Config{Seed: 1, PostFail: 0.002, QPError: 0.001, DropCQE: 0.001, CorruptCQE: 0.002})
+		before := rxeCounters()
+		defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
+		rxeRun(t, p, fp, 0)
+		c := fp.Counters()
+		t.Logf("faults made: %+v", c)
+		if c.PostFails+c.QPErrors+c.Drops+c.Corrupts == 0 {
+			t.Errorf("no fault was made: the run tested nothing")
+		}
+	})
 }
 
 // rxeCounters reads the device's hardware counters (rxe's retries,
@@ -88,7 +104,10 @@ func rxeCounterDelta(a, b map[string]int64) string {
 
 var rxeLog *slog.Logger
 
-func rxeRun(t *testing.T, p transport.Provider, imm int) {
+// rxeRun serves two volumes from a target on tp and checks an initiator on
+// ip against them: every transfer size at QD1, 512-byte blocks, QD32 of
+// mixed sizes with FUA, and a disconnect in the middle.
+func rxeRun(t *testing.T, tp, ip transport.Provider, imm int) {
 	const volSize = 64 << 20
 	st := block.NewMemStore()
 	defer st.Close()
@@ -99,7 +118,7 @@ func rxeRun(t *testing.T, p transport.Provider, imm int) {
 		t.Fatal(err)
 	}
 	cut := make(chan struct{}, 1)
-	h := targettest.Wrap(p, targettest.Script{Respond: func(r *targettest.Response) targettest.Action {
+	h := targettest.Wrap(tp, targettest.Script{Respond: func(r *targettest.Response) targettest.Action {
 		select {
 		case <-cut:
 			return targettest.Disconnect
@@ -129,7 +148,7 @@ func rxeRun(t *testing.T, p transport.Provider, imm int) {
 	}()
 	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer dcancel()
-	s, err := initiator.Dial(dctx, initiator.Config{Provider: p, Addr: l.Addr(), Name: "rxe-e2e", Credits: 32,
+	s, err := initiator.Dial(dctx, initiator.Config{Provider: ip, Addr: l.Addr(), Name: "rxe-e2e", Credits: 32,
 		ImmediateData: imm, Mechanism: frmr.Auto, Logger: rxeLog})
 	if err != nil {
 		t.Fatal(err)

@@ -45,7 +45,17 @@ func Names() []string {
 // provider from newProvider. The provider is closed when the subtest ends,
 // and the arenas the test mapped are unmapped after that.
 func Run(t *testing.T, newProvider func(t *testing.T) transport.Provider) {
+	RunMatching(t, nil, newProvider)
+}
+
+// RunMatching is Run for the tests whose names keep accepts (all of them
+// when keep is nil), such as the fault tests over a provider wrapped by
+// transport/faults, whose other tests the plain run already covers.
+func RunMatching(t *testing.T, keep func(name string) bool, newProvider func(t *testing.T) transport.Provider) {
 	for _, name := range Names() {
+		if keep != nil && !keep(name) {
+			continue
+		}
 		f := All[name]
 		t.Run(name, func(t *testing.T) {
 			p := newProvider(t)
