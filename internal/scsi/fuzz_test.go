@@ -1,0 +1,86 @@
+package scsi
+
+import "testing"
+
+// FuzzExecute runs arbitrary CDBs, and for UNMAP arbitrary parameter
+// lists, against devices of each kind: the model never panics, a CHECK
+// CONDITION always has a sense key, and every block operation it asks for
+// lies within the unit and its limits.
+func FuzzExecute(f *testing.F) {
+	seeds := [][]byte{
+		cdb(0x12, 1, 0x83, 0, 255), cdb(0x1a, 0, 0x3f, 0, 192), cdb(0x5a, 0x10, 0x08, 0, 0, 0, 0, 1, 0),
+		cdb(0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32), cdb(0x28, 0, 0, 0, 0, 1, 0, 0, 8),
+		cdb(0x8a, 0x08, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1), cdb(0x93, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0),
+		cdb(0x42, 0, 0, 0, 0, 0, 0, 0, 24), cdb(0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0), cdb(0x03, 1, 0, 0, 18),
+	}
+	unmap := []byte{0, 22, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 8, 0, 0, 0, 0}
+	for i, s := range seeds {
+		f.Add(s, unmap, uint8(i))
+	}
+	f.Fuzz(func(t *testing.T, c, params []byte, kind uint8) {
+		d := disk()
+		d.ReadOnly = kind&1 != 0
+		d.Discard = kind&2 != 0
+		d.WriteCache = kind&4 != 0
+		if kind&8 != 0 {
+			d.Blocks = 1<<40 + 7
+			d.BlockSize = 512
+		}
+		n := &Nexus{}
+		n.Raise(Condition(kind >> 4))
+		for range 4 { // through the pending unit attentions
+			a := d.Execute(n, c, []uint16{0, 300})
+			checkAction(t, d, a)
+			if a.Op == OpUnmap {
+				ext, u := d.Unmap(params, nil)
+				checkAction(t, d, u)
+				if len(ext) > int(d.maxUnmapDescriptors()) {
+					t.Fatalf("%d extents", len(ext))
+				}
+				var total uint64
+				for _, e := range ext {
+					total += uint64(e.Blocks)
+					if e.Blocks == 0 || !d.inRange(e.LBA, uint64(e.Blocks)) {
+						t.Fatalf("extent %+v outside %d blocks", e, d.Blocks)
+					}
+				}
+				if total > uint64(d.maxUnmapBlocks()) {
+					t.Fatalf("unmaps %d blocks", total)
+				}
+			}
+		}
+		NoUnit(c, nil)
+	})
+}
+
+func checkAction(t *testing.T, d *Device, a Action) {
+	t.Helper()
+	if a.Status == StatusCheckCondition {
+		if a.Sense.Key == KeyNoSense || a.Op != OpNone || a.Data != nil {
+			t.Fatalf("CHECK CONDITION %+v", a)
+		}
+		return
+	}
+	if a.Status != StatusGood {
+		t.Fatalf("status %v", a.Status)
+	}
+	switch a.Op {
+	case OpRead, OpWrite, OpWriteSame:
+		if a.Blocks == 0 || !d.inRange(a.LBA, uint64(a.Blocks)) {
+			t.Fatalf("%v of %d blocks at %d, outside %d", a.Op, a.Blocks, a.LBA, d.Blocks)
+		}
+		if a.Op != OpRead && d.ReadOnly {
+			t.Fatalf("%v on a read-only unit", a.Op)
+		}
+		if a.Op == OpWrite && uint64(a.DataOut) != uint64(a.Blocks)*uint64(d.BlockSize) {
+			t.Fatalf("write of %d blocks fetches %d bytes", a.Blocks, a.DataOut)
+		}
+		if a.Op != OpWriteSame && a.Blocks > d.maxTransfer() {
+			t.Fatalf("%v of %d blocks, max %d", a.Op, a.Blocks, d.maxTransfer())
+		}
+	case OpUnmap:
+		if !d.Discard || d.ReadOnly {
+			t.Fatalf("unmap on %+v", d)
+		}
+	}
+}

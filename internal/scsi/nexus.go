@@ -1,0 +1,100 @@
+package scsi
+
+import "strings"
+
+// Condition is an event a logical unit reports to each I_T nexus once,
+// as a unit attention (SAM-5 5.14).
+type Condition uint8
+
+// Conditions, in the order they are reported when several are pending
+// (the power-on class first, as SAM-5 5.14 ranks it).
+const (
+	// WriteCacheLost: the volume lost acknowledged writes that were not
+	// yet flushed (a target restart with a volatile cache), as a disk
+	// loses its cache with its power. It is reported as POWER ON
+	// OCCURRED; and since Linux retries a command failed by a unit
+	// attention without telling anyone, the loss also fails the nexus's
+	// next SYNCHRONIZE CACHE and its next FUA write with MEDIUM ERROR,
+	// WRITE ERROR, once each (gosrp's ErrWriteCacheLost rule), so a
+	// filesystem's fsync or journal commit sees it.
+	WriteCacheLost Condition = 1 << iota
+	// CapacityChanged: the volume was resized (CAPACITY DATA HAS
+	// CHANGED; Linux rereads the capacity).
+	CapacityChanged
+	// LUNsChanged: the target port's LUN inventory changed (REPORTED
+	// LUNS DATA HAS CHANGED; Linux rescans).
+	LUNsChanged
+)
+
+// uaOrder lists the conditions with their sense, in reporting order.
+var uaOrder = [...]struct {
+	c    Condition
+	s    Sense
+	name string
+}{
+	{WriteCacheLost, SensePowerOn, "write-cache-lost"},
+	{CapacityChanged, SenseCapacityChanged, "capacity-changed"},
+	{LUNsChanged, SenseLUNsChanged, "luns-changed"},
+}
+
+func (c Condition) String() string {
+	var names []string
+	for _, x := range uaOrder {
+		if c&x.c != 0 {
+			names = append(names, x.name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, "|")
+}
+
+// Nexus is what one I_T nexus holds for one logical unit: its pending
+// unit attentions and, after a lost write cache, the failures still owed
+// to its next flush and FUA write. The zero value has nothing pending,
+// which is right for a new login (SAM-5 makes a new nexus see a power
+// on; srpd's volumes have not changed for a newcomer, so it reports
+// nothing). Not safe for concurrent use: the target's core owns it.
+type Nexus struct {
+	pending   Condition
+	lostFlush bool
+	lostFUA   bool
+}
+
+// Raise makes c pending on the nexus (the target raises it on every
+// nexus of the unit).
+func (n *Nexus) Raise(c Condition) {
+	n.pending |= c
+	if c&WriteCacheLost != 0 {
+		n.lostFlush, n.lostFUA = true, true
+	}
+}
+
+// Pending returns the unit attentions not yet reported.
+func (n *Nexus) Pending() Condition { return n.pending }
+
+// takeUA returns the first pending unit attention's sense and clears it.
+func (n *Nexus) takeUA() (Sense, bool) {
+	for _, x := range uaOrder {
+		if n.pending&x.c != 0 {
+			n.pending &^= x.c
+			return x.s, true
+		}
+	}
+	return SenseNone, false
+}
+
+// takeLostFlush reports, once, that a flush owes a write cache loss.
+func (n *Nexus) takeLostFlush() bool {
+	l := n.lostFlush
+	n.lostFlush = false
+	return l
+}
+
+// takeLostFUA reports, once, that a FUA write owes a write cache loss.
+func (n *Nexus) takeLostFUA() bool {
+	l := n.lostFUA
+	n.lostFUA = false
+	return l
+}
