@@ -20,7 +20,7 @@ const (
 	ImmHeaderLen = 4
 )
 
-// Task attributes (TASK ATTRIBUTE, SRP r16a table 23; ib_srpt's
+// Task attributes (TASK ATTRIBUTE, SRP r16a table 21; ib_srpt's
 // SRP_CMD_*_Q). ib_srp leaves it zero: SIMPLE.
 const (
 	TaskSimple      uint8 = 0
@@ -127,6 +127,9 @@ func (d *DataBuffer) encodedLen() int {
 //	48 additional CDB bytes, then the DATA-OUT descriptor, then the
 //	   DATA-IN descriptor; immediate data at the login's ImmDataOffset
 type Cmd struct {
+	// SolNot asks for solicited notification of the response: SCSOLNT
+	// (0x02) on success, UCSOLNT (0x04) on failure; the target then sets
+	// the SRP_RSP's SOLNT (ib_srp sends neither).
 	SolNot   uint8
 	Tag      uint64
 	LUN      LUN

@@ -10,12 +10,12 @@ import (
 // 5.1), unlike gosrp's own IUs.
 var be = binary.BigEndian
 
-// Opcode is the first byte of every SRP IU (SRP r16a table 8). The
+// Opcode is the first byte of every SRP IU (SRP r16a 5.1). The
 // initiator sends those below 0x80 and the responses to target requests
 // (0x4x); the target sends those from 0x80 up.
 type Opcode uint8
 
-// IU opcodes, SRP r16a table 8 (the kernel names them SRP_*).
+// IU opcodes, SRP r16a 6 (the kernel names them SRP_*).
 const (
 	OpLoginReq    Opcode = 0x00 // SRP_LOGIN_REQ
 	OpTaskMgmt    Opcode = 0x01 // SRP_TSK_MGMT
@@ -93,7 +93,7 @@ const (
 )
 
 // Format is the kind of data buffer descriptor an SRP_CMD carries for one
-// direction (SRP r16a table 25; the immediate form is SRP-2's).
+// direction (SRP r16a 5.5; the immediate form is SRP-2's).
 type Format uint8
 
 // Descriptor formats.

@@ -228,7 +228,7 @@ func (r *LoginResponse) Decode(b []byte) error {
 	return nil
 }
 
-// RejectReason is SRP_LOGIN_REJ's REASON (SRP r16a table 13).
+// RejectReason is SRP_LOGIN_REJ's REASON (SRP r16a 6.4).
 type RejectReason uint32
 
 // Reject reasons.

@@ -5,7 +5,7 @@ import "fmt"
 // TaskMgmtLen is the size of SRP_TSK_MGMT.
 const TaskMgmtLen = 48
 
-// TaskFunc is a task management function (SRP r16a table 20, after SAM's).
+// TaskFunc is a task management function (SRP r16a 6.7, after SAM-5).
 type TaskFunc uint8
 
 // Task management functions.
