@@ -110,9 +110,10 @@ func (d *Device) designators() []byte {
 		0x08, // designator length
 	}
 	b = be.AppendUint64(b, 3<<60|d.ID&(1<<60-1))
-	t10 := make([]byte, 8, 8+32)
+	t10 := make([]byte, 8, 8+len(d.serial()))
 	pad(t10, d.Vendor, "GOSRP")
 	t10 = append(t10, d.serial()...)
+	t10 = t10[:min(len(t10), 255)] // the designator length is one byte
 	b = append(b,
 		0x02, // code set 2: ASCII
 		0x01, // association 00b, designator type 1: T10 vendor ID

@@ -2,6 +2,7 @@ package scsi
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/gosrp/gosrp/internal/fieldhex"
@@ -134,6 +135,21 @@ func TestDataIn(t *testing.T) {
 				t.Fatalf("%v %v %v\n% x\nwant\n% x", a.Status, a.Sense, a.Op, a.Data, c.want)
 			}
 		})
+	}
+}
+
+// TestLongSerial: a serial number longer than a designator can say is
+// cut there, and the pages stay consistent.
+func TestLongSerial(t *testing.T) {
+	d := disk()
+	d.Serial = strings.Repeat("s", 300) + "\x01"
+	a := d.Execute(&Nexus{}, cdb(0x12, 1, 0x80, 0x01, 0x40), nil)
+	if len(a.Data) != 4+301 || a.Data[len(a.Data)-1] != ' ' {
+		t.Fatalf("VPD 0x80 of %d bytes ending %q", len(a.Data), a.Data[len(a.Data)-1])
+	}
+	a = d.Execute(&Nexus{}, cdb(0x12, 1, 0x83, 0x01, 0x40), nil)
+	if n := int(be.Uint16(a.Data[2:])); n != len(a.Data)-4 || a.Data[4+12+3] != 255 || len(a.Data) != 4+12+4+255 {
+		t.Fatalf("VPD 0x83: page length %d, %d bytes, T10 designator length %d", n, len(a.Data), a.Data[4+12+3])
 	}
 }
 

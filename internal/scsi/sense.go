@@ -31,7 +31,7 @@ func (s Status) String() string {
 	return fmt.Sprintf("Status(%#x)", uint8(s))
 }
 
-// SenseKey is the SENSE KEY of sense data (SPC-4 table 49).
+// SenseKey is the SENSE KEY of sense data (SPC-4 4.5.6).
 type SenseKey uint8
 
 // Sense keys.
