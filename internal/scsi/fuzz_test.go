@@ -15,22 +15,27 @@ func FuzzExecute(f *testing.F) {
 	}
 	unmap := []byte{0, 22, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 8, 0, 0, 0, 0}
 	for i, s := range seeds {
-		f.Add(s, unmap, uint8(i))
+		f.Add(s, unmap, uint8(i), uint64(262144), uint8(3), "vol-0001", uint32(0))
 	}
-	f.Fuzz(func(t *testing.T, c, params []byte, kind uint8) {
+	f.Fuzz(func(t *testing.T, c, params []byte, kind uint8, blocks uint64, bsShift uint8, serial string, limit uint32) {
 		d := disk()
 		d.ReadOnly = kind&1 != 0
 		d.Discard = kind&2 != 0
 		d.WriteCache = kind&4 != 0
+		d.Blocks, d.BlockSize, d.Serial = blocks, 512<<(bsShift%8), serial
 		if kind&8 != 0 {
-			d.Blocks = 1<<40 + 7
-			d.BlockSize = 512
+			d.MaxTransferBlocks, d.MaxUnmapBlocks, d.MaxUnmapDescriptors, d.MaxWriteSameBlocks = limit, limit, limit, limit
 		}
 		n := &Nexus{}
 		n.Raise(Condition(kind >> 4))
 		for range 4 { // through the pending unit attentions
 			a := d.Execute(n, c, []uint16{0, 300})
 			checkAction(t, d, a)
+			if len(c) >= 6 && c[0] == opInquiry && c[1]&1 != 0 && a.Status == StatusGood && be.Uint16(c[3:]) == 0xFFFF {
+				if n := int(be.Uint16(a.Data[2:])); n != len(a.Data)-4 {
+					t.Fatalf("VPD %#x says %d bytes, has %d", c[2], n, len(a.Data)-4)
+				}
+			}
 			if a.Op == OpUnmap {
 				ext, u := d.Unmap(params, nil)
 				checkAction(t, d, u)
