@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -36,37 +37,110 @@ func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listen
 	if addr == "" {
 		addr = filepath.Join(os.TempDir(), fmt.Sprintf("gosrp-shm-%d-%d.sock", os.Getpid(), shmListeners.Add(1)))
 	}
+	lock, err := lockSocketPath(addr)
+	if err != nil {
+		return nil, err
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "unixpacket", addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		if err = removeStaleSocket(ctx, addr); err != nil {
+			lock.Close()
 			return nil, err
 		}
 		ln, err = lc.Listen(ctx, "unixpacket", addr)
 	}
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
 	}
-	l, err := p.serveShm(ln.(*net.UnixListener), ln, addr)
+	own, err := ownSocket(ln.(*net.UnixListener), addr, lock)
+	if err != nil {
+		ln.Close()
+		lock.Close()
+		return nil, err
+	}
+	l, err := p.serveShm(own, own, addr)
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
+// lockSocketPath takes the lock that makes one listener at a time the
+// owner of a socket path: an flock(2) on path+".lock", held for the
+// listener's life and released by the kernel when its process dies. Two
+// targets starting at once would otherwise both find a stale socket,
+// both remove what is at the path, and the second would remove the
+// first's live socket. A path whose lock is held belongs to a live
+// listener: ErrBusy, without touching the socket. The lock file stays
+// behind (removing it would race with the next locker).
+func lockSocketPath(path string) (*os.File, error) {
+	f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("emu: listen on %s: lock file: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("emu: listen on %s: address in use by a live listener (it holds %s.lock): %w", path, path, transport.ErrBusy)
+		}
+		return nil, fmt.Errorf("emu: listen on %s: lock %s.lock: %w", path, path, err)
+	}
+	return f, nil
+}
+
+// ownedSocket is a listening unix socket that, when closed, removes its
+// path only if the path still names this socket, and then releases the
+// path's lock. Go's own unlink on Close removes whatever the path names
+// by then, which may be the socket of the listener that replaced this
+// one.
+type ownedSocket struct {
+	*net.UnixListener
+	path     string
+	dev, ino uint64
+	lock     *os.File
+	once     sync.Once
+}
+
+func ownSocket(ul *net.UnixListener, path string, lock *os.File) (*ownedSocket, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, fmt.Errorf("emu: listen on %s: %w", path, err)
+	}
+	ul.SetUnlinkOnClose(false)
+	return &ownedSocket{UnixListener: ul, path: path, dev: uint64(st.Dev), ino: st.Ino, lock: lock}, nil
+}
+
+// Close closes the socket, removes its path if the path is still ours,
+// and releases the lock.
+func (o *ownedSocket) Close() error {
+	err := o.UnixListener.Close()
+	o.once.Do(func() {
+		var st unix.Stat_t
+		if unix.Stat(o.path, &st) == nil && uint64(st.Dev) == o.dev && st.Ino == o.ino {
+			os.Remove(o.path)
+		}
+		o.lock.Close()
+	})
+	return err
+}
+
 // serveShm starts accepting connection requests on ln; accept is ln
 // itself, or a wrapper of it (tests inject accept errors).
-func (p *Provider) serveShm(ln *net.UnixListener, accept net.Listener, addr string) (*shmListener, error) {
+func (p *Provider) serveShm(ln, accept net.Listener, addr string) (*shmListener, error) {
 	return serveStream[shmWire](p, ln, accept, addr)
 }
 
 // removeStaleSocket removes the socket a listener that died without
-// closing (SIGKILL) left at path, so that a new one can bind there. It
-// removes only a socket nobody listens on: connect(2) to a unix socket
-// path fails with ECONNREFUSED when no socket listens there (unix(7)),
-// while a live listener answers, or fails with EAGAIN when its queue is
-// full; either of those, or a path that is not a socket, is left alone
-// and reported as ErrBusy.
+// closing (SIGKILL) left at path, so that a new one can bind there. The
+// caller holds the path's lock (lockSocketPath), so no live listener of
+// ours is there; it still removes only a socket nobody listens on, for a
+// listener that takes no lock: connect(2) to a unix socket path fails
+// with ECONNREFUSED when no socket listens there (unix(7)), while a live
+// listener answers, or fails with EAGAIN when its queue is full; either
+// of those, or a path that is not a socket, is left alone and reported as
+// ErrBusy.
 func removeStaleSocket(ctx context.Context, path string) error {
 	fi, err := os.Lstat(path)
 	switch {

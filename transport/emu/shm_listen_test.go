@@ -3,9 +3,11 @@ package emu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,4 +81,110 @@ func TestShmListenNotASocket(t *testing.T) {
 	if b, err := os.ReadFile(path); err != nil || string(b) != "precious" {
 		t.Fatalf("the file was touched: %q, %v", b, err)
 	}
+}
+
+// staleSocket leaves at path what a SIGKILLed listener leaves: a socket
+// file nobody listens on.
+func staleSocket(t *testing.T, path string) {
+	t.Helper()
+	ln, err := net.Listen("unixpacket", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+}
+
+// TestShmListenRace: targets started at once on a path a killed one left
+// behind (a supervisor's restart and an operator's, say). Exactly one may
+// get the path, and the path must lead to it: before the path had an owner
+// (its lock), each found the stale socket, removed whatever was at the
+// path and bound its own, so a later one removed an earlier one's live
+// socket, and a loser closing removed the winner's.
+func TestShmListenRace(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for round := range 40 {
+		path := filepath.Join(dir, fmt.Sprintf("srpd-%d.shm", round))
+		staleSocket(t, path)
+		const n = 6
+		provs := make([]*Provider, n)
+		for i := range provs {
+			p, err := New(Config{Wire: WireShm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			provs[i] = p
+		}
+		lns := make([]transport.Listener, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				lns[i], errs[i] = provs[i].Listen(ctx, path)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i := range n {
+			switch {
+			case errs[i] == nil && winner >= 0:
+				t.Fatalf("round %d: listeners %d and %d both got %s", round, winner, i, path)
+			case errs[i] == nil:
+				winner = i
+			case !errors.Is(errs[i], transport.ErrBusy):
+				t.Fatalf("round %d: listener %d: %v, want ErrBusy", round, i, errs[i])
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no listener got %s: %v", round, path, errs)
+		}
+		c, s, err := connectVia(t, ctx, provs[winner], lns[winner])
+		if err != nil {
+			t.Fatalf("round %d: connect to the winner: %v", round, err)
+		}
+		c.Disconnect()
+		s.Disconnect()
+		lns[winner].Close()
+		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("round %d: the winner's socket outlived its Close: %v", round, err)
+		}
+	}
+}
+
+// TestShmCloseSparesReplacement: a listener whose path now names another
+// socket (removed and bound again by a program that takes no lock) leaves
+// that socket alone when it closes.
+func TestShmCloseSparesReplacement(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "srpd.shm")
+	p, err := New(Config{Wire: WireShm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	l, err := p.Listen(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	other, err := net.Listen("unixpacket", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	l.Close()
+	c, err := net.Dial("unixpacket", path)
+	if err != nil {
+		t.Fatalf("the replacement's socket is gone after the first listener closed: %v", err)
+	}
+	c.Close()
 }
