@@ -246,3 +246,169 @@ func startServer(t testing.TB, mem *Memory, tweak ...func(*Server)) *testServer 
 	})
 	return ts
 }
+
+// chunk is one structured reply chunk.
+type chunk struct {
+	flags, typ uint16
+	cookie     uint64
+	payload    []byte
+}
+
+// message reads one reply message: a simple reply, or a structured reply
+// chunk.
+func (tc *testClient) message() (*simpleReply, *chunk) {
+	tc.t.Helper()
+	h := tc.read(4)
+	switch m := be.Uint32(h); m {
+	case 0x67446698:
+		rest := tc.read(12)
+		return &simpleReply{errno: be.Uint32(rest), cookie: be.Uint64(rest[4:])}, nil
+	case 0x668e33ef:
+		rest := tc.read(16)
+		c := &chunk{flags: be.Uint16(rest), typ: be.Uint16(rest[2:]), cookie: be.Uint64(rest[4:])}
+		c.payload = tc.read(int(be.Uint32(rest[12:])))
+		return nil, c
+	default:
+		tc.t.Fatalf("reply magic %#x", m)
+		return nil, nil
+	}
+}
+
+// result is the whole reply to one request, simple or structured.
+type result struct {
+	errno   uint32
+	msg     string      // an error chunk's message
+	data    []byte      // READ: the OFFSET_DATA chunks, placed by offset
+	ctx     uint32      // BLOCK_STATUS: the context id
+	extents [][2]uint32 // BLOCK_STATUS: length and flags of each descriptor
+	types   []uint16    // the chunk types in order; nil for a simple reply
+}
+
+// doS runs one request and reads its reply to the end, checking every
+// chunk against the protocol's rules for its type.
+func (tc *testClient) doS(typ, flags uint16, off uint64, length uint32, payload []byte) result {
+	tc.t.Helper()
+	tc.send(typ, flags, 42, off, length, payload)
+	var res result
+	for {
+		sr, c := tc.message()
+		if sr != nil {
+			if sr.cookie != 42 || len(res.types) > 0 {
+				tc.t.Fatalf("simple reply %+v after chunks %v", sr, res.types)
+			}
+			if typ == CmdRead || typ == CmdBlockStatus {
+				tc.t.Fatalf("simple reply (errno %d) to %s with structured replies", sr.errno, cmdName(typ))
+			}
+			res.errno = sr.errno
+			return res
+		}
+		if c.cookie != 42 {
+			tc.t.Fatalf("chunk for cookie %d, want 42", c.cookie)
+		}
+		res.types = append(res.types, c.typ)
+		p := c.payload
+		switch c.typ {
+		case ReplyTypeNone:
+			if len(p) != 0 || c.flags&ReplyFlagDone == 0 {
+				tc.t.Fatalf("NONE chunk with %d bytes, flags %#x", len(p), c.flags)
+			}
+		case ReplyTypeOffsetData:
+			if len(p) < 9 {
+				tc.t.Fatalf("OFFSET_DATA chunk of %d bytes", len(p))
+			}
+			o, d := be.Uint64(p), p[8:]
+			if o < off || o+uint64(len(d)) > off+uint64(length) {
+				tc.t.Fatalf("OFFSET_DATA of %d bytes at %d outside the request (%d at %d)", len(d), o, length, off)
+			}
+			if res.data == nil {
+				res.data = make([]byte, length)
+			}
+			copy(res.data[o-off:], d)
+		case ReplyTypeBlockStatus:
+			if len(p) < 12 || (len(p)-4)%8 != 0 {
+				tc.t.Fatalf("BLOCK_STATUS chunk of %d bytes", len(p))
+			}
+			res.ctx = be.Uint32(p)
+			for i := 4; i < len(p); i += 8 {
+				if be.Uint32(p[i:]) == 0 {
+					tc.t.Fatal("BLOCK_STATUS descriptor of length 0")
+				}
+				res.extents = append(res.extents, [2]uint32{be.Uint32(p[i:]), be.Uint32(p[i+4:])})
+			}
+		case ReplyTypeError:
+			if len(p) < 6 {
+				tc.t.Fatalf("ERROR chunk of %d bytes", len(p))
+			}
+			ml := int(be.Uint16(p[4:]))
+			if ml > len(p)-6 {
+				tc.t.Fatalf("ERROR chunk message of %d bytes in %d", ml, len(p))
+			}
+			res.errno, res.msg = be.Uint32(p), string(p[6:6+ml])
+			if res.errno == 0 {
+				tc.t.Fatal("ERROR chunk with errno 0")
+			}
+		default:
+			tc.t.Fatalf("chunk type %d", c.typ)
+		}
+		if c.flags&ReplyFlagDone != 0 {
+			return res
+		}
+	}
+}
+
+// metaData is the data of NBD_OPT_LIST_META_CONTEXT and
+// NBD_OPT_SET_META_CONTEXT.
+func metaData(name string, queries ...string) []byte {
+	b := be.AppendUint32(nil, uint32(len(name)))
+	b = append(b, name...)
+	b = be.AppendUint32(b, uint32(len(queries)))
+	for _, q := range queries {
+		b = be.AppendUint32(b, uint32(len(q)))
+		b = append(b, q...)
+	}
+	return b
+}
+
+// metaOpt sends a metadata context option and returns the contexts
+// (name → id) and the final reply.
+func (tc *testClient) metaOpt(opt uint32, name string, queries ...string) (map[string]uint32, optReply) {
+	tc.t.Helper()
+	tc.option(opt, metaData(name, queries...))
+	ctxs := map[string]uint32{}
+	for {
+		r := tc.optReply()
+		if r.opt != opt {
+			tc.t.Fatalf("reply for option %d, sent %d", r.opt, opt)
+		}
+		if r.typ != RepMetaContext {
+			return ctxs, r
+		}
+		if len(r.data) < 5 {
+			tc.t.Fatalf("NBD_REP_META_CONTEXT of %d bytes", len(r.data))
+		}
+		ctxs[string(r.data[4:])] = be.Uint32(r.data)
+	}
+}
+
+// connectStructured negotiates structured replies, selects the metadata
+// contexts queries name (if any), and enters the transmission phase.
+func connectStructured(t testing.TB, addr string, queries ...string) (*testClient, map[string]uint32) {
+	t.Helper()
+	tc := dialRaw(t, addr)
+	tc.hello(clientFixed | clientNoZeroes)
+	tc.option(OptStructuredReply, nil)
+	if r := tc.optReply(); r.typ != RepAck {
+		t.Fatalf("NBD_OPT_STRUCTURED_REPLY: %#x %q", r.typ, r.data)
+	}
+	var ctxs map[string]uint32
+	if len(queries) > 0 {
+		var r optReply
+		if ctxs, r = tc.metaOpt(OptSetMetaContext, "vol0", queries...); r.typ != RepAck {
+			t.Fatalf("NBD_OPT_SET_META_CONTEXT: %#x %q", r.typ, r.data)
+		}
+	}
+	if r := tc.goOpt(OptGo, "vol0", InfoBlockSize); r.typ != RepAck {
+		t.Fatalf("NBD_OPT_GO: reply %#x %q", r.typ, r.data)
+	}
+	return tc, ctxs
+}

@@ -28,6 +28,10 @@ type conn struct {
 	br       *bufio.Reader
 	bw       *bufio.Writer
 
+	// negotiated: set during the handshake, read-only afterwards
+	structured bool // NBD_OPT_STRUCTURED_REPLY acknowledged
+	metaAlloc  bool // base:allocation selected by NBD_OPT_SET_META_CONTEXT
+
 	// transmission phase
 	b        Backend
 	pool     BufferPool

@@ -73,6 +73,25 @@ func FuzzDecodeInfoRequest(f *testing.F) {
 	})
 }
 
+func FuzzDecodeMetaContextRequest(f *testing.F) {
+	f.Add(appendMetaContextRequest(nil, "vol0", MetaAllocation))
+	f.Add(appendMetaContextRequest(nil, "", "base:", "qemu:dirty-bitmap:a"))
+	f.Add(appendMetaContextRequest(nil, "vol0"))
+	f.Add([]byte{0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeMetaContextRequest(b)
+		if err != nil {
+			return
+		}
+		if len(r.Queries) > len(b)/4 {
+			t.Fatalf("%d queries from %d bytes", len(r.Queries), len(b))
+		}
+		if again := appendMetaContextRequest(nil, r.Name, r.Queries...); !bytes.Equal(again, b) {
+			t.Fatalf("decode/encode not a round trip: %x -> %+v -> %x", b, r, again)
+		}
+	})
+}
+
 func FuzzDecodeHeaders(f *testing.F) {
 	f.Add(appendRequest(nil, request{Type: CmdWrite, Cookie: 7, Offset: 4096, Length: 512}))
 	f.Add(appendOptHeader(nil, OptGo, 12))
@@ -129,8 +148,22 @@ func handshake() []byte {
 	return append(b, info...)
 }
 
+// structuredHandshake negotiates structured replies and base:allocation
+// before NBD_OPT_GO.
+func structuredHandshake() []byte {
+	b := be.AppendUint32(nil, clientFixed|clientNoZeroes)
+	b = appendOptHeader(b, OptStructuredReply, 0)
+	meta := appendMetaContextRequest(nil, "vol0", MetaAllocation)
+	b = appendOptHeader(b, OptSetMetaContext, uint32(len(meta)))
+	b = append(b, meta...)
+	info := appendInfoRequest(nil, "vol0")
+	b = appendOptHeader(b, OptGo, uint32(len(info)))
+	return append(b, info...)
+}
+
 func FuzzNegotiation(f *testing.F) {
 	f.Add(handshake())
+	f.Add(structuredHandshake())
 	f.Add(append(be.AppendUint32(nil, 1), appendOptHeader(nil, OptExportName, 4)...))
 	f.Add(append(be.AppendUint32(nil, 1), appendOptHeader(nil, OptAbort, 0)...))
 	f.Add([]byte{0, 0, 0, 3})
@@ -146,4 +179,15 @@ func FuzzTransmission(f *testing.F) {
 	f.Add(appendRequest(nil, request{Type: CmdTrim, Offset: 1, Length: 1 << 16}))
 	f.Add(appendRequest(nil, request{Type: CmdDisc}))
 	f.Fuzz(func(t *testing.T, b []byte) { fuzzConn(t, append(handshake(), b...)) })
+}
+
+// FuzzStructuredTransmission is FuzzTransmission after negotiating
+// structured replies and base:allocation, so the chunked replies and
+// BLOCK_STATUS run.
+func FuzzStructuredTransmission(f *testing.F) {
+	f.Add(appendRequest(nil, request{Type: CmdBlockStatus, Cookie: 1, Offset: 100, Length: 9000}))
+	f.Add(appendRequest(nil, request{Type: CmdBlockStatus, Flags: CmdFlagReqOne, Cookie: 2, Length: 1 << 16}))
+	f.Add(appendRequest(nil, request{Type: CmdRead, Flags: CmdFlagDF, Cookie: 3, Offset: 1 << 20, Length: 512}))
+	f.Add(appendRequest(nil, request{Type: CmdCache, Cookie: 4, Length: 1 << 16}))
+	f.Fuzz(func(t *testing.T, b []byte) { fuzzConn(t, append(structuredHandshake(), b...)) })
 }

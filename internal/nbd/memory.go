@@ -8,7 +8,9 @@ import (
 
 // Memory is an in-memory Backend, for tests and experiments. Fail, when
 // set, is consulted before every operation ("read", "write", "flush",
-// "trim", "zero") and its error returned instead of doing it.
+// "trim", "zero", "status") and its error returned instead of doing it.
+// Its BlockStatus reports every block of zeros as a hole, as a sparse
+// file whose zero blocks were punched out would be.
 type Memory struct {
 	mu    sync.RWMutex
 	data  []byte
@@ -111,4 +113,37 @@ func (m *Memory) zero(op string, off, n int64) error {
 func (m *Memory) Trim(ctx context.Context, off, n int64) error { return m.zero("trim", off, n) }
 func (m *Memory) WriteZeroes(ctx context.Context, off, n int64) error {
 	return m.zero("zero", off, n)
+}
+
+// BlockStatus implements BlockStatuser: a block that holds only zeros is
+// StateHole|StateZero, any other is allocated. Extents follow block
+// boundaries, cut to [off, off+n).
+func (m *Memory) BlockStatus(ctx context.Context, off, n int64) ([]Extent, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.record("status", off, n, false); err != nil {
+		return nil, err
+	}
+	if !m.inRange(off, n) {
+		return nil, WithErrno(errRange, EINVAL)
+	}
+	var out []Extent
+	bs := int64(m.bs)
+	for pos, end := off, off+n; pos < end; {
+		next := min((pos/bs+1)*bs, end)
+		flags := StateHole | StateZero
+		for _, b := range m.data[pos:next] {
+			if b != 0 {
+				flags = 0
+				break
+			}
+		}
+		if k := len(out) - 1; k >= 0 && out[k].Flags == flags {
+			out[k].Length += next - pos
+		} else {
+			out = append(out, Extent{Length: next - pos, Flags: flags})
+		}
+		pos = next
+	}
+	return out, nil
 }

@@ -8,9 +8,15 @@ import (
 )
 
 func (c *conn) transmissionFlags() uint16 {
-	f := FlagHasFlags | FlagSendFlush | FlagSendFUA | FlagSendTrim | FlagSendWriteZeroes | FlagCanMultiConn
+	f := FlagHasFlags | FlagSendFlush | FlagSendFUA | FlagSendTrim | FlagSendWriteZeroes | FlagCanMultiConn | FlagSendCache
 	if c.s.Export.Backend.ReadOnly() {
 		f |= FlagReadOnly
+	}
+	if c.structured {
+		// A READ is always answered with one chunk, so DF costs nothing;
+		// the flag must stay clear without structured replies
+		// (proto.md, NBD_FLAG_SEND_DF).
+		f |= FlagSendDF
 	}
 	return f
 }
@@ -157,6 +163,24 @@ func (c *conn) handshake() (bool, error) {
 				c.log.Debug("nbd: client chose the export", "via", "NBD_OPT_GO")
 				return true, nil
 			}
+		case OptStructuredReply:
+			if len(data) != 0 {
+				if err := c.replyErr(h.Option, RepErrInvalid, "NBD_OPT_STRUCTURED_REPLY takes no data"); err != nil {
+					return false, err
+				}
+				continue
+			}
+			c.structured = true
+			if err := c.reply(h.Option, RepAck, nil); err != nil {
+				return false, err
+			}
+			if err := c.bw.Flush(); err != nil {
+				return false, err
+			}
+		case OptListMetaContext, OptSetMetaContext:
+			if err := c.metaContext(h.Option, data); err != nil {
+				return false, err
+			}
 		case OptStartTLS:
 			if err := c.replyErr(h.Option, RepErrUnsup, "TLS is not supported by this server (use a unix socket or loopback)"); err != nil {
 				return false, err
@@ -167,6 +191,48 @@ func (c *conn) handshake() (bool, error) {
 			}
 		}
 	}
+}
+
+// metaContext answers NBD_OPT_LIST_META_CONTEXT and
+// NBD_OPT_SET_META_CONTEXT. The only context is base:allocation; queries
+// of other namespaces are ignored, as the protocol requires, and so is
+// "base:" in a SET (it is a wildcard for LIST only).
+func (c *conn) metaContext(opt uint32, data []byte) error {
+	set := opt == OptSetMetaContext
+	if set {
+		c.metaAlloc = false // replaced even when the option fails
+		if !c.structured {
+			return c.replyErr(opt, RepErrInvalid, "NBD_OPT_SET_META_CONTEXT before NBD_OPT_STRUCTURED_REPLY")
+		}
+	}
+	r, err := decodeMetaContextRequest(data)
+	if err != nil {
+		return c.replyErr(opt, RepErrInvalid, "%s: %v", optName(opt), err)
+	}
+	if !c.nameMatches(r.Name) {
+		return c.replyErr(opt, RepErrUnknown, "no export %q: this server serves %q", r.Name, c.s.Export.Name)
+	}
+	found := !set && len(r.Queries) == 0
+	for _, q := range r.Queries {
+		if q == MetaAllocation || !set && q == "base:" {
+			found = true
+		}
+	}
+	if found {
+		// LIST answers with the reserved id 0; SET with the id
+		// BLOCK_STATUS replies will carry.
+		id := uint32(0)
+		if set {
+			id, c.metaAlloc = allocationContextID, true
+		}
+		if err := c.reply(opt, RepMetaContext, append(be.AppendUint32(nil, id), MetaAllocation...)); err != nil {
+			return err
+		}
+	}
+	if err := c.reply(opt, RepAck, nil); err != nil {
+		return err
+	}
+	return c.bw.Flush()
 }
 
 func (c *conn) sendInfo(opt uint32, ir infoRequest) error {

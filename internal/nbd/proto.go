@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Magic numbers (network byte order on the wire).
@@ -13,6 +14,7 @@ const (
 	magicOptReply  = 0x0003e889045565a9
 	magicRequest   = 0x25609513
 	magicSimpleRep = 0x67446698
+	magicChunk     = 0x668e33ef // a structured reply chunk
 )
 
 // Handshake flags (server) and client flags.
@@ -33,7 +35,9 @@ const (
 	FlagRotational      uint16 = 1 << 4
 	FlagSendTrim        uint16 = 1 << 5
 	FlagSendWriteZeroes uint16 = 1 << 6
+	FlagSendDF          uint16 = 1 << 7
 	FlagCanMultiConn    uint16 = 1 << 8
+	FlagSendCache       uint16 = 1 << 10
 )
 
 // Options.
@@ -55,6 +59,7 @@ const (
 	RepAck             uint32 = 1
 	RepServer          uint32 = 2
 	RepInfo            uint32 = 3
+	RepMetaContext     uint32 = 4
 	repErr             uint32 = 1 << 31
 	RepErrUnsup               = repErr | 1
 	RepErrPolicy              = repErr | 2
@@ -96,6 +101,33 @@ const (
 	CmdFlagFastZero uint16 = 1 << 4
 )
 
+// Structured reply chunk types (proto.md, "Structured reply types"). An
+// error chunk type has bit 15 set.
+const (
+	ReplyTypeNone        uint16 = 0
+	ReplyTypeOffsetData  uint16 = 1
+	ReplyTypeOffsetHole  uint16 = 2
+	ReplyTypeBlockStatus uint16 = 5
+	ReplyTypeError       uint16 = 1<<15 + 1
+	ReplyTypeErrorOffset uint16 = 1<<15 + 2
+)
+
+// ReplyFlagDone marks the last chunk of a structured reply.
+const ReplyFlagDone uint16 = 1 << 0
+
+// The base:allocation metadata context and its status flags.
+const (
+	// MetaAllocation is the one metadata context this server offers.
+	MetaAllocation = "base:allocation"
+	// StateHole: the extent is not allocated in the backend.
+	StateHole uint32 = 1 << 0
+	// StateZero: the extent reads as zeros.
+	StateZero uint32 = 1 << 1
+	// allocationContextID is the id NBD_OPT_SET_META_CONTEXT gives
+	// base:allocation.
+	allocationContextID uint32 = 1
+)
+
 // Errno values carried in simple replies (Linux numbering, which the NBD
 // protocol adopts).
 const (
@@ -115,9 +147,11 @@ const (
 	optReplyLen      = 20 // magic, option, type, length
 	requestLen       = 28
 	simpleReplyLen   = 16
+	chunkHeaderLen   = 20 // magic, flags, type, cookie, length
 	exportNamePad    = 124
 	maxOptionLen     = 64 << 10 // longer options close the connection
 	maxExportNameLen = 4096     // the protocol's limit on names
+	maxStringLen     = 4096     // the protocol's limit on any string
 )
 
 var be = binary.BigEndian
@@ -238,6 +272,94 @@ func putSimpleReply(b []byte, errno uint32, cookie uint64) {
 	be.PutUint32(b, magicSimpleRep)
 	be.PutUint32(b[4:], errno)
 	be.PutUint64(b[8:], cookie)
+}
+
+// metaContextRequest is the data of NBD_OPT_LIST_META_CONTEXT and
+// NBD_OPT_SET_META_CONTEXT.
+type metaContextRequest struct {
+	Name    string
+	Queries []string
+}
+
+// decodeMetaContextRequest parses: u32 name length, name, u32 query
+// count, then each query as u32 length and string. Every length is
+// checked against what is left before anything is allocated, so a hostile
+// count costs nothing.
+func decodeMetaContextRequest(b []byte) (metaContextRequest, error) {
+	var r metaContextRequest
+	name, rest, err := cutString(b, maxExportNameLen, "export name")
+	if err != nil {
+		return r, err
+	}
+	r.Name = name
+	if len(rest) < 4 {
+		return r, fmt.Errorf("%d bytes after the export name, too short for a query count", len(rest))
+	}
+	n := be.Uint32(rest)
+	rest = rest[4:]
+	if uint64(n)*4 > uint64(len(rest)) {
+		return r, fmt.Errorf("%d queries announced, %d bytes follow", n, len(rest))
+	}
+	r.Queries = make([]string, 0, n)
+	for range n {
+		var q string
+		if q, rest, err = cutString(rest, maxStringLen, "query"); err != nil {
+			return r, err
+		}
+		r.Queries = append(r.Queries, q)
+	}
+	if len(rest) != 0 {
+		return r, fmt.Errorf("%d bytes after the last query", len(rest))
+	}
+	return r, nil
+}
+
+// cutString splits a u32-length-prefixed string of at most limit bytes
+// off b.
+func cutString(b []byte, limit uint32, what string) (string, []byte, error) {
+	if len(b) < 4 {
+		return "", nil, fmt.Errorf("%d bytes, too short for the length of the %s", len(b), what)
+	}
+	n := be.Uint32(b)
+	if n > limit {
+		return "", nil, fmt.Errorf("%s of %d bytes (limit %d)", what, n, limit)
+	}
+	if uint64(n) > uint64(len(b)-4) {
+		return "", nil, fmt.Errorf("%s of %d bytes, %d bytes follow", what, n, len(b)-4)
+	}
+	return string(b[4 : 4+n]), b[4+n:], nil
+}
+
+func appendMetaContextRequest(b []byte, name string, queries ...string) []byte {
+	b = be.AppendUint32(b, uint32(len(name)))
+	b = append(b, name...)
+	b = be.AppendUint32(b, uint32(len(queries)))
+	for _, q := range queries {
+		b = be.AppendUint32(b, uint32(len(q)))
+		b = append(b, q...)
+	}
+	return b
+}
+
+// putChunkHeader writes a structured reply chunk header into b.
+func putChunkHeader(b []byte, flags, typ uint16, cookie uint64, length uint32) {
+	be.PutUint32(b, magicChunk)
+	be.PutUint16(b[4:], flags)
+	be.PutUint16(b[6:], typ)
+	be.PutUint64(b[8:], cookie)
+	be.PutUint32(b[16:], length)
+}
+
+// appendErrorPayload appends the payload of an NBD_REPLY_TYPE_ERROR chunk:
+// errno, message length, message (cut to the protocol's string limit at a
+// character boundary).
+func appendErrorPayload(b []byte, errno uint32, msg string) []byte {
+	if len(msg) > maxStringLen {
+		msg = strings.ToValidUTF8(msg[:maxStringLen], "")
+	}
+	b = be.AppendUint32(b, errno)
+	b = be.AppendUint16(b, uint16(len(msg)))
+	return append(b, msg...)
 }
 
 func optName(o uint32) string {

@@ -56,6 +56,26 @@ type Completion interface {
 	Complete(err error)
 }
 
+// BlockStatuser is implemented by a Backend that knows which parts of the
+// export hold data; the server answers NBD_CMD_BLOCK_STATUS for the
+// base:allocation context from it. A Backend without it has every range
+// reported allocated (status 0), which the protocol allows ("a server MAY
+// always safely report a status of 0 for any block").
+type BlockStatuser interface {
+	// BlockStatus describes [off, off+n) as consecutive extents, the
+	// first starting at off. It may describe only a prefix of the range
+	// (the client asks again for the rest) but describes at least one
+	// byte; extents beyond off+n are cut off.
+	BlockStatus(ctx context.Context, off, n int64) ([]Extent, error)
+}
+
+// Extent is a run of the export with one allocation status.
+type Extent struct {
+	Length int64
+	// Flags is a set of StateHole and StateZero.
+	Flags uint32
+}
+
 // Export is the one export a Server offers.
 type Export struct {
 	// Name is the export name; the empty name (the default export) selects
@@ -81,13 +101,12 @@ const (
 	DefaultHandshakeTimeout = 30 * time.Second
 )
 
-// Server serves one export over the NBD protocol: fixed newstyle
-// negotiation (NBD_OPT_EXPORT_NAME, NBD_OPT_GO, NBD_OPT_INFO, NBD_OPT_LIST,
-// NBD_OPT_ABORT; others are refused with NBD_REP_ERR_UNSUP), simple
-// replies, and READ, WRITE (with FUA), FLUSH, TRIM, WRITE_ZEROES (with
-// NO_HOLE) and DISC. Requests of one connection run concurrently and are
-// answered as they complete. Every connection shares the Backend, so the
-// export advertises NBD_FLAG_CAN_MULTI_CONN.
+// Server serves one export over the NBD protocol (see the package doc):
+// fixed newstyle negotiation, simple or structured replies, and READ,
+// WRITE, FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS and DISC. Requests
+// of one connection run concurrently and are answered as they complete.
+// Every connection shares the Backend, so the export advertises
+// NBD_FLAG_CAN_MULTI_CONN.
 type Server struct {
 	Export Export
 	// Logger receives connection events and errors. Default slog.Default().

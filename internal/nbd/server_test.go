@@ -28,7 +28,7 @@ func TestNegotiateGo(t *testing.T) {
 	if tc.size != testSize {
 		t.Errorf("size %d", tc.size)
 	}
-	want := FlagHasFlags | FlagSendFlush | FlagSendFUA | FlagSendTrim | FlagSendWriteZeroes | FlagCanMultiConn
+	want := FlagHasFlags | FlagSendFlush | FlagSendFUA | FlagSendTrim | FlagSendWriteZeroes | FlagCanMultiConn | FlagSendCache
 	if tc.flags != want {
 		t.Errorf("transmission flags %#x, want %#x", tc.flags, want)
 	}
@@ -79,7 +79,7 @@ func TestNegotiateRefusals(t *testing.T) {
 	ts := startServer(t, NewMemory(testSize, testBS, false))
 	tc := dialRaw(t, ts.addr)
 	tc.hello(clientFixed)
-	for _, opt := range []uint32{OptStructuredReply, OptStartTLS, OptListMetaContext, OptSetMetaContext, OptExtendedHeaders, 4242} {
+	for _, opt := range []uint32{OptStartTLS, OptExtendedHeaders, 4242} {
 		tc.option(opt, nil)
 		r := tc.optReply()
 		if r.opt != opt || r.typ != RepErrUnsup {
@@ -218,8 +218,9 @@ func TestErrors(t *testing.T) {
 		{"write zeroes past the end", CmdWriteZeroes, 0, testSize - 4096, 8192, nil, ENOSPC},
 		{"trim past the end", CmdTrim, 0, testSize, 4096, nil, EINVAL},
 		{"unknown command", 99, 0, 0, 0, nil, EINVAL},
-		{"CACHE is not offered", CmdCache, 0, 0, 4096, nil, EINVAL},
-		{"BLOCK_STATUS is not offered", CmdBlockStatus, 0, 0, 4096, nil, EINVAL},
+		{"CACHE with a flag", CmdCache, CmdFlagFUA, 0, 4096, nil, EINVAL},
+		{"CACHE past the end", CmdCache, 0, testSize - 512, 1024, nil, EINVAL},
+		{"BLOCK_STATUS without a metadata context", CmdBlockStatus, 0, 0, 4096, nil, EINVAL},
 		{"unknown flag", CmdRead, 1 << 9, 0, 512, nil, EINVAL},
 		{"DF without structured replies", CmdRead, CmdFlagDF, 0, 512, nil, EINVAL},
 		{"NO_HOLE on a write", CmdWrite, CmdFlagNoHole, 0, 512, make([]byte, 512), EINVAL},

@@ -14,7 +14,8 @@ type op struct {
 	c     *conn
 	req   request
 	errno uint32
-	data  []byte // READ: the payload to send; WRITE: the payload received
+	msg   string // why errno: the message of a structured error reply
+	data  []byte // READ: the payload to send; WRITE: the payload received; BLOCK_STATUS: the chunk's payload
 	buf   []byte // to give back to the pool (nil: none)
 	held  int64  // bytes of budget held
 }
@@ -112,10 +113,11 @@ func (c *conn) reader() (string, error) {
 			if r.Length > uint32(c.s.MaxPayload) {
 				return "", fmt.Errorf("%w: WRITE of %d bytes, above the advertised maximum %d", errProtocol, r.Length, c.s.MaxPayload)
 			}
-			if errno := c.check(r); errno != 0 {
+			if errno, msg := c.check(r); errno != 0 {
 				if _, err := c.br.Discard(int(r.Length)); err != nil {
 					return "", err
 				}
+				o.msg = msg
 				c.finish(o, errno)
 				continue
 			}
@@ -127,7 +129,8 @@ func (c *conn) reader() (string, error) {
 				c.putBuf(o)
 				return "", err
 			}
-		} else if errno := c.check(r); errno != 0 {
+		} else if errno, msg := c.check(r); errno != 0 {
+			o.msg = msg
 			c.finish(o, errno)
 			continue
 		} else if r.Type == CmdRead && r.Length > 0 {
@@ -146,39 +149,57 @@ func (c *conn) reader() (string, error) {
 	}
 }
 
-// check validates a request and returns the errno to fail it with.
-func (c *conn) check(r request) uint32 {
+// check validates a request and returns the errno to fail it with, and
+// why (for the message of a structured error reply).
+func (c *conn) check(r request) (uint32, string) {
 	allowed := CmdFlagFUA
 	switch r.Type {
-	case CmdRead, CmdFlush:
+	case CmdRead:
+		if c.structured {
+			allowed |= CmdFlagDF // one chunk per READ: never fragmented
+		}
+	case CmdFlush:
 	case CmdWrite, CmdTrim:
 		if c.readOnly {
-			return EPERM
+			return EPERM, "the export is read-only"
 		}
 	case CmdWriteZeroes:
 		if c.readOnly {
-			return EPERM
+			return EPERM, "the export is read-only"
 		}
 		allowed |= CmdFlagNoHole
+	case CmdCache:
+		// proto.md, NBD_CMD_CACHE: a server that advertises it MUST
+		// reject the command flags it does not know, and it knows none.
+		allowed = 0
+	case CmdBlockStatus:
+		if !c.metaAlloc {
+			return EINVAL, "NBD_CMD_BLOCK_STATUS without a metadata context selected by NBD_OPT_SET_META_CONTEXT"
+		}
+		if r.Length == 0 {
+			return EINVAL, "NBD_CMD_BLOCK_STATUS of length 0"
+		}
+		allowed = CmdFlagReqOne
 	default:
-		return EINVAL // CACHE, BLOCK_STATUS and unknown commands are not offered
+		return EINVAL, fmt.Sprintf("unknown %s", cmdName(r.Type))
 	}
 	if r.Flags&^allowed != 0 {
-		return EINVAL
+		return EINVAL, fmt.Sprintf("flags %#x are not valid on %s", r.Flags&^allowed, cmdName(r.Type))
 	}
 	if r.Type == CmdFlush {
-		return 0
+		return 0, ""
 	}
 	if r.Type == CmdRead && r.Length > uint32(c.s.MaxPayload) {
-		return EINVAL
+		return EINVAL, fmt.Sprintf("READ of %d bytes, above the advertised maximum %d", r.Length, c.s.MaxPayload)
 	}
 	if r.Offset > c.size || uint64(r.Length) > c.size-r.Offset {
+		msg := fmt.Sprintf("%s of %d bytes at %d ends beyond the export's %d bytes", cmdName(r.Type), r.Length, r.Offset, c.size)
 		if r.Type == CmdWrite || r.Type == CmdWriteZeroes {
-			return ENOSPC
+			return ENOSPC, msg
 		}
-		return EINVAL
+		return EINVAL, msg
 	}
-	return 0
+	return 0, ""
 }
 
 func (c *conn) putBuf(o *op) {
@@ -215,6 +236,7 @@ func (c *conn) done(o *op, err error) {
 	errno := uint32(0)
 	if err != nil {
 		errno = Errno(err)
+		o.msg = err.Error()
 		r := o.req
 		c.log.Warn("nbd: request failed", "cmd", cmdName(r.Type), "offset", r.Offset, "length", r.Length, "errno", errnoName(errno), "err", err)
 	}
@@ -255,8 +277,58 @@ func (c *conn) exec(o *op) {
 		if err == nil && fua && n > 0 {
 			err = c.b.Flush(c.ctx)
 		}
+	case CmdCache:
+		// Nothing to do: the protocol lets a server ignore the hint
+		// (proto.md, NBD_CMD_CACHE), and the backend keeps no cache.
+	case CmdBlockStatus:
+		o.data, err = c.blockStatus(off, n, r.Flags&CmdFlagReqOne != 0)
 	}
 	c.done(o, err)
+}
+
+// maxExtents bounds the descriptors of one BLOCK_STATUS reply, well under
+// the protocol's 2^20 (proto.md, NBD_REPLY_TYPE_BLOCK_STATUS); a client
+// asks again from where the reply ends.
+const maxExtents = 1 << 14
+
+// blockStatus returns the payload of the NBD_REPLY_TYPE_BLOCK_STATUS chunk
+// for [off, off+n): the context id, then a length and flags per extent.
+// The backend's extents are cut to the request, merged where consecutive
+// ones share flags, and capped at maxExtents (one with REQ_ONE).
+func (c *conn) blockStatus(off, n int64, one bool) ([]byte, error) {
+	exts := []Extent{{Length: n}}
+	if bs, ok := c.b.(BlockStatuser); ok {
+		var err error
+		if exts, err = bs.BlockStatus(c.ctx, off, n); err != nil {
+			return nil, err
+		}
+		if len(exts) == 0 {
+			return nil, WithErrno(fmt.Errorf("nbd: backend reported no extent for %d bytes at %d", n, off), EIO)
+		}
+	}
+	b := be.AppendUint32(make([]byte, 0, 4+8*min(len(exts), 64)), allocationContextID)
+	var covered int64
+	count := 0
+	for _, e := range exts {
+		if e.Length <= 0 {
+			return nil, WithErrno(fmt.Errorf("nbd: backend reported an extent of %d bytes at %d", e.Length, off+covered), EIO)
+		}
+		l := min(e.Length, n-covered)
+		if count > 0 && be.Uint32(b[len(b)-4:]) == e.Flags {
+			be.PutUint32(b[len(b)-8:], be.Uint32(b[len(b)-8:])+uint32(l)) // n fits in 32 bits, so does any sum
+		} else {
+			if count == maxExtents || one && count == 1 {
+				break
+			}
+			b = be.AppendUint32(b, uint32(l))
+			b = be.AppendUint32(b, e.Flags)
+			count++
+		}
+		if covered += l; covered == n {
+			break
+		}
+	}
+	return b, nil
 }
 
 var zeros = make([]byte, 1<<20)
