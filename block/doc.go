@@ -18,6 +18,10 @@
 // all-or-nothing; a Volume is safe for concurrent use. Caps reports which
 // optional operations a volume really performs; the others return
 // ErrUnsupported (or ErrReadOnly on a snapshot), never a silent success.
+// Every volume is also an Allocator: Allocated reports the runs that hold
+// data (pebble: blocks with a key in any layer of the chain; memory:
+// blocks held; file: lseek SEEK_DATA/SEEK_HOLE), never less than the truth,
+// so that copies and maps skip the rest.
 //
 // # Durability
 //

@@ -558,3 +558,49 @@ func (c *fileCore) resize(n int64) error {
 	}
 	return nil
 }
+
+// allocated asks the file system with lseek(SEEK_DATA) and
+// lseek(SEEK_HOLE) (lseek(2)), rounding what it reports out to whole
+// blocks. A block device, or a file system that does not know the calls
+// (EINVAL), has everything reported allocated.
+func (c *fileCore) allocated(off, end int64, yield func(off, end int64) bool) (int64, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return 0, ioErr(c.nm, "allocated", end-off, off, ErrClosed)
+	}
+	end = min(end, c.sz)
+	if off >= end {
+		return off, nil
+	}
+	if c.blockDev {
+		yield(off, end)
+		return end, nil
+	}
+	bs := int64(c.bs)
+	for pos := off; pos < end; {
+		data, err := unix.Seek(c.fd, pos, unix.SEEK_DATA)
+		switch {
+		case errors.Is(err, unix.ENXIO):
+			return end, nil // no data from pos to the end of the file
+		case errors.Is(err, unix.EINVAL) && pos == off:
+			yield(off, end)
+			return end, nil
+		case err != nil:
+			return 0, ioErr(c.nm, "allocated", end-off, off, err)
+		}
+		if data >= end {
+			return end, nil
+		}
+		hole, err := unix.Seek(c.fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return 0, ioErr(c.nm, "allocated", end-off, off, err)
+		}
+		from, to := data/bs*bs, min((hole+bs-1)/bs*bs, end)
+		if !yield(max(from, pos), to) {
+			return to, nil
+		}
+		pos = to
+	}
+	return end, nil
+}

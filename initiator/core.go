@@ -248,10 +248,16 @@ func (c *core) start(r *Request, now int64) bool {
 	var reg frmr.Reg
 	hasReg := false
 	if r.Op == opControl {
-		if r.ctrl.Op == wire.ControlClose {
+		if r.vol != nil {
+			// A request about an open volume (close, extents) names
+			// this connection's handle for it.
 			h, ok := c.handles[r.vol]
-			if !ok {
+			switch {
+			case !ok && r.ctrl.Op == wire.ControlClose:
 				c.finish(r, nil) // never opened on this connection
+				return true
+			case !ok:
+				c.finish(r, fmt.Errorf("initiator: volume %q is not open on channel %d: %w", r.vol.name, c.p.id, ErrClosed))
 				return true
 			}
 			r.ctrl.Handle = h

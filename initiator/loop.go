@@ -90,7 +90,7 @@ func (c *channel) dispatch() {
 			if r.abandoned() {
 				continue
 			}
-			if r.Op != opControl && !c.core.hasHandle(r.vol) {
+			if r.vol != nil && !c.core.hasHandle(r.vol) {
 				// Open may have learned the handle after this pass began.
 				c.applyHandles()
 			}

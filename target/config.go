@@ -29,6 +29,18 @@ type Volume interface {
 	BlockSize() int
 }
 
+// Allocator is implemented by volumes that know which of their parts hold
+// data (block's volumes do; the signature is block.Allocator's). The
+// target answers an initiator's extents request from it; a volume without
+// it has every range reported allocated, which is always true enough: a
+// reader that skips nothing loses nothing.
+type Allocator interface {
+	// Allocated calls yield with each allocated run of [off, off+n), in
+	// order, until yield returns false, and returns the end of what it
+	// described: bytes before end outside the runs read as zeros.
+	Allocated(off, n int64, yield func(off, n int64) bool) (end int64, err error)
+}
+
 // Immediate is implemented by volumes whose I/O completes without waiting
 // for a device or a sync (memory volumes). The target runs their reads and
 // writes on the connection's own goroutine instead of a worker, saving two

@@ -50,6 +50,8 @@ func (c *core) startControl(s *slot) {
 		}
 		s.ov = ov
 		c.dispatch(s, jobClose)
+	case wire.ControlExtents:
+		c.startExtents(s)
 	default:
 		c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseUnsupported,
 			Error: fmt.Sprintf("unknown control operation %q", req.Op)})
@@ -123,6 +125,8 @@ func (c *core) finishControl(s *slot) {
 		}
 		c.controlRespond(s, &wire.ControlResponse{Handle: ov.handle, Size: uint64(ov.size),
 			BlockSize: uint32(ov.bs), ReadOnly: ov.ro, Caps: caps})
+	case jobExtents:
+		c.finishExtents(s)
 	case jobClose:
 		s.ov = nil
 		rsp := &wire.ControlResponse{}

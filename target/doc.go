@@ -43,8 +43,12 @@
 // both offer it. A refused login is answered with a LoginReject
 // and then disconnected.
 //
-// Control requests (LIST, OPEN, CLOSE) and commands each consume a credit
-// and each response returns one. OPEN checks the ACL (a denied volume is
+// Control requests (LIST, OPEN, CLOSE, EXTENTS) and commands each consume
+// a credit and each response returns one. EXTENTS asks which parts of a
+// range of an open volume hold data; a worker answers it from the
+// volume's Allocator (at most wire.MaxExtents extents from the start of
+// the range, a prefix the initiator asks again after), or reports the
+// range allocated for a volume without one. OPEN checks the ACL (a denied volume is
 // answered SenseNoSuchVolume with an explicit "access denied" Error;
 // LIST leaves out what the initiator may not open, and a snapshot
 // VOL@SNAP is never more open than VOL, see ACL); a

@@ -45,6 +45,8 @@ func runJob(s *slot, cat Catalog) {
 		// this job was dispatched.
 		s.ov.inflight.Wait()
 		s.err = closeVolume(s.ov.vol)
+	case jobExtents:
+		s.extents, s.err = volumeExtents(s.ov, int64(s.ctl.Offset), int64(s.ctl.Length), wire.MaxExtents)
 	}
 }
 
@@ -119,7 +121,7 @@ func closeVolume(v Volume) error {
 }
 
 func jobName(j jobKind) string {
-	names := [...]string{"none", "read", "write", "write-fua", "flush", "discard", "write-zeroes", "list", "open", "close"}
+	names := [...]string{"none", "read", "write", "write-fua", "flush", "discard", "write-zeroes", "list", "open", "close", "extents"}
 	if int(j) < len(names) {
 		return names[j]
 	}

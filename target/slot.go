@@ -126,6 +126,7 @@ const (
 	jobList
 	jobOpen
 	jobClose
+	jobExtents
 )
 
 // openVol is a volume opened on one connection.
@@ -177,6 +178,7 @@ type slot struct {
 	list     []VolumeInfo
 	opened   Volume
 	openInfo VolumeInfo
+	extents  []wire.Extent
 
 	// registered buffers: an IU send buffer and a data buffer
 	send     []byte

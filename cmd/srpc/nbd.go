@@ -28,8 +28,18 @@ TCP address (--listen HOST:PORT), so that NBD clients use it unchanged:
 
 The export name is the volume name (the empty, default name selects it
 too). Fixed newstyle negotiation with NBD_OPT_GO; FLUSH, FUA, TRIM,
-WRITE_ZEROES and multi-conn (every connection shares one session, so a
-flush on one is a flush for all). The minimum block size advertised is the
+WRITE_ZEROES, CACHE (a no-op) and multi-conn (every connection shares one
+session, so a flush on one is a flush for all). Structured replies and the
+base:allocation metadata context tell clients where the volume's holes
+are, from srpd's store (pebble knows which blocks were written), so that
+sparse-aware tools skip them:
+
+    nbdinfo --map 'nbd+unix:///vol0?socket=/tmp/vol0.sock'
+    qemu-img map --output=json nbd:unix:/tmp/vol0.sock:exportname=vol0
+    nbdcopy 'nbd+unix:///vol0?socket=/tmp/vol0.sock' sparse.img
+
+(an srpd that predates the extents request has everything reported
+allocated). The minimum block size advertised is the
 volume's; an unaligned TRIM trims the whole blocks inside it, an unaligned
 WRITE_ZEROES writes zeros at its edges. Requests of a connection run
 concurrently (up to --qd reach the target at once).
@@ -278,6 +288,27 @@ func (n *nbdVolume) WriteAt(ctx context.Context, p []byte, off int64, fua bool) 
 		_, err = n.v.WriteAtContext(ctx, p, off)
 	}
 	return nbdErr(err, true)
+}
+
+// BlockStatus implements nbd.BlockStatuser with the target's extents
+// (initiator.Volume.Extents): one round trip answers up to
+// wire.MaxExtents extents, and the NBD client asks again for the rest.
+func (n *nbdVolume) BlockStatus(ctx context.Context, off, l int64) ([]nbd.Extent, error) {
+	exts, err := n.v.Extents(ctx, off, l)
+	if err != nil {
+		return nil, nbdErr(err, false)
+	}
+	out := make([]nbd.Extent, len(exts))
+	for i, e := range exts {
+		out[i].Length = e.Length
+		if e.Hole {
+			out[i].Flags |= nbd.StateHole
+		}
+		if e.Zero {
+			out[i].Flags |= nbd.StateZero
+		}
+	}
+	return out, nil
 }
 
 func (n *nbdVolume) Flush(ctx context.Context) error { return nbdErr(n.v.Flush(ctx), true) }

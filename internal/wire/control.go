@@ -154,6 +154,10 @@ const (
 	ControlList  = "list"  // volumes this initiator may open
 	ControlOpen  = "open"  // open Volume, returns a handle
 	ControlClose = "close" // close Handle
+	// ControlExtents asks which parts of [Offset, Offset+Length) of the
+	// volume open as Handle hold data. A target that predates it answers
+	// SenseUnsupported; the initiator then takes the range as allocated.
+	ControlExtents = "extents"
 )
 
 // ControlRequest is a non-I/O request; it consumes a credit like a command.
@@ -163,6 +167,9 @@ type ControlRequest struct {
 	Volume   string `msgpack:"vol,omitempty"`
 	Handle   uint32 `msgpack:"h,omitempty"`
 	ReadOnly bool   `msgpack:"ro,omitempty"`
+	// Offset and Length, in bytes, are the range of an extents request.
+	Offset uint64 `msgpack:"off,omitempty"`
+	Length uint64 `msgpack:"len,omitempty"`
 }
 
 // VolumeInfo describes a volume in a list.
@@ -187,7 +194,66 @@ type ControlResponse struct {
 	BlockSize uint32 `msgpack:"bs,omitempty"`
 	ReadOnly  bool   `msgpack:"ro,omitempty"`
 	Caps      uint32 `msgpack:"caps,omitempty"`
+	// extents: consecutive runs from the request's Offset, at least one
+	// and at most MaxExtents, covering a prefix of the range asked (the
+	// initiator asks again for the rest).
+	Extents []Extent `msgpack:"ext,omitempty"`
 }
+
+// Extent is a run of a volume with one allocation state. It is encoded
+// as an array (length, flags), not a map, to fit MaxExtents in one IU.
+type Extent struct {
+	Length uint64
+	// Flags is a set of ExtentHole and ExtentZero (the bits NBD's
+	// base:allocation uses): no flag means allocated, contents unknown.
+	Flags uint32
+}
+
+// EncodeMsgpack implements msgpack.CustomEncoder: [length, flags].
+func (e Extent) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if err := enc.EncodeArrayLen(2); err != nil {
+		return err
+	}
+	if err := enc.EncodeUint(e.Length); err != nil {
+		return err
+	}
+	return enc.EncodeUint(uint64(e.Flags))
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder. Elements after the
+// second are skipped, so that a later version may add some.
+func (e *Extent) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	if n < 2 {
+		return fmt.Errorf("wire: extent of %d elements, want 2", n)
+	}
+	if e.Length, err = dec.DecodeUint64(); err != nil {
+		return err
+	}
+	if e.Flags, err = dec.DecodeUint32(); err != nil {
+		return err
+	}
+	for range n - 2 {
+		if err := dec.Skip(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Extent flags.
+const (
+	ExtentHole uint32 = 1 << 0 // no storage is allocated
+	ExtentZero uint32 = 1 << 1 // reads as zeros
+)
+
+// MaxExtents is the most extents one control response carries. A msgpack
+// extent takes at most 15 bytes (array header, uint64, uint32), so 200 of
+// them and the response's other fields fit a 4096-byte IU.
+const MaxExtents = 200
 
 // Capability bits in ControlResponse.Caps for an open volume.
 const (

@@ -161,6 +161,22 @@ func TestControlRoundTrip(t *testing.T) {
 	require.Equal(t, rsp, got2)
 }
 
+// TestExtentsFitAnIU: the largest extents answer, every length and flag
+// at its widest, fits the 4096-byte receive buffer with room for the
+// other fields.
+func TestExtentsFitAnIU(t *testing.T) {
+	rsp := ControlResponse{Tag: ^uint64(0), Credits: ^uint32(0), Extents: make([]Extent, MaxExtents)}
+	for i := range rsp.Extents {
+		rsp.Extents[i] = Extent{Length: ^uint64(0), Flags: ^uint32(0)}
+	}
+	b, err := EncodeControl(nil, OpControlResp, &rsp)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(b), 4096-64, "%d bytes", len(b))
+	var got ControlResponse
+	require.NoError(t, DecodeControl(b, OpControlResp, &got))
+	require.Equal(t, rsp, got)
+}
+
 // TestLoginInstance: the target's instance rides in the login response,
 // a full 64-bit value, and a response without it (an older target) decodes
 // as zero, which the initiator takes as "no promise".
@@ -264,6 +280,8 @@ func FuzzDecodeControl(f *testing.F) {
 		{OpLoginReject, &LoginReject{Reason: RejectAuthFailed, Message: "no"}},
 		{OpControl, &ControlRequest{Op: ControlOpen, Volume: "vol0"}},
 		{OpControlResp, &ControlResponse{Volumes: []VolumeInfo{{Name: "v"}}}},
+		{OpControl, &ControlRequest{Op: ControlExtents, Handle: 1, Offset: 4096, Length: 1 << 40}},
+		{OpControlResp, &ControlResponse{Extents: []Extent{{Length: 4096, Flags: ExtentHole | ExtentZero}, {Length: 1 << 33}}}},
 	} {
 		b, _ := EncodeControl(nil, v.op, v.v)
 		f.Add(b)
