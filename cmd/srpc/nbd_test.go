@@ -240,11 +240,7 @@ func TestNBDInterop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	for _, tool := range []string{"nbdinfo", "nbdcopy", "qemu-img"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (apt-get install libnbd-bin qemu-utils): skipping the NBD interop test", tool)
-		}
-	}
+	needNBDTools(t)
 	srpd, srpc := e2etest.Binaries(t)
 	dir := t.TempDir()
 	addr := e2etest.FreeAddr(t)
@@ -313,6 +309,17 @@ func TestNBDInterop(t *testing.T) {
 
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("srpc nbd exit %d after SIGTERM: %s", code, p.log())
+	}
+}
+
+// needNBDTools skips the test unless nbdinfo, nbdcopy (libnbd-bin) and
+// qemu-img (qemu-utils) are installed, as CI installs them.
+func needNBDTools(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"nbdinfo", "nbdcopy", "qemu-img"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (apt-get install libnbd-bin qemu-utils): skipping", tool)
+		}
 	}
 }
 
