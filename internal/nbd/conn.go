@@ -17,7 +17,12 @@ import (
 
 // conn is one client connection.
 type conn struct {
-	s      *Server
+	s *Server
+	// raw is the accepted connection: deadlines and forced closes go to
+	// it. c is the stream the protocol runs on: raw, or the TLS
+	// connection over it after NBD_OPT_STARTTLS (swapped by the serving
+	// goroutine during negotiation, before the writer exists).
+	raw    net.Conn
 	c      net.Conn
 	id     uint64
 	log    *slog.Logger
@@ -31,6 +36,7 @@ type conn struct {
 	// negotiated: set during the handshake, read-only afterwards
 	structured bool // NBD_OPT_STRUCTURED_REPLY acknowledged
 	metaAlloc  bool // base:allocation selected by NBD_OPT_SET_META_CONTEXT
+	tls        bool // NBD_OPT_STARTTLS done: c is a *tls.Conn
 
 	// transmission phase
 	b        Backend
@@ -50,14 +56,16 @@ type conn struct {
 // waits for one).
 func (c *conn) stop() {
 	c.stopping.Store(true)
-	c.c.SetReadDeadline(time.Now())
+	c.raw.SetReadDeadline(time.Now())
 }
 
 func (c *conn) serve() {
-	defer c.c.Close()
+	// Closing the TLS connection, once there is one, sends close_notify
+	// first (proto.md: the server shuts TLS down before closing).
+	defer func() { c.c.Close() }()
 	c.br = bufio.NewReaderSize(c.c, 128<<10)
 	c.bw = bufio.NewWriterSize(c.c, 128<<10)
-	c.c.SetDeadline(time.Now().Add(c.s.HandshakeTimeout))
+	c.raw.SetDeadline(time.Now().Add(c.s.HandshakeTimeout))
 	ok, err := c.handshake()
 	if err != nil {
 		if c.stopping.Load() {
@@ -72,9 +80,9 @@ func (c *conn) serve() {
 	if !ok {
 		return // NBD_OPT_ABORT
 	}
-	c.c.SetDeadline(time.Time{})
+	c.raw.SetDeadline(time.Time{})
 	if c.stopping.Load() {
-		c.c.SetReadDeadline(time.Now())
+		c.raw.SetReadDeadline(time.Now())
 	}
 	c.transmit()
 }

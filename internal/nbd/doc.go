@@ -31,8 +31,23 @@
 //     is always a correct answer. This is what lets nbdinfo --map,
 //     qemu-img map and nbdcopy skip holes.
 //
-// NBD_OPT_STARTTLS and NBD_OPT_EXTENDED_HEADERS are refused with
-// NBD_REP_ERR_UNSUP.
+// NBD_OPT_EXTENDED_HEADERS is refused with NBD_REP_ERR_UNSUP.
+//
+// # TLS
+//
+// NBD carries no authentication of its own. With Server.TLSConfig set,
+// TLS is mandatory (proto.md's FORCEDTLS mode): every option but
+// NBD_OPT_STARTTLS and NBD_OPT_ABORT is answered NBD_REP_ERR_TLS_REQD, and
+// NBD_OPT_EXPORT_NAME, which cannot be refused, closes the connection.
+// STARTTLS is acknowledged, the TLS handshake runs on the same
+// connection, and negotiation starts over inside TLS (structured replies
+// and metadata contexts negotiated before are forgotten, as the protocol
+// says). Bytes the client sent after STARTTLS before the handshake close
+// the connection rather than be read as if TLS had protected them. A
+// TLSConfig that requires and verifies client certificates is the
+// authentication. Without TLSConfig, STARTTLS is refused with
+// NBD_REP_ERR_UNSUP. TLS with pre-shared keys, which nbdkit and qemu
+// offer, is not: Go's crypto/tls has no TLS-PSK cipher suites.
 //
 // In the transmission phase (transmit.go) one reader goroutine decodes
 // requests, checks them (bad flags, ranges beyond the export, writes to a

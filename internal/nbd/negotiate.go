@@ -3,6 +3,8 @@ package nbd
 // The handshake: fixed newstyle negotiation up to the transmission phase.
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 )
@@ -96,6 +98,20 @@ func (c *conn) handshake() (bool, error) {
 		if !fixed && h.Option != OptExportName {
 			return false, fmt.Errorf("%w: %s from a client without fixed newstyle", errProtocol, optName(h.Option))
 		}
+		if c.s.TLSConfig != nil && !c.tls {
+			// FORCEDTLS (proto.md): nothing but STARTTLS and ABORT
+			// before TLS; EXPORT_NAME cannot be refused, so it closes.
+			switch h.Option {
+			case OptStartTLS, OptAbort:
+			case OptExportName:
+				return false, fmt.Errorf("NBD_OPT_EXPORT_NAME before NBD_OPT_STARTTLS: this server requires TLS")
+			default:
+				if err := c.replyErr(h.Option, RepErrTLSReqd, "this server requires TLS: send NBD_OPT_STARTTLS first"); err != nil {
+					return false, err
+				}
+				continue
+			}
+		}
 		switch h.Option {
 		case OptExportName:
 			name := string(data)
@@ -182,7 +198,7 @@ func (c *conn) handshake() (bool, error) {
 				return false, err
 			}
 		case OptStartTLS:
-			if err := c.replyErr(h.Option, RepErrUnsup, "TLS is not supported by this server (use a unix socket or loopback)"); err != nil {
+			if err := c.startTLS(data); err != nil {
 				return false, err
 			}
 		default:
@@ -191,6 +207,46 @@ func (c *conn) handshake() (bool, error) {
 			}
 		}
 	}
+}
+
+// startTLS answers NBD_OPT_STARTTLS: refused without a TLSConfig, invalid
+// once TLS runs or with data, else acknowledged and followed by the TLS
+// handshake, after which the negotiation goes on inside TLS with what was
+// negotiated before forgotten (proto.md: the client renegotiates
+// structured replies after STARTTLS).
+func (c *conn) startTLS(data []byte) error {
+	switch {
+	case c.s.TLSConfig == nil:
+		return c.replyErr(OptStartTLS, RepErrUnsup, "TLS is not configured on this server (use a unix socket or loopback)")
+	case c.tls:
+		return c.replyErr(OptStartTLS, RepErrInvalid, "TLS is already running")
+	case len(data) != 0:
+		return c.replyErr(OptStartTLS, RepErrInvalid, "NBD_OPT_STARTTLS takes no data")
+	}
+	if err := c.reply(OptStartTLS, RepAck, nil); err != nil {
+		return err
+	}
+	if err := c.bw.Flush(); err != nil {
+		return err
+	}
+	// Bytes after the option that arrived before the handshake would be
+	// read as if they came through TLS: plaintext injected into the
+	// protected stream (the STARTTLS command injection of RFC 7457 §2.2).
+	if n := c.br.Buffered(); n > 0 {
+		return fmt.Errorf("%w: %d bytes sent after NBD_OPT_STARTTLS before the TLS handshake", errProtocol, n)
+	}
+	tc := tls.Server(c.raw, c.s.TLSConfig)
+	ctx, cancel := context.WithTimeout(c.ctx, c.s.HandshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("TLS handshake: %w", err)
+	}
+	c.c, c.tls = tc, true
+	c.br.Reset(tc)
+	c.bw.Reset(tc)
+	c.structured, c.metaAlloc = false, false
+	c.log.Debug("nbd: TLS established", "version", tls.VersionName(tc.ConnectionState().Version))
+	return nil
 }
 
 // metaContext answers NBD_OPT_LIST_META_CONTEXT and

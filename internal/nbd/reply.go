@@ -17,7 +17,7 @@ func (c *conn) writer() {
 			failed = true
 			c.werr.Store(&err)
 			c.cancel()
-			c.c.Close() // unblocks the reader
+			c.raw.Close() // unblocks the reader
 		}
 	}
 	for o := range c.replies {

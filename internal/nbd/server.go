@@ -2,6 +2,7 @@ package nbd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,6 +118,13 @@ type Server struct {
 	MaxInFlight      int
 	MaxBuffered      int64
 	HandshakeTimeout time.Duration
+	// TLSConfig, when set, makes TLS mandatory (proto.md's FORCEDTLS):
+	// until the client upgrades with NBD_OPT_STARTTLS every option but
+	// NBD_OPT_ABORT is answered NBD_REP_ERR_TLS_REQD. It holds the
+	// server's certificate; ClientAuth and ClientCAs make client
+	// certificates the authentication NBD itself lacks. Go's crypto/tls
+	// has no TLS-PSK, so pre-shared keys are not offered.
+	TLSConfig *tls.Config
 
 	mu      sync.Mutex
 	closing bool
@@ -230,7 +238,7 @@ func (s *Server) ServeConn(c net.Conn) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cn := &conn{
-		s: s, c: c, ctx: ctx, cancel: cancel,
+		s: s, raw: c, c: c, ctx: ctx, cancel: cancel,
 		id: s.nextID.Add(1),
 	}
 	cn.log = s.Logger.With("conn", cn.id, "peer", peerName(c))
@@ -278,7 +286,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Lock()
 		for c := range s.conns {
 			c.cancel()
-			c.c.Close()
+			c.raw.Close()
 		}
 		s.mu.Unlock()
 		<-done
