@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,12 +48,25 @@ concurrently (up to --qd reach the target at once).
 
 srpc stays in the foreground; SIGTERM or SIGINT stops accepting, answers
 the requests in flight, closes the connections and flushes the volume (a
-second signal exits at once). No authentication or TLS: serve on a unix
-socket or loopback, or behind your own access control.`
+second signal exits at once).
+
+NBD itself has no authentication. Without TLS, serve on a unix socket or
+loopback, or behind your own access control. With --tls-cert and
+--tls-key, TLS is required (NBD_OPT_STARTTLS; a client that does not
+upgrade gets NBD_REP_ERR_TLS_REQD), and with --tls-client-ca only
+clients presenting a certificate signed by that CA get in:
+
+    srpc nbd --listen 0.0.0.0:10809 --tls-cert server-cert.pem \
+        --tls-key server-key.pem --tls-client-ca ca-cert.pem vol0 &
+    nbdinfo 'nbds://host:10809/vol0?tls-certificates=/etc/pki/nbd'
+
+(libnbd's directory holds ca-cert.pem, client-cert.pem, client-key.pem).
+TLS with pre-shared keys (nbdkit's --tls-psk) is not offered: Go's
+crypto/tls has no TLS-PSK.`
 
 func nbdCommand() *cli.Command {
 	var cf connFlags
-	var socket, listen string
+	var socket, listen, tlsCert, tlsKey, tlsCA string
 	var ro, debug bool
 	var qd int
 	return &cli.Command{
@@ -61,7 +76,10 @@ func nbdCommand() *cli.Command {
 			cf.register(fs)
 			cf.registerReplay(fs)
 			fs.StringVar(&socket, "socket", "", "serve on the unix socket `PATH`")
-			fs.StringVar(&listen, "listen", "", "serve on TCP `HOST:PORT` (no authentication: keep it on loopback)")
+			fs.StringVar(&listen, "listen", "", "serve on TCP `HOST:PORT` (no authentication without TLS: keep it on loopback)")
+			fs.StringVar(&tlsCert, "tls-cert", "", "require TLS, with the server certificate in PEM `FILE` (and --tls-key)")
+			fs.StringVar(&tlsKey, "tls-key", "", "the private key of --tls-cert, in PEM `FILE`")
+			fs.StringVar(&tlsCA, "tls-client-ca", "", "admit only clients with a certificate signed by the CA in PEM `FILE` (needs --tls-cert)")
 			fs.BoolVar(&ro, "read-only", false, "open the volume read-only and export it read-only")
 			fs.IntVar(&qd, "qd", 64, "`N` requests in flight to the target")
 			fs.BoolVar(&debug, "debug", false, "log every connection and refused option")
@@ -75,6 +93,10 @@ func nbdCommand() *cli.Command {
 			}
 			if qd < 1 || qd > 1024 {
 				return cli.Usagef("--qd %d: want 1..1024", qd)
+			}
+			tlsConfig, err := nbdTLS(tlsCert, tlsKey, tlsCA)
+			if err != nil {
+				return err
 			}
 			network, addr := "unix", socket
 			if listen != "" {
@@ -111,11 +133,16 @@ func nbdCommand() *cli.Command {
 					Description: fmt.Sprintf("gosrp volume %s on %s", v.Name(), cf.target),
 					Backend:     newNBDVolume(s, v),
 				},
-				Logger: log,
+				Logger:    log,
+				TLSConfig: tlsConfig,
 			}
-			uri := fmt.Sprintf("nbd://%s/%s", ln.Addr(), v.Name())
+			scheme := "nbd"
+			if tlsConfig != nil {
+				scheme = "nbds"
+			}
+			uri := fmt.Sprintf("%s://%s/%s", scheme, ln.Addr(), v.Name())
 			if network == "unix" {
-				uri = fmt.Sprintf("nbd+unix:///%s?socket=%s", v.Name(), socket)
+				uri = fmt.Sprintf("%s+unix:///%s?socket=%s", scheme, v.Name(), socket)
 			}
 			fmt.Fprintf(os.Stderr, "srpc: serving %s (%s) over NBD at %s; SIGTERM or Ctrl-C stops\n", v.Name(), cli.FormatSize(v.Size()), uri)
 
@@ -151,6 +178,35 @@ func nbdCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// nbdTLS builds the server's TLS configuration from the flags: nil
+// without --tls-cert; with --tls-client-ca, client certificates signed by
+// that CA are required.
+func nbdTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	switch {
+	case certFile == "" && keyFile == "" && caFile == "":
+		return nil, nil
+	case certFile == "" || keyFile == "":
+		return nil, cli.Usagef("give both --tls-cert and --tls-key (and optionally --tls-client-ca)")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %v", certFile, keyFile, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-client-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-client-ca %s: no PEM certificate in it", caFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
 }
 
 // removeStaleSocket removes a unix socket nobody listens on any more (a

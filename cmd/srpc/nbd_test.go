@@ -44,8 +44,14 @@ func (p *nbdProc) log() string {
 // until the socket answers.
 func startNBD(t *testing.T, srpc, addr, vol, sock string) *nbdProc {
 	t.Helper()
+	return startNBDWith(t, srpc, "nbd", "--target", addr, "--socket", sock, vol)
+}
+
+// startNBDWith runs srpc with args and waits until it says it serves.
+func startNBDWith(t *testing.T, srpc string, args ...string) *nbdProc {
+	t.Helper()
 	p := &nbdProc{exited: make(chan struct{})}
-	p.cmd = exec.Command(srpc, "nbd", "--target", addr, "--socket", sock, vol)
+	p.cmd = exec.Command(srpc, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -94,6 +100,8 @@ func TestNBDUsage(t *testing.T) {
 		{"nbd", "vol0"},
 		{"nbd", "--socket", "/tmp/x", "--listen", "127.0.0.1:0", "vol0"},
 		{"nbd", "--socket", "/tmp/x"},
+		{"nbd", "--listen", "127.0.0.1:0", "--tls-cert", "cert.pem", "vol0"},
+		{"nbd", "--listen", "127.0.0.1:0", "--tls-client-ca", "ca.pem", "vol0"},
 	} {
 		if r := e2etest.Run(t, nil, srpc, args...); r.Code != 2 {
 			t.Errorf("srpc %v: exit %d, want 2 (stderr %q)", args, r.Code, r.Stderr)
