@@ -41,7 +41,10 @@ sparse-aware tools skip them:
     nbdcopy 'nbd+unix:///vol0?socket=/tmp/vol0.sock' sparse.img
 
 (an srpd that predates the extents request has everything reported
-allocated). The minimum block size advertised is the
+allocated). One promise of base:allocation is not kept: srpd's stores
+are thin provisioned and pebble writes new data even for an overwrite,
+so a write may fail with ENOSPC on a full disk whether or not the
+extent was reported allocated. The minimum block size advertised is the
 volume's; an unaligned TRIM trims the whole blocks inside it, an unaligned
 WRITE_ZEROES writes zeros at its edges. Requests of a connection run
 concurrently (up to --qd reach the target at once).
