@@ -90,7 +90,7 @@ func (t *Target) admitLocked(c *conn, now int64) bool {
 		for _, p := range t.pending {
 			t.scratch = append(t.scratch, pendingInfo{src: p.src, since: p.pendingSince, evicted: p.evicted})
 		}
-		i := chooseVictim(t.scratch, t.pendingBy, c.src, now, evictAge)
+		i := chooseVictim(t.scratch, t.pendingBy, c.src, now, t.evictAge)
 		if i < 0 {
 			return false
 		}

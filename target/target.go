@@ -19,11 +19,14 @@ var ErrClosed = errors.New("target: shut down")
 
 // Target serves volumes to initiators over transport listeners.
 type Target struct {
-	cfg   Config
-	log   *slog.Logger
-	epoch time.Time
-	gen   atomic.Uint32
-	ids   atomic.Uint64
+	cfg Config
+	// evictAge is evictAge, except in tests that must not depend on how
+	// fast a loaded machine opens their connections.
+	evictAge int64
+	log      *slog.Logger
+	epoch    time.Time
+	gen      atomic.Uint32
+	ids      atomic.Uint64
 	// instance is the write verifier every login response carries; see
 	// Instance.
 	instance uint64
@@ -69,6 +72,7 @@ func New(cfg Config) (*Target, error) {
 		closedCh: make(chan struct{}),
 		conns:    map[uint64]*conn{}, listeners: map[transport.Listener]struct{}{},
 		volStats: map[string]*ioCounters{}, pendingBy: map[string]int{},
+		evictAge: evictAge,
 	}
 	t.acl.Store(cfg.ACL)
 	t.instance = newInstance()
