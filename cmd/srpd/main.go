@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"flag"
 
 	"github.com/gosrp/gosrp/internal/cli"
 )
@@ -39,19 +38,4 @@ func rootCommand() *cli.Command {
 		secretCommand(),
 	}
 	return root
-}
-
-// adminFlags are the flags every administration command takes.
-type adminFlags struct {
-	data   string
-	socket string
-	json   bool
-
-	aclLive bool // set by withService
-}
-
-func (a *adminFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.data, "data", DefaultData, "the daemon's data `DIR` (its admin socket is DIR/srpd.sock)")
-	fs.StringVar(&a.socket, "socket", "", "admin socket `PATH` (default DIR/srpd.sock)")
-	fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
 }
