@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -53,35 +51,21 @@ func TestBenchCrashSoak(t *testing.T) {
 		t.Run(wire, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, uint64(len(wire))))
 			dir := t.TempDir()
-			data := filepath.Join(dir, "data")
 			state := filepath.Join(dir, "state")
-			addr := e2etest.FreeAddr(t)
-			if wire == "shm" {
-				addr = filepath.Join(dir, "srpd.shm")
-			}
-			start := func() *e2etest.Daemon {
-				return e2etest.StartDaemon(t, srpd, data, addr, "", "--wire", wire, "--default-volume-size", "64MiB")
-			}
+			srv := e2etest.NewCrashTarget(t, srpd, dir, wire, "64MiB")
 			var exact, refused, lossReported, hit, missed, flushedBlocks int
 			for it := 0; it < iters; it++ {
 				replay := it%2 == 0
-				d := start()
+				srv.Start(t)
 				os.Remove(state)
-				args := []string{"--target", addr, "--wire", wire, "--volume", "vol0",
+				args := []string{"--target", srv.Addr, "--wire", wire, "--volume", "vol0",
 					"--rw", "randrw", "--bs", strconv.Itoa(bs), "--iodepth", "8", "--size", strconv.Itoa(region),
 					"--runtime", runtime.String(), "--verify", "--fsync", "16",
 					"--seed", strconv.FormatUint(rng.Uint64()|1, 10), "--verify-state", state}
 				if replay {
 					args = append(args, "--replay-buffer", "8m")
 				}
-				cmd := exec.Command(bench, args...)
-				var out bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &out, &out
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				exited := make(chan error, 1)
-				go func() { exited <- cmd.Wait() }()
+				p := e2etest.StartProc(t, bench, args...)
 				// The kill falls inside the measured run: the clock starts
 				// at srpd's first write, so a slow connect (a loaded
 				// machine) does not move it before bench's I/O.
@@ -90,56 +74,41 @@ func TestBenchCrashSoak(t *testing.T) {
 				desc := func() string {
 					return "iteration " + strconv.Itoa(it) + " (replay " + strconv.FormatBool(replay) + ", kill " + at.String() + " into the I/O, down " + pause.String() + ")"
 				}
-				for began := time.Now(); e2etest.VolumeStats(t, srpd, data, "vol0").Write.Bytes == 0; {
-					if len(exited) > 0 {
-						t.Fatalf("%s: bench exited before writing: %v\n%s\nsrpd:\n%s", desc(), <-exited, out.String(), d.Log())
-					}
-					if time.Since(began) > 60*time.Second {
-						t.Fatalf("%s: srpd has seen no write 60s after bench started:\n%s", desc(), out.String())
-					}
-					time.Sleep(5 * time.Millisecond)
+				if !srv.WaitWritten(t, "vol0", 1, p) {
+					t.Fatalf("%s: bench exited before writing: %v\n%s\nsrpd:\n%s", desc(), p.Err(), p.Output(), srv.D.Log())
 				}
 				// On a loaded machine the run can end before the kill:
 				// then it is checked all the same, as a run without one.
 				var werr error
-				killed := false
 				select {
-				case werr = <-exited:
+				case <-p.Exited():
+					werr = p.Err()
 					missed++
 				case <-time.After(at):
-					killed = true
+					srv.Restart(t, pause)
+					werr = p.Wait(t, 120*time.Second, desc())
 				}
-				if killed {
-					d.Kill(t)
-					time.Sleep(pause)
-					d = start()
-					select {
-					case werr = <-exited:
-					case <-time.After(120 * time.Second):
-						cmd.Process.Kill()
-						t.Fatalf("%s: bench still running 120s later:\n%s\nsrpd:\n%s", desc(), out.String(), d.Log())
-					}
-				}
+				out := p.Output()
 				if werr != nil && replay {
-					t.Fatalf("%s: bench, with a replay buffer, exited %v: it must ride a restart out\n%s\nsrpd after the restart:\n%s", desc(), werr, out.String(), d.Log())
+					t.Fatalf("%s: bench, with a replay buffer, exited %v: it must ride a restart out\n%s\nsrpd after the restart:\n%s", desc(), werr, out, srv.D.Log())
 				}
 				if werr != nil {
 					refused++
-					if strings.Contains(out.String(), "lost writes it had acknowledged") {
+					if strings.Contains(out, "lost writes it had acknowledged") {
 						lossReported++
 					}
-					t.Logf("%s: bench exited non-zero, as it may: %v: %s", desc(), werr, e2etest.LastLine(out.String()))
+					t.Logf("%s: bench exited non-zero, as it may: %v: %s", desc(), werr, e2etest.LastLine(out))
 				} else {
 					exact++
 				}
-				if strings.Contains(out.String(), "target restarted") {
+				if strings.Contains(out, "target restarted") {
 					hit++
 				}
 				rec, err := loadVerifyState(state)
 				if err != nil {
-					t.Fatalf("%s: %v (bench: %v)\n%s", desc(), err, werr, out.String())
+					t.Fatalf("%s: %v (bench: %v)\n%s", desc(), err, werr, out)
 				}
-				r := e2etest.MustRun(t, srpc, "export", "--wire", wire, "--target", addr, "--length", strconv.Itoa(region), "vol0", "-")
+				r := e2etest.MustRun(t, srpc, "export", "--wire", wire, "--target", srv.Addr, "--length", strconv.Itoa(region), "vol0", "-")
 				img := []byte(r.Stdout)
 				if len(img) != region || len(rec.Blocks) != region/bs {
 					t.Fatalf("%s: exported %d bytes, state of %d blocks", desc(), len(img), len(rec.Blocks))
@@ -154,11 +123,9 @@ func TestBenchCrashSoak(t *testing.T) {
 					}
 				}
 				if len(bad) > 0 {
-					t.Fatalf("%s: bench exited %v; %d of %d blocks wrong (seed %d), first: %s\n%s", desc(), werr, len(bad), len(rec.Blocks), seed, strings.Join(bad[:min(4, len(bad))], "; "), out.String())
+					t.Fatalf("%s: bench exited %v; %d of %d blocks wrong (seed %d), first: %s\n%s", desc(), werr, len(bad), len(rec.Blocks), seed, strings.Join(bad[:min(4, len(bad))], "; "), out)
 				}
-				if code := d.Stop(t); code != 0 {
-					t.Fatalf("srpd exited %d after SIGTERM:\n%s", code, d.Log())
-				}
+				srv.Stop(t)
 			}
 			t.Logf("%d iterations over %s: %d runs exact, %d exited non-zero (%d reporting the lost writes), %d saw the kill, %d ended before it; 0 silent losses, 0 flushed writes lost, 0 torn blocks over %d flushed block generations",
 				iters, wire, exact, refused, lossReported, hit, missed, flushedBlocks)

@@ -54,38 +54,15 @@ func TestImportTargetRestart(t *testing.T) {
 			}
 			d := start()
 			args := append([]string{"import", "--target", addr, "--qd", "4", "--timeout", "30s"}, tc.args...)
-			cmd := exec.Command(srpc, append(args, "vol0", "-")...)
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var werr error
-			exited := make(chan struct{})
-			go func() { werr = cmd.Wait(); close(exited) }()
-			t.Cleanup(func() {
-				select {
-				case <-exited:
-				default:
-					cmd.Process.Kill()
-					<-exited
-				}
-			})
+			p, stdin := e2etest.StartPiped(t, srpc, append(args, "vol0", "-")...)
 			if _, err := stdin.Write(img[:half]); err != nil {
 				t.Fatal(err)
 			}
 			// Once srpd has written 16 MiB, with at most 4 MiB in flight,
 			// srpc has had at least 12 MiB acknowledged and flushed none.
-			deadline := time.Now().Add(30 * time.Second)
-			for e2etest.VolumeStats(t, srpd, data, "vol0").Write.Bytes < half {
-				if time.Now().After(deadline) {
-					t.Fatalf("srpd has not written 16 MiB after 30s; srpc said: %s", out.String())
-				}
-				time.Sleep(10 * time.Millisecond)
+			written := func() bool { return e2etest.VolumeStats(t, srpd, data, "vol0").Write.Bytes >= half }
+			if !p.WaitFor(t, 30*time.Second, "16 MiB written by srpd", written) {
+				t.Fatalf("srpc import exited (%v) before srpd had written 16 MiB: %s", p.Err(), p.Output())
 			}
 			d.Kill(t)
 			start()
@@ -95,28 +72,25 @@ func TestImportTargetRestart(t *testing.T) {
 				stdin.Close()
 				fed <- err
 			}()
-			select {
-			case <-exited:
-			case <-time.After(60 * time.Second):
-				t.Fatalf("srpc import did not finish 60s after the restart: %s", out.String())
-			}
+			werr := p.Wait(t, 60*time.Second, "after the restart")
+			out := p.Output()
 			if err := <-fed; err != nil && tc.wantOK {
 				t.Fatalf("feeding srpc: %v", err)
 			}
 			if !tc.wantOK {
 				var ee *exec.ExitError
 				if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
-					t.Fatalf("srpc import without a replay buffer: %v, want exit 1; it said: %s", werr, out.String())
+					t.Fatalf("srpc import without a replay buffer: %v, want exit 1; it said: %s", werr, out)
 				}
 				// The log has the reconnect; the error is the last line.
-				lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+				lines := strings.Split(strings.TrimSpace(out), "\n")
 				if msg := lines[len(lines)-1]; !strings.HasPrefix(msg, "srpc: flush: ") || !strings.Contains(msg, "restarted") {
 					t.Fatalf("want a last line naming the restart, got %q", msg)
 				}
 				return
 			}
 			if werr != nil {
-				t.Fatalf("srpc import: %v: %s", werr, out.String())
+				t.Fatalf("srpc import: %v: %s", werr, out)
 			}
 			r := e2etest.MustRun(t, srpc, "export", "--target", addr, "--length", fmt.Sprint(size), "vol0", "-")
 			if got := []byte(r.Stdout); !bytes.Equal(got, img) {

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,14 +38,7 @@ func TestImportCrashSoak(t *testing.T) {
 		t.Run(wire, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, uint64(len(wire))))
 			dir := t.TempDir()
-			data := filepath.Join(dir, "data")
-			addr := e2etest.FreeAddr(t)
-			if wire == "shm" {
-				addr = filepath.Join(dir, "srpd.shm")
-			}
-			start := func() *e2etest.Daemon {
-				return e2etest.StartDaemon(t, srpd, data, addr, "", "--wire", wire, "--default-volume-size", "128MiB")
-			}
+			srv := e2etest.NewCrashTarget(t, srpd, dir, wire, "128MiB")
 			img := make([]byte, mib<<20)
 			src := filepath.Join(dir, "img")
 			var exact, refused, hit int
@@ -56,58 +49,36 @@ func TestImportCrashSoak(t *testing.T) {
 				if err := os.WriteFile(src, img, 0o600); err != nil {
 					t.Fatal(err)
 				}
-				d := start()
-				cmd := exec.Command(srpc, "import", "--wire", wire, "--target", addr, "--timeout", "30s", "vol0", src)
-				var out bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &out, &out
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				exited := make(chan error, 1)
-				go func() { exited <- cmd.Wait() }()
+				srv.Start(t)
+				p := e2etest.StartProc(t, srpc, "import", "--wire", wire, "--target", srv.Addr, "--timeout", "30s", "vol0", src)
 				// The kill comes once srpd has taken a random share of the
 				// image, so that it falls inside the import, not before
 				// or after it.
 				at := rng.Int64N(int64(len(img)))
 				pause := time.Duration(rng.IntN(400)) * time.Millisecond
-				began := time.Now()
-				for e2etest.VolumeStats(t, srpd, data, "vol0").Write.Bytes < uint64(at) && len(exited) == 0 {
-					if time.Since(began) > 60*time.Second {
-						t.Fatalf("iteration %d: srpd has not written %d bytes after 60s: %s", it, at, out.String())
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-				kill := fmt.Sprintf("%d MiB", at>>20)
-				d.Kill(t)
-				time.Sleep(pause)
-				d = start()
-				var werr error
-				select {
-				case werr = <-exited:
-				case <-time.After(90 * time.Second):
-					cmd.Process.Kill()
-					t.Fatalf("iteration %d (kill after %s, down %v): srpc import still running 90s later: %s", it, kill, pause, out.String())
-				}
+				srv.WaitWritten(t, "vol0", uint64(at), p)
+				desc := fmt.Sprintf("iteration %d (kill after %d MiB, down %v)", it, at>>20, pause)
+				srv.Restart(t, pause)
+				werr := p.Wait(t, 90*time.Second, desc)
+				out := p.Output()
 				if werr != nil {
 					refused++
-					t.Logf("iteration %d (kill after %s, down %v): import exited non-zero, as it may: %v: %s", it, kill, pause, werr, e2etest.LastLine(out.String()))
+					t.Logf("%s: import exited non-zero, as it may: %v: %s", desc, werr, e2etest.LastLine(out))
 				} else {
-					r := e2etest.MustRun(t, srpc, "export", "--wire", wire, "--target", addr, "--length", strconv.Itoa(len(img)), "vol0", "-")
+					r := e2etest.MustRun(t, srpc, "export", "--wire", wire, "--target", srv.Addr, "--length", strconv.Itoa(len(img)), "vol0", "-")
 					if got := []byte(r.Stdout); !bytes.Equal(got, img) {
 						i := 0
 						for i < len(got) && i < len(img) && got[i] == img[i] {
 							i++
 						}
-						t.Fatalf("iteration %d (kill after %s, down %v): srpc import exited 0 but the volume differs from byte %d on (seed %d): %s", it, kill, pause, i, seed, out.String())
+						t.Fatalf("%s: srpc import exited 0 but the volume differs from byte %d on (seed %d): %s", desc, i, seed, out)
 					}
 					exact++
 				}
-				if bytes.Contains(out.Bytes(), []byte("reconnect")) {
+				if strings.Contains(out, "reconnect") {
 					hit++
 				}
-				if code := d.Stop(t); code != 0 {
-					t.Fatalf("srpd exited %d after SIGTERM:\n%s", code, d.Log())
-				}
+				srv.Stop(t)
 			}
 			t.Logf("%d iterations over %s: %d imports exact, %d exited non-zero, 0 silent losses; %d saw the kill", iters, wire, exact, refused, hit)
 		})

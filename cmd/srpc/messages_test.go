@@ -201,8 +201,8 @@ func TestMountMessages(t *testing.T) {
 	}
 
 	m := startMount(t, srpc, addr, "vol0", mnt)
-	m.cmd.Process.Kill()
-	<-m.exited
+	m.Cmd.Process.Kill()
+	<-m.Exited()
 	r := e2etest.Run(t, nil, srpc, "mount", "--target", addr, "vol0", mnt)
 	want = "srpc: mount point " + mnt + " is a stale FUSE mount (its srpc was killed): clean it up with 'umount -l' first\n"
 	if r.Code != 1 || r.Stderr != want {

@@ -21,64 +21,38 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// mountProc is a running 'srpc mount'.
-type mountProc struct {
-	cmd    *exec.Cmd
-	out    bytes.Buffer
-	exited chan struct{}
-}
-
-func startMount(t *testing.T, srpc, addr, vol, dir string) *mountProc {
+// startMount runs 'srpc mount' and waits until DIR/disk is there. The
+// cleanup stops a mount still running with SIGTERM, which unmounts, and
+// detaches it lazily if srpc does not exit.
+func startMount(t *testing.T, srpc, addr, vol, dir string) *e2etest.Proc {
 	t.Helper()
-	m := &mountProc{exited: make(chan struct{})}
-	m.cmd = exec.Command(srpc, "mount", "--target", addr, vol, dir)
-	m.cmd.Stdout, m.cmd.Stderr = &m.out, &m.out
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { m.cmd.Wait(); close(m.exited) }()
+	m := e2etest.StartProc(t, srpc, "mount", "--target", addr, vol, dir)
 	t.Cleanup(func() {
+		m.Cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-m.exited:
-		default:
-			m.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-m.exited:
-			case <-time.After(10 * time.Second):
-				m.cmd.Process.Kill()
-				<-m.exited
-				exec.Command("umount", "-l", dir).Run()
-			}
+		case <-m.Exited():
+		case <-time.After(10 * time.Second):
+			m.Cmd.Process.Kill()
+			<-m.Exited()
+			exec.Command("umount", "-l", dir).Run()
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if mounted(dir) {
-			if _, err := os.Stat(filepath.Join(dir, "disk")); err == nil {
-				return m
-			}
-		}
-		select {
-		case <-m.exited:
-			t.Fatalf("srpc mount exited: %s", m.out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mount not ready after 30s: %s", m.out.String())
-		}
+	ready := func() bool {
+		_, err := os.Stat(filepath.Join(dir, "disk"))
+		return mounted(dir) && err == nil
 	}
+	if !m.WaitFor(t, 30*time.Second, "mount", ready) {
+		t.Fatalf("srpc mount exited: %s", m.Output())
+	}
+	return m
 }
 
-func (m *mountProc) stop(t *testing.T) {
+// stopMount stops srpc mount with SIGTERM and fails the test unless it
+// exits 0.
+func stopMount(t *testing.T, m *e2etest.Proc) {
 	t.Helper()
-	m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("srpc mount did not exit after SIGTERM: %s", m.out.String())
-	}
-	if code := m.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("srpc mount exit %d: %s", code, m.out.String())
+	if code := m.Stop(t); code != 0 {
+		t.Fatalf("srpc mount exit %d: %s", code, m.Output())
 	}
 }
 
@@ -177,7 +151,7 @@ func TestMountLoopExt4(t *testing.T) {
 	run(t, "sync")
 	run(t, "umount", fsDir)
 	detach()
-	m.stop(t)
+	stopMount(t, m)
 	if mounted(mnt) {
 		t.Fatal("still mounted after SIGTERM")
 	}
@@ -232,7 +206,7 @@ func TestMountLoopExt4(t *testing.T) {
 		t.Errorf("blkdiscard -z did not reach the volume as WRITE_ZEROES: %+v -> %+v", before.WriteZeroes, after.WriteZeroes)
 	}
 	detach()
-	m.stop(t)
+	stopMount(t, m)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

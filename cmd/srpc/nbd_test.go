@@ -12,83 +12,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gosrp/gosrp/internal/e2etest"
 )
 
-// nbdProc is a running 'srpc nbd'.
-type nbdProc struct {
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	out    bytes.Buffer
-	exited chan struct{}
-}
-
-func (p *nbdProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *nbdProc) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
 // startNBD runs 'srpc nbd --socket SOCK' against srpd at addr and waits
 // until the socket answers.
-func startNBD(t *testing.T, srpc, addr, vol, sock string) *nbdProc {
+func startNBD(t *testing.T, srpc, addr, vol, sock string) *e2etest.Proc {
 	t.Helper()
 	return startNBDWith(t, srpc, "nbd", "--target", addr, "--socket", sock, vol)
 }
 
 // startNBDWith runs srpc with args and waits until it says it serves.
-func startNBDWith(t *testing.T, srpc string, args ...string) *nbdProc {
+func startNBDWith(t *testing.T, srpc string, args ...string) *e2etest.Proc {
 	t.Helper()
-	p := &nbdProc{exited: make(chan struct{})}
-	p.cmd = exec.Command(srpc, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.log(), "serving") {
-		select {
-		case <-p.exited:
-			t.Fatalf("srpc nbd exited: %s", p.log())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("srpc nbd not serving after 30s: %s", p.log())
-		}
-	}
+	p := e2etest.StartProc(t, srpc, args...)
+	p.WaitOutput(t, "serving", 30*time.Second)
 	return p
-}
-
-// stop sends SIGTERM and returns the exit code.
-func (p *nbdProc) stop(t *testing.T) int {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("srpc nbd did not exit 30s after SIGTERM: %s", p.log())
-	}
-	return p.cmd.ProcessState.ExitCode()
 }
 
 func TestNBDUsage(t *testing.T) {
@@ -135,7 +77,7 @@ func TestNBDRaw(t *testing.T) {
 		t.Helper()
 		b := make([]byte, n)
 		if _, err := io.ReadFull(br, b); err != nil {
-			t.Fatalf("read: %v\n%s", err, p.log())
+			t.Fatalf("read: %v\n%s", err, p.Output())
 		}
 		return b
 	}
@@ -231,11 +173,11 @@ func TestNBDRaw(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("after NBD_CMD_DISC: %v", err)
 	}
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("srpc nbd exit %d after SIGTERM: %s", code, p.log())
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("srpc nbd exit %d after SIGTERM: %s", code, p.Output())
 	}
-	if !strings.Contains(p.log(), "flushed") {
-		t.Errorf("no flush on stop: %s", p.log())
+	if !strings.Contains(p.Output(), "flushed") {
+		t.Errorf("no flush on stop: %s", p.Output())
 	}
 	if _, err := os.Stat(sock); err == nil {
 		t.Error("socket left behind")
@@ -261,7 +203,7 @@ func TestNBDInterop(t *testing.T) {
 		cmd := exec.Command(name, args...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("%s %s: %v\n%s\nsrpc nbd log:\n%s", name, strings.Join(args, " "), err, out, p.log())
+			t.Fatalf("%s %s: %v\n%s\nsrpc nbd log:\n%s", name, strings.Join(args, " "), err, out, p.Output())
 		}
 		return string(out)
 	}
@@ -315,8 +257,8 @@ func TestNBDInterop(t *testing.T) {
 		t.Fatal("nbdcopy into the volume, qemu-img out: differs")
 	}
 
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("srpc nbd exit %d after SIGTERM: %s", code, p.log())
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("srpc nbd exit %d after SIGTERM: %s", code, p.Output())
 	}
 }
 

@@ -86,7 +86,7 @@ func TestNBDSparse(t *testing.T) {
 			if errors.As(err, &ee) {
 				out = append(out, ee.Stderr...)
 			}
-			t.Fatalf("%s %s: %v\n%s\nsrpc nbd log:\n%s", name, strings.Join(args, " "), err, out, p.log())
+			t.Fatalf("%s %s: %v\n%s\nsrpc nbd log:\n%s", name, strings.Join(args, " "), err, out, p.Output())
 		}
 		return out
 	}
@@ -182,7 +182,7 @@ func TestNBDSparse(t *testing.T) {
 	if allocated > 4<<20 {
 		t.Errorf("the copy allocates %d bytes for %d written: holes not kept (%v)", allocated, 1<<20+64<<10+8<<10, fileData)
 	}
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("srpc nbd exit %d after SIGTERM: %s", code, p.log())
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("srpc nbd exit %d after SIGTERM: %s", code, p.Output())
 	}
 }

@@ -34,15 +34,15 @@ func TestNBDTLS(t *testing.T) {
 	p := startNBDWith(t, srpc, "nbd", "--target", addr, "--listen", nbdAddr,
 		"--tls-cert", filepath.Join(certs, testcerts.ServerCert), "--tls-key", filepath.Join(certs, testcerts.ServerKey),
 		"--tls-client-ca", filepath.Join(certs, testcerts.CACert), "vol0")
-	if !strings.Contains(p.log(), "nbds://"+nbdAddr+"/vol0") {
-		t.Errorf("srpc nbd does not announce an nbds:// URI: %s", p.log())
+	if !strings.Contains(p.Output(), "nbds://"+nbdAddr+"/vol0") {
+		t.Errorf("srpc nbd does not announce an nbds:// URI: %s", p.Output())
 	}
 	uri := "nbds://" + nbdAddr + "/vol0?tls-certificates=" + certs
 	run := func(name string, args ...string) string {
 		t.Helper()
 		out, err := exec.Command(name, args...).CombinedOutput()
 		if err != nil {
-			t.Fatalf("%s %s: %v\n%s\nsrpc nbd log:\n%s", name, strings.Join(args, " "), err, out, p.log())
+			t.Fatalf("%s %s: %v\n%s\nsrpc nbd log:\n%s", name, strings.Join(args, " "), err, out, p.Output())
 		}
 		return string(out)
 	}
@@ -77,7 +77,7 @@ func TestNBDTLS(t *testing.T) {
 			t.Logf("nbdinfo %s: %v: %s", bad, err, strings.TrimSpace(string(o)))
 		}
 	}
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("srpc nbd exit %d after SIGTERM: %s", code, p.log())
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("srpc nbd exit %d after SIGTERM: %s", code, p.Output())
 	}
 }

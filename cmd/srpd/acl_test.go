@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,56 +15,17 @@ import (
 	"github.com/gosrp/gosrp/target"
 )
 
-// lockedBuffer is a process's stderr, read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // streamingImport is an srpc import from a pipe: it keeps a session
 // with the volume open for as long as the test feeds it.
 type streamingImport struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stderr lockedBuffer
-	exited chan struct{}
+	*e2etest.Proc
+	stdin io.WriteCloser
 }
 
 func startImport(t *testing.T, srpc string, args ...string) *streamingImport {
 	t.Helper()
-	si := &streamingImport{exited: make(chan struct{})}
-	si.cmd = exec.Command(srpc, append([]string{"import"}, args...)...)
-	si.cmd.Stderr = &si.stderr
-	var err error
-	if si.stdin, err = si.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := si.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { si.cmd.Wait(); close(si.exited) }()
-	t.Cleanup(func() {
-		si.stdin.Close()
-		select {
-		case <-si.exited:
-		case <-time.After(30 * time.Second):
-			si.cmd.Process.Kill()
-			<-si.exited
-		}
-	})
-	return si
+	p, stdin := e2etest.StartPiped(t, srpc, append([]string{"import"}, args...)...)
+	return &streamingImport{p, stdin}
 }
 
 // feedUntilExit writes to the import until srpc exits (an I/O error, say)
@@ -77,15 +36,15 @@ func (si *streamingImport) feedUntilExit(t *testing.T, d time.Duration) int {
 	deadline := time.After(d)
 	for {
 		select {
-		case <-si.exited:
-			return si.cmd.ProcessState.ExitCode()
+		case <-si.Exited():
+			return si.ExitCode()
 		case <-deadline:
-			t.Fatalf("srpc import still running %v later; stderr:\n%s", d, si.stderr.String())
+			t.Fatalf("srpc import still running %v later; output:\n%s", d, si.Output())
 		default:
 		}
 		if _, err := si.stdin.Write(chunk); err != nil {
-			<-si.exited
-			return si.cmd.ProcessState.ExitCode()
+			<-si.Exited()
+			return si.ExitCode()
 		}
 	}
 }
@@ -109,18 +68,6 @@ func waitSession(t *testing.T, srpd, data, initiator string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("no session of %s with an open volume", initiator)
-}
-
-// waitLog polls the daemon's log for want, for at most d.
-func waitLog(t *testing.T, d *e2etest.Daemon, want string, within time.Duration) {
-	t.Helper()
-	start := time.Now()
-	for !strings.Contains(d.Log(), want) {
-		if time.Since(start) > within {
-			t.Fatalf("srpd did not log %q within %v:\n%s", want, within, d.Log())
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestAccessControl runs the access-control gaps of issue 21 against the
@@ -160,9 +107,9 @@ func TestAccessControl(t *testing.T) {
 	}
 	waitSession(t, srpd, data, "host-c")
 	e2etest.MustRun(t, srpd, "acl", "set", "--data", data, "host-c", "A", "none")
-	waitLog(t, d, "access revoked: volume closed", time.Second)
-	if code := imp.feedUntilExit(t, 30*time.Second); code != 1 || !strings.Contains(imp.stderr.String(), "access denied") {
-		t.Errorf("srpc import after the revocation: exit %d, stderr:\n%s", code, imp.stderr.String())
+	d.WaitOutput(t, "access revoked: volume closed", time.Second)
+	if code := imp.feedUntilExit(t, 30*time.Second); code != 1 || !strings.Contains(imp.Output(), "access denied") {
+		t.Errorf("srpc import after the revocation: exit %d, stderr:\n%s", code, imp.Output())
 	}
 
 	// Changing host-d's secret ends its session; only the new one logs in.
@@ -176,9 +123,9 @@ func TestAccessControl(t *testing.T) {
 	}
 	waitSession(t, srpd, data, "host-d")
 	e2etest.MustRun(t, srpd, "secret", "set", "--data", data, "--secret-file", cur, "host-d")
-	waitLog(t, d, "session ended by a policy change", time.Second)
+	d.WaitOutput(t, "session ended by a policy change", time.Second)
 	if code := imp.feedUntilExit(t, 30*time.Second); code != 1 {
-		t.Errorf("srpc import with the old secret: exit %d, stderr:\n%s", code, imp.stderr.String())
+		t.Errorf("srpc import with the old secret: exit %d, stderr:\n%s", code, imp.Output())
 	}
 	if r := e2etest.Run(t, nil, srpc, "list", "--target", addr, "--name", "host-d", "--secret-file", old); r.Code != 1 {
 		t.Errorf("login with the old secret: exit %d, stderr %q", r.Code, r.Stderr)

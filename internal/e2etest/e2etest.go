@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -160,34 +159,14 @@ func MustRun(t testing.TB, bin string, args ...string) Result {
 
 // Daemon is a running srpd.
 type Daemon struct {
-	Cmd     *exec.Cmd
+	*Proc
 	Data    string
 	Addr    string
 	Metrics string
-	log     *syncBuffer
-	exited  chan struct{}
-	waitErr error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// Log is what the daemon has written to stderr so far.
-func (d *Daemon) Log() string { return d.log.String() }
+// Log is what the daemon has written to stdout and stderr so far.
+func (d *Daemon) Log() string { return d.Output() }
 
 // StartDaemon starts srpd on data and addr (plus extra flags) and waits
 // until its admin socket answers.
@@ -198,59 +177,18 @@ func StartDaemon(t testing.TB, srpd, data, addr, metrics string, extra ...string
 		args = append(args, "--metrics", metrics)
 	}
 	args = append(args, extra...)
-	d := &Daemon{Data: data, Addr: addr, Metrics: metrics, log: &syncBuffer{}, exited: make(chan struct{})}
-	d.Cmd = exec.Command(srpd, args...)
-	d.Cmd.Stdout, d.Cmd.Stderr = d.log, d.log
-	if err := d.Cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.waitErr = d.Cmd.Wait(); close(d.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-d.exited:
-		default:
-			d.Cmd.Process.Kill()
-			<-d.exited
-		}
-	})
+	d := &Daemon{Proc: StartProc(t, srpd, args...), Data: data, Addr: addr, Metrics: metrics}
 	c := admin.NewClient(filepath.Join(data, admin.SocketName))
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	answers := func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx)
-		cancel()
-		if err == nil {
-			return d
-		}
-		select {
-		case <-d.exited:
-			t.Fatalf("srpd exited before it was ready: %v\n%s", d.waitErr, d.Log())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("srpd not ready after 60s: %v\n%s", err, d.Log())
-		}
+		defer cancel()
+		return c.Ping(ctx) == nil
 	}
+	if !d.WaitFor(t, 60*time.Second, "answer on its admin socket", answers) {
+		t.Fatalf("srpd exited before it was ready: %v\n%s", d.waitErr, d.Log())
+	}
+	return d
 }
 
 // Kill sends SIGKILL and waits.
-func (d *Daemon) Kill(t testing.TB) {
-	t.Helper()
-	d.Cmd.Process.Kill()
-	<-d.exited
-}
-
-// Stop sends SIGTERM and returns the exit code.
-func (d *Daemon) Stop(t testing.TB) int {
-	t.Helper()
-	d.Cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("srpd did not exit 60s after SIGTERM\n%s", d.Log())
-	}
-	return d.Cmd.ProcessState.ExitCode()
-}
-
-// Exited is closed when the daemon process has exited.
-func (d *Daemon) Exited() <-chan struct{} { return d.exited }
+func (d *Daemon) Kill(t testing.TB) { d.kill() }
