@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,34 +21,28 @@ import (
 type FileStore struct {
 	dir string
 
-	// mu serializes creates, deletes and resizes and guards the fields
-	// below. Lock order: mu before any fileCore.mu.
-	mu     sync.Mutex
-	closed bool
-	open   map[string]*fileCore
-	refs   map[*fileCore]int
+	// storeState.mu serializes creates, deletes and resizes and guards
+	// open. Lock order: mu before any fileCore.mu.
+	storeState[*fileCore]
+	open map[string]*fileCore
 }
 
 var _ Store = (*FileStore)(nil)
 
 // fileCore is an open file volume, shared by its handles.
 type fileCore struct {
+	coreState
 	st       *FileStore // nil for OpenFileVolume
 	f        *os.File
 	fd       int
-	nm       string
-	bs       int
 	blockDev bool
 	punch    bool // fallocate(PUNCH_HOLE) works here
 
 	sg syncGroup
 
-	// mu guards sz, meta and closed: I/O holds it shared, resize and
-	// close exclusively.
-	mu     sync.RWMutex
-	closed bool
-	sz     int64
-	meta   *volumeMeta // nil for OpenFileVolume
+	// Guarded by mu:
+	sz   int64
+	meta *volumeMeta // nil for OpenFileVolume
 }
 
 // OpenFileStore opens (creating if needed) a file store in dir.
@@ -57,15 +50,11 @@ func OpenFileStore(dir string) (*FileStore, error) {
 	if err := os.MkdirAll(dir, privateDirMode); err != nil {
 		return nil, fmt.Errorf("block: file store %s: %w", dir, err)
 	}
-	return &FileStore{dir: dir, open: map[string]*fileCore{}, refs: map[*fileCore]int{}}, nil
+	return &FileStore{storeState: newStoreState[*fileCore]("file store " + dir), dir: dir, open: map[string]*fileCore{}}, nil
 }
 
 func (s *FileStore) volPath(name string) string  { return filepath.Join(s.dir, name+".vol") }
 func (s *FileStore) metaPath(name string) string { return filepath.Join(s.dir, name+".meta") }
-
-func (s *FileStore) errClosed(what string) error {
-	return fmt.Errorf("block: file store %s: %s: %w", s.dir, what, ErrClosed)
-}
 
 // readMeta reads and decodes NAME.meta.
 func (s *FileStore) readMeta(name string) (*volumeMeta, error) {
@@ -117,15 +106,11 @@ func syncDir(dir string) error {
 
 // Create implements Store.
 func (s *FileStore) Create(name string, size int64, blockSize int) (Volume, error) {
-	bs, err := checkCreate(name, size, blockSize)
+	bs, err := s.lockCreate(name, size, blockSize)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("create " + name)
-	}
 	if _, err := os.Stat(s.metaPath(name)); err == nil {
 		return nil, fmt.Errorf("block: volume %q: create: %w", name, ErrExists)
 	}
@@ -158,10 +143,9 @@ func (s *FileStore) openCoreLocked(c *fileCore) Volume {
 	return newHandle(c, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.refs[c]--; s.refs[c] > 0 {
+		if !s.unrefLocked(c) {
 			return
 		}
-		delete(s.refs, c)
 		if s.open[c.nm] == c {
 			delete(s.open, c.nm)
 		}
@@ -174,11 +158,10 @@ func (s *FileStore) openCoreLocked(c *fileCore) Volume {
 // Open implements Store. The file's length is set to the recorded size, which
 // completes or undoes a resize a crash interrupted.
 func (s *FileStore) Open(name string) (Volume, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("open " + name)
+	if err := s.lock("open " + name); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	if c := s.open[name]; c != nil {
 		return s.openCoreLocked(c), nil
 	}
@@ -212,11 +195,10 @@ func (s *FileStore) Open(name string) (Volume, error) {
 
 // List implements Store.
 func (s *FileStore) List() ([]VolumeInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("list")
+	if err := s.lock("list"); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("block: file store %s: list: %w", s.dir, err)
@@ -244,11 +226,10 @@ func (s *FileStore) List() ([]VolumeInfo, error) {
 
 // Delete implements Store.
 func (s *FileStore) Delete(name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return s.errClosed("delete " + name)
+	if err := s.lock("delete " + name); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	if err := checkName("volume", name); err != nil {
 		return err
 	}
@@ -272,11 +253,10 @@ func (s *FileStore) Delete(name string) error {
 // Close implements Store: open handles then fail with ErrClosed. Data
 // written without Flush is left to the kernel to write back.
 func (s *FileStore) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return s.errClosed("close")
+	if err := s.lock("close"); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	s.closed = true
 	var err error
 	for _, c := range s.open {
@@ -330,7 +310,7 @@ func OpenFileVolume(path string, blockSize int) (Volume, error) {
 }
 
 func newFileCore(f *os.File, name string, size int64, bs int, blockDev bool) (*fileCore, error) {
-	c := &fileCore{f: f, fd: int(f.Fd()), nm: name, bs: bs, sz: size, blockDev: blockDev}
+	c := &fileCore{coreState: coreState{nm: name, bs: bs}, f: f, fd: int(f.Fd()), sz: size, blockDev: blockDev}
 	c.punch = !blockDev && probePunchHole(c.fd, size)
 	return c, nil
 }
@@ -350,9 +330,6 @@ func (c *fileCore) closeLocked() error {
 	return c.f.Close()
 }
 
-func (c *fileCore) name() string   { return c.nm }
-func (c *fileCore) blockSize() int { return c.bs }
-
 func (c *fileCore) size() int64 {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -371,10 +348,7 @@ func (c *fileCore) caps() Caps {
 }
 
 func (c *fileCore) check(op string, off, n int64) error {
-	if c.closed {
-		return ioErr(c.nm, op, n, off, ErrClosed)
-	}
-	return checkIO(c.nm, op, off, n, c.sz, c.bs)
+	return c.checkReq(op, off, n, c.sz, false)
 }
 
 func (c *fileCore) readAt(p []byte, off int64) error {
@@ -449,8 +423,8 @@ func (c *fileCore) fdatasync() error {
 func (c *fileCore) flush() error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.closed {
-		return fmt.Errorf("block: volume %q: flush: %w", c.nm, ErrClosed)
+	if err := c.usable("flush", false); err != nil {
+		return err
 	}
 	if err := c.sg.do(c.fdatasync); err != nil {
 		return fmt.Errorf("block: volume %q: flush: %w", c.nm, noSpace(err))
@@ -519,10 +493,10 @@ func (c *fileCore) resize(n int64) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	what := fmt.Sprintf("volume %q: resize to %d", c.nm, n)
-	if c.closed {
-		return fmt.Errorf("block: %s: %w", what, ErrClosed)
+	if err := c.usable(fmt.Sprintf("resize to %d", n), true); err != nil {
+		return err
 	}
+	what := fmt.Sprintf("volume %q: resize to %d", c.nm, n)
 	if c.blockDev {
 		return fmt.Errorf("block: %s: block device: %w", what, ErrUnsupported)
 	}

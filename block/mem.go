@@ -3,7 +3,6 @@ package block
 import (
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 )
 
@@ -15,11 +14,9 @@ import (
 // but not CapPersistent; I/O never waits, so they report CapImmediate.
 // Snapshots share unchanged chunks with the volume.
 type MemStore struct {
-	mu     sync.Mutex
-	closed bool
-	vols   map[string]*memCore
-	snaps  map[string]map[string]*memCore // volume → snapshot → frozen core
-	refs   map[*memCore]int               // open handles per core
+	storeState[*memCore]
+	vols  map[string]*memCore
+	snaps map[string]map[string]*memCore // volume → snapshot → frozen core
 }
 
 var (
@@ -29,42 +26,31 @@ var (
 
 // NewMemStore returns an empty memory store.
 func NewMemStore() *MemStore {
-	return &MemStore{vols: map[string]*memCore{}, snaps: map[string]map[string]*memCore{}, refs: map[*memCore]int{}}
+	return &MemStore{storeState: newStoreState[*memCore]("memory store"), vols: map[string]*memCore{}, snaps: map[string]map[string]*memCore{}}
 }
 
 // memCore is a memory volume or snapshot.
 type memCore struct {
-	nm       string
-	bs       int
-	readOnly bool
-	created  time.Time
+	coreState
+	created time.Time
 
-	mu     sync.RWMutex
-	closed bool // store closed or volume deleted
+	// Guarded by mu:
 	sz     int64
 	gen    uint64 // bumped by every snapshot and resize (VolumeInfo.Generation)
 	blocks blockTable
 }
 
-func (s *MemStore) errClosed(op string) error {
-	return fmt.Errorf("block: memory store: %s: %w", op, ErrClosed)
-}
-
 // Create implements Store.
 func (s *MemStore) Create(name string, size int64, blockSize int) (Volume, error) {
-	bs, err := checkCreate(name, size, blockSize)
+	bs, err := s.lockCreate(name, size, blockSize)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("create " + name)
-	}
 	if _, ok := s.vols[name]; ok {
 		return nil, fmt.Errorf("block: volume %q: create: %w", name, ErrExists)
 	}
-	c := &memCore{nm: name, bs: bs, sz: size, created: time.Now(), gen: 1, blocks: newBlockTable(bs)}
+	c := &memCore{coreState: coreState{nm: name, bs: bs}, sz: size, created: time.Now(), gen: 1, blocks: newBlockTable(bs)}
 	s.vols[name] = c
 	return s.openLocked(c), nil
 }
@@ -74,19 +60,16 @@ func (s *MemStore) openLocked(c *memCore) Volume {
 	return newHandle(c, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.refs[c]--; s.refs[c] <= 0 {
-			delete(s.refs, c)
-		}
+		s.unrefLocked(c)
 	})
 }
 
 // Open implements Store.
 func (s *MemStore) Open(name string) (Volume, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("open " + name)
+	if err := s.lock("open " + name); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	c, ok := s.vols[name]
 	if !ok {
 		return nil, fmt.Errorf("block: volume %q: open: %w", name, ErrNotFound)
@@ -96,11 +79,10 @@ func (s *MemStore) Open(name string) (Volume, error) {
 
 // List implements Store.
 func (s *MemStore) List() ([]VolumeInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("list")
+	if err := s.lock("list"); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	out := make([]VolumeInfo, 0, len(s.vols))
 	for _, c := range s.vols {
 		c.mu.RLock()
@@ -113,11 +95,10 @@ func (s *MemStore) List() ([]VolumeInfo, error) {
 
 // Delete implements Store.
 func (s *MemStore) Delete(name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return s.errClosed("delete " + name)
+	if err := s.lock("delete " + name); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	c, ok := s.vols[name]
 	if !ok {
 		return fmt.Errorf("block: volume %q: delete: %w", name, ErrNotFound)
@@ -142,11 +123,10 @@ func (s *MemStore) Delete(name string) error {
 
 // Close implements Store; every open handle then fails with ErrClosed.
 func (s *MemStore) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return s.errClosed("close")
+	if err := s.lock("close"); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	s.closed = true
 	for _, c := range s.vols {
 		c.drop()
@@ -175,11 +155,10 @@ func (s *MemStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
 	if err := checkName("snapshot", snap); err != nil {
 		return SnapshotInfo{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return SnapshotInfo{}, s.errClosed("snapshot " + volume)
+	if err := s.lock("snapshot " + volume); err != nil {
+		return SnapshotInfo{}, err
 	}
+	defer s.mu.Unlock()
 	c, ok := s.vols[volume]
 	if !ok {
 		return SnapshotInfo{}, fmt.Errorf("block: volume %q: snapshot %q: %w", volume, snap, ErrNotFound)
@@ -202,16 +181,15 @@ func (s *MemStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
 func (c *memCore) freezeLocked(name string, readOnly bool) *memCore {
 	blocks := c.blocks.clone()
 	c.gen++
-	return &memCore{nm: name, bs: c.bs, readOnly: readOnly, created: time.Now(), sz: c.sz, gen: c.gen + 1, blocks: blocks}
+	return &memCore{coreState: coreState{nm: name, bs: c.bs, readOnly: readOnly}, created: time.Now(), sz: c.sz, gen: c.gen + 1, blocks: blocks}
 }
 
 // Snapshots implements Snapshotter.
 func (s *MemStore) Snapshots(volume string) ([]SnapshotInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("snapshots " + volume)
+	if err := s.lock("snapshots " + volume); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	if _, ok := s.vols[volume]; !ok {
 		return nil, fmt.Errorf("block: volume %q: snapshots: %w", volume, ErrNotFound)
 	}
@@ -282,9 +260,6 @@ func (s *MemStore) Clone(volume, snap, newName string) (Volume, error) {
 	return s.openLocked(c), nil
 }
 
-func (c *memCore) name() string   { return c.nm }
-func (c *memCore) blockSize() int { return c.bs }
-
 func (c *memCore) size() int64 {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -300,13 +275,7 @@ func (c *memCore) caps() Caps {
 
 // check validates a request. REQUIRES: c.mu (read or write).
 func (c *memCore) check(op string, off, n int64, write bool) error {
-	if c.closed {
-		return ioErr(c.nm, op, n, off, ErrClosed)
-	}
-	if write && c.readOnly {
-		return ioErr(c.nm, op, n, off, ErrReadOnly)
-	}
-	return checkIO(c.nm, op, off, n, c.sz, c.bs)
+	return c.checkReq(op, off, n, c.sz, write)
 }
 
 func (c *memCore) readAt(p []byte, off int64) error {
@@ -338,10 +307,7 @@ func (c *memCore) writeAt(p []byte, off int64, fua bool) error {
 func (c *memCore) flush() error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.closed {
-		return fmt.Errorf("block: volume %q: flush: %w", c.nm, ErrClosed)
-	}
-	return nil
+	return c.usable("flush", false)
 }
 
 // zero drops the blocks of [off, off+n); a dropped block reads as zeros.
@@ -362,11 +328,8 @@ func (c *memCore) writeZeroes(off, n int64) error { return c.zero("write-zeroes"
 func (c *memCore) resize(n int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return fmt.Errorf("block: volume %q: resize to %d: %w", c.nm, n, ErrClosed)
-	}
-	if c.readOnly {
-		return fmt.Errorf("block: volume %q: resize to %d: %w", c.nm, n, ErrReadOnly)
+	if err := c.usable(fmt.Sprintf("resize to %d", n), true); err != nil {
+		return err
 	}
 	if err := checkSize(c.nm, n, c.bs); err != nil {
 		return err

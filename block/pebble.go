@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,14 +68,12 @@ type PebbleStore struct {
 	dir string
 	db  *pebble.DB
 
-	// mu serializes every metadata change (create, resize, snapshot,
-	// delete, ...) and guards the fields below. Lock order: mu before any
-	// pebbleCore.mu. The I/O path never takes mu.
-	mu        sync.Mutex
-	closed    bool
+	// storeState.mu serializes every metadata change (create, resize,
+	// snapshot, delete, ...) and guards the fields below. Lock order: mu
+	// before any pebbleCore.mu. The I/O path never takes mu.
+	storeState[*pebbleCore]
 	nextLayer uint64
 	open      map[string]*pebbleCore // by "volume" or "volume@snapshot"
-	refs      map[*pebbleCore]int
 
 	// stalls counts the writers pebble is holding back (a write stall:
 	// too many memtables waiting for a flush, or too many L0 files).
@@ -123,7 +120,7 @@ func OpenPebbleStore(dir string, o *PebbleOptions) (*PebbleStore, error) {
 	}
 	cache := pebble.NewCache(cacheSize)
 	defer cache.Unref()
-	s := &PebbleStore{dir: dir, open: map[string]*pebbleCore{}, refs: map[*pebbleCore]int{}}
+	s := &PebbleStore{storeState: newStoreState[*pebbleCore]("pebble store " + dir), dir: dir, open: map[string]*pebbleCore{}}
 	opts := &pebble.Options{
 		// Pebble calls Begin and End in pairs, once per stalled write
 		// (DB.maybeInduceWriteStall).
@@ -301,10 +298,6 @@ func (s *PebbleStore) Dir() string { return s.dir }
 // bytes), for benchmarks and the daemon's stats.
 func (s *PebbleStore) Metrics() *pebble.Metrics { return s.db.Metrics() }
 
-func (s *PebbleStore) errClosed(what string) error {
-	return fmt.Errorf("block: pebble store %s: %s: %w", s.dir, what, ErrClosed)
-}
-
 // getMetaLocked reads and decodes one volume or snapshot record.
 func (s *PebbleStore) getMetaLocked(volume, snap string) (*volumeMeta, error) {
 	key := volumeKey(volume)
@@ -368,15 +361,11 @@ func (s *PebbleStore) commitMetaLocked(b *pebble.Batch, what string) error {
 
 // Create implements Store.
 func (s *PebbleStore) Create(name string, size int64, blockSize int) (Volume, error) {
-	bs, err := checkCreate(name, size, blockSize)
+	bs, err := s.lockCreate(name, size, blockSize)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("create " + name)
-	}
 	if err := s.checkOvercommitLocked(fmt.Sprintf("volume %q: create of %d bytes", name, size), 0, size); err != nil {
 		return nil, err
 	}
@@ -419,11 +408,7 @@ func (s *PebbleStore) openCoreLocked(key string, m *volumeMeta) Volume {
 func (s *PebbleStore) release(key string, c *pebbleCore) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.refs[c]--; s.refs[c] > 0 {
-		return
-	}
-	delete(s.refs, c)
-	if s.open[key] == c {
+	if s.unrefLocked(c) && s.open[key] == c {
 		delete(s.open, key)
 	}
 }
@@ -431,11 +416,10 @@ func (s *PebbleStore) release(key string, c *pebbleCore) {
 // Open implements Store. A record that fails to decode gives ErrCorrupt,
 // one from a newer format ErrFormatVersion.
 func (s *PebbleStore) Open(name string) (Volume, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("open " + name)
+	if err := s.lock("open " + name); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	if c := s.open[name]; c != nil {
 		return s.openCoreLocked(name, nil), nil
 	}
@@ -483,11 +467,10 @@ func (s *PebbleStore) scanMetaLocked(prefix []byte, fn func(key []byte, m *volum
 // List implements Store. A damaged record fails the whole list with
 // ErrCorrupt naming the volume rather than hiding the volume.
 func (s *PebbleStore) List() ([]VolumeInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("list")
+	if err := s.lock("list"); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	out := []VolumeInfo{}
 	err := s.scanMetaLocked([]byte{kindVolume}, func(_ []byte, m *volumeMeta) error {
 		out = append(out, m.info())
@@ -517,11 +500,10 @@ func (s *PebbleStore) busyLocked(volume, snap string, snaps bool) error {
 // longer referenced by any volume, snapshot or clone are range-deleted in
 // the same batch.
 func (s *PebbleStore) Delete(name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return s.errClosed("delete " + name)
+	if err := s.lock("delete " + name); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	m, err := s.getMetaLocked(name, "")
 	if err != nil {
 		return fmt.Errorf("block: volume %q: delete: %w", name, err)
@@ -583,11 +565,10 @@ func (s *PebbleStore) gcLocked(b *pebble.Batch, candidates []uint64, dropped fun
 // Close implements Store: it closes every open handle's volume (their
 // calls then fail with ErrClosed) and closes pebble, which syncs the WAL.
 func (s *PebbleStore) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return s.errClosed("close")
+	if err := s.lock("close"); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	s.closed = true
 	for _, c := range s.open {
 		// Waits for in-flight I/O: pebble must not be used after Close.
@@ -633,11 +614,10 @@ func (s *PebbleStore) checkOvercommitLocked(what string, before, size int64) err
 
 // Space implements SpaceReporter.
 func (s *PebbleStore) Space() (SpaceInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return SpaceInfo{}, s.errClosed("space")
+	if err := s.lock("space"); err != nil {
+		return SpaceInfo{}, err
 	}
+	defer s.mu.Unlock()
 	info := s.space.info()
 	if !info.Known {
 		return info, nil
@@ -658,11 +638,10 @@ func (s *PebbleStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
 	if err := checkName("snapshot", snap); err != nil {
 		return SnapshotInfo{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return SnapshotInfo{}, s.errClosed("snapshot " + volume)
+	if err := s.lock("snapshot " + volume); err != nil {
+		return SnapshotInfo{}, err
 	}
+	defer s.mu.Unlock()
 	what := fmt.Sprintf("volume %q: snapshot %q", volume, snap)
 	m, err := s.getMetaLocked(volume, "")
 	if err != nil {
@@ -705,11 +684,10 @@ func (s *PebbleStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
 
 // Snapshots implements Snapshotter.
 func (s *PebbleStore) Snapshots(volume string) ([]SnapshotInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("snapshots " + volume)
+	if err := s.lock("snapshots " + volume); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	if _, err := s.getMetaLocked(volume, ""); err != nil {
 		return nil, err
 	}
@@ -727,11 +705,10 @@ func (s *PebbleStore) Snapshots(volume string) ([]SnapshotInfo, error) {
 
 // OpenSnapshot implements Snapshotter.
 func (s *PebbleStore) OpenSnapshot(volume, snap string) (Volume, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("open " + volume + "@" + snap)
+	if err := s.lock("open " + volume + "@" + snap); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	key := volume + "@" + snap
 	if c := s.open[key]; c != nil {
 		return s.openCoreLocked(key, nil), nil
@@ -746,11 +723,10 @@ func (s *PebbleStore) OpenSnapshot(volume, snap string) (Volume, error) {
 // DeleteSnapshot implements Snapshotter. Layers the volume or a clone
 // still reads through stay; only layers nothing references are dropped.
 func (s *PebbleStore) DeleteSnapshot(volume, snap string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return s.errClosed("delete " + volume + "@" + snap)
+	if err := s.lock("delete " + volume + "@" + snap); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	m, err := s.getMetaLocked(volume, snap)
 	if err != nil {
 		return err
@@ -774,11 +750,10 @@ func (s *PebbleStore) Clone(volume, snap, newName string) (Volume, error) {
 	if err := checkName("volume", newName); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, s.errClosed("clone " + volume + "@" + snap)
+	if err := s.lock("clone " + volume + "@" + snap); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	sm, err := s.getMetaLocked(volume, snap)
 	if err != nil {
 		return nil, fmt.Errorf("block: volume %q: clone: %w", newName, err)

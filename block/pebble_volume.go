@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -15,32 +14,24 @@ var maskValue = []byte{'z'}
 
 // pebbleCore is an open pebble volume or snapshot, shared by its handles.
 type pebbleCore struct {
-	s        *PebbleStore
-	db       *pebble.DB
-	nm       string // "volume" or "volume@snapshot"
-	vol      string
-	snap     string
-	bs       int
-	readOnly bool
+	coreState
+	s    *PebbleStore
+	db   *pebble.DB
+	vol  string
+	snap string
 
-	// mu guards meta and closed. I/O holds it shared, so a request sees
-	// one size and one layer chain from check to commit; resize, snapshot
-	// and close hold it exclusively and so wait for in-flight I/O.
-	mu     sync.RWMutex
-	closed bool
-	meta   *volumeMeta
+	// meta is guarded by mu: a request sees one size and one layer chain
+	// from check to commit.
+	meta *volumeMeta
 }
 
 func newPebbleCore(s *PebbleStore, m *volumeMeta) *pebbleCore {
-	c := &pebbleCore{s: s, db: s.db, nm: m.Name, vol: m.Name, snap: m.Snapshot, bs: m.BlockSize, meta: m}
+	c := &pebbleCore{coreState: coreState{nm: m.Name, bs: m.BlockSize}, s: s, db: s.db, vol: m.Name, snap: m.Snapshot, meta: m}
 	if m.Snapshot != "" {
 		c.nm, c.readOnly = m.Name+"@"+m.Snapshot, true
 	}
 	return c
 }
-
-func (c *pebbleCore) name() string   { return c.nm }
-func (c *pebbleCore) blockSize() int { return c.bs }
 
 func (c *pebbleCore) size() int64 {
 	c.mu.RLock()
@@ -57,13 +48,7 @@ func (c *pebbleCore) caps() Caps {
 
 // check validates a request. REQUIRES: c.mu held (shared is enough).
 func (c *pebbleCore) check(op string, off, n int64, write bool) error {
-	if c.closed {
-		return ioErr(c.nm, op, n, off, ErrClosed)
-	}
-	if write && c.readOnly {
-		return ioErr(c.nm, op, n, off, ErrReadOnly)
-	}
-	return checkIO(c.nm, op, off, n, c.meta.Size, c.bs)
+	return c.checkReq(op, off, n, c.meta.Size, write)
 }
 
 func (c *pebbleCore) readAt(p []byte, off int64) error {
@@ -270,8 +255,8 @@ func (c *pebbleCore) stalled() bool { return c.s.stalls.Load() > 0 }
 func (c *pebbleCore) flush() error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.closed {
-		return fmt.Errorf("block: volume %q: flush: %w", c.nm, ErrClosed)
+	if err := c.usable("flush", false); err != nil {
+		return err
 	}
 	if c.readOnly {
 		return nil // nothing was written through this handle
@@ -322,13 +307,10 @@ func (c *pebbleCore) resize(n int64) error {
 	defer s.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.usable(fmt.Sprintf("resize to %d", n), true); err != nil {
+		return err
+	}
 	what := fmt.Sprintf("volume %q: resize to %d", c.nm, n)
-	if c.closed {
-		return fmt.Errorf("block: %s: %w", what, ErrClosed)
-	}
-	if c.readOnly {
-		return fmt.Errorf("block: %s: %w", what, ErrReadOnly)
-	}
 	if err := checkSize(c.nm, n, c.bs); err != nil {
 		return err
 	}

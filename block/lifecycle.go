@@ -1,0 +1,98 @@
+package block
+
+import (
+	"fmt"
+	"sync"
+)
+
+// storeState is the lifecycle every store shares: the mutex its
+// metadata changes hold, the closed bit they check under it, and how many
+// handles each open core has (a store refuses to delete what is open,
+// and forgets a core when its last handle closes).
+type storeState[C comparable] struct {
+	what string // the store, in errors: "memory store", "file store DIR"
+
+	mu     sync.Mutex
+	closed bool
+	refs   map[C]int
+}
+
+func newStoreState[C comparable](what string) storeState[C] {
+	return storeState[C]{what: what, refs: map[C]int{}}
+}
+
+func (s *storeState[C]) errClosed(op string) error {
+	return fmt.Errorf("block: %s: %s: %w", s.what, op, ErrClosed)
+}
+
+// lock takes mu, or fails with ErrClosed, op naming the call, once the
+// store is closed.
+func (s *storeState[C]) lock(op string) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return s.errClosed(op)
+	}
+	return nil
+}
+
+// lockCreate validates the arguments of a Create (see checkCreate) and
+// takes mu as lock does; it returns the block size to use.
+func (s *storeState[C]) lockCreate(name string, size int64, blockSize int) (int, error) {
+	bs, err := checkCreate(name, size, blockSize)
+	if err == nil {
+		err = s.lock("create " + name)
+	}
+	return bs, err
+}
+
+// unrefLocked drops one handle's count on c and reports whether it was
+// the last. REQUIRES: s.mu.
+func (s *storeState[C]) unrefLocked(c C) bool {
+	if s.refs[c]--; s.refs[c] > 0 {
+		return false
+	}
+	delete(s.refs, c)
+	return true
+}
+
+// coreState is what the cores of every backend share: the volume's name
+// and block size, and the lock and closed bit their calls check under.
+type coreState struct {
+	nm       string // "volume", or "volume@snapshot" for a snapshot
+	bs       int
+	readOnly bool
+
+	// mu: I/O holds it shared, so that a request sees one size from
+	// check to end; resize, snapshot and close hold it exclusively and so
+	// wait for in-flight I/O.
+	mu     sync.RWMutex
+	closed bool // store closed or volume deleted
+}
+
+func (c *coreState) name() string   { return c.nm }
+func (c *coreState) blockSize() int { return c.bs }
+
+// checkReq validates an I/O request on a volume of size bytes.
+// REQUIRES: c.mu (shared is enough).
+func (c *coreState) checkReq(op string, off, n, size int64, write bool) error {
+	if c.closed {
+		return ioErr(c.nm, op, n, off, ErrClosed)
+	}
+	if write && c.readOnly {
+		return ioErr(c.nm, op, n, off, ErrReadOnly)
+	}
+	return checkIO(c.nm, op, off, n, size, c.bs)
+}
+
+// usable is the check of a call that moves no data (flush, resize):
+// what names it. REQUIRES: c.mu.
+func (c *coreState) usable(what string, write bool) error {
+	if c.closed {
+		return fmt.Errorf("block: volume %q: %s: %w", c.nm, what, ErrClosed)
+	}
+	if write && c.readOnly {
+		return fmt.Errorf("block: volume %q: %s: %w", c.nm, what, ErrReadOnly)
+	}
+	return nil
+}
