@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/internal/refs"
 )
 
 // Device limits of the software NIC. They are generous but finite, so that
@@ -183,35 +184,21 @@ func (d *device) objLocked(k transport.Key) *memObj {
 }
 
 type pd struct {
-	dev    *device
-	id     uint32
-	mu     sync.Mutex
-	closed bool
-	users  int // objects and QPs on the PD
+	dev  *device
+	id   uint32
+	refs refs.Count // objects and QPs on the PD
 }
 
 func (pd *pd) use() error {
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if pd.closed {
+	if !pd.refs.Hold() {
 		return fmt.Errorf("emu: pd %d: %w", pd.id, transport.ErrClosed)
 	}
-	pd.users++
 	return nil
 }
 
-func (pd *pd) release() {
-	pd.mu.Lock()
-	pd.users--
-	pd.mu.Unlock()
-}
-
 func (pd *pd) Close() error {
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if pd.users > 0 {
-		return fmt.Errorf("emu: dealloc pd %d with %d objects on it: %w", pd.id, pd.users, transport.ErrBusy)
+	if n, _ := pd.refs.Close(); n > 0 {
+		return fmt.Errorf("emu: dealloc pd %d with %d objects on it: %w", pd.id, n, transport.ErrBusy)
 	}
-	pd.closed = true
 	return nil
 }

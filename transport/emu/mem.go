@@ -82,7 +82,7 @@ func (pd *pd) install(o *memObj) error {
 	err := d.newObjLocked(o)
 	d.mem.Unlock()
 	if err != nil {
-		pd.release()
+		pd.refs.Release()
 	}
 	return err
 }
@@ -135,7 +135,7 @@ func (m *mr) Close() error {
 	}
 	d.killLocked(m.o)
 	d.mem.Unlock()
-	m.o.pd.release()
+	m.o.pd.refs.Release()
 	return nil
 }
 
@@ -209,7 +209,7 @@ func (f *frmr) Close() error {
 	}
 	d.killLocked(f.o)
 	d.mem.Unlock()
-	f.o.pd.release()
+	f.o.pd.refs.Release()
 	return nil
 }
 
@@ -241,7 +241,7 @@ func (w *mw) Close() error {
 	}
 	d.killLocked(w.o)
 	d.mem.Unlock()
-	w.o.pd.release()
+	w.o.pd.refs.Release()
 	return nil
 }
 

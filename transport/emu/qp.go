@@ -150,12 +150,12 @@ func (pd *pd) CreateQP(cfg transport.QPConfig) (transport.QP, error) {
 		q.rq[i].sgl = make([]transport.SGE, 0, cfg.MaxRecvSGE)
 	}
 	if err := sc.attach(q); err != nil {
-		pd.release()
+		pd.refs.Release()
 		return nil, err
 	}
 	if err := rc.attach(q); err != nil {
 		sc.detach(q)
-		pd.release()
+		pd.refs.Release()
 		return nil, err
 	}
 	d.qpMu.Lock()
@@ -312,6 +312,6 @@ func (q *qp) Close() error {
 	d.qpMu.Lock()
 	delete(d.qps, q.num)
 	d.qpMu.Unlock()
-	q.pd.release()
+	q.pd.refs.Release()
 	return nil
 }

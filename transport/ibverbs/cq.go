@@ -63,26 +63,26 @@ func (d *Device) CreateCQ(depth int) (transport.CQ, error) {
 	}
 	ch, err := C.ibv_create_comp_channel(d.ctx)
 	if ch == nil {
-		d.release()
+		d.refs.Release()
 		return nil, mapErrno("ibv_create_comp_channel", kindCreate, errnoOf(err))
 	}
 	if rc := C.gosrp_set_nonblock(ch.fd); rc != 0 {
 		C.ibv_destroy_comp_channel(ch)
-		d.release()
+		d.refs.Release()
 		return nil, mapErrno("fcntl completion channel", kindCreate, int(rc))
 	}
 	h := d.newHandle()
 	cq, err := C.gosrp_create_cq(d.ctx, C.int(depth), C.uintptr_t(h), ch)
 	if cq == nil {
 		C.ibv_destroy_comp_channel(ch)
-		d.release()
+		d.refs.Release()
 		return nil, mapErrno("ibv_create_cq", kindCreate, errnoOf(err))
 	}
 	wfd, e := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if e != nil {
 		C.ibv_destroy_cq(cq)
 		C.ibv_destroy_comp_channel(ch)
-		d.release()
+		d.refs.Release()
 		return nil, fmt.Errorf("ibverbs: eventfd: %w", e)
 	}
 	c := &CQ{d: d, h: h, cq: cq, ch: ch, depth: int(cq.cqe), wakeFD: wfd}
@@ -381,6 +381,6 @@ func (c *CQ) Close() error {
 	c.d.mu.Lock()
 	delete(c.d.cqs, c.h)
 	c.d.mu.Unlock()
-	c.d.release()
+	c.d.refs.Release()
 	return nil
 }

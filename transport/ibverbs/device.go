@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/internal/refs"
 )
 
 // rxeVendorID is the vendor_id the kernel's soft-RoCE driver reports.
@@ -37,12 +38,12 @@ type Device struct {
 	maxRdAtom     int // max_qp_rd_atom: RDMA READs we may serve
 	maxInitRdAtom int // max_qp_init_rd_atom: RDMA READs we may issue
 
-	mu      sync.Mutex
-	closed  bool
-	objects int // live PDs and CQs
-	cqs     map[uintptr]*CQ
-	qps     map[uintptr]*QP
-	nextH   uintptr
+	refs refs.Count // live PDs and CQs
+
+	mu    sync.Mutex
+	cqs   map[uintptr]*CQ
+	qps   map[uintptr]*QP
+	nextH uintptr
 
 	mrs handleTable // MR handle -> *ibv_mr
 	mws handleTable // MW handle -> *ibv_mw
@@ -192,19 +193,10 @@ func (d *Device) Attr() transport.DeviceAttr { return d.attr }
 func (d *Device) Name() string { return d.name }
 
 func (d *Device) hold() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	if !d.refs.Hold() {
 		return fmt.Errorf("ibverbs: device %s: %w", d.name, transport.ErrClosed)
 	}
-	d.objects++
 	return nil
-}
-
-func (d *Device) release() {
-	d.mu.Lock()
-	d.objects--
-	d.mu.Unlock()
 }
 
 func (d *Device) newHandle() uintptr {
@@ -222,7 +214,7 @@ func (d *Device) AllocPD() (transport.PD, error) {
 	}
 	pd, err := C.ibv_alloc_pd(d.ctx)
 	if pd == nil {
-		d.release()
+		d.refs.Release()
 		return nil, mapErrno("ibv_alloc_pd", kindCreate, errnoOf(err))
 	}
 	return &PD{d: d, pd: pd}, nil
@@ -327,32 +319,30 @@ func (d *Device) deliver(ev *C.struct_gosrp_async) {
 // Close closes the device once every PD and CQ on it is gone (ErrBusy
 // otherwise).
 func (d *Device) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	switch n, closed := d.refs.Close(); {
+	case n > 0:
+		return fmt.Errorf("ibverbs: close device %s with %d PDs/CQs alive: %w", d.name, n, transport.ErrBusy)
+	case !closed:
 		return nil
 	}
-	if d.objects > 0 {
-		n := d.objects
-		d.mu.Unlock()
-		return fmt.Errorf("ibverbs: close device %s with %d PDs/CQs alive: %w", d.name, n, transport.ErrBusy)
-	}
-	d.mu.Unlock()
 	d.p.forgetDevice(d)
-	return d.forceClose()
+	return d.teardown(0)
 }
 
-// forceClose stops the async goroutine and closes the context. Objects the
-// consumer leaked keep the kernel context alive until the process exits.
+// forceClose closes the device whatever is still on it (the provider's
+// Close). Objects the consumer leaked keep the kernel context alive until
+// the process exits.
 func (d *Device) forceClose() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	busy, closed := d.refs.Shut()
+	if !closed {
 		return nil
 	}
-	d.closed = true
-	busy := d.objects
-	d.mu.Unlock()
+	return d.teardown(busy)
+}
+
+// teardown stops the async goroutine and closes the context unless busy
+// objects still use it.
+func (d *Device) teardown(busy int) error {
 	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
 	_, _ = unix.Write(d.stopFD, one)
 	<-d.done
@@ -477,7 +467,7 @@ func (pd *PD) Close() error {
 		return mapErrno("ibv_dealloc_pd", kindDestroy, errnoOfRC(rc, err))
 	}
 	pd.closed = true
-	pd.d.release()
+	pd.d.refs.Release()
 	return nil
 }
 
