@@ -162,15 +162,11 @@ completed with the volume's existing bytes.`,
 			}
 			ctx, stop := signalContext(ctx)
 			defer stop()
-			s, err := cf.conn.dial(ctx, cf.qd, cf.qd<<20)
+			s, v, err := cf.conn.open(ctx, args[0], false, cf.qd, cf.qd<<20)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			v, err := openVolume(ctx, s, args[0], false)
-			if err != nil {
-				return err
-			}
 			defer v.Close()
 			off := cf.offset.N
 			if off%int64(v.BlockSize()) != 0 || off > v.Size() {
@@ -302,15 +298,11 @@ truncated. Snapshots export as VOLUME@SNAPSHOT.`,
 			}
 			ctx, stop := signalContext(ctx)
 			defer stop()
-			s, err := cf.conn.dial(ctx, cf.qd, cf.qd<<20)
+			s, v, err := cf.conn.open(ctx, args[0], true, cf.qd, cf.qd<<20)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			v, err := openVolume(ctx, s, args[0], true)
-			if err != nil {
-				return err
-			}
 			defer v.Close()
 			off, length := cf.offset.N, cf.length.N
 			if off%int64(v.BlockSize()) != 0 || off > v.Size() {

@@ -31,15 +31,11 @@ func listCommand() *cli.Command {
 			if err := cli.NArgs(args, 0, 0, "no arguments"); err != nil {
 				return err
 			}
-			s, err := cf.dial(ctx, 4, 0)
+			s, vols, err := cf.list(ctx)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			vols, err := s.Volumes(ctx)
-			if err != nil {
-				return ioError(err)
-			}
 			if asJSON {
 				type jv struct {
 					Name      string `json:"name"`
@@ -81,15 +77,11 @@ func infoCommand() *cli.Command {
 			if err := cli.NArgs(args, 1, 1, "VOLUME"); err != nil {
 				return err
 			}
-			s, err := cf.dial(ctx, 4, 0)
+			s, vols, err := cf.list(ctx)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			vols, err := s.Volumes(ctx)
-			if err != nil {
-				return ioError(err)
-			}
 			for _, v := range vols {
 				if v.Name != args[0] {
 					continue

@@ -117,6 +117,40 @@ func (s *session) Close() error {
 	return err
 }
 
+// open dials the target and opens volume name on the new session,
+// read-only (with nothing to replay) when ro is set; the caller closes
+// both.
+func (c *connFlags) open(ctx context.Context, name string, ro bool, qd, bufBytes int) (*session, *initiator.Volume, error) {
+	if ro {
+		c.replay.N = 0
+	}
+	s, err := c.dial(ctx, qd, bufBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := openVolume(ctx, s, name, ro)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return s, v, nil
+}
+
+// list dials the target and lists the volumes this initiator may open;
+// the caller closes the session.
+func (c *connFlags) list(ctx context.Context) (*session, []initiator.VolumeInfo, error) {
+	s, err := c.dial(ctx, 4, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	vols, err := s.Volumes(ctx)
+	if err != nil {
+		s.Close()
+		return nil, nil, ioError(err)
+	}
+	return s, vols, nil
+}
+
 func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error) {
 	if err := cli.SetProcs(c.procs); err != nil {
 		return nil, err

@@ -77,18 +77,11 @@ func mountCommand() *cli.Command {
 			if err := mountPoint(dir); err != nil {
 				return err
 			}
-			if ro {
-				cf.replay.N = 0 // nothing to replay
-			}
-			s, err := cf.dial(ctx, qd, 0)
+			s, v, err := cf.open(ctx, args[0], ro, qd, 0)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			v, err := openVolume(ctx, s, args[0], ro)
-			if err != nil {
-				return err
-			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			srv, err := fusedisk.Mount(dir, fuseVolume{v}, fusedisk.Options{FsName: "srpc:" + v.Name(), Debug: debug, Logger: log})
 			if err != nil {

@@ -113,18 +113,11 @@ func nbdCommand() *cli.Command {
 			}
 			defer ln.Close()
 
-			if ro {
-				cf.replay.N = 0 // nothing to replay
-			}
-			s, err := cf.dial(ctx, qd, min(qd, 256)<<20)
+			s, v, err := cf.open(ctx, args[0], ro, qd, min(qd, 256)<<20)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			v, err := openVolume(ctx, s, args[0], ro)
-			if err != nil {
-				return err
-			}
 			level := slog.LevelInfo
 			if debug {
 				level = slog.LevelDebug
