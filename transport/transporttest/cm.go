@@ -65,45 +65,73 @@ func testCMPrivateData(t *testing.T, p transport.Provider) {
 	samePrivateData(t, "short accept data", pr2.a.peerData, []byte("ok"))
 }
 
-// Private data over the RDMA-CM limits fails with ErrInvalidArgument
-// (cm.go); a request then rejected with data gives a *RejectError carrying
-// it.
-func testCMPrivateDataTooLong(t *testing.T, p transport.Provider) {
+// listen opens a listener on a fresh address, with a context for the
+// test bounded by Timeout; the test's cleanup closes the listener, then
+// ends the context.
+func listen(t *testing.T, p transport.Provider) (context.Context, transport.Listener) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
+	t.Cleanup(cancel)
 	l, err := p.Listen(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
+	return ctx, l
+}
 
-	ep, err := p.Resolve(ctx, l.Addr())
+// answerOne accepts one connection request on l, in a goroutine, and
+// answers it with answer; the channel gets Accept's error or answer's.
+func answerOne(ctx context.Context, l transport.Listener, answer func(transport.ConnRequest) error) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		req, err := l.Accept(ctx)
+		if err == nil {
+			err = answer(req)
+		}
+		errc <- err
+	}()
+	return errc
+}
+
+// resolveSide resolves addr and builds the active side "A" on the
+// endpoint's device. The test's cleanup closes the side and then, when
+// closeEP is set, the endpoint.
+func resolveSide(ctx context.Context, t *testing.T, p transport.Provider, addr string, closeEP bool) (transport.Endpoint, *side) {
+	t.Helper()
+	ep, err := p.Resolve(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if closeEP {
+		t.Cleanup(func() { ep.Close() })
 	}
 	a, err := newSide("A", ep.Device(), nil, pairConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.close)
+	return ep, a
+}
+
+// Private data over the RDMA-CM limits fails with ErrInvalidArgument
+// (cm.go); a request then rejected with data gives a *RejectError carrying
+// it.
+func testCMPrivateDataTooLong(t *testing.T, p transport.Provider) {
+	ctx, l := listen(t, p)
+
+	ep, a := resolveSide(ctx, t, p, l.Addr(), false)
 	if _, err := ep.Connect(ctx, a.qp, make([]byte, transport.MaxConnectPrivateData+1)); !errors.Is(err, transport.ErrInvalidArgument) {
 		t.Fatalf("Connect with %d bytes of private data: %v, want ErrInvalidArgument", transport.MaxConnectPrivateData+1, err)
 	}
 	ep.Close()
 
 	rejData := pattern(transport.MaxRejectPrivateData, 32)
-	errc := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			errc <- err
-			return
-		}
+	errc := answerOne(ctx, l, func(req transport.ConnRequest) error {
 		b, err := newSide("B", req.Device(), nil, pairConfig{})
 		if err != nil {
 			req.Reject(nil)
-			errc <- err
-			return
+			return err
 		}
 		defer b.close()
 		var errs []error
@@ -116,19 +144,10 @@ func testCMPrivateDataTooLong(t *testing.T, p transport.Provider) {
 		if err := req.Reject(rejData); err != nil {
 			errs = append(errs, errors.New("Reject: "+err.Error()))
 		}
-		errc <- errors.Join(errs...)
-	}()
-	ep2, err := p.Resolve(ctx, l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ep2.Close() })
-	a2, err := newSide("A", ep2.Device(), nil, pairConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a2.close)
-	_, err = ep2.Connect(ctx, a2.qp, pattern(transport.MaxConnectPrivateData, 33))
+		return errors.Join(errs...)
+	})
+	ep2, a2 := resolveSide(ctx, t, p, l.Addr(), true)
+	_, err := ep2.Connect(ctx, a2.qp, pattern(transport.MaxConnectPrivateData, 33))
 	var rej *transport.RejectError
 	if !errors.As(err, &rej) {
 		t.Errorf("Connect to a rejecting listener: %v, want *RejectError", err)
@@ -148,38 +167,16 @@ func errString(err error) string {
 }
 
 func testCMReject(t *testing.T, p transport.Provider) {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
-	l, err := p.Listen(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	errc := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			errc <- err
-			return
-		}
+	ctx, l := listen(t, p)
+	errc := answerOne(ctx, l, func(req transport.ConnRequest) error {
 		if !bytes.HasPrefix(req.PrivateData(), []byte("login")) {
-			errc <- errors.New("request private data " + string(req.PrivateData()))
 			req.Reject(nil)
-			return
+			return errors.New("request private data " + string(req.PrivateData()))
 		}
-		errc <- req.Reject([]byte("go away"))
-	}()
-	ep, err := p.Resolve(ctx, l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ep.Close() })
-	a, err := newSide("A", ep.Device(), nil, pairConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.close)
-	_, err = ep.Connect(ctx, a.qp, []byte("login"))
+		return req.Reject([]byte("go away"))
+	})
+	ep, a := resolveSide(ctx, t, p, l.Addr(), true)
+	_, err := ep.Connect(ctx, a.qp, []byte("login"))
 	var rej *transport.RejectError
 	if !errors.As(err, &rej) {
 		t.Fatalf("Connect: %v, want *RejectError", err)
