@@ -76,6 +76,8 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		if td.MaybeScanArgs(t, "handle", &handle) {
 			req.Handle = uint32(handle)
 		}
+		td.MaybeScanArgs(t, "off", &req.Offset)
+		td.MaybeScanArgs(t, "len", &req.Length)
 		h.iu(t, wire.OpControl, &req)
 	case "cmd":
 		h.cmd(t, td)
@@ -252,6 +254,9 @@ func (h *traceHarness) describe(wr *transport.SendWR) string {
 			var rsp wire.ControlResponse
 			wire.DecodeControl(b, op, &rsp)
 			what = fmt.Sprintf("CONTROL_RESP tag=%d handle=%d error=%q credits=%d", rsp.Tag, rsp.Handle, rsp.Error, rsp.Credits)
+			for _, e := range rsp.Extents {
+				what += fmt.Sprintf(" extent=%d/%d", e.Length, e.Flags)
+			}
 		case wire.OpLoginResponse:
 			var rsp wire.LoginResponse
 			wire.DecodeControl(b, op, &rsp)

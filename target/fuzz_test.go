@@ -35,6 +35,7 @@ func fuzzSeeds(f *testing.F) {
 		f.Add(phase, enc(wire.OpControl, &wire.ControlRequest{Op: wire.ControlList}))
 		f.Add(phase, enc(wire.OpControl, &wire.ControlRequest{Op: wire.ControlOpen, Volume: "vol0"}))
 		f.Add(phase, enc(wire.OpControl, &wire.ControlRequest{Op: wire.ControlClose, Handle: 1}))
+		f.Add(phase, enc(wire.OpControl, &wire.ControlRequest{Op: wire.ControlExtents, Handle: 1, Offset: 4096, Length: 1 << 20}))
 		f.Add(phase, cmd(rd))
 		f.Add(phase, cmd(wr))
 		f.Add(phase, imm)
