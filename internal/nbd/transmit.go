@@ -138,6 +138,11 @@ func (c *conn) reader() (string, error) {
 			c.budget.acquire(o.held)
 			o.buf = c.getBuf(int(r.Length))
 			o.data = o.buf
+		} else if r.Type == CmdBlockStatus {
+			// Its reply is built later, but counts against the same
+			// budget as payloads: at most maxStatusPayload bytes.
+			o.held = maxStatusPayload
+			c.budget.acquire(o.held)
 		}
 		c.slots <- struct{}{}
 		c.inflight.Add(1)
@@ -290,6 +295,10 @@ func (c *conn) exec(o *op) {
 // the protocol's 2^20 (proto.md, NBD_REPLY_TYPE_BLOCK_STATUS); a client
 // asks again from where the reply ends.
 const maxExtents = 1 << 14
+
+// maxStatusPayload is the largest BLOCK_STATUS chunk payload: the context
+// id and maxExtents descriptors.
+const maxStatusPayload = 4 + 8*maxExtents
 
 // blockStatus returns the payload of the NBD_REPLY_TYPE_BLOCK_STATUS chunk
 // for [off, off+n): the context id, then a length and flags per extent.
