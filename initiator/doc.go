@@ -31,6 +31,10 @@
 // command it received; the NIC may still resend the SEND until it sees the
 // ACK, but the responder drops a duplicate without delivering it again).
 //
+// Besides I/O, Volume.Extents asks the target which parts of a range hold
+// data (a control request, no data moved), so that a copy can skip the
+// holes; srpc nbd answers NBD's BLOCK_STATUS with it.
+//
 // Failures: any error completion, a bogus remote invalidation, a missing
 // completion past Config.IOTimeout or a lost link tears the connection
 // down: the QP is moved to ERR and drained, every registration not proven
