@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/gosrp/gosrp/internal/testcerts"
 )
 
 func TestHostileInput(t *testing.T) {
@@ -115,7 +117,7 @@ func FuzzDecodeHeaders(f *testing.F) {
 
 // fuzzConn feeds a client byte stream to ServeConn over a pipe and
 // drains the replies; it must neither panic nor hang.
-func fuzzConn(t *testing.T, stream []byte) {
+func fuzzConn(t *testing.T, stream []byte, tweak ...func(*Server)) {
 	mem := NewMemory(64<<10, 512, false)
 	s := &Server{
 		Export:           Export{Name: "vol0", Backend: mem},
@@ -124,6 +126,9 @@ func fuzzConn(t *testing.T, stream []byte) {
 		MaxBuffered:      1 << 15,
 		MaxInFlight:      4,
 		HandshakeTimeout: 2 * time.Second,
+	}
+	for _, f := range tweak {
+		f(s)
 	}
 	cli, srv := net.Pipe()
 	done := make(chan struct{})
@@ -179,6 +184,23 @@ func FuzzTransmission(f *testing.F) {
 	f.Add(appendRequest(nil, request{Type: CmdTrim, Offset: 1, Length: 1 << 16}))
 	f.Add(appendRequest(nil, request{Type: CmdDisc}))
 	f.Fuzz(func(t *testing.T, b []byte) { fuzzConn(t, append(handshake(), b...)) })
+}
+
+// FuzzTLSNegotiation feeds arbitrary negotiations to a server that
+// requires TLS: options before STARTTLS, STARTTLS with data, bytes after
+// it, and garbage where the TLS handshake should be.
+func FuzzTLSNegotiation(f *testing.F) {
+	dir := f.TempDir()
+	testcerts.Write(f, dir)
+	cfg, _ := testcerts.Configs(f, dir)
+	hello := be.AppendUint32(nil, clientFixed|clientNoZeroes)
+	f.Add(append(appendOptHeader(append([]byte{}, hello...), OptStartTLS, 0), 0x16, 0x03, 0x01, 0, 5, 1, 0, 0, 1, 0))
+	f.Add(appendOptHeader(append([]byte{}, hello...), OptStartTLS, 3))
+	f.Add(append(appendOptHeader(append([]byte{}, hello...), OptList, 0), structuredHandshake()[4:]...))
+	f.Add(appendOptHeader(append([]byte{}, hello...), OptExportName, 0))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fuzzConn(t, b, func(s *Server) { s.TLSConfig = cfg })
+	})
 }
 
 // FuzzStructuredTransmission is FuzzTransmission after negotiating
