@@ -139,7 +139,14 @@
 // window is ErrBusy; a receive posted in RESET is ErrInvalidState; a bad
 // rkey, permission or bound is REM_ACCESS at the requester with both QPs
 // in ERR; slots of unsignaled send WRs are accounted until a later
-// completion (ErrQueueFull). Not emulated: the rxe behaviours the provider
+// completion (ErrQueueFull). With the faults made in front of the device
+// (transport/faults, TestConformanceFaults in transport/ibverbs), rxe
+// behaves as every profile does: a QP moved to ERR mid-chain flushes every
+// later WR, unsignaled ones included, with one completion each in posting
+// order; after an error completion the rest flush; a cut link closes both
+// Conn.Done channels with ErrDisconnected and leaves both QPs in ERR; a
+// REG→SEND chain cut after the bind leaves the window bound under its new
+// key. Not emulated: the rxe behaviours the provider
 // repairs (a second BIND_MW comparing a stale ibv_mw.rkey, the received
 // SEND_WITH_INV flag's numbering, receives posted in ERR left unflushed,
 // work posted in SQD left queued after SQD -> RTS), rxe's limits and timing
