@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/internal/cli"
 )
 
@@ -47,6 +48,7 @@ type Options struct {
 	Provider   string
 	Wire       string
 	Profile    string
+	Mechanism  frmr.Mechanism
 	ProvOpts   []string
 	Name       string
 	SecretFile string
@@ -212,6 +214,15 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Provider, "provider", o.Provider, "verbs `PROVIDER`: emu (software NIC) or ibverbs (RDMA hardware; needs a build with -tags ibverbs)")
 	fs.StringVar(&o.Wire, "wire", "", "emu `WIRE`: loop (one process), tcp or shm (default: loop when embedded, tcp with --target)")
 	fs.StringVar(&o.Profile, "profile", o.Profile, "emu device quirk `PROFILE`: strict, ib, iwarp or rxe")
+	fs.Func("mechanism", "how the initiator registers I/O buffers: `MECH` auto (FRMR where the device has it), frmr or mw (memory windows)", func(s string) error {
+		for _, m := range []frmr.Mechanism{frmr.Auto, frmr.FRMR, frmr.MW} {
+			if s == m.String() {
+				o.Mechanism = m
+				return nil
+			}
+		}
+		return fmt.Errorf("want auto, frmr or mw")
+	})
 	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable)", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return fmt.Errorf("want KEY=VALUE, got %q", s)

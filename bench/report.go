@@ -21,8 +21,8 @@ func writeSummary(w io.Writer, r *result) {
 			float64(h.Count())/el, h.Mean()/1e3, us(h.Percentile(50)), us(h.Percentile(95)), us(h.Percentile(99)), us(h.Max()), opNames[op])
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "bench: rw=%s bs=%s iodepth=%d numjobs=%d procs=%d size=%s runtime=%s ramp=%s target=%s volume=%s provider=%s wire=%s profile=%s\n",
-		o.RW, formatFioSize(o.BS), o.IODepth, o.NumJobs, o.Procs, formatFioSize(o.Size), o.Runtime, o.Ramp, r.target, o.Volume, o.Provider, o.Wire, o.Profile)
+	fmt.Fprintf(w, "bench: rw=%s bs=%s iodepth=%d numjobs=%d procs=%d size=%s runtime=%s ramp=%s target=%s volume=%s provider=%s wire=%s profile=%s mechanism=%s\n",
+		o.RW, formatFioSize(o.BS), o.IODepth, o.NumJobs, o.Procs, formatFioSize(o.Size), o.Runtime, o.Ramp, r.target, o.Volume, o.Provider, o.Wire, o.Profile, o.Mechanism)
 	if r.interrupt {
 		fmt.Fprintln(w, "  (interrupted: figures cover the time measured)")
 	}

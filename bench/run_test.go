@@ -230,7 +230,7 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("--help: exit %d", code)
 	}
 	for _, f := range []string{"--rw", "--bs", "--iodepth", "--numjobs", "--runtime", "--ramp", "--size", "--rwmixread",
-		"--verify", "--fsync", "--target", "--volume", "--embedded", "--backend", "--output-format", "--plot", "--provider", "--wire", "--profile", "--procs"} {
+		"--verify", "--fsync", "--target", "--volume", "--embedded", "--backend", "--output-format", "--plot", "--provider", "--wire", "--profile", "--mechanism", "--procs"} {
 		if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
 			t.Errorf("help lacks %s", f)
 		}
@@ -238,7 +238,7 @@ func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"--rw", "trim"}, {"--bs", "4x"}, {"--iodepth", "0"}, {"--runtime", "soon"}, {"--output-format", "xml"},
 		{"--target", "127.0.0.1:1", "--embedded"}, {"--wire", "carrier-pigeon"}, {"extra"}, {"--bogus"},
-		{"--procs", "0"}, {"--procs", "many"}, {"--fsync", "-1"},
+		{"--procs", "0"}, {"--procs", "many"}, {"--fsync", "-1"}, {"--mechanism", "windows"},
 		{"--verify", "--size", "16k", "--iodepth", "4", "--runtime", "100ms"}, {"--bs", "6k", "--runtime", "100ms", "--size", "60k"},
 	} {
 		if code, _, errs := bench(t, args...); code != 2 {
@@ -301,6 +301,22 @@ func TestSizeMessages(t *testing.T) {
 		code, _, errs := bench(t, append(tc.args, "--runtime", "100ms")...)
 		if got, _, _ := strings.Cut(errs, "Run '"); code != 2 || got != tc.want {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
+
+// TestMechanism: --mechanism reaches the session. 300 reads at QD1 take
+// one window through more than 254 bindings, so it is rotated: the frmr
+// line counts rotations with mw and none with frmr.
+func TestMechanism(t *testing.T) {
+	for _, tc := range []struct{ mech, want string }{{"mw", "rotations=1 "}, {"frmr", "rotations=0 "}} {
+		code, out, errs := bench(t, "--profile", "rxe", "--mechanism", tc.mech, "--rw", "randread", "--number_ios", "300",
+			"--runtime", "60s", "--size", "4m", "--iodepth", "1", "--seed", "1")
+		if code != 0 {
+			t.Fatalf("%s: exit %d\nstderr:\n%s", tc.mech, code, errs)
+		}
+		if !strings.Contains(out, "mechanism="+tc.mech) || !strings.Contains(out, tc.want) {
+			t.Errorf("--mechanism %s: want mechanism=%s and %q in the report:\n%s", tc.mech, tc.mech, tc.want, out)
 		}
 	}
 }

@@ -165,7 +165,7 @@ func dialJob(ctx context.Context, o *Options, p transport.Provider, addr string,
 	bsPage := pageRound(o.BS)
 	cfg := initiator.Config{
 		Provider: p, Addr: addr, Name: o.Name, Secret: secret,
-		Channels: o.Channels, Credits: o.IODepth, MaxTransfer: int(max(bsPage, int64(transport.PageSize))),
+		Channels: o.Channels, Credits: o.IODepth, Mechanism: o.Mechanism, MaxTransfer: int(max(bsPage, int64(transport.PageSize))),
 		BufferBytes: o.IODepth * int(o.BS), ReplayBuffer: int(o.ReplayBuf), Logger: log,
 	}
 	cfg.BufferBytes = int(pageRound(int64(cfg.BufferBytes)))
