@@ -1,0 +1,9 @@
+package initiator
+
+// Bounced reports whether I/O on b goes through a credit's bounce buffer,
+// one copy of len(b) bytes per I/O, rather than being registered in place
+// (BenchmarkIsolation reports it as copied-B/op).
+func Bounced(s *Session, b []byte) bool {
+	_, zc := s.zeroCopy(b)
+	return !zc
+}
