@@ -485,6 +485,76 @@ func TestHostileAnswers(t *testing.T) {
 	}
 }
 
+// TestStaleRegistrationAtResponse: registrations in flight turn stale in
+// the pool: the device loses a signaled send completion and a later one
+// proves it was skipped, so nothing the pool handed out can be trusted.
+// The initiator must tear the connection down and re-issue the I/Os on
+// the next one. It once went on instead: the next response, which comes
+// without invalidating its key (NoRemoteInvalidate), asked the pool for a
+// LOCAL_INV, the pool refused (ErrStaleReg), the teardown that followed
+// cleared the credit slots and the initiator then completed one of them:
+// a nil-pointer panic in channel.complete (before c2c321f). Nothing may
+// panic, every request completes once and without error, and every read
+// returns what was written.
+func TestStaleRegistrationAtResponse(t *testing.T) {
+	for _, mech := range mechanisms {
+		t.Run(mech.String(), func(t *testing.T) {
+			r := newHostileRig(t, "strict", targettest.Script{})
+			s, v := r.dial(t, initiator.Config{Mechanism: mech, Credits: 4, NoRemoteInvalidate: true,
+				LossTimeout: 20 * time.Second})
+			const depth, size = 4, 16384 // above the immediate-data limit: registered
+			done := make(chan *initiator.Request, depth)
+			bufs := make([][]byte, depth)
+			for i := range bufs {
+				bufs[i] = make([]byte, size)
+				for j := range bufs[i] {
+					bufs[i][j] = byte(i*31 + j)
+				}
+				req := &initiator.Request{Op: initiator.OpWrite, Buf: bufs[i], Offset: int64(i) * size, Done: done}
+				if err := v.Submit(req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range depth {
+				if req := <-done; req.Err != nil {
+					t.Fatal(req.Err)
+				}
+			}
+			want := make([][]byte, depth)
+			for i := range want {
+				want[i] = append([]byte(nil), bufs[i]...)
+			}
+			for round := 0; round < 40; round++ {
+				if q := r.victimQP(); q != nil {
+					if err := r.ip.InjectDropCQE(q, round%4); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for i := range depth {
+					req := &initiator.Request{Op: initiator.OpRead, Buf: bufs[i], Offset: int64(i) * size, Done: done}
+					if err := v.Submit(req); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range depth {
+					req := <-done
+					if req.Err != nil {
+						t.Fatalf("round %d: read at %d: %v", round, req.Offset, req.Err)
+					}
+					if i := req.Offset / size; !bytes.Equal(req.Buf, want[i]) {
+						t.Fatalf("round %d: read at %d differs from what was written", round, req.Offset)
+					}
+				}
+			}
+			st := s.Stats()
+			t.Logf("connections lost %d, reconnects %d", st.ConnectionsLost, st.Reconnects)
+			if st.ConnectionsLost == 0 {
+				t.Fatal("no connection was lost: the dropped completions went unnoticed, and the test proves nothing")
+			}
+		})
+	}
+}
+
 // TestHostileSoak is the adversarial soak: seeded random reads and writes
 // (4 KiB to 64 KiB, QD1 to QD8) against a target that, at random moments,
 // answers twice, invalidates a wrong key, answers without invalidation or
