@@ -80,14 +80,30 @@ func newRig(t testing.TB, cfg emu.Config, volSize int64, tcfg target.Config) *ri
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeIP := func() error {
+		if ip != tp {
+			return ip.Close()
+		}
+		return nil
+	}
+	addr := serve(t, tgt, tp.Listen, closeIP, tp.Close, st.Close)
+	return &rig{tp: tp, ip: ip, tgt: tgt, addr: addr, store: st}
+}
+
+// serve runs tgt on a listener from listen until the test ends. The
+// test's cleanup shuts tgt down (10 s at most), waits for Serve to
+// return, closes the listener and then each of closers, in order. serve
+// returns the listener's address.
+func serve(t testing.TB, tgt *target.Target, listen func(context.Context, string) (transport.Listener, error), closers ...func() error) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	l, err := tp.Listen(ctx, "")
+	l, err := listen(ctx, "")
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- tgt.Serve(ctx, l) }()
-	r := &rig{tp: tp, ip: ip, tgt: tgt, addr: l.Addr(), store: st}
 	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
@@ -95,13 +111,11 @@ func newRig(t testing.TB, cfg emu.Config, volSize int64, tcfg target.Config) *ri
 		cancel()
 		<-served
 		l.Close()
-		if ip != tp {
-			ip.Close()
+		for _, c := range closers {
+			c()
 		}
-		tp.Close()
-		st.Close()
 	})
-	return r
+	return l.Addr()
 }
 
 func (r *rig) dial(t testing.TB, cfg initiator.Config) *initiator.Session {
@@ -110,6 +124,13 @@ func (r *rig) dial(t testing.TB, cfg initiator.Config) *initiator.Session {
 	if cfg.Name == "" {
 		cfg.Name = "test-initiator"
 	}
+	return dial(t, cfg)
+}
+
+// dial dials with cfg (10 s at most); the test's cleanup closes the
+// session.
+func dial(t testing.TB, cfg initiator.Config) *initiator.Session {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := initiator.Dial(ctx, cfg)
@@ -118,6 +139,19 @@ func (r *rig) dial(t testing.TB, cfg initiator.Config) *initiator.Session {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// dialVol0 is dial, then the opening of vol0.
+func dialVol0(t testing.TB, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {
+	t.Helper()
+	s := dial(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, v
 }
 
 // pattern fills a block with its LBA, a write generation and a checksum,

@@ -53,25 +53,8 @@ func newHostileRig(t testing.TB, profile string, script targettest.Script) *host
 		t.Fatal(err)
 	}
 	h := targettest.Wrap(tp, script)
-	ctx, cancel := context.WithCancel(context.Background())
-	l, err := h.Listen(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- tgt.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		tgt.Shutdown(sctx)
-		cancel()
-		<-served
-		l.Close()
-		ip.Close()
-		tp.Close()
-		st.Close()
-	})
-	return &hostileRig{tp: tp, ip: ip, h: h, addr: l.Addr()}
+	addr := serve(t, tgt, h.Listen, ip.Close, tp.Close, st.Close)
+	return &hostileRig{tp: tp, ip: ip, h: h, addr: addr}
 }
 
 func (r *hostileRig) dial(t testing.TB, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {
@@ -80,18 +63,7 @@ func (r *hostileRig) dial(t testing.TB, cfg initiator.Config) (*initiator.Sessio
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := initiator.Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, v
+	return dialVol0(t, cfg)
 }
 
 // victimQP is the initiator's live QP (one channel).

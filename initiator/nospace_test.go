@@ -79,24 +79,9 @@ func TestWriteOnFullStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	l, err := p.Listen(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- tgt.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		tgt.Shutdown(sctx)
-		cancel()
-		<-served
-		p.Close()
-		ps.Close()
-		ms.Close()
-	})
-	r := &rig{tp: p, ip: p, tgt: tgt, addr: l.Addr()}
+	addr := serve(t, tgt, p.Listen, p.Close, ps.Close, ms.Close)
+	ctx := context.Background()
+	r := &rig{tp: p, ip: p, tgt: tgt, addr: addr}
 	s := r.dial(t, initiator.Config{})
 	full, err := s.Open(ctx, "full", initiator.OpenOptions{})
 	if err != nil {

@@ -177,18 +177,7 @@ func (r *crashRig) dial(t *testing.T, cfg initiator.Config) (*initiator.Session,
 	t.Helper()
 	cfg.Provider, cfg.Addr, cfg.Name = r.p, r.addr, "crash-test"
 	cfg.IOTimeout, cfg.ConnectTimeout, cfg.LossTimeout = 2*time.Second, 2*time.Second, 20*time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := initiator.Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, v
+	return dialVol0(t, cfg)
 }
 
 // writeModel writes blocks [lba, lba+n) in writes of per blocks each, with
