@@ -14,6 +14,7 @@ import (
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport"
 	_ "github.com/gosrp/gosrp/transport/ibverbs" // RDMA hardware, or a hint on how to build it
 )
@@ -34,24 +35,6 @@ func openProvider(o *Options, log *slog.Logger) (transport.Provider, error) {
 	}
 	return cli.OpenProvider(o.Provider, opts, log)
 }
-
-// storeCatalog serves a block.Store's volumes to the embedded target (the
-// same adaptation cmd/srpd makes, without snapshots).
-type storeCatalog struct{ s block.Store }
-
-func (c storeCatalog) List() ([]target.VolumeInfo, error) {
-	vs, err := c.s.List()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]target.VolumeInfo, len(vs))
-	for i, v := range vs {
-		out[i] = target.VolumeInfo{Name: v.Name, Size: v.Size, BlockSize: v.BlockSize}
-	}
-	return out, nil
-}
-
-func (c storeCatalog) OpenVolume(name string) (target.Volume, error) { return c.s.Open(name) }
 
 // embedded is a target running in this process on its own provider (the
 // initiator's, for the loop wire).
@@ -105,7 +88,7 @@ func startEmbedded(o *Options, ip transport.Provider, log *slog.Logger) (*embedd
 	}
 	maxXfer := max(target.DefaultMaxTransfer, int(pageRound(o.BS)))
 	e.tgt, err = target.New(target.Config{
-		Name: "gosrp-bench", Catalog: storeCatalog{e.store},
+		Name: "gosrp-bench", Catalog: storecatalog.Catalog{Store: e.store},
 		Credits: max(target.DefaultCredits, o.IODepth), MaxTransfer: maxXfer, Logger: log,
 	})
 	if err != nil {

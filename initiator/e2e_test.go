@@ -15,6 +15,7 @@ import (
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport"
 	"github.com/gosrp/gosrp/transport/emu"
 )
@@ -29,23 +30,6 @@ func testSeed(t *testing.T) int64 {
 	t.Logf("seed %d (replay with -e2e.seed=%d)", s, s)
 	return s
 }
-
-// storeCatalog serves a block.Store's volumes.
-type storeCatalog struct{ s block.Store }
-
-func (c storeCatalog) List() ([]target.VolumeInfo, error) {
-	vs, err := c.s.List()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]target.VolumeInfo, len(vs))
-	for i, v := range vs {
-		out[i] = target.VolumeInfo{Name: v.Name, Size: v.Size, BlockSize: v.BlockSize}
-	}
-	return out, nil
-}
-
-func (c storeCatalog) OpenVolume(name string) (target.Volume, error) { return c.s.Open(name) }
 
 // rig is a target serving one memory-backed volume and a provider for
 // initiators, on one software NIC (loop wire) or two (tcp wire).
@@ -72,7 +56,7 @@ func newRig(t testing.TB, cfg emu.Config, volSize int64, tcfg target.Config) *ri
 	if _, err := st.Create("vol0", volSize, 4096); err != nil {
 		t.Fatal(err)
 	}
-	tcfg.Catalog = storeCatalog{st}
+	tcfg.Catalog = storecatalog.Catalog{Store: st}
 	if tcfg.Name == "" {
 		tcfg.Name = "test-target"
 	}

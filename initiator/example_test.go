@@ -8,6 +8,7 @@ import (
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport"
 	_ "github.com/gosrp/gosrp/transport/emu" // the software NIC
 )
@@ -49,7 +50,7 @@ func startTarget(ctx context.Context, p transport.Provider) string {
 	if _, err := st.Create("vol0", 1<<20, 4096); err != nil {
 		log.Fatal(err)
 	}
-	t, err := target.New(target.Config{Catalog: storeCatalog{st}})
+	t, err := target.New(target.Config{Catalog: storecatalog.Catalog{Store: st}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/testenv"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/target/targettest"
 	"github.com/gosrp/gosrp/transport"
 	"github.com/gosrp/gosrp/transport/emu"
@@ -48,7 +49,7 @@ func newHostileRig(t testing.TB, profile string, script targettest.Script) *host
 	if _, err := st.Create("vol0", 8<<20, 4096); err != nil {
 		t.Fatal(err)
 	}
-	tgt, err := target.New(target.Config{Name: "hostile", Catalog: storeCatalog{st}, Logger: quiet})
+	tgt, err := target.New(target.Config{Name: "hostile", Catalog: storecatalog.Catalog{Store: st}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

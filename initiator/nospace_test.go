@@ -12,6 +12,7 @@ import (
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -22,7 +23,7 @@ type twoStores struct{ pebble, mem block.Store }
 func (c twoStores) List() ([]target.VolumeInfo, error) {
 	var out []target.VolumeInfo
 	for _, s := range []block.Store{c.pebble, c.mem} {
-		l, err := storeCatalog{s}.List()
+		l, err := storecatalog.Catalog{Store: s}.List()
 		if err != nil {
 			return nil, err
 		}

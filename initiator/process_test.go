@@ -13,6 +13,7 @@ import (
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -38,7 +39,7 @@ func targetProcess(wire, profile string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	t, err := target.New(target.Config{Name: "child", Catalog: storeCatalog{st}})
+	t, err := target.New(target.Config{Name: "child", Catalog: storecatalog.Catalog{Store: st}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -20,6 +20,7 @@ import (
 	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/target/targettest"
 	"github.com/gosrp/gosrp/transport"
 	"github.com/gosrp/gosrp/transport/faults"
@@ -126,7 +127,7 @@ func rxeRun(t *testing.T, tp, ip transport.Provider, imm int) {
 			return targettest.Pass
 		}
 	}})
-	tgt, err := target.New(target.Config{Name: "rxe", Catalog: storeCatalog{st}, Logger: rxeLog})
+	tgt, err := target.New(target.Config{Name: "rxe", Catalog: storecatalog.Catalog{Store: st}, Logger: rxeLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,31 +8,9 @@ import (
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport/emu"
 )
-
-// storeCatalog adapts a block.Store to target.Catalog, as cmd/srpd does.
-type storeCatalog struct{ s block.Store }
-
-func (c storeCatalog) List() ([]target.VolumeInfo, error) {
-	vols, err := c.s.List()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]target.VolumeInfo, len(vols))
-	for i, v := range vols {
-		out[i] = target.VolumeInfo{Name: v.Name, Size: v.Size, BlockSize: v.BlockSize}
-	}
-	return out, nil
-}
-
-func (c storeCatalog) OpenVolume(name string) (target.Volume, error) {
-	v, err := c.s.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	return v, nil
-}
 
 // Example embeds a target serving a memory volume over the software NIC.
 func Example() {
@@ -45,7 +23,7 @@ func Example() {
 	defer nic.Close()
 	l, _ := nic.Listen(context.Background(), "")
 
-	t, err := target.New(target.Config{Name: "example", Catalog: storeCatalog{store}})
+	t, err := target.New(target.Config{Name: "example", Catalog: storecatalog.Catalog{Store: store}})
 	if err != nil {
 		panic(err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -19,7 +20,7 @@ func TestAcceptErrorsMetric(t *testing.T) {
 	defer p.Close()
 	store := block.NewMemStore()
 	defer store.Close()
-	tgt, err := target.New(target.Config{Catalog: catalog{store}})
+	tgt, err := target.New(target.Config{Catalog: storecatalog.Catalog{Store: store}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/gosrp/gosrp/internal/admin"
 	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport"
 	_ "github.com/gosrp/gosrp/transport/ibverbs" // RDMA hardware, or a hint on how to build it
 )
@@ -262,7 +263,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	tgt, err := target.New(target.Config{
-		Name: cfg.Name, Catalog: catalog{store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
+		Name: cfg.Name, Catalog: storecatalog.Catalog{Store: store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
 		Logger: log,

@@ -10,6 +10,7 @@ import (
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/admin"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
 )
 
 // TestOvercommitAndSpaceStatus: on a 64 MiB file system, creating or
@@ -50,7 +51,7 @@ func TestOvercommitAndSpaceStatus(t *testing.T) {
 	if sp := s.Space; sp == nil || sp.Total != 64<<20 || sp.Free != 40<<20 || sp.Provisioned != 100<<20 || sp.MaxOvercommit != 2 || sp.Reserve != 16<<20 {
 		t.Fatalf("status space %+v", s.Space)
 	}
-	tgt, err := target.New(target.Config{Name: "t", Catalog: catalog{st}})
+	tgt, err := target.New(target.Config{Name: "t", Catalog: storecatalog.Catalog{Store: st}})
 	if err != nil {
 		t.Fatal(err)
 	}
