@@ -122,20 +122,32 @@ func (m *mr) Access() transport.Access { return m.o.access }
 func (m *mr) Arena() *transport.Arena  { return m.o.m.arena }
 
 func (m *mr) Close() error {
-	d := m.dev
+	return m.dev.destroy(m.o, func() error {
+		if n := m.o.bound; n > 0 {
+			return fmt.Errorf("emu: dereg mr %s with %d windows bound: %w", m.o.key, n, transport.ErrBusy)
+		}
+		return nil
+	})
+}
+
+// destroy frees o once (ibv_dereg_mr, ibv_dealloc_mw) and drops its hold
+// on its PD; closing it again does nothing. busy, if set, may refuse
+// under the device's lock.
+func (d *device) destroy(o *memObj, busy func() error) error {
 	d.mem.Lock()
-	if m.o.dead {
+	if o.dead {
 		d.mem.Unlock()
 		return nil
 	}
-	if m.o.bound > 0 {
-		n := m.o.bound
-		d.mem.Unlock()
-		return fmt.Errorf("emu: dereg mr %s with %d windows bound: %w", m.o.key, n, transport.ErrBusy)
+	if busy != nil {
+		if err := busy(); err != nil {
+			d.mem.Unlock()
+			return err
+		}
 	}
-	d.killLocked(m.o)
+	d.killLocked(o)
 	d.mem.Unlock()
-	m.o.pd.refs.Release()
+	o.pd.refs.Release()
 	return nil
 }
 
@@ -200,18 +212,7 @@ func (f *frmr) Map(a *transport.Arena, off, length int, iova uint64) error {
 	return nil
 }
 
-func (f *frmr) Close() error {
-	d := f.dev
-	d.mem.Lock()
-	if f.o.dead {
-		d.mem.Unlock()
-		return nil
-	}
-	d.killLocked(f.o)
-	d.mem.Unlock()
-	f.o.pd.refs.Release()
-	return nil
-}
+func (f *frmr) Close() error { return f.dev.destroy(f.o, nil) }
 
 // ---- type-2 memory windows ----
 
@@ -232,18 +233,7 @@ func (pd *pd) AllocMW() (transport.MW, error) {
 
 func (w *mw) Key() transport.Key { return w.initKey }
 
-func (w *mw) Close() error {
-	d := w.dev
-	d.mem.Lock()
-	if w.o.dead {
-		d.mem.Unlock()
-		return nil
-	}
-	d.killLocked(w.o)
-	d.mem.Unlock()
-	w.o.pd.refs.Release()
-	return nil
-}
+func (w *mw) Close() error { return w.dev.destroy(w.o, nil) }
 
 // ---- memory operations executed by work requests ----
 
