@@ -137,21 +137,7 @@ func (r *rig) resetToInit(reconnect bool) {
 	}
 	r.deferSends, r.deferred = false, nil
 	r.pool.Reset()
-	if err := r.pool.Recover(); err != nil {
-		r.fatalf("recover after reset: %v", err)
-	}
-	for i := range r.ios {
-		if r.ios[i].state == ioPosted {
-			r.ios[i].failed = true
-			r.ios[i].state = ioWaitDone
-		}
-	}
-	r.retire()
-	for i := range r.ios {
-		if r.ios[i].state != ioIdle {
-			r.fatalf("tag %d not returned after the reset", i)
-		}
-	}
+	r.recoverIOs("after the reset")
 	if err := r.ini.qp.Modify(transport.QPInit); err != nil {
 		r.fatalf("modify INIT: %v", err)
 	}

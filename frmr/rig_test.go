@@ -562,6 +562,27 @@ func (r *rig) poll() bool {
 	return any
 }
 
+// recoverIOs runs the pool's Recover, fails every I/O still posted and
+// retires them all; every tag must then be idle. when says at what point
+// of the test, for the failure message.
+func (r *rig) recoverIOs(when string) {
+	if err := r.pool.Recover(); err != nil {
+		r.fatalf("recover %s: %v", when, err)
+	}
+	for i := range r.ios {
+		if r.ios[i].state == ioPosted {
+			r.ios[i].failed = true
+			r.ios[i].state = ioWaitDone
+		}
+	}
+	r.retire()
+	for i := range r.ios {
+		if r.ios[i].state != ioIdle {
+			r.fatalf("tag %d not returned %s (state %d)", i, when, r.ios[i].state)
+		}
+	}
+}
+
 // retire hands buffers back when the pool says so, checking buffer return.
 func (r *rig) retire() {
 	for tag := range r.ios {
@@ -702,21 +723,7 @@ func (r *rig) recover() {
 	if !r.pool.Drained() {
 		r.pool.Reset() // bounded waits, drained teardown: completions lost with the destroyed QP
 	}
-	if err := r.pool.Recover(); err != nil {
-		r.fatalf("recover: %v", err)
-	}
-	for i := range r.ios {
-		if r.ios[i].state == ioPosted {
-			r.ios[i].failed = true
-			r.ios[i].state = ioWaitDone
-		}
-	}
-	r.retire()
-	for i := range r.ios {
-		if r.ios[i].state != ioIdle {
-			r.fatalf("tag %d not returned after recovery (state %d)", i, r.ios[i].state)
-		}
-	}
+	r.recoverIOs("after recovery")
 	r.check()
 	r.clearInjected()
 	r.connect()
