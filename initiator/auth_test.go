@@ -94,10 +94,7 @@ func TestRevocation(t *testing.T) {
 	r := newRig(t, emu.Config{Seed: 14}, 1<<20, target.Config{})
 	s := r.dial(t, initiator.Config{Name: "host-b"})
 	ctx := context.Background()
-	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := openVol0(t, ctx, s)
 	buf := make([]byte, 4096)
 	if _, err := v.WriteAt(buf, 0); err != nil {
 		t.Fatal(err)

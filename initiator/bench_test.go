@@ -119,10 +119,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 	// registration and the target's RDMA READ.
 	for _, imm := range []int{0, -1} {
 		s := r.dial(t, initiator.Config{Credits: 8, ImmediateData: imm})
-		v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := openVol0(t, context.Background(), s)
 		bufs := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
 		for _, op := range []initiator.Op{initiator.OpWrite, initiator.OpRead} {
 			runQD(t, v, op, 4, 64, bufs, nil)
@@ -138,10 +135,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 	// session's own flushes for room allocate nothing either.
 	for _, imm := range []int{0, -1} {
 		s := r.dial(t, initiator.Config{Credits: 8, ImmediateData: imm, ReplayBuffer: 1 << 20})
-		v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := openVol0(t, context.Background(), s)
 		bufs := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
 		runQD(t, v, initiator.OpWrite, 4, 512, bufs, nil)
 		a := testing.AllocsPerRun(20, func() { runQD(t, v, initiator.OpWrite, 4, 64, bufs, nil) })

@@ -131,11 +131,17 @@ func dialVol0(t testing.TB, cfg initiator.Config) (*initiator.Session, *initiato
 	s := dial(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	return s, openVol0(t, ctx, s)
+}
+
+// openVol0 opens vol0 on s read-write, and fails the test if it cannot.
+func openVol0(t testing.TB, ctx context.Context, s *initiator.Session) *initiator.Volume {
+	t.Helper()
 	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, v
+	return v
 }
 
 // pattern fills a block with its LBA, a write generation and a checksum,
@@ -271,10 +277,7 @@ func TestEndToEnd(t *testing.T) {
 				if err != nil || len(vols) != 1 || vols[0].Name != "vol0" || vols[0].Size != 16<<20 {
 					t.Fatalf("volumes %+v, %v", vols, err)
 				}
-				v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				v := openVol0(t, ctx, s)
 				gens := workload(t, v, seed, 32, 2000)
 				if err := v.Flush(ctx); err != nil {
 					t.Fatal(err)
@@ -293,10 +296,7 @@ func TestUnalignedAndCommands(t *testing.T) {
 	r := newRig(t, emu.Config{Seed: 1}, 4<<20, target.Config{})
 	s := r.dial(t, initiator.Config{})
 	ctx := context.Background()
-	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := openVol0(t, ctx, s)
 	// Unaligned write spanning three blocks, then read back unaligned.
 	msg := []byte("gosrp writes any alignment; the initiator reads, merges and writes whole blocks")
 	data := make([]byte, 9000)
@@ -378,10 +378,7 @@ func TestFaults(t *testing.T) {
 				f := emu.Faults{QPError: 0.002, LinkCut: 0.001, Duplicate: 0.01, CorruptCQE: 0.001}
 				r := newRig(t, emu.Config{Profile: prof, Wire: wire, Seed: seed, Faults: f}, 8<<20, target.Config{})
 				s := r.dial(t, initiator.Config{Credits: 16, IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second, LossTimeout: 30 * time.Second})
-				v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				v := openVol0(t, context.Background(), s)
 				gens := workload(t, v, seed, 16, 1500)
 				verifyAll(t, v, gens, seed)
 				t.Logf("connections lost %d, reconnects %d, emu %+v", s.Stats().ConnectionsLost, s.Stats().Reconnects, r.ip.Counters())
@@ -404,10 +401,7 @@ func TestStrayOldKeyWrites(t *testing.T) {
 			seed := testSeed(t)
 			r := newRig(t, emu.Config{Profile: prof, Wire: emu.WireTCP, Seed: seed, RetryTimeout: 200 * time.Millisecond}, 8<<20, target.Config{})
 			s := r.dial(t, initiator.Config{Credits: 16, IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second})
-			v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			v := openVol0(t, context.Background(), s)
 			stop := make(chan struct{})
 			strays := make(chan int, 1)
 			go func() {
@@ -483,10 +477,7 @@ func TestImmediateWrites(t *testing.T) {
 				r := newRig(t, emu.Config{Wire: w, Seed: 1}, 4<<20, target.Config{})
 				s := r.dial(t, initiator.Config{ImmediateData: tc.imm})
 				ctx := context.Background()
-				v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				v := openVol0(t, ctx, s)
 				const bs = 4096
 				buf := make([]byte, 4*bs)
 				got := make([]byte, 4*bs)

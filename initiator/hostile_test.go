@@ -291,10 +291,7 @@ func TestAbandonedWriteNeverReadsBuffer(t *testing.T) {
 	const attempts, size = 300, 1 << 20
 	r := newRig(t, emu.Config{Logger: quiet}, attempts*size, target.Config{Logger: quiet})
 	s := r.dial(t, initiator.Config{Logger: quiet})
-	v, err := s.Open(context.Background(), "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := openVol0(t, context.Background(), s)
 	buf := make([]byte, size)
 	marker := bytes.Repeat([]byte{0xBB}, len(buf))
 	abandoned := 0

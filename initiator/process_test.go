@@ -122,10 +122,7 @@ func TestSeparateProcess(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				v := openVol0(t, ctx, s)
 				gens := workload(t, v, seed, 32, 2000)
 				if err := v.Flush(ctx); err != nil {
 					t.Fatal(err)
