@@ -1,0 +1,222 @@
+//go:build linux && cgo && ibverbs
+
+package ibverbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/gosrp/gosrp/transport"
+)
+
+// The passive side of connection management: a listening rdma_cm_id and
+// the connection requests it receives, accepted or rejected.
+
+// Listener is a listening rdma_cm_id.
+type Listener struct {
+	cid    *cmID
+	addr   string
+	reqs   chan *ConnRequest
+	mu     sync.Mutex
+	closed bool
+	stop   chan struct{}
+}
+
+var _ transport.Listener = (*Listener)(nil)
+
+func (c *cmChannel) listen(ctx context.Context, addr string) (*Listener, error) {
+	ss, err := sockaddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	cid, err := c.newID()
+	if err != nil {
+		return nil, err
+	}
+	if rc, err := C.rdma_bind_addr(cid.id, sa(&ss)); rc != 0 {
+		cid.destroy()
+		return nil, mapErrno("rdma_bind_addr "+addr, kindCM, errnoOf(err))
+	}
+	if rc, err := C.rdma_listen(cid.id, 64); rc != 0 {
+		cid.destroy()
+		return nil, mapErrno("rdma_listen "+addr, kindCM, errnoOf(err))
+	}
+	l := &Listener{cid: cid, addr: localAddr(cid.id), reqs: make(chan *ConnRequest, 64), stop: make(chan struct{})}
+	cid.mu.Lock()
+	cid.listener = l
+	cid.mu.Unlock()
+	return l, nil
+}
+
+// Addr is the bound host:port (rdma_get_src_port).
+func (l *Listener) Addr() string { return l.addr }
+
+// Accept waits for the next connection request.
+func (l *Listener) Accept(ctx context.Context) (transport.ConnRequest, error) {
+	select {
+	case r := <-l.reqs:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.stop:
+		return nil, fmt.Errorf("ibverbs: listener %s: %w", l.addr, transport.ErrClosed)
+	}
+}
+
+// Close stops listening and rejects pending requests.
+func (l *Listener) Close() error {
+	l.cid.destroy()
+	l.shut()
+	return nil
+}
+
+func (l *Listener) shut() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	close(l.stop)
+	l.mu.Unlock()
+	for {
+		select {
+		case r := <-l.reqs:
+			r.Reject(nil)
+		default:
+			return
+		}
+	}
+}
+
+// ConnRequest is an incoming RDMA_CM_EVENT_CONNECT_REQUEST.
+type ConnRequest struct {
+	cid       *cmID
+	dev       *Device
+	pd        []byte
+	respRes   int
+	initDepth int
+	remote    string
+	local     string
+	mu        sync.Mutex
+	answered  bool
+}
+
+var _ transport.ConnRequest = (*ConnRequest)(nil)
+
+// Device is the device the request arrived on (the same object OpenDevice
+// returns for its name).
+func (r *ConnRequest) Device() transport.Device { return r.dev }
+
+// PrivateData is the request's private data as rdma_cm delivers it: on
+// InfiniBand and RoCE the CM REQ carries a fixed-size field, so it is
+// zero-padded to MaxConnectPrivateData bytes.
+func (r *ConnRequest) PrivateData() []byte { return r.pd }
+
+// RemoteAddr is the requester's host:port.
+func (r *ConnRequest) RemoteAddr() string { return r.remote }
+
+func (r *ConnRequest) answer() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.answered {
+		return fmt.Errorf("ibverbs: connection request already answered: %w", transport.ErrInvalidState)
+	}
+	r.answered = true
+	return nil
+}
+
+// Accept moves qp INIT -> RTR -> RTS with rdma_cm's attributes and accepts
+// with private data; it returns when the connection is ESTABLISHED.
+func (r *ConnRequest) Accept(ctx context.Context, qp transport.QP, privateData []byte) (transport.Conn, error) {
+	q, ok := qp.(*QP)
+	if !ok || q.d != r.dev {
+		return nil, fmt.Errorf("ibverbs: accept: QP must be on device %s: %w", r.dev.name, transport.ErrInvalidArgument)
+	}
+	if len(privateData) > transport.MaxAcceptPrivateData {
+		return nil, fmt.Errorf("ibverbs: accept: %d bytes of private data (max %d): %w", len(privateData), transport.MaxAcceptPrivateData, transport.ErrInvalidArgument)
+	}
+	if st := q.State(); st != transport.QPReset && st != transport.QPInit {
+		return nil, fmt.Errorf("ibverbs: accept: QP %d in %s: %w", q.num, st, transport.ErrInvalidState)
+	}
+	if err := r.answer(); err != nil {
+		return nil, err
+	}
+	respRes := min(r.initDepth, r.dev.maxRdAtom)
+	initDepth := min(r.respRes, r.dev.maxInitRdAtom)
+	fail := func(err error) (transport.Conn, error) {
+		C.rdma_reject(r.cid.id, nil, 0)
+		r.cid.destroy()
+		q.toErr()
+		return nil, err
+	}
+	if err := q.cmModify(r.cid.id, transport.QPInit, -1); err != nil {
+		return fail(err)
+	}
+	if err := q.cmModify(r.cid.id, transport.QPRTR, respRes); err != nil {
+		return fail(err)
+	}
+	if err := q.cmModify(r.cid.id, transport.QPRTS, initDepth); err != nil {
+		return fail(err)
+	}
+	var param C.struct_rdma_conn_param
+	cpd := cBytes(privateData)
+	defer C.free(cpd)
+	C.gosrp_conn_param(&param, cpd, C.int(len(privateData)), C.int(respRes), C.int(initDepth), C.uint32_t(q.num), C.int(r.cid.c.p.retry), C.int(r.cid.c.p.rnrRetry))
+	if rc, err := C.rdma_accept(r.cid.id, &param); rc != 0 {
+		return fail(mapErrno("rdma_accept", kindCM, errnoOf(err)))
+	}
+	for {
+		e, err := r.cid.wait(ctx)
+		if err != nil {
+			C.rdma_disconnect(r.cid.id)
+			r.cid.destroy()
+			q.toErr()
+			return nil, err
+		}
+		switch e.typ {
+		case C.RDMA_CM_EVENT_ESTABLISHED:
+			return r.cid.attach(q, r.pd, r.local, r.remote), nil
+		case C.RDMA_CM_EVENT_REJECTED, C.RDMA_CM_EVENT_CONNECT_ERROR, C.RDMA_CM_EVENT_UNREACHABLE,
+			C.RDMA_CM_EVENT_DISCONNECTED, C.RDMA_CM_EVENT_DEVICE_REMOVAL, C.RDMA_CM_EVENT_TIMEWAIT_EXIT:
+			r.cid.destroy()
+			q.toErr()
+			return nil, fmt.Errorf("ibverbs: accept from %s: %s (status %d): %w", r.remote, eventName(e.typ), e.status, transport.ErrDisconnected)
+		}
+	}
+}
+
+// Reject refuses the request with private data (rdma_reject).
+func (r *ConnRequest) Reject(privateData []byte) error {
+	if len(privateData) > transport.MaxRejectPrivateData {
+		return fmt.Errorf("ibverbs: reject: %d bytes of private data (max %d): %w", len(privateData), transport.MaxRejectPrivateData, transport.ErrInvalidArgument)
+	}
+	if err := r.answer(); err != nil {
+		return err
+	}
+	cpd := cBytes(privateData)
+	defer C.free(cpd)
+	rc, err := C.rdma_reject(r.cid.id, cpd, C.uint8_t(len(privateData)))
+	r.cid.destroy()
+	if rc != 0 {
+		return mapErrno("rdma_reject", kindCM, errnoOf(err))
+	}
+	return nil
+}
+
+// cBytes copies b into C memory (rdma_conn_param may not point at Go
+// memory); the caller frees it. It never returns nil.
+func cBytes(b []byte) unsafe.Pointer {
+	p := C.malloc(C.size_t(max(len(b), 1)))
+	if len(b) > 0 {
+		copy(unsafe.Slice((*byte)(p), len(b)), b)
+	}
+	return p
+}
