@@ -228,6 +228,10 @@ type Config struct {
 	// Logger receives connection events and protocol violations. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// SRPTargetPortID is the T10 SRP target port identifier (id_ext then
+	// ioc_guid, SRP r16a 5.3) an SRP login must name; the zero value
+	// accepts any. See docs/srp.md.
+	SRPTargetPortID [16]byte
 }
 
 // Limits of the configuration.
@@ -245,8 +249,10 @@ const (
 	// the common 4 KiB and 8 KiB writes need no RDMA READ.
 	maxImmediate = 8 << 10
 	// recvSize is the size of every receive buffer: the largest IU the
-	// target accepts, a command with maxImmediate bytes of data.
-	recvSize = wire.CommandHeaderLen + maxImmediate
+	// target accepts, a command with maxImmediate bytes of data (an
+	// SRP_CMD's data starts later than a gosrp command's, at ib_srp's
+	// srp_imm_data_offset).
+	recvSize = max(wire.CommandHeaderLen, srpImmOffset) + maxImmediate
 	// maxHandles bounds the volumes one connection may have open.
 	maxHandles = 256
 )

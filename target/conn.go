@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -139,12 +140,16 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 		req.Reject(priv)
 	}
 	h, err := wire.DecodeHello(req.PrivateData())
+	var srpReq *srp.LoginRequest // an SRP login (conn_srp.go)
 	if err != nil {
-		c.log.Info("connection rejected: not a gosrp hello", "remote", c.remote)
-		reject(nil)
-		return false
-	}
-	if h.Version != wire.Version {
+		var lr srp.LoginRequest
+		if lr.DecodeRDMA(req.PrivateData()) != nil {
+			c.log.Info("connection rejected: neither a gosrp hello nor an SRP login", "remote", c.remote)
+			reject(nil)
+			return false
+		}
+		srpReq = &lr
+	} else if h.Version != wire.Version {
 		c.log.Info("connection rejected: protocol version", "remote", c.remote, "version", h.Version, "want", wire.Version)
 		reject(wire.Hello{Version: wire.Version}.Encode())
 		return false
@@ -204,6 +209,7 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 		iu: c.iuArena.Bytes()[recvLen:iuLen], iuAddr: c.iuMR.Addr() + uint64(recvLen), iuLKey: c.iuMR.LKey(),
 		data: c.dataArena.Bytes()[:dataLen], dataAddr: c.dataMR.Addr(), dataLKey: c.dataMR.LKey(),
 		rand: func(b []byte) { rand.Read(b) }, instance: t.instance, volStats: t.volumeCounters, connStats: &c.stats,
+		srpPort: cfg.SRPTargetPortID,
 	})
 	c.creditsGr.Store(int32(credits))
 	if err := c.qp.Modify(transport.QPInit); err != nil {
@@ -214,13 +220,27 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 		return fail("post receives", fmt.Errorf("%d of %d posted: %w", n, len(c.core.acts.recv), err))
 	}
 	c.core.acts.reset()
+	priv := wire.Hello{Version: wire.Version}.Encode()
+	var srpLogin srpLoginResult
+	if srpReq != nil {
+		if srpLogin = c.srpLogin(srpReq); !srpLogin.ok {
+			c.log.Info("SRP login rejected", "remote", c.remote, "initiator", c.core.initiator, "reason", srpLogin.reason)
+			reject(srpLogin.priv)
+			c.release()
+			return false
+		}
+		priv = srpLogin.priv
+	}
 	actx, cancel := context.WithTimeout(ctx, cfg.LoginTimeout)
 	defer cancel()
-	if c.cm, err = req.Accept(actx, c.qp, wire.Hello{Version: wire.Version}.Encode()); err != nil {
+	if c.cm, err = req.Accept(actx, c.qp, priv); err != nil {
 		c.log.Warn("accept failed", "remote", c.remote, "err", err)
 		t.rejected.Add(1)
 		c.release()
 		return false
+	}
+	if srpReq != nil {
+		c.srpOpen(srpLogin.open)
 	}
 	return true
 }

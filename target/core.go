@@ -35,7 +35,8 @@ type coreParams struct {
 	rand      func([]byte)
 	volStats  func(name string) *ioCounters
 	connStats *ioCounters
-	instance  uint64 // the Target's write verifier, drawn by the shell
+	instance  uint64   // the Target's write verifier, drawn by the shell
+	srpPort   [16]byte // Config.SRPTargetPortID
 	// trace, if set, hears every state change (tests).
 	trace func(change string)
 }
@@ -134,6 +135,10 @@ type core struct {
 	jobsInFlight int
 	sqPosted     uint64
 	sqDone       uint64
+
+	// srp is the SRP session when the connection logged in with an
+	// SRP_LOGIN_REQ (core_srp.go); nil for a gosrp session.
+	srp *srpSession
 
 	acts actions
 	// bug is the first move the core refused as impossible (setState,
@@ -380,10 +385,11 @@ func (c *core) onRecv(idx int32, n uint32) {
 	case connRejecting:
 		// The peer talks past a reject; the disconnect follows.
 	case connActive, connDraining:
-		switch op {
-		case wire.OpCommand, wire.OpControl:
+		class, name := c.classify(buf)
+		switch class {
+		case iuRequest:
 			if c.loggedOut {
-				c.close(fmt.Sprintf("%s after LOGOUT", op), true)
+				c.close(fmt.Sprintf("%s after LOGOUT", name), true)
 				return
 			}
 			c.outstanding++
@@ -399,7 +405,7 @@ func (c *core) onRecv(idx int32, n uint32) {
 				return
 			}
 			c.assign(c.takeSlot(), idx, n, c.now)
-		case wire.OpLogout:
+		case iuLogout:
 			c.repost(idx)
 			c.loggedOut = true
 			if c.state == connActive {
@@ -407,8 +413,32 @@ func (c *core) onRecv(idx int32, n uint32) {
 			}
 			c.checkDrained()
 		default:
-			c.close(fmt.Sprintf("unexpected %s IU in session", op), true)
+			c.close(fmt.Sprintf("unexpected %s IU in session", name), true)
 		}
+	}
+}
+
+// iuClass is what a session IU asks of the core.
+type iuClass uint8
+
+const (
+	iuOther   iuClass = iota // not valid in a session
+	iuRequest                // a request that costs a credit and takes a slot
+	iuLogout                 // the initiator logs out
+)
+
+// classify sorts a session IU by the session's protocol, and names it.
+func (c *core) classify(buf []byte) (iuClass, string) {
+	if c.srp != nil {
+		return srpClassify(buf)
+	}
+	switch op := wire.Opcode(buf[0]); op {
+	case wire.OpCommand, wire.OpControl:
+		return iuRequest, op.String()
+	case wire.OpLogout:
+		return iuLogout, op.String()
+	default:
+		return iuOther, op.String()
 	}
 }
 

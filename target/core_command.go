@@ -13,6 +13,10 @@ import (
 // assign decodes the IU in receive buffer idx into slot s, reposts the
 // buffer and starts the request.
 func (c *core) assign(s *slot, idx int32, n uint32, at int64) {
+	if c.srp != nil {
+		c.srpAssign(s, idx, n, at)
+		return
+	}
 	buf := c.recvBuf(idx, n)
 	s.start = at
 	c.setSlot(s, slotReceived)
