@@ -240,6 +240,10 @@ func (c *core) respond(s *slot, st wire.Status, sense wire.Sense) {
 // postResponse encodes the Response into the slot's send buffer and
 // appends its SEND (SQ space already reserved), using sges[k].
 func (c *core) postResponse(s *slot, st wire.Status, sense wire.Sense, k int) {
+	if c.srp != nil {
+		c.srpRespond(s, st, sense, k)
+		return
+	}
 	cmd := &s.cmd
 	r := wire.Response{Status: st, Sense: sense, Credits: 1, Tag: cmd.Tag}
 	if st != wire.StatusGood && cmd.Op.HasData() {
@@ -256,13 +260,18 @@ func (c *core) postResponse(s *slot, st wire.Status, sense wire.Sense, k int) {
 		wr.Opcode = transport.OpSendWithInv
 		wr.InvalidateKey = transport.Key(cmd.InvalidateKey)
 	}
+	c.sent(s, wr, st != wire.StatusGood)
+}
+
+// sent appends a response SEND of slot s and accounts for it: the credit
+// it returns and the command's statistics.
+func (c *core) sent(s *slot, wr transport.SendWR, failed bool) {
 	c.acts.send = append(c.acts.send, wr)
 	s.sigSeq = c.sqPosted
 	c.outstanding--
 	lat := c.now - s.start
-	failed := st != wire.StatusGood
-	c.p.connStats.record(cmd.Op, cmd.Length, failed, lat)
+	c.p.connStats.record(s.cmd.Op, s.cmd.Length, failed, lat)
 	if s.ov != nil {
-		s.ov.stats.record(cmd.Op, cmd.Length, failed, lat)
+		s.ov.stats.record(s.cmd.Op, s.cmd.Length, failed, lat)
 	}
 }

@@ -7,6 +7,7 @@ package target
 // and RDMA posting as a gosrp command.
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/srp"
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport"
 )
 
 const (
@@ -47,12 +50,38 @@ type srpSession struct {
 	names  []string
 	access []Access
 	luns   []srpLUN
+	// cmd is the decoding scratch of the request being assigned.
+	cmd srp.Cmd
 }
 
-// srpLUN is one logical unit: an open volume and its SCSI model.
+// srpLUN is one logical unit: an open volume, its SCSI model and the
+// session's unit attention state for it.
 type srpLUN struct {
-	ov  *openVol
-	dev scsi.Device
+	ov    *openVol
+	dev   scsi.Device
+	nexus scsi.Nexus
+}
+
+// srpSlot is what a slot holds of an SRP request besides the gosrp
+// command the data path runs (slot.cmd: volume offset, length, the
+// descriptors of the one direction that moves data).
+type srpSlot struct {
+	tag uint64
+	op  scsi.Op // the block operation, for the sense of its failure
+	// decided: the answer was settled before any job (status, sense).
+	decided bool
+	status  scsi.Status
+	sense   scsi.Sense
+	// inLen and outLen are the data-in and data-out descriptor totals;
+	// flags, inResid and outResid the residuals of a GOOD answer (a
+	// failed command moved nothing: its residuals are the totals).
+	inLen, outLen     uint32
+	flags             uint8
+	inResid, outResid uint32
+	// tmf: the request was task management; resp is its response data.
+	tmf      bool
+	resp     [4]byte
+	senseBuf [scsi.FixedSenseLen]byte
 }
 
 // srpLoginResult is the core's answer to an SRP_LOGIN_REQ: the private
@@ -200,8 +229,242 @@ func srpClassify(buf []byte) (iuClass, string) {
 	}
 }
 
-// srpAssign starts the SRP request in receive buffer idx on slot s.
+// srpAssign decodes the SRP request in receive buffer idx into slot s,
+// reposts the buffer and starts the request. An IU too short to carry
+// its tag ends the connection; any other malformed request is answered
+// CHECK CONDITION, INVALID FIELD IN CDB (as ib_srpt answers a bad
+// descriptor) and touches neither the volume nor the initiator's memory.
 func (c *core) srpAssign(s *slot, idx int32, n uint32, at int64) {
-	c.repost(idx)
-	c.close("SRP requests are not served yet", true)
+	buf := c.recvBuf(idx, n)
+	s.start = at
+	c.setSlot(s, slotReceived)
+	s.busy, s.ov, s.control = false, nil, false
+	s.cmd = wire.Command{}
+	s.srp = srpSlot{}
+	defer c.repost(idx) // every use of buf is done within this call
+	if srp.Opcode(buf[0]) == srp.OpTaskMgmt {
+		var tm srp.TaskMgmt
+		if err := tm.Decode(buf); err != nil {
+			c.close("malformed SRP_TSK_MGMT: "+err.Error(), true)
+			return
+		}
+		// Task management is not implemented: every function is
+		// answered FUNCTION NOT SUPPORTED in the response data (SRP
+		// r16a 6.9, RSPVALID), which ib_srp reads as a failed abort.
+		s.srp.tag, s.srp.tmf = tm.Tag, true
+		s.srp.resp[3] = srp.TaskNotSupported
+		c.srpAnswer(s, scsi.StatusGood, scsi.SenseNone)
+		return
+	}
+	cmd := &c.srp.cmd
+	if n < srp.CmdLen {
+		c.close(fmt.Sprintf("SRP_CMD of %d bytes (at least %d)", n, srp.CmdLen), true)
+		return
+	}
+	s.srp.tag = binary.BigEndian.Uint64(buf[8:]) // SRP is big-endian (SRP r16a 5.1)
+	if err := cmd.Decode(buf, c.srp.immOffset); err != nil {
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
+		return
+	}
+	if !c.srpDescriptors(s, cmd) {
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
+		return
+	}
+	if c.state == connDraining {
+		s.busy = true
+		c.srpAnswer(s, scsi.StatusBusy, scsi.SenseNone)
+		return
+	}
+	c.srpExecute(s, cmd)
+}
+
+// srpDescriptors takes the command's data buffer into the slot: direct
+// and indirect descriptors become slot.cmd's descriptors, bounded by the
+// negotiated descriptor count; immediate data is copied to the slot's
+// data buffer, bounded by what the login granted. A command moving data
+// both ways, or an indirect table not wholly inline (ib_srp sends the
+// rest only with allow_ext_sg, fetched by RDMA READ: not implemented),
+// is refused.
+func (c *core) srpDescriptors(s *slot, cmd *srp.Cmd) bool {
+	out, in := &cmd.DataOut, &cmd.DataIn
+	if out.Format != srp.FormatNone && in.Format != srp.FormatNone {
+		return false
+	}
+	d := out
+	if in.Format != srp.FormatNone {
+		d = in
+	}
+	var total uint64
+	switch d.Format {
+	case srp.FormatNone:
+		return true
+	case srp.FormatDirect:
+		s.cmd.Desc[0] = wire.Descriptor{VA: d.Direct.VA, RKey: d.Direct.Key, Len: d.Direct.Len}
+		s.cmd.NDesc = 1
+		total = uint64(d.Direct.Len)
+	case srp.FormatIndirect:
+		if int(d.Count)*srp.DescriptorLen != int(d.Table.Len) || int(d.Count) > c.maxDesc {
+			return false
+		}
+		for i := 0; i < int(d.Count); i++ {
+			x := d.Partial(i)
+			s.cmd.Desc[i] = wire.Descriptor{VA: x.VA, RKey: x.Key, Len: x.Len}
+			total += uint64(x.Len)
+		}
+		s.cmd.NDesc = int(d.Count)
+		if total != uint64(d.Total) {
+			return false
+		}
+	case srp.FormatImmediate:
+		if len(d.Imm) > int(c.maxImm) {
+			return false
+		}
+		copy(s.data, d.Imm)
+		s.cmd.Flags |= wire.FlagImmediate
+		total = uint64(len(d.Imm))
+	}
+	if d == in {
+		s.srp.inLen = uint32(total)
+	} else {
+		s.srp.outLen = uint32(total)
+	}
+	return true
+}
+
+// srpLUNList is the LUN inventory for REPORT LUNS (nil for any other
+// command: the model reads it for REPORT LUNS only).
+func (c *core) srpLUNList(cdb []byte) []uint16 {
+	if len(cdb) == 0 || cdb[0] != 0xA0 {
+		return nil
+	}
+	var l []uint16
+	for i, lu := range c.srp.luns {
+		if lu.ov != nil && !lu.ov.revoked {
+			l = append(l, uint16(i))
+		}
+	}
+	return l
+}
+
+// srpExecute runs the CDB through the LUN's model and carries out its
+// Action.
+func (c *core) srpExecute(s *slot, cmd *srp.Cmd) {
+	var lu *srpLUN
+	if lun, err := scsi.DecodeLUN(cmd.LUN); err == nil && int(lun) < len(c.srp.luns) {
+		if x := &c.srp.luns[lun]; x.ov != nil && !x.ov.revoked {
+			lu = x
+		}
+	}
+	var a scsi.Action
+	if lu == nil {
+		a = scsi.NoUnit(cmd.CDB, c.srpLUNList(cmd.CDB))
+	} else {
+		lu.dev.ReadOnly = lu.ov.ro // a policy change may have narrowed it
+		a = lu.dev.Execute(&lu.nexus, cmd.CDB, c.srpLUNList(cmd.CDB))
+	}
+	s.srp.op = a.Op
+	if a.Status != scsi.StatusGood {
+		c.srpAnswer(s, a.Status, a.Sense)
+		return
+	}
+	switch a.Op {
+	case scsi.OpNone:
+		c.srpDataIn(s, a.Data)
+	case scsi.OpFlush:
+		s.ov = lu.ov
+		s.cmd.Op = wire.OpFlush
+		c.dispatch(s, jobFlush)
+	default:
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidOpcode)
+	}
+}
+
+// srpDataIn returns a command's data-in (INQUIRY, READ CAPACITY, ...):
+// as much as the descriptors take, by RDMA WRITE ahead of the SRP_RSP,
+// with the residual SAM-5 asks for either way (DIUNDER when the
+// descriptors were larger, DIOVER when the data was).
+func (c *core) srpDataIn(s *slot, data []byte) {
+	have := uint32(len(data))
+	if have > s.srp.inLen {
+		s.srp.flags, s.srp.inResid = srp.DIOver, have-s.srp.inLen
+	} else if have < s.srp.inLen {
+		s.srp.flags, s.srp.inResid = srp.DIUnder, s.srp.inLen-have
+	}
+	m := min(have, s.srp.inLen, c.maxXfer)
+	if m == 0 {
+		c.srpAnswer(s, scsi.StatusGood, scsi.SenseNone)
+		return
+	}
+	copy(s.data, data[:m])
+	trimDescriptors(&s.cmd, m)
+	c.respondRead(s)
+}
+
+// trimDescriptors cuts cmd's descriptors to the first n bytes they
+// describe (n at most their total).
+func trimDescriptors(cmd *wire.Command, n uint32) {
+	for i := 0; i < cmd.NDesc; i++ {
+		d := &cmd.Desc[i]
+		if d.Len >= n {
+			d.Len = n
+			cmd.NDesc = i + 1
+			return
+		}
+		n -= d.Len
+	}
+}
+
+// srpAnswer answers a request whose outcome is settled without a job.
+func (c *core) srpAnswer(s *slot, st scsi.Status, sense scsi.Sense) {
+	s.srp.decided, s.srp.status, s.srp.sense = true, st, sense
+	c.respond(s, wire.StatusGood, wire.SenseNone)
+}
+
+// srpRespond encodes the SRP_RSP into the slot's send buffer and appends
+// its SEND (SQ space reserved), using sges[k]: postResponse in SRP mode.
+// The SCSI status and sense are the settled answer, or the job's outcome
+// (st, sense: GOOD, BUSY, or a failure as scsi.FromWire maps it). A plain
+// SEND: SRP has no remote invalidation (ib_srp invalidates its own keys).
+func (c *core) srpRespond(s *slot, st wire.Status, sense wire.Sense, k int) {
+	x := &s.srp
+	r := srp.Rsp{Tag: x.tag, ReqLimDelta: 1}
+	var sns scsi.Sense
+	switch {
+	case x.decided:
+		r.Status, sns = uint8(x.status), x.sense
+	case st == wire.StatusGood:
+	case st == wire.StatusBusy:
+		r.Status = uint8(scsi.StatusBusy)
+	default:
+		r.Status, sns = uint8(scsi.StatusCheckCondition), scsi.FromWire(sense, x.op)
+	}
+	if r.Status == uint8(scsi.StatusGood) {
+		r.Flags = x.flags
+		r.DataInResid, r.DataOutResid = x.inResid, x.outResid
+	} else {
+		// Nothing moved.
+		if x.inLen > 0 {
+			r.Flags, r.DataInResid = r.Flags|srp.DIUnder, x.inLen
+		}
+		if x.outLen > 0 {
+			r.Flags, r.DataOutResid = r.Flags|srp.DOUnder, x.outLen
+		}
+	}
+	if r.Status == uint8(scsi.StatusCheckCondition) {
+		r.Sense = sns.AppendFixed(x.senseBuf[:0])
+		r.Flags |= srp.SnsValid
+	}
+	if x.tmf {
+		r.Resp = x.resp[:]
+		r.Flags |= srp.RspValid
+	}
+	n, err := r.Encode(s.send)
+	if err != nil {
+		c.noteBug(fmt.Errorf("target: encode SRP_RSP: %w", err))
+		c.close("internal error: "+err.Error(), false)
+		return
+	}
+	s.sges[k] = transport.SGE{Addr: s.sendAddr, Length: uint32(n), LKey: c.p.iuLKey}
+	c.sent(s, transport.SendWR{ID: makeWRID(c.p.gen, kindResp, int(s.idx)), Opcode: transport.OpSend,
+		Flags: transport.FlagSignaled, SGL: s.sges[k : k+1]}, r.Status != uint8(scsi.StatusGood))
 }

@@ -14,7 +14,8 @@ import (
 //
 //	FREE → RECEIVED → READING_DATA (WRITE: RDMA READs outstanding)
 //	                → BACKEND      (volume or catalog work on a worker)
-//	                → WRITING_DATA (READ: RDMA WRITEs + response posted)
+//	                → WRITING_DATA (READ, or SRP data-in the model answered
+//	                                at once: RDMA WRITEs + response posted)
 //	                → RESPONDING   (response posted)
 //	     → FREE when the response SEND completes.
 type slotState uint8
@@ -34,7 +35,7 @@ var slotStateNames = [...]string{"FREE", "RECEIVED", "READING_DATA", "BACKEND", 
 // core's setSlot checks every move against it.
 var slotNext = [...][]slotState{
 	slotFree:        {slotReceived},
-	slotReceived:    {slotReadingData, slotBackend, slotResponding},
+	slotReceived:    {slotReadingData, slotBackend, slotWritingData, slotResponding},
 	slotReadingData: {slotBackend, slotResponding},
 	slotBackend:     {slotWritingData, slotResponding, slotFree},
 	slotWritingData: {slotFree},
@@ -166,6 +167,7 @@ type slot struct {
 	ctl     wire.ControlRequest
 	ctlRO   bool
 	ov      *openVol
+	srp     srpSlot // the SRP request, in an SRP session (core_srp.go)
 
 	// job, set by the core before dispatch
 	job jobKind

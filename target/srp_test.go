@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/transport"
 	"github.com/gosrp/gosrp/transport/emu"
@@ -42,7 +43,7 @@ func srpLoginReq(port byte) srp.LoginRequest {
 // SRP IUs.
 type srpClient struct {
 	*client
-	rsp srp.LoginResponse
+	login srp.LoginResponse
 }
 
 // srpDial connects with req in the connection request's private data
@@ -59,7 +60,7 @@ func (r *rig) srpDial(tb testing.TB, req srp.LoginRequest) (*srpClient, error) {
 		return nil, err
 	}
 	sc := &srpClient{client: c}
-	if err := sc.rsp.Decode(c.cm.PrivateData()); err != nil {
+	if err := sc.login.Decode(c.cm.PrivateData()); err != nil {
 		tb.Fatalf("login response: %v", err)
 	}
 	return sc, nil
@@ -105,8 +106,8 @@ func TestSRPLogin(t *testing.T) {
 		}
 		want := srp.LoginResponse{ReqLimDelta: 8, Tag: 0x5150, MaxITIULen: recvSize, MaxTIIULen: srpMaxTIIU,
 			BufFormats: srpFormats, Flags: srp.MultiChanNoChannel | srp.ImmediateSupported}
-		if c.rsp != want {
-			t.Errorf("login response %+v, want %+v", c.rsp, want)
+		if c.login != want {
+			t.Errorf("login response %+v, want %+v", c.login, want)
 		}
 		waitFor(t, "the SRP session in Stats", func() bool {
 			s := r.tgt.Stats()
@@ -120,8 +121,8 @@ func TestSRPLogin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.rsp.Flags != srp.MultiChanMaintained {
-			t.Errorf("login without immediate data, MULTI: flags %#x, want %#x", c.rsp.Flags, srp.MultiChanMaintained)
+		if c.login.Flags != srp.MultiChanMaintained {
+			t.Errorf("login without immediate data, MULTI: flags %#x, want %#x", c.login.Flags, srp.MultiChanMaintained)
 		}
 		c.logout()
 
@@ -147,5 +148,143 @@ func TestSRPLogin(t *testing.T) {
 		if s := r.tgt.Stats(); s.Rejected != 6 || s.Accepted != 2 {
 			t.Errorf("stats: %d accepted, %d rejected; want 2 and 6", s.Accepted, s.Rejected)
 		}
+	})
+}
+
+// srpCmd builds an SRP_CMD for lun with cdb.
+func srpCmd(lun uint16, cdb ...byte) srp.Cmd {
+	return srp.Cmd{LUN: scsi.EncodeLUN(lun), CDB: cdb}
+}
+
+// in gives cmd a direct data-in descriptor over client data [off, off+n).
+func (c *srpClient) in(cmd srp.Cmd, off, n int) srp.Cmd {
+	d := c.desc(off, n)
+	cmd.DataIn = srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: d.VA, Key: d.RKey, Len: d.Len}}
+	return cmd
+}
+
+// post sends an SRP_CMD without waiting; it returns the tag.
+func (c *srpClient) post(cmd srp.Cmd) uint64 {
+	c.tb.Helper()
+	c.tag++
+	cmd.Tag = c.tag<<8 | 0x5a // not a small integer: the tag is opaque
+	b := make([]byte, cmd.EncodedLen())
+	if _, err := cmd.Encode(b); err != nil {
+		c.tb.Fatal(err)
+	}
+	if err := c.sendIU(b); err != nil {
+		c.tb.Fatal(err)
+	}
+	return cmd.Tag
+}
+
+// rsp waits for the next IU, which must be an SRP_RSP returning one
+// credit.
+func (c *srpClient) rsp() srp.Rsp {
+	c.tb.Helper()
+	b, _ := c.mustNext()
+	var r srp.Rsp
+	if err := r.Decode(b); err != nil {
+		c.tb.Fatalf("SRP_RSP: %v (% x)", err, b)
+	}
+	if r.ReqLimDelta != 1 {
+		c.tb.Fatalf("SRP_RSP returns %d credits, want 1", r.ReqLimDelta)
+	}
+	return r
+}
+
+// do runs one SRP_CMD and returns its SRP_RSP.
+func (c *srpClient) do(cmd srp.Cmd) srp.Rsp {
+	c.tb.Helper()
+	tag := c.post(cmd)
+	r := c.rsp()
+	if r.Tag != tag {
+		c.tb.Fatalf("SRP_RSP tag %#x, want %#x", r.Tag, tag)
+	}
+	return r
+}
+
+// good fails unless r is GOOD with the residual flags given.
+func (c *srpClient) good(what string, r srp.Rsp, flags uint8) {
+	c.tb.Helper()
+	if r.Status != uint8(scsi.StatusGood) || r.Flags != flags {
+		s, _ := scsi.ParseSense(r.Sense)
+		c.tb.Fatalf("%s: status %s flags %#x sense %s, want GOOD flags %#x", what, scsi.Status(r.Status), r.Flags, s, flags)
+	}
+}
+
+// checkSense fails unless r is CHECK CONDITION with sense want.
+func (c *srpClient) checkSense(what string, r srp.Rsp, want scsi.Sense) {
+	c.tb.Helper()
+	s, err := scsi.ParseSense(r.Sense)
+	if r.Status != uint8(scsi.StatusCheckCondition) || err != nil || s != want {
+		c.tb.Fatalf("%s: status %s sense %s (%v), want CHECK CONDITION %s", what, scsi.Status(r.Status), s, err, want)
+	}
+}
+
+// The rig's volumes as LUNs, in name order.
+const (
+	lunRO   = 0 // "ro", read-only
+	lunVol0 = 1
+	lunVol1 = 2
+)
+
+// TestSRPCommands: SCSI commands without block data through an SRP
+// session: INQUIRY, REPORT LUNS, TEST UNIT READY, READ CAPACITY 10/16
+// and SYNCHRONIZE CACHE answer GOOD with their data by RDMA WRITE and
+// the residuals of SAM-5; an unknown opcode, a LUN with no volume and
+// task management get the standard refusals.
+func TestSRPCommands(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		c, err := r.srpDial(t, srpLoginReq(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(c.data(0, 4096))
+		rsp := c.do(c.in(srpCmd(lunVol0, 0x12, 0, 0, 0, 96, 0), 0, 200))
+		c.good("INQUIRY", rsp, srp.DIUnder)
+		if rsp.DataInResid != 200-36 { // standard INQUIRY data is 36 bytes
+			t.Errorf("INQUIRY data-in residual %d, want %d", rsp.DataInResid, 200-36)
+		}
+		if inq := c.data(0, 36); inq[0] != 0 || string(inq[8:13]) != "GOSRP" {
+			t.Errorf("INQUIRY data % x", inq)
+		}
+
+		clear(c.data(0, 64))
+		c.good("REPORT LUNS", c.do(c.in(srpCmd(lunVol0, 0xA0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0), 0, 40)), srp.DIUnder)
+		if got := c.data(0, 32); got[3] != 24 || got[8+1] != 0 || got[16+1] != 1 || got[24+1] != 2 {
+			t.Errorf("REPORT LUNS data % x, want 3 LUNs 0, 1, 2", got)
+		}
+
+		c.good("TEST UNIT READY", c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)), 0)
+
+		c.good("READ CAPACITY(10)", c.do(c.in(srpCmd(lunVol1, 0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0, 8)), 0)
+		if got, want := c.data(0, 8), []byte{0, 0, 0, volSize/bs - 1, 0, 0, bs >> 8, 0}; string(got) != string(want) {
+			t.Errorf("READ CAPACITY(10) data % x, want % x", got, want)
+		}
+		// 32 bytes asked for, 16 bytes of descriptor: the rest is DIOVER.
+		rsp = c.do(c.in(srpCmd(lunRO, 0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0), 0, 16))
+		c.good("READ CAPACITY(16)", rsp, srp.DIOver)
+		if rsp.DataInResid != 16 {
+			t.Errorf("READ CAPACITY(16) data-in overflow %d, want 16", rsp.DataInResid)
+		}
+		if got := c.data(0, 12); got[7] != volSize/bs-1 || got[10] != bs>>8 {
+			t.Errorf("READ CAPACITY(16) data % x", got)
+		}
+
+		c.good("SYNCHRONIZE CACHE(10)", c.do(srpCmd(lunVol0, 0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0)), 0)
+		c.checkSense("opcode 0xC0", c.do(srpCmd(lunVol0, 0xC0, 0, 0, 0, 0, 0)), scsi.SenseInvalidOpcode)
+		c.checkSense("TEST UNIT READY on LUN 9", c.do(srpCmd(9, 0, 0, 0, 0, 0, 0)), scsi.SenseLUNotSupported)
+
+		var tm [srp.TaskMgmtLen]byte
+		(&srp.TaskMgmt{Tag: 77, LUN: scsi.EncodeLUN(lunVol0), Function: srp.TaskLUNReset}).Encode(tm[:])
+		if err := c.sendIU(tm[:]); err != nil {
+			t.Fatal(err)
+		}
+		if rsp := c.rsp(); rsp.Tag != 77 || rsp.Flags != srp.RspValid || len(rsp.Resp) != 4 || rsp.Resp[3] != srp.TaskNotSupported {
+			t.Errorf("SRP_TSK_MGMT answered %+v, want RSPVALID, FUNCTION NOT SUPPORTED", rsp)
+		}
+		c.logout()
 	})
 }
