@@ -374,9 +374,48 @@ func (c *core) srpExecute(s *slot, cmd *srp.Cmd) {
 		s.ov = lu.ov
 		s.cmd.Op = wire.OpFlush
 		c.dispatch(s, jobFlush)
+	case scsi.OpRead:
+		n := a.Blocks * lu.dev.BlockSize
+		if !c.srpTransfer(s, lu, wire.OpRead, a.LBA, n, s.srp.inLen, srp.DIUnder, &s.srp.inResid) {
+			return
+		}
+		c.dispatch(s, jobRead)
+	case scsi.OpWrite:
+		if !c.srpTransfer(s, lu, wire.OpWrite, a.LBA, a.DataOut, s.srp.outLen, srp.DOUnder, &s.srp.outResid) {
+			return
+		}
+		if a.FUA {
+			s.cmd.Flags |= wire.FlagFUA
+		}
+		if s.cmd.Flags&wire.FlagImmediate != 0 {
+			c.dispatchWrite(s) // the data came with the command
+		} else {
+			c.postReads(s)
+		}
 	default:
 		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidOpcode)
 	}
+}
+
+// srpTransfer makes slot s's gosrp command the block transfer of n
+// bytes at lba: the descriptors (of total have bytes) cut to n, the
+// residual under set when they describe more. Descriptors that describe
+// less than the CDB asks for are refused before any data moves (CHECK
+// CONDITION, INVALID FIELD IN CDB): the target never reads or writes
+// past what the initiator advertised, and never moves part of a
+// transfer. It reports whether the command goes on.
+func (c *core) srpTransfer(s *slot, lu *srpLUN, op wire.Op, lba uint64, n, have uint32, under uint8, resid *uint32) bool {
+	if n > have {
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
+		return false
+	}
+	if have > n {
+		s.srp.flags, *resid = under, have-n
+	}
+	trimDescriptors(&s.cmd, n)
+	s.ov = lu.ov
+	s.cmd.Op, s.cmd.Offset, s.cmd.Length = op, lba*uint64(lu.dev.BlockSize), n
+	return true
 }
 
 // srpDataIn returns a command's data-in (INQUIRY, READ CAPACITY, ...):

@@ -1,6 +1,8 @@
 package target
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -163,6 +165,34 @@ func (c *srpClient) in(cmd srp.Cmd, off, n int) srp.Cmd {
 	return cmd
 }
 
+// out gives cmd a direct data-out descriptor over client data [off, off+n).
+func (c *srpClient) out(cmd srp.Cmd, off, n int) srp.Cmd {
+	d := c.desc(off, n)
+	cmd.DataOut = srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: d.VA, Key: d.RKey, Len: d.Len}}
+	return cmd
+}
+
+// indirect describes client data [off, off+n) in k pieces, as an
+// indirect table wholly inline (ib_srp's form for a scatterlist).
+func (c *srpClient) indirect(off, n, k int) srp.DataBuffer {
+	descs := make([]srp.Descriptor, k)
+	per := n / k
+	for i := range descs {
+		l := per
+		if i == k-1 {
+			l = n - per*(k-1)
+		}
+		d := c.desc(off+i*per, l)
+		descs[i] = srp.Descriptor{VA: d.VA, Key: d.RKey, Len: d.Len}
+	}
+	b := srp.DataBuffer{Format: srp.FormatIndirect, Total: uint32(n),
+		Table: srp.Descriptor{VA: 0x1000, Key: 1, Len: uint32(k * srp.DescriptorLen)}}
+	if err := b.SetPartial(descs, make([]byte, k*srp.DescriptorLen)); err != nil {
+		c.tb.Fatal(err)
+	}
+	return b
+}
+
 // post sends an SRP_CMD without waiting; it returns the tag.
 func (c *srpClient) post(cmd srp.Cmd) uint64 {
 	c.tb.Helper()
@@ -172,7 +202,16 @@ func (c *srpClient) post(cmd srp.Cmd) uint64 {
 	if _, err := cmd.Encode(b); err != nil {
 		c.tb.Fatal(err)
 	}
-	if err := c.sendIU(b); err != nil {
+	var extra []transport.SGE
+	if cmd.DataOut.Format == srp.FormatImmediate {
+		// ib_srp pads to the agreed offset and gathers the data from
+		// where it is as a second SGE (srp_map_idb).
+		b = append(b, make([]byte, srpImmOffset-len(b))...)
+		const stage = cliDataSize - maxImmediate
+		copy(c.data(stage, len(cmd.DataOut.Imm)), cmd.DataOut.Imm)
+		extra = append(extra, transport.SGE{Addr: c.desc(stage, 0).VA, Length: uint32(len(cmd.DataOut.Imm)), LKey: c.mr.LKey()})
+	}
+	if err := c.sendIU(b, extra...); err != nil {
 		c.tb.Fatal(err)
 	}
 	return cmd.Tag
@@ -286,5 +325,94 @@ func TestSRPCommands(t *testing.T) {
 			t.Errorf("SRP_TSK_MGMT answered %+v, want RSPVALID, FUNCTION NOT SUPPORTED", rsp)
 		}
 		c.logout()
+	})
+}
+
+// rw10 is a READ(10) or WRITE(10) CDB (op 0x28 or 0x2A); fua sets FUA.
+func rw10(op byte, lba uint32, blocks uint16, fua bool) []byte {
+	cdb := []byte{op, 0, byte(lba >> 24), byte(lba >> 16), byte(lba >> 8), byte(lba), 0, byte(blocks >> 8), byte(blocks), 0}
+	if fua {
+		cdb[1] = 0x08
+	}
+	return cdb
+}
+
+// rw16 is a READ(16) or WRITE(16) CDB (op 0x88 or 0x8A).
+func rw16(op byte, lba uint64, blocks uint32) []byte {
+	cdb := make([]byte, 16)
+	cdb[0] = op
+	binary.BigEndian.PutUint64(cdb[2:], lba)
+	binary.BigEndian.PutUint32(cdb[10:], blocks)
+	return cdb
+}
+
+// TestSRPReadWrite: blocks written through an SRP session (RDMA READ of
+// a direct descriptor, of an inline indirect table, and immediate data
+// with FUA) read back the same through READ(10) and READ(16) by RDMA
+// WRITE, are in the volume after SYNCHRONIZE CACHE, and longer
+// descriptors are reported as DOUNDER/DIUNDER; a read-only LUN and an
+// LBA past the end are refused with their sense.
+func TestSRPReadWrite(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		c, err := r.srpDial(t, srpLoginReq(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 64 << 10
+		want := pattern(n, 3)
+		copy(c.data(0, n), want)
+		c.good("WRITE(10) direct", c.do(c.out(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw10(0x2A, 4, n/bs, false)}, 0, n)), 0)
+		clear(c.data(n, n+bs))
+		rsp := c.do(c.in(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw16(0x88, 4, n/bs)}, n, n+bs))
+		c.good("READ(16) direct", rsp, srp.DIUnder)
+		if rsp.DataInResid != bs {
+			t.Errorf("READ(16) residual %d, want %d", rsp.DataInResid, bs)
+		}
+		if !bytes.Equal(c.data(n, n), want) {
+			t.Fatal("READ(16) returned other bytes than WRITE(10) wrote")
+		}
+
+		want2 := pattern(3*bs, 9)
+		copy(c.data(0, 3*bs), want2)
+		c.good("WRITE(16) indirect", c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol1), CDB: rw16(0x8A, 10, 3), DataOut: c.indirect(0, 3*bs, 3)}), 0)
+		clear(c.data(n, 3*bs))
+		c.good("READ(10) indirect", c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol1), CDB: rw10(0x28, 10, 3, false), DataIn: c.indirect(n, 3*bs, 2)}), 0)
+		if !bytes.Equal(c.data(n, 3*bs), want2) {
+			t.Fatal("READ(10) through an indirect table returned other bytes than were written")
+		}
+
+		want3 := pattern(bs, 0x77)
+		c.good("WRITE(10) immediate FUA", c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol1), CDB: rw10(0x2A, 0, 1, true),
+			DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: bs, Imm: want3}}), 0)
+		clear(c.data(0, bs))
+		c.good("READ(10) after immediate", c.do(c.in(srp.Cmd{LUN: scsi.EncodeLUN(lunVol1), CDB: rw10(0x28, 0, 1, false)}, 0, bs)), 0)
+		if !bytes.Equal(c.data(0, bs), want3) {
+			t.Fatal("READ(10) returned other bytes than the immediate WRITE(10) carried")
+		}
+
+		c.checkSense("WRITE(10) to the read-only LUN", c.do(c.out(srp.Cmd{LUN: scsi.EncodeLUN(lunRO), CDB: rw10(0x2A, 0, 1, false)}, 0, bs)), scsi.SenseWriteProtected)
+		c.checkSense("READ(10) past the end", c.do(c.in(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw10(0x28, volSize/bs, 1, false)}, 0, bs)), scsi.SenseLBAOutOfRange)
+		c.good("SYNCHRONIZE CACHE(10)", c.do(srpCmd(lunVol0, 0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0)), 0)
+		c.logout()
+
+		for _, x := range []struct {
+			vol  string
+			off  int64
+			want []byte
+		}{{"vol0", 4 * bs, want}, {"vol1", 10 * bs, want2}, {"vol1", 0, want3}} {
+			v, err := r.store.Open(x.vol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, len(x.want))
+			if _, err := v.ReadAt(got, x.off); err != nil {
+				t.Fatal(err)
+			}
+			v.Close()
+			if !bytes.Equal(got, x.want) {
+				t.Errorf("%s at %d: the volume holds other bytes than were written", x.vol, x.off)
+			}
+		}
 	})
 }
