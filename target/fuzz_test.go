@@ -122,17 +122,24 @@ func FuzzCore(f *testing.F) {
 			h.deliver(1, b)
 			h.step()
 		}
-		for i := 0; i < 3 && !h.c.acts.disconnect; i++ {
-			h.deliver(2+i, iu)
-			h.stepLenient()
-		}
-		if h.c.bug != nil {
-			t.Fatalf("core refused its own move: %v", h.c.bug)
-		}
-		if h.c.outstanding < 0 || h.c.outstanding > h.c.credits+1 || h.c.sqPosted < h.c.sqDone {
-			t.Fatalf("accounting: outstanding %d, sq %d/%d", h.c.outstanding, h.c.sqPosted, h.c.sqDone)
-		}
+		h.feed(t, iu, 2)
 	})
+}
+
+// feed delivers iu up to three times from receive buffer first on, until
+// the core disconnects, and fails if the core refused its own move or its
+// accounting went wrong.
+func (h *coreHarness) feed(t *testing.T, iu []byte, first int) {
+	for i := 0; i < 3 && !h.c.acts.disconnect; i++ {
+		h.deliver(first+i, iu)
+		h.stepLenient()
+	}
+	if h.c.bug != nil {
+		t.Fatalf("core refused its own move: %v", h.c.bug)
+	}
+	if h.c.outstanding < 0 || h.c.outstanding > h.c.credits+1 || h.c.sqPosted < h.c.sqDone {
+		t.Fatalf("accounting: outstanding %d, sq %d/%d", h.c.outstanding, h.c.sqPosted, h.c.sqDone)
+	}
 }
 
 // stepLenient is step that stops at a disconnect instead of failing.

@@ -416,3 +416,74 @@ func TestSRPReadWrite(t *testing.T) {
 		}
 	})
 }
+
+// TestSRPHostile: malformed SRP requests are answered CHECK CONDITION,
+// INVALID FIELD IN CDB without touching the volume or the initiator's
+// memory, and the session goes on; an IU too short to carry its tag, or
+// with an opcode no initiator sends, ends the connection as a protocol
+// violation. Never a hang.
+func TestSRPHostile(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		noImm := srpLoginReq(1)
+		noImm.Flags &^= srp.ImmediateRequested
+		c, err := r.srpDial(t, noImm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lun := scsi.EncodeLUN(lunVol0)
+		sentinel := pattern(4*bs, 0xee)
+		copy(c.data(0, 4*bs), sentinel)
+		badTable := c.indirect(0, 2*bs, 2)
+		badTable.Table.Len = 24 // not whole descriptors
+		partTable := c.indirect(0, 2*bs, 2)
+		partTable.Table.Len = 3 * srp.DescriptorLen // a third descriptor not inline
+		badTotal := c.indirect(0, 2*bs, 2)
+		badTotal.Total = bs // the table says 8 KiB
+		for _, tc := range []struct {
+			name string
+			cmd  srp.Cmd
+		}{
+			{"READ(10) of 4 blocks into a 1-block descriptor", c.in(srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 4, false)}, 0, bs)},
+			{"WRITE(10) of 4 blocks from a 1-block descriptor", c.out(srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 4, false)}, 0, bs)},
+			{"READ(10) with a data-out descriptor", c.out(srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false)}, 0, bs)},
+			{"indirect table of 24 bytes", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 2, false), DataOut: badTable}},
+			{"indirect table not wholly inline", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 2, false), DataOut: partTable}},
+			{"indirect total unlike its descriptors", srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false), DataIn: badTotal}},
+			{"both directions", c.in(c.out(srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false)}, 0, bs), bs, bs)},
+			{"immediate data the login did not accept", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 1, false),
+				DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: bs, Imm: make([]byte, bs)}}},
+		} {
+			c.checkSense(tc.name, c.do(tc.cmd), scsi.SenseInvalidField)
+		}
+		if !bytes.Equal(c.data(0, 4*bs), sentinel) {
+			t.Error("a refused command wrote to the initiator's memory")
+		}
+		v, _ := r.store.Open("vol0")
+		got := make([]byte, 4*bs)
+		v.ReadAt(got, 0)
+		v.Close()
+		if !bytes.Equal(got, make([]byte, 4*bs)) {
+			t.Error("a refused command wrote to the volume")
+		}
+		c.good("TEST UNIT READY after the refusals", c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)), 0)
+		c.logout()
+
+		for i, iu := range [][]byte{
+			{byte(srp.OpCmd), 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0}, // 20 bytes of SRP_CMD
+			{byte(srp.OpTaskMgmt), 0, 0, 0},
+			{0x7f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+			{byte(srp.OpLoginRsp)},
+		} {
+			c, err := r.srpDial(t, srpLoginReq(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.sendIU(iu); err != nil {
+				t.Fatal(err)
+			}
+			c.expectDisconnect()
+			waitFor(t, "the violation counted", func() bool { return r.tgt.Stats().Violations == uint64(i+1) })
+		}
+	})
+}

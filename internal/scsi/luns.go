@@ -29,19 +29,19 @@ func EncodeLUN(lun uint16) [8]byte {
 func DecodeLUN(b [8]byte) (uint16, error) {
 	for _, x := range b[2:] {
 		if x != 0 {
-			return 0, fmt.Errorf("scsi: LUN % x has a second level", b[:])
+			return 0, fmt.Errorf("scsi: LUN % x has a second level", b)
 		}
 	}
 	switch b[0] >> 6 {
 	case 0:
 		if b[0] != 0 {
-			return 0, fmt.Errorf("scsi: LUN % x names a bus", b[:])
+			return 0, fmt.Errorf("scsi: LUN % x names a bus", b)
 		}
 		return uint16(b[1]), nil
 	case 1:
 		return uint16(b[0]&0x3F)<<8 | uint16(b[1]), nil
 	}
-	return 0, fmt.Errorf("scsi: LUN % x uses addressing method %d", b[:], b[0]>>6)
+	return 0, fmt.Errorf("scsi: LUN % x uses addressing method %d", b, b[0]>>6)
 }
 
 // reportLUNs: REPORT LUNS (SPC-4 6.33). CDB: byte 2 select report (0:

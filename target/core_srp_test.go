@@ -1,0 +1,142 @@
+package target
+
+import (
+	"testing"
+
+	"github.com/gosrp/gosrp/internal/scsi"
+	"github.com/gosrp/gosrp/internal/srp"
+)
+
+// newSRPCoreHarness is a core harness logged in with an SRP_LOGIN_REQ
+// (immediate data at ib_srp's offset), its catalog's one volume at LUN 0.
+func newSRPCoreHarness(tb testing.TB, credits int) *coreHarness {
+	h := newCoreHarness(tb, credits)
+	req := srpLoginReq(1)
+	list, err := h.cat.List()
+	res := h.c.srpLogin(&req, list, err)
+	if !res.ok || len(res.open) != 1 {
+		tb.Fatalf("SRP login: %+v", res)
+	}
+	v, info, err := openVolume(h.cat, res.open[0])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h.c.srpAttach([]srpVolume{{vol: v, info: info}})
+	h.c.acts.reset()
+	return h
+}
+
+// srpIU encodes an SRP_CMD as the initiator sends it (immediate data at
+// srpImmOffset).
+func srpIU(tb testing.TB, cmd srp.Cmd) []byte {
+	b := make([]byte, cmd.EncodedLen())
+	if _, err := cmd.Encode(b); err != nil {
+		tb.Fatal(err)
+	}
+	if cmd.DataOut.Format == srp.FormatImmediate {
+		b = append(append(b, make([]byte, srpImmOffset-len(b))...), cmd.DataOut.Imm...)
+	}
+	return b
+}
+
+// TestSRPCoreAllocs: in an SRP session, WRITE(10) by RDMA READ, READ(16)
+// and an immediate-data WRITE(10) with FUA allocate nothing in the core,
+// as gosrp commands do not (TestCoreAllocs).
+func TestSRPCoreAllocs(t *testing.T) {
+	h := newSRPCoreHarness(t, 4)
+	d := srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x9000, Key: 0x1234, Len: 16384}}
+	w := srpIU(t, srp.Cmd{Tag: 1, CDB: rw10(0x2A, 2, 4, false), DataOut: d})
+	r := srpIU(t, srp.Cmd{Tag: 2, CDB: rw16(0x88, 2, 4), DataIn: d})
+	im := srpIU(t, srp.Cmd{Tag: 3, CDB: rw10(0x2A, 1, 1, true),
+		DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 4096, Imm: make([]byte, 4096)}})
+	i := 0
+	run := func() {
+		for _, b := range [][]byte{w, r, im} {
+			h.deliver(i%h.c.p.nrecv, b)
+			i++
+			h.step()
+		}
+	}
+	run()
+	var rsp srp.Rsp
+	if err := rsp.Decode(h.c.slots[0].send[:srp.RspLen]); err != nil || rsp.Status != uint8(scsi.StatusGood) {
+		t.Fatalf("response %+v %v", rsp, err)
+	}
+	if a := testing.AllocsPerRun(1000, run); a != 0 {
+		t.Fatalf("core: %.1f allocations per SRP WRITE+READ+immediate WRITE, want 0", a)
+	}
+	if h.c.outstanding != 0 || len(h.c.free) != 4 || h.c.sqPosted != h.c.sqDone {
+		t.Fatalf("leak: outstanding %d, free %d, sq %d/%d", h.c.outstanding, len(h.c.free), h.c.sqPosted, h.c.sqDone)
+	}
+}
+
+// TestSRPCoreCredits: the request limit the login granted is enforced:
+// an SRP_CMD beyond the credits not yet returned by an SRP_RSP ends the
+// connection as a violation, while one sent after a response returned a
+// credit is served.
+func TestSRPCoreCredits(t *testing.T) {
+	h := newSRPCoreHarness(t, 2)
+	rd := srpIU(t, srp.Cmd{CDB: rw10(0x28, 0, 1, false),
+		DataIn: srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 4096}}})
+	h.deliver(0, rd)
+	h.deliver(1, rd) // two reads on their jobs: both credits in use
+	if h.c.acts.disconnect || h.c.outstanding != 2 || len(h.c.acts.jobs) != 2 {
+		t.Fatalf("within the limit: disconnect %t, outstanding %d, jobs %v", h.c.acts.disconnect, h.c.outstanding, h.c.acts.jobs)
+	}
+	jobs := append([]int32(nil), h.c.acts.jobs...)
+	h.c.acts.reset()
+	for _, j := range jobs { // both answered: two credits back
+		runJob(&h.c.slots[j], h.cat)
+		h.c.backendDone(j, 2)
+	}
+	h.c.acts.reset()
+	h.deliver(2, rd)
+	h.deliver(0, rd)
+	if h.c.acts.disconnect {
+		t.Fatalf("credits returned by responses were not counted: %s", h.c.acts.reason)
+	}
+	h.deliver(1, rd)
+	if !h.c.acts.disconnect || !h.c.acts.violation {
+		t.Fatalf("a third request on two credits: disconnect %t violation %t", h.c.acts.disconnect, h.c.acts.violation)
+	}
+}
+
+// FuzzSRPCore feeds arbitrary IUs into a core in an SRP session, after
+// an optional well-formed READ: it must never panic or refuse its own
+// move, and its accounting must stay sane.
+func FuzzSRPCore(f *testing.F) {
+	d := srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 8192}}
+	for _, cmd := range []srp.Cmd{
+		{Tag: 1, CDB: rw10(0x2A, 2, 2, true), DataOut: d},
+		{Tag: 2, CDB: rw16(0x88, 0, 2), DataIn: d},
+		{Tag: 3, CDB: []byte{0x12, 1, 0x83, 0, 255, 0}, DataIn: d},
+		{Tag: 4, CDB: []byte{0xA0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, DataIn: d},
+		{Tag: 5, CDB: []byte{0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+		{Tag: 6, CDB: rw10(0x2A, 1, 1, false), DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 512, Imm: make([]byte, 512)}},
+	} {
+		b := make([]byte, cmd.EncodedLen())
+		cmd.Encode(b)
+		if cmd.DataOut.Format == srp.FormatImmediate {
+			b = append(append(b, make([]byte, srpImmOffset-len(b))...), cmd.DataOut.Imm...)
+		}
+		f.Add(false, b)
+		f.Add(true, b)
+	}
+	var tm [srp.TaskMgmtLen]byte
+	(&srp.TaskMgmt{Tag: 9, Function: srp.TaskAbortTask}).Encode(tm[:])
+	f.Add(false, tm[:])
+	f.Add(true, []byte{byte(srp.OpILogout), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add(false, []byte{byte(srp.OpCmd), 0, 0, 0, 0, 0x21, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, first bool, iu []byte) {
+		if len(iu) == 0 || len(iu) > recvSize {
+			return
+		}
+		h := newSRPCoreHarness(t, 4)
+		if first {
+			h.deliver(0, srpIU(t, srp.Cmd{Tag: 1, CDB: rw16(0x88, 0, 1), DataIn: srp.DataBuffer{Format: srp.FormatDirect,
+				Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 4096}}}))
+			h.step()
+		}
+		h.feed(t, iu, 1)
+	})
+}
