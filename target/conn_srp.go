@@ -6,10 +6,41 @@ package target
 
 import "github.com/gosrp/gosrp/internal/srp"
 
-// srpLogin lists the catalog and lets the core decide the login.
+// srpLogin lists the catalog and lets the core decide the login; an
+// accepted channel then joins its I_T nexus, or with SINGLE replaces the
+// nexus's other channels: they end, and their volume calls finish,
+// before the accept goes out, as gosrp's channel reinstatement does (a
+// write an old channel had fetched must not land after the initiator
+// re-issued it on the new one).
 func (c *conn) srpLogin(req *srp.LoginRequest) srpLoginResult {
 	list, err := c.t.cfg.Catalog.List()
-	return c.core.srpLogin(req, list, err)
+	key := "srp\x00" + srpInitiatorName(req.InitiatorPortID) + "\x00" + srpInitiatorName(req.TargetPortID)
+	res := c.core.srpLogin(req, list, err, c.t.channels(c, key))
+	if !res.ok {
+		return res
+	}
+	if req.Flags&srp.MultiChanMask == srp.MultiChanMulti {
+		c.chanKey.Store(&key)
+		return res
+	}
+	if !c.t.reinstate(c, key) {
+		return c.core.srpRefuse(req, srp.RejectInsufficientResources, "an older channel of this I_T nexus did not finish its I/O in time")
+	}
+	return res
+}
+
+// channels counts the connections other than c serving the channel or
+// nexus key.
+func (t *Target) channels(c *conn, key string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, o := range t.conns {
+		if k := o.chanKey.Load(); o != c && k != nil && *k == key {
+			n++
+		}
+	}
+	return n
 }
 
 // srpOpen opens the volumes of the session's LUNs (names by LUN, ""

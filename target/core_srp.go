@@ -105,17 +105,15 @@ func srpInitiatorName(port [16]byte) string { return hex.EncodeToString(port[:])
 // its volumes in name order, LUN 0 the first, so a LUN names the same
 // volume for every initiator while the catalog does not change. On
 // accept the session is active at once: SRP has no login SEND.
-func (c *core) srpLogin(req *srp.LoginRequest, list []VolumeInfo, listErr error) srpLoginResult {
+//
+// others is how many channels of the same I_T nexus the target serves:
+// a MULTI-CHANNEL ACTION of SINGLE ends them (the shell does, before
+// the accept goes out) and is answered TERMINATED when there were any,
+// NO EXISTING CHANNEL otherwise; MULTI joins them, MAINTAINED.
+func (c *core) srpLogin(req *srp.LoginRequest, list []VolumeInfo, listErr error, others int) srpLoginResult {
 	ini := srpInitiatorName(req.InitiatorPortID)
 	c.initiator = ini
-	refuse := func(r srp.RejectReason, why string) srpLoginResult {
-		rej := srp.LoginReject{Reason: r, Tag: req.Tag, BufFormats: srpFormats}
-		b := make([]byte, srp.LoginRejectLen)
-		rej.Encode(b)
-		c.acts.rejected = true
-		c.close("SRP login rejected: "+why, false)
-		return srpLoginResult{priv: b, reason: fmt.Sprintf("%s: %s", r, why)}
-	}
+	refuse := func(r srp.RejectReason, why string) srpLoginResult { return c.srpRefuse(req, r, why) }
 	switch {
 	case req.MaxITIULen < srpMinITIU || req.MaxITIULen > recvSize:
 		return refuse(srp.RejectITIULenTooLarge, fmt.Sprintf("initiator IUs of %d bytes, target takes %d to %d", req.MaxITIULen, srpMinITIU, recvSize))
@@ -163,8 +161,11 @@ func (c *core) srpLogin(req *srp.LoginRequest, list []VolumeInfo, listErr error)
 	}
 	rsp := srp.LoginResponse{ReqLimDelta: uint32(c.credits), Tag: req.Tag, MaxITIULen: recvSize,
 		MaxTIIULen: srpMaxTIIU, BufFormats: srpFormats, Flags: srp.MultiChanNoChannel}
-	if req.Flags&srp.MultiChanMask == srp.MultiChanMulti {
+	switch {
+	case req.Flags&srp.MultiChanMask == srp.MultiChanMulti:
 		rsp.Flags = srp.MultiChanMaintained
+	case others > 0:
+		rsp.Flags = srp.MultiChanTerminated
 	}
 	// Immediate data (SRP-2): the data must start after the immediate
 	// descriptor and leave room in the receive buffer.
@@ -180,6 +181,16 @@ func (c *core) srpLogin(req *srp.LoginRequest, list []VolumeInfo, listErr error)
 	c.setState(connActive)
 	c.acts.loggedIn = true
 	return srpLoginResult{ok: true, priv: b, open: s.names}
+}
+
+// srpRefuse rejects an SRP login with an SRP_LOGIN_REJ for reason r.
+func (c *core) srpRefuse(req *srp.LoginRequest, r srp.RejectReason, why string) srpLoginResult {
+	rej := srp.LoginReject{Reason: r, Tag: req.Tag, BufFormats: srpFormats}
+	b := make([]byte, srp.LoginRejectLen)
+	rej.Encode(b)
+	c.acts.rejected = true
+	c.close("SRP login rejected: "+why, false)
+	return srpLoginResult{priv: b, reason: fmt.Sprintf("%s: %s", r, why)}
 }
 
 // srpVolume is a LUN's volume as the shell opened it (vol nil: absent).

@@ -13,7 +13,7 @@ func newSRPCoreHarness(tb testing.TB, credits int) *coreHarness {
 	h := newCoreHarness(tb, credits)
 	req := srpLoginReq(1)
 	list, err := h.cat.List()
-	res := h.c.srpLogin(&req, list, err)
+	res := h.c.srpLogin(&req, list, err, 0)
 	if !res.ok || len(res.open) != 1 {
 		tb.Fatalf("SRP login: %+v", res)
 	}

@@ -487,3 +487,46 @@ func TestSRPHostile(t *testing.T) {
 		}
 	})
 }
+
+// TestSRPMultiChannel: channels of one (initiator port, target port)
+// pair form one I_T nexus. MULTI joins it (MAINTAINED) and both channels
+// serve; SINGLE ends every other channel of the nexus before its accept
+// (TERMINATED) and only it serves on; another initiator port's nexus is
+// untouched (NO EXISTING CHANNEL).
+func TestSRPMultiChannel(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		dial := func(port byte, action uint8) *srpClient {
+			t.Helper()
+			req := srpLoginReq(port)
+			req.Flags = req.Flags&^srp.MultiChanMask | action
+			c, err := r.srpDial(t, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		tur := func(c *srpClient, what string) { c.good(what, c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)), 0) }
+		other := dial(9, srp.MultiChanSingle)
+		a := dial(1, srp.MultiChanSingle)
+		if f := a.login.Flags & 3; f != srp.MultiChanNoChannel {
+			t.Errorf("first channel: multi-channel result %d, want NO EXISTING CHANNEL", f)
+		}
+		b := dial(1, srp.MultiChanMulti)
+		if f := b.login.Flags & 3; f != srp.MultiChanMaintained {
+			t.Errorf("MULTI channel: result %d, want MAINTAINED", f)
+		}
+		tur(a, "first channel")
+		tur(b, "second channel")
+		c := dial(1, srp.MultiChanSingle)
+		if f := c.login.Flags & 3; f != srp.MultiChanTerminated {
+			t.Errorf("SINGLE over two channels: result %d, want TERMINATED", f)
+		}
+		a.expectDisconnect()
+		b.expectDisconnect()
+		tur(c, "the new single channel")
+		tur(other, "another initiator port's channel")
+		c.logout()
+		other.logout()
+	})
+}
