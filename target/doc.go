@@ -22,7 +22,7 @@
 //
 // A connection request must carry a wire.Hello with the right magic and
 // version (otherwise it is rejected, with the target's Hello when only the
-// version is wrong). The target then creates, on the request's device, a
+// version is wrong), or a T10 SRP login (see Standard SRP below). The target then creates, on the request's device, a
 // PD, one CQ (send depth + receive depth + 1 entries), an RC QP with
 // Credits × (MaxDesc + 1) + 2 send and Credits + 1 receive entries, and
 // two registered arenas: IU buffers (every receive, large enough for a
@@ -71,6 +71,26 @@
 // that connection only. A failed RDMA READ or WRITE (a bad rkey: the QP is
 // in ERR) ends the connection without a response; the initiator sees its
 // own QP fail and reconnects.
+//
+// # Standard SRP
+//
+// A connection request whose private data is the RDMA-CM SRP_LOGIN_REQ
+// the Linux kernel's ib_srp sends is served as T10 SRP (docs/srp.md): the
+// login is answered in the accept (SRP_LOGIN_RSP: the credits, 8260-byte
+// initiator IUs, immediate data at ib_srp's offset) or the reject
+// (SRP_LOGIN_REJ with its reason). The initiator name the ACL and Secrets
+// see is the initiator port identifier in hex; SRP has no secret, so an
+// initiator that must authenticate is rejected. The catalog's volumes, in
+// name order, are the LUNs (LUN 0 the first; those the ACL denies have no
+// unit), each a SCSI block device (package internal/scsi) opened for the
+// session. SRP_CMDs run INQUIRY, REPORT LUNS, TEST UNIT READY, READ
+// CAPACITY, MODE SENSE, READ and WRITE 10/16 and SYNCHRONIZE CACHE on the
+// same slots, jobs and RDMA path as gosrp commands, through direct
+// descriptors, inline indirect tables or immediate data, and are
+// answered with an SRP_RSP in a plain SEND (SRP has no remote
+// invalidation). A login with the multi-channel action SINGLE ends the
+// other channels of its (initiator port, target port) nexus, as channel
+// reinstatement does; SRP_I_LOGOUT ends the channel.
 //
 // # Structure
 //
