@@ -1,7 +1,11 @@
 package target
 
 import (
+	"encoding/hex"
+	"fmt"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 
 	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/srp"
@@ -139,4 +143,103 @@ func FuzzSRPCore(f *testing.F) {
 		}
 		h.feed(t, iu, 1)
 	})
+}
+
+// srpLogin (trace command srp-login) logs the harness core in with an
+// SRP_LOGIN_REQ and attaches the catalog's volume: args credits, imm
+// (request immediate data), itiu (MaxITIULen), port (initiator port's
+// last byte).
+func (h *traceHarness) srpLogin(t *testing.T, td *datadriven.TestData) {
+	port, itiu := 1, srpImmOffset+maxImmediate
+	td.MaybeScanArgs(t, "port", &port)
+	td.MaybeScanArgs(t, "itiu", &itiu)
+	req := srpLoginReq(byte(port))
+	req.MaxITIULen = uint32(itiu)
+	if !td.HasArg("imm") {
+		req.Flags &^= srp.ImmediateRequested
+	}
+	list, err := h.cat.List()
+	res := h.c.srpLogin(&req, list, err, 0)
+	if !res.ok {
+		var rej srp.LoginReject
+		rej.Decode(res.priv)
+		h.printf("SRP_LOGIN_REJ tag=%#x reason %s\n", rej.Tag, res.reason)
+		return
+	}
+	var rsp srp.LoginResponse
+	rsp.Decode(res.priv)
+	h.printf("SRP_LOGIN_RSP req_lim=%d max_it_iu=%d max_ti_iu=%d flags=%#x luns=%q\n",
+		rsp.ReqLimDelta, rsp.MaxITIULen, rsp.MaxTIIULen, rsp.Flags, res.open)
+	v, info, err := openVolume(h.cat, res.open[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c.srpAttach([]srpVolume{{vol: v, info: info}})
+}
+
+// srpCmd (trace command srp-cmd) sends an SRP_CMD: args cdb (hex), lun,
+// tag, and one data buffer: in=N or out=N (a direct descriptor of N
+// bytes), imm=N (N bytes of immediate data).
+func (h *traceHarness) srpCmd(t *testing.T, td *datadriven.TestData) {
+	var cdb string
+	td.ScanArgs(t, "cdb", &cdb)
+	b, err := hex.DecodeString(cdb)
+	if err != nil {
+		t.Fatalf("%s: %v", td.Pos, err)
+	}
+	cmd := srp.Cmd{CDB: b}
+	var lun, n int
+	td.MaybeScanArgs(t, "lun", &lun)
+	cmd.LUN = scsi.EncodeLUN(uint16(lun))
+	td.MaybeScanArgs(t, "tag", &cmd.Tag)
+	desc := func(n int) srp.DataBuffer {
+		return srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x100000, Key: 0x1234, Len: uint32(n)}}
+	}
+	switch {
+	case td.MaybeScanArgs(t, "in", &n):
+		cmd.DataIn = desc(n)
+	case td.MaybeScanArgs(t, "out", &n):
+		cmd.DataOut = desc(n)
+	case td.MaybeScanArgs(t, "imm", &n):
+		cmd.DataOut = srp.DataBuffer{Format: srp.FormatImmediate, Total: uint32(n), Imm: make([]byte, n)}
+	}
+	h.raw(t, srpIU(t, cmd))
+}
+
+// srpIU (trace command srp-iu) delivers the IU given in hex.
+func (h *traceHarness) srpIU(t *testing.T, td *datadriven.TestData) {
+	var x string
+	td.ScanArgs(t, "hex", &x)
+	b, err := hex.DecodeString(x)
+	if err != nil {
+		t.Fatalf("%s: %v", td.Pos, err)
+	}
+	h.raw(t, b)
+}
+
+// describeSRPRsp renders an SRP_RSP for a trace.
+func describeSRPRsp(b []byte) string {
+	var r srp.Rsp
+	if err := r.Decode(b); err != nil {
+		return fmt.Sprintf("not an SRP_RSP: %v", err)
+	}
+	s := fmt.Sprintf("SRP_RSP tag=%d status=%s req_lim_delta=%d", r.Tag, scsi.Status(r.Status), r.ReqLimDelta)
+	for _, f := range []struct {
+		bit   uint8
+		name  string
+		resid uint32
+	}{{srp.DIUnder, "diunder", r.DataInResid}, {srp.DIOver, "diover", r.DataInResid},
+		{srp.DOUnder, "dounder", r.DataOutResid}, {srp.DOOver, "doover", r.DataOutResid}} {
+		if r.Flags&f.bit != 0 {
+			s += fmt.Sprintf(" %s=%d", f.name, f.resid)
+		}
+	}
+	if len(r.Sense) > 0 {
+		sns, _ := scsi.ParseSense(r.Sense)
+		s += fmt.Sprintf(" sense=%q", sns)
+	}
+	if len(r.Resp) == 4 {
+		s += fmt.Sprintf(" tmf-response=%d", r.Resp[3])
+	}
+	return s
 }

@@ -81,6 +81,12 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		h.iu(t, wire.OpControl, &req)
 	case "cmd":
 		h.cmd(t, td)
+	case "srp-login":
+		h.srpLogin(t, td)
+	case "srp-cmd":
+		h.srpCmd(t, td)
+	case "srp-iu":
+		h.srpIU(t, td)
 	case "logout":
 		h.raw(t, []byte{byte(wire.OpLogout)})
 	case "garbage":
@@ -245,7 +251,12 @@ func (h *traceHarness) describe(wr *transport.SendWR) string {
 		}
 		op, _ := wire.PeekOpcode(b)
 		var what string
+		if h.c.srp != nil {
+			op = wire.Opcode(0) // an SRP_RSP, never a gosrp IU
+			what = describeSRPRsp(b)
+		}
 		switch op {
+		case 0:
 		case wire.OpResponse:
 			var rsp wire.Response
 			rsp.Decode(b)
