@@ -530,3 +530,37 @@ func TestSRPMultiChannel(t *testing.T) {
 		other.logout()
 	})
 }
+
+// TestSRPPolicyChange: the ACL, keyed on the initiator port in hex,
+// reaches an SRP session's LUNs at once, as it reaches a gosrp session's
+// open volumes: a revoked volume's LUN has no unit any more (and leaves
+// REPORT LUNS), a narrowed one refuses writes as WRITE PROTECTED.
+func TestSRPPolicyChange(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		c, err := r.srpDial(t, srpLoginReq(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write := func() srp.Rsp {
+			return c.do(c.out(srp.Cmd{LUN: scsi.EncodeLUN(lunVol1), CDB: rw10(0x2A, 0, 1, false)}, 0, bs))
+		}
+		c.good("WRITE(10) before the change", write(), 0)
+		ini := srpInitiatorName(srpPort(1))
+		r.tgt.SetACL(&ACL{Rules: []ACLRule{{Initiator: ini, Volume: "vol0", Access: AccessNone},
+			{Initiator: ini, Volume: "vol1", Access: AccessReadOnly}}})
+		waitFor(t, "the revocation", func() bool {
+			rsp := c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0))
+			return rsp.Status == uint8(scsi.StatusCheckCondition)
+		})
+		c.checkSense("TEST UNIT READY on the revoked LUN", c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)), scsi.SenseLUNotSupported)
+		c.checkSense("WRITE(10) on the narrowed LUN", write(), scsi.SenseWriteProtected)
+		c.good("READ(10) on the narrowed LUN", c.do(c.in(srp.Cmd{LUN: scsi.EncodeLUN(lunVol1), CDB: rw10(0x28, 0, 1, false)}, 0, bs)), 0)
+		clear(c.data(0, 64))
+		c.good("REPORT LUNS", c.do(c.in(srpCmd(lunRO, 0xA0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0), 0, 24)), 0)
+		if got := c.data(0, 24); got[3] != 16 || got[8+1] != lunRO || got[16+1] != lunVol1 {
+			t.Errorf("REPORT LUNS after the revocation: % x, want LUNs %d and %d", got, lunRO, lunVol1)
+		}
+		c.logout()
+	})
+}
