@@ -128,14 +128,18 @@ func (ep *Endpoint) Connect(ctx context.Context, qp transport.QP, privateData []
 		case C.RDMA_CM_EVENT_CONNECT_RESPONSE:
 			// As librdmacm's ucma_modify_qp_rtr: INIT again with the
 			// connection's attributes (access flags), then RTR and RTS.
-			resp := min(respRes, max(e.initDepth, 0))
+			// The reply's figures are the local side's, as the
+			// request's are at the passive side (cm_format_rep_event):
+			// responder_resources bounds the READs the peer will have
+			// outstanding at us, initiator_depth ours at the peer.
+			resp := min(respRes, max(e.respRes, 0))
 			if err := q.cmModify(cid.id, transport.QPInit, -1); err != nil {
 				return ep.abort(q, err)
 			}
 			if err := q.cmModify(cid.id, transport.QPRTR, resp); err != nil {
 				return ep.abort(q, err)
 			}
-			if err := q.cmModify(cid.id, transport.QPRTS, min(initDepth, e.respRes)); err != nil {
+			if err := q.cmModify(cid.id, transport.QPRTS, min(initDepth, e.initDepth)); err != nil {
 				return ep.abort(q, err)
 			}
 			if rc, err := C.rdma_establish(cid.id); rc != 0 {

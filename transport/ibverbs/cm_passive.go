@@ -149,8 +149,15 @@ func (r *ConnRequest) Accept(ctx context.Context, qp transport.QP, privateData [
 	if err := r.answer(); err != nil {
 		return nil, err
 	}
-	respRes := min(r.initDepth, r.dev.maxRdAtom)
-	initDepth := min(r.respRes, r.dev.maxInitRdAtom)
+	// The request's figures are already the local side's (ib_cm swaps
+	// them in cm_format_req_event; SPDK's nvmf_rdma_connect bounds its
+	// RDMA READs by the event's initiator_depth): responder_resources is
+	// how many READs the peer will have outstanding at us, initiator_depth
+	// how many we may have at the peer. Taken the other way round, a peer
+	// that issues no READs itself (ib_srp asks for none) left the target
+	// no READ credit at all, and every write needing an RDMA READ hung.
+	respRes := min(r.respRes, r.dev.maxRdAtom)
+	initDepth := min(r.initDepth, r.dev.maxInitRdAtom)
 	fail := func(err error) (transport.Conn, error) {
 		C.rdma_reject(r.cid.id, nil, 0)
 		r.cid.destroy()
