@@ -14,6 +14,7 @@ import (
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/servetest"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport"
@@ -74,32 +75,10 @@ func newRig(t testing.TB, cfg emu.Config, volSize int64, tcfg target.Config) *ri
 	return &rig{tp: tp, ip: ip, tgt: tgt, addr: addr, store: st}
 }
 
-// serve runs tgt on a listener from listen until the test ends. The
-// test's cleanup shuts tgt down (10 s at most), waits for Serve to
-// return, closes the listener and then each of closers, in order. serve
-// returns the listener's address.
+// serve runs tgt until the test ends (servetest.Serve).
 func serve(t testing.TB, tgt *target.Target, listen func(context.Context, string) (transport.Listener, error), closers ...func() error) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	l, err := listen(ctx, "")
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- tgt.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		tgt.Shutdown(sctx)
-		cancel()
-		<-served
-		l.Close()
-		for _, c := range closers {
-			c()
-		}
-	})
-	return l.Addr()
+	return servetest.Serve(t, tgt, listen, closers...)
 }
 
 func (r *rig) dial(t testing.TB, cfg initiator.Config) *initiator.Session {

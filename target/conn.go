@@ -80,10 +80,15 @@ type conn struct {
 	// teardown waits for them.
 	closers sync.WaitGroup
 
-	stats     ioCounters
-	inUse     atomic.Int32
-	stateNum  atomic.Uint32
-	nopen     atomic.Int32
+	stats    ioCounters
+	inUse    atomic.Int32
+	stateNum atomic.Uint32
+	nopen    atomic.Int32
+	// opened is what the connection has open, republished when the
+	// core's handlesGen moves past openGen; Target.OpenSessions reads it
+	// from other goroutines.
+	opened    atomic.Pointer[openedVols]
+	openGen   uint64
 	creditsGr atomic.Int32
 	iniName   atomic.Pointer[string]
 	// chanKey names the initiator channel this connection serves once
@@ -390,9 +395,41 @@ func (c *conn) pollOnce() bool {
 	return got
 }
 
+// publishOpen republishes what the connection has open if a handle was
+// opened, closed or revoked, and clears them when the connection ends.
+// execute calls it before posting the step's sends, so an initiator that
+// has the answer to its CLOSE (or whose connection ended) is no longer
+// counted by Target.OpenSessions.
+func (c *conn) publishOpen(ending bool) {
+	switch {
+	case ending:
+		c.opened.Store(nil)
+		c.openGen = c.core.handlesGen + 1 // nothing is published again
+	case c.core.handlesGen != c.openGen && c.core.state != connClosed:
+		c.openGen = c.core.handlesGen
+		o := &openedVols{session: fmt.Sprintf("conn %d", c.id)}
+		if c.core.session != 0 {
+			// The channels of one initiator session are one session.
+			o.session = fmt.Sprintf("%s\x00%d", c.core.initiator, c.core.session)
+		}
+		for _, ov := range c.core.openVolumes() {
+			o.names = append(o.names, ov.name)
+		}
+		c.opened.Store(o)
+	}
+}
+
+// openedVols are the volumes one connection has open, and the session it
+// is a channel of.
+type openedVols struct {
+	session string
+	names   []string
+}
+
 // execute carries out the core's actions: receives, sends, jobs.
 func (c *conn) execute() {
 	a := &c.core.acts
+	c.publishOpen(a.disconnect || c.core.state == connClosed)
 	if a.loggedIn && !a.disconnect && c.core.session != 0 {
 		// Before the login response goes out, retire any older connection
 		// of the same initiator channel, volume I/O and all. An initiator

@@ -120,7 +120,11 @@ type core struct {
 	loginSeq uint64
 	handles  []*openVol // index handle-1
 	nhandles int
-	orphans  []Volume // volumes opened after the connection closed
+	// handlesGen changes whenever a handle is opened, closed or
+	// revoked, so the shell republishes the names of the open volumes
+	// (Target.OpenConns) only then, never per I/O.
+	handlesGen uint64
+	orphans    []Volume // volumes opened after the connection closed
 
 	slots    []slot
 	free     []int32 // stack of free slot indexes

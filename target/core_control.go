@@ -42,6 +42,7 @@ func (c *core) startControl(s *slot) {
 		}
 		c.handles[req.Handle-1] = nil
 		c.nhandles--
+		c.handlesGen++
 		if ov.revoked {
 			// The shell closed the volume when it was revoked; only the
 			// number was still reserved.
@@ -118,6 +119,7 @@ func (c *core) finishControl(s *slot) {
 			c.handles[h] = ov
 		}
 		c.nhandles++
+		c.handlesGen++
 		ov.handle = uint32(h + 1)
 		caps := wire.CapFlush
 		if !ov.ro {

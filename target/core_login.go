@@ -203,6 +203,7 @@ func (c *core) policyChanged(now int64) {
 		switch acc := acl.Allow(c.initiator, ov.name); {
 		case acc == AccessNone:
 			ov.revoked = true
+			c.handlesGen++
 			c.acts.closeVols = append(c.acts.closeVols, ov)
 			c.acts.policy = append(c.acts.policy, policyEffect{volume: ov.name, handle: ov.handle, access: AccessNone,
 				reason: "access revoked: volume closed"})

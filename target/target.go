@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -134,6 +135,25 @@ func (t *Target) notifyPolicy() {
 	for _, c := range t.conns {
 		c.policyChanged()
 	}
+}
+
+// OpenSessions returns how many initiator sessions have the volume named
+// volume open: the channels (connections) of one session count once, and
+// so do several handles of one connection. A snapshot is a volume of its
+// own name (VOLUME@SNAPSHOT): its readers are not counted for VOLUME. An
+// OPEN still running, or a handle the policy revoked, does not count.
+// srpd asks before shrinking a volume, which would cut off blocks those
+// sessions were told they could address.
+func (t *Target) OpenSessions(volume string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var seen []string
+	for _, c := range t.conns {
+		if o := c.opened.Load(); o != nil && slices.Contains(o.names, volume) && !slices.Contains(seen, o.session) {
+			seen = append(seen, o.session)
+		}
+	}
+	return len(seen)
 }
 
 // Serve accepts connection requests on l until ctx is done, l fails or is

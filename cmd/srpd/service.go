@@ -159,7 +159,8 @@ func (s *service) CreateVolume(req admin.CreateVolume) (admin.Volume, error) {
 	return s.volume(req.Name)
 }
 
-func (s *service) ResizeVolume(name string, size int64) (admin.Volume, error) {
+func (s *service) ResizeVolume(name string, req admin.ResizeVolume) (admin.Volume, error) {
+	size := req.Size
 	what := fmt.Sprintf("volume %q", name)
 	v, err := s.store.Open(name)
 	if err != nil {
@@ -170,6 +171,17 @@ func (s *service) ResizeVolume(name string, size int64) (admin.Volume, error) {
 		return admin.Volume{}, admin.Errorf(admin.ErrInvalid, "%s: size %d must be > 0 and a multiple of the block size %d", what, size, v.BlockSize())
 	}
 	before := v.Size()
+	if size < before && !req.Force && s.tgt != nil {
+		if n := s.tgt.OpenSessions(name); n > 0 {
+			v.Close()
+			have, them := "1 session has", "it"
+			if n > 1 {
+				have, them = fmt.Sprintf("%d sessions have", n), "them"
+			}
+			return admin.Volume{}, admin.Errorf(admin.ErrBusy, "%s: shrinking from %s to %s is refused: %s it open (close %s, or pass --force)",
+				what, cli.FormatSize(before), cli.FormatSize(size), have, them)
+		}
+	}
 	err = v.Resize(size)
 	if cerr := v.Close(); err == nil {
 		err = cerr

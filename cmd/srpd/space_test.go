@@ -39,7 +39,7 @@ func TestOvercommitAndSpaceStatus(t *testing.T) {
 	if _, err := svc.CreateVolume(admin.CreateVolume{Name: "a", Size: 100 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = svc.ResizeVolume("a", 200<<20)
+	_, err = svc.ResizeVolume("a", admin.ResizeVolume{Size: 200 << 20})
 	if !errors.Is(err, admin.ErrInvalid) || !strings.Contains(err.Error(), "--max-overcommit 2 × the 64 MiB file system = 128 MiB") {
 		t.Fatalf("resize past the bound: %v", err)
 	}

@@ -24,6 +24,7 @@ func volumeCommand() *cli.Command {
 	var af adminFlags
 	var size cli.SizeFlag
 	var bs int
+	var force bool
 	checkSize := func([]string) error { return sizeArg(&size, "size") }
 	return af.group("volume", "create, list, resize and delete volumes",
 		adminCmd{
@@ -49,10 +50,15 @@ func volumeCommand() *cli.Command {
 		},
 		adminCmd{
 			name: "resize", args: "NAME", short: "grow or shrink a volume",
-			long:  "Change a volume's size. Shrinking drops the blocks past the new end.\nInitiators see the new size when they open the volume again.",
-			flags: func(fs *flag.FlagSet) { fs.Var(&size, "size", "new `SIZE`, e.g. 2GiB (required)") },
+			long: "Change a volume's size. Shrinking drops the blocks past the new end, and is\nrefused while a session has the volume open unless --force is given.\nInitiators see the new size when they open the volume again.",
+			flags: func(fs *flag.FlagSet) {
+				fs.Var(&size, "size", "new `SIZE`, e.g. 2GiB (required)")
+				fs.BoolVar(&force, "force", false, "shrink even while sessions have the volume open (their I/O past the new end fails)")
+			},
 			check: checkSize,
-			run: show(&af, func(s admin.Service, args []string) (admin.Volume, error) { return s.ResizeVolume(args[0], size.N) },
+			run: show(&af, func(s admin.Service, args []string) (admin.Volume, error) {
+				return s.ResizeVolume(args[0], admin.ResizeVolume{Size: size.N, Force: force})
+			},
 				func(w *tabwriter.Writer, v admin.Volume) {
 					fmt.Fprintf(w, "resized volume %s to %s\n", v.Name, cli.FormatSize(v.Size))
 				}),

@@ -64,6 +64,10 @@ type CreateVolume struct {
 // ResizeVolume is the body of POST /v1/volumes/{name}/resize.
 type ResizeVolume struct {
 	Size int64 `json:"size"`
+	// Force shrinks the volume even while sessions have it open (their
+	// I/O past the new end then fails); without it such a shrink is
+	// refused with ErrBusy. A grow never needs it.
+	Force bool `json:"force,omitempty"`
 }
 
 // CreateSnapshot is the body of POST /v1/volumes/{name}/snapshots.
@@ -201,7 +205,7 @@ type Service interface {
 	Status() (Status, error)
 	Volumes() ([]Volume, error)
 	CreateVolume(CreateVolume) (Volume, error)
-	ResizeVolume(name string, size int64) (Volume, error)
+	ResizeVolume(name string, req ResizeVolume) (Volume, error)
 	DeleteVolume(name string) error
 	Snapshots(volume string) ([]Snapshot, error)
 	CreateSnapshot(volume, name string) (Snapshot, error)

@@ -151,9 +151,9 @@ func (r *remote) CreateVolume(req CreateVolume) (Volume, error) {
 	return v, err
 }
 
-func (r *remote) ResizeVolume(name string, size int64) (Volume, error) {
+func (r *remote) ResizeVolume(name string, req ResizeVolume) (Volume, error) {
 	var v Volume
-	err := r.c.do(r.ctx, "POST", "/v1/volumes/"+esc(name)+"/resize", ResizeVolume{Size: size}, &v)
+	err := r.c.do(r.ctx, "POST", "/v1/volumes/"+esc(name)+"/resize", req, &v)
 	return v, err
 }
 

@@ -38,7 +38,7 @@ func Handler(svc Service) http.Handler {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
-		return svc.ResizeVolume(r.PathValue("name"), req.Size)
+		return svc.ResizeVolume(r.PathValue("name"), req)
 	})
 	h("DELETE /v1/volumes/{name}", func(r *http.Request) (any, error) {
 		return nil, svc.DeleteVolume(r.PathValue("name"))
