@@ -68,10 +68,16 @@ type conn struct {
 	drainOnce sync.Once
 	killOnce  sync.Once
 	evictOnce sync.Once
-	// policyCh (capacity 1) says the ACL or the secrets changed; one
-	// pending signal covers any number of changes, since the core reads
-	// the policy as it is when it handles it.
+	// policyCh (capacity 1) says the ACL, the secrets or the size of a
+	// volume changed; one pending signal covers any number of changes,
+	// since the core reads the policy as it is when it handles it, and
+	// the resizes are kept until then.
 	policyCh chan struct{}
+	// resizes are the volumes resized since the run loop last looked
+	// (name → new size), under resizeMu; Target.VolumeResized records
+	// them and signals policyCh.
+	resizeMu sync.Mutex
+	resizes  map[string]int64
 	// signals counts closes of drainCh and killCh and sends on policyCh,
 	// each bumped after it: the busy loop reads it instead of selecting
 	// on the channels.
@@ -117,6 +123,32 @@ func (c *conn) policyChanged() {
 	case c.policyCh <- struct{}{}:
 		c.signals.Add(1)
 	default: // one is pending already
+	}
+}
+
+// volumeResized records that the volume named name is now size bytes
+// and asks the run loop to tell the core (core.volumeResized). It never
+// blocks.
+func (c *conn) volumeResized(name string, size int64) {
+	c.resizeMu.Lock()
+	if c.resizes == nil {
+		c.resizes = map[string]int64{}
+	}
+	c.resizes[name] = size
+	c.resizeMu.Unlock()
+	c.policyChanged()
+}
+
+// onExternal handles a signal on policyCh: the policy, or the size of
+// some volumes, changed.
+func (c *conn) onExternal(now int64) {
+	c.core.policyChanged(now)
+	c.resizeMu.Lock()
+	rs := c.resizes
+	c.resizes = nil
+	c.resizeMu.Unlock()
+	for name, size := range rs {
+		c.core.volumeResized(name, size)
 	}
 }
 
@@ -312,7 +344,7 @@ func (c *conn) run() {
 				c.onEvict()
 				progressed = true
 			case <-c.policyCh:
-				c.core.policyChanged(c.now())
+				c.onExternal(c.now())
 				progressed = true
 			default:
 				seen = s // every signal up to s is handled
@@ -361,7 +393,7 @@ func (c *conn) run() {
 			evictCh = nil
 			c.onEvict()
 		case <-c.policyCh:
-			c.core.policyChanged(c.now())
+			c.onExternal(c.now())
 		case <-c.cm.Done():
 			c.core.peerGone("peer disconnected")
 		}

@@ -105,6 +105,7 @@ type core struct {
 	maxDesc   int
 	remoteInv bool
 	maxImm    uint32 // immediate data granted per WRITE (wire.FlagImmediate)
+	notices   bool   // the initiator reads capacity notices (wire.RespCapacityChanged)
 	iniRecvIU int
 	reqTarget string // the target name the initiator addressed (bound into proofs)
 	secret    []byte
@@ -228,6 +229,29 @@ func (c *core) drain(now int64) {
 	case connActive:
 		c.setState(connDraining)
 		c.checkDrained()
+	}
+}
+
+// volumeResized records that the volume named name is now size bytes:
+// every handle to it checks commands against the new size from now on
+// (a command already past the check runs against the store, which has
+// the new size too), and, if the initiator reads notices, the next
+// response on the handle carries one (SPC-4's UNIT ATTENTION "capacity
+// data has changed", ASC/ASCQ 2Ah/09h, raised per I_T nexus on each LU:
+// here per handle).
+func (c *core) volumeResized(name string, size int64) {
+	if c.state == connClosed {
+		return
+	}
+	for _, ov := range c.handles {
+		if ov == nil || ov.revoked || ov.name != name || ov.size == size {
+			continue
+		}
+		ov.size = size
+		ov.resized = c.notices
+		if c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("handle %d %s resized to %d (notice pending: %v)", ov.handle, name, size, ov.resized))
+		}
 	}
 }
 

@@ -249,8 +249,12 @@ func (c *core) postResponse(s *slot, st wire.Status, sense wire.Sense, k int) {
 	if st != wire.StatusGood && cmd.Op.HasData() {
 		r.Residual = cmd.Length
 	}
-	r.Encode(s.send)
-	s.sges[k] = transport.SGE{Addr: s.sendAddr, Length: wire.ResponseLen, LKey: c.p.iuLKey}
+	if s.ov != nil && s.ov.resized {
+		s.ov.resized = false
+		r.Flags, r.Size = wire.RespCapacityChanged, uint64(s.ov.size)
+	}
+	n, _ := r.Encode(s.send) // the buffer holds iuSize bytes, and the flags are known
+	s.sges[k] = transport.SGE{Addr: s.sendAddr, Length: uint32(n), LKey: c.p.iuLKey}
 	wr := transport.SendWR{ID: makeWRID(c.p.gen, kindResp, int(s.idx)), Opcode: transport.OpSend,
 		Flags: transport.FlagSignaled, SGL: s.sges[k : k+1]}
 	// Remote invalidation only when both sides agreed and the command asked

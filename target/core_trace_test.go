@@ -65,6 +65,7 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		if td.MaybeScanArgs(t, "imm", &imm) {
 			req.MaxImmediate = uint32(imm)
 		}
+		req.Notices = td.HasArg("notices")
 		h.iu(t, wire.OpLogin, &req)
 	case "control":
 		var op string
@@ -105,6 +106,12 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		var ms int64
 		td.ScanArgs(t, "ms", &ms)
 		c.tick(ms * 1e6)
+	case "resize":
+		var vol string
+		var size int64
+		td.ScanArgs(t, "vol", &vol)
+		td.ScanArgs(t, "size", &size)
+		c.volumeResized(vol, size)
 	case "drain":
 		c.drain(3)
 	case "peer-gone":
@@ -261,6 +268,9 @@ func (h *traceHarness) describe(wr *transport.SendWR) string {
 			var rsp wire.Response
 			rsp.Decode(b)
 			what = fmt.Sprintf("RESPONSE tag=%d status=%d sense=%s credits=%d", rsp.Tag, rsp.Status, rsp.Sense, rsp.Credits)
+			if rsp.Flags&wire.RespCapacityChanged != 0 {
+				what += fmt.Sprintf(" capacity-changed size=%d", rsp.Size)
+			}
 		case wire.OpControlResp:
 			var rsp wire.ControlResponse
 			wire.DecodeControl(b, op, &rsp)
@@ -272,6 +282,9 @@ func (h *traceHarness) describe(wr *transport.SendWR) string {
 			var rsp wire.LoginResponse
 			wire.DecodeControl(b, op, &rsp)
 			what = fmt.Sprintf("LOGIN_RESP credits=%d max-transfer=%d remote-inv=%v", rsp.Credits, rsp.MaxTransfer, rsp.RemoteInvalidate)
+			if rsp.Notices {
+				what += " notices"
+			}
 		case wire.OpLoginReject:
 			var rej wire.LoginReject
 			wire.DecodeControl(b, op, &rej)

@@ -145,6 +145,10 @@ type openVol struct {
 	// meant for this volume).
 	ro      bool
 	revoked bool
+	// resized: the volume changed size and the initiator has not been
+	// told; the next response on the handle carries the notice (the
+	// core's alone, like ro).
+	resized bool
 	// now: the volume's I/O runs inline (see Immediate).
 	now bool
 	// batch: the volume takes plain writes in batches (see BatchWriter).

@@ -137,6 +137,21 @@ func (t *Target) notifyPolicy() {
 	}
 }
 
+// VolumeResized tells the target that the volume named volume is now
+// size bytes (its store already says so): every connection that has it
+// open checks commands against the new size, and one whose initiator
+// reads notices (wire.RespCapacityChanged) gets one in the next response
+// on that handle, so its Volume.Size follows without a reopen. Commands
+// past the new end are refused as out of range rather than failing in
+// the store. It does not block.
+func (t *Target) VolumeResized(volume string, size int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.conns {
+		c.volumeResized(volume, size)
+	}
+}
+
 // OpenSessions returns how many initiator sessions have the volume named
 // volume open: the channels (connections) of one session count once, and
 // so do several handles of one connection. A snapshot is a volume of its

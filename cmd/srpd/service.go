@@ -189,6 +189,9 @@ func (s *service) ResizeVolume(name string, req admin.ResizeVolume) (admin.Volum
 	if err != nil {
 		return admin.Volume{}, s.spaceErr(what, before, size, err)
 	}
+	if s.tgt != nil {
+		s.tgt.VolumeResized(name, size)
+	}
 	return s.volume(name)
 }
 

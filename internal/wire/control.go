@@ -75,6 +75,10 @@ type LoginRequest struct {
 	// a WRITE command's IU (FlagImmediate); zero asks for none. A target
 	// that predates immediate data ignores it and grants none.
 	MaxImmediate uint32 `msgpack:"imm,omitempty"`
+	// Notices says the initiator reads capacity notices in responses
+	// (RespCapacityChanged). A target that predates them ignores it and
+	// sends none.
+	Notices bool `msgpack:"ntc,omitempty"`
 }
 
 // LoginChallenge asks the initiator to prove it holds the shared secret.
@@ -113,6 +117,9 @@ type LoginResponse struct {
 	// fail what it had not flushed. Zero: the target makes no such
 	// promise (it predates the field).
 	Instance uint64 `msgpack:"inst,omitempty"`
+	// Notices says the target will send capacity notices
+	// (RespCapacityChanged), as the initiator asked.
+	Notices bool `msgpack:"ntc,omitempty"`
 }
 
 // RejectReason says why a login failed.

@@ -325,8 +325,23 @@ func (s Sense) String() string {
 	return fmt.Sprintf("Sense(%d)", uint16(s))
 }
 
-// ResponseLen is the size of a Response IU.
-const ResponseLen = 24
+// ResponseLen is the size of a Response IU; ResponseNoticeLen that of one
+// carrying a notice (RespCapacityChanged).
+const (
+	ResponseLen       = 24
+	ResponseNoticeLen = 32
+)
+
+// RespCapacityChanged is the response flag of a capacity notice: the
+// volume the command addressed changed size since the initiator last
+// learned it, and Size is its new size. It is SCSI's UNIT ATTENTION
+// "capacity data has changed" (SPC-4 ASC/ASCQ 2Ah/09h) without the
+// failed command: the target marks each open handle of a resized volume
+// and the next response on that handle carries the notice, whatever its
+// status. A target sends it only to an initiator that asked at login
+// (LoginRequest.Notices): an older initiator reads a nonzero reserved
+// field as a malformed IU.
+const RespCapacityChanged uint32 = 1
 
 // Response answers a Command. Layout (little-endian):
 //
@@ -336,19 +351,36 @@ const ResponseLen = 24
 //	4  credits  u32 credit delta returned to the initiator
 //	8  tag      u64
 //	16 residual u32 bytes not transferred
-//	20 rsv      u32 zero
+//	20 flags    u32 zero, or RespCapacityChanged
+//	24 size     u64 with RespCapacityChanged only: the volume's new size
 type Response struct {
 	Status   Status
 	Sense    Sense
 	Credits  uint32
 	Tag      uint64
 	Residual uint32
+	Flags    uint32
+	Size     uint64
 }
 
-// Encode writes the response into b (at least ResponseLen bytes).
+// EncodedLen is the response's encoded size: ResponseNoticeLen with a
+// capacity notice, else ResponseLen.
+func (r *Response) EncodedLen() int {
+	if r.Flags&RespCapacityChanged != 0 {
+		return ResponseNoticeLen
+	}
+	return ResponseLen
+}
+
+// Encode writes the response into b (at least EncodedLen bytes) and
+// returns the bytes written.
 func (r *Response) Encode(b []byte) (int, error) {
-	if len(b) < ResponseLen {
-		return 0, fmt.Errorf("wire: response needs %d bytes, buffer has %d: %w", ResponseLen, len(b), ErrTooLarge)
+	n := r.EncodedLen()
+	if len(b) < n {
+		return 0, fmt.Errorf("wire: response needs %d bytes, buffer has %d: %w", n, len(b), ErrTooLarge)
+	}
+	if r.Flags&^RespCapacityChanged != 0 {
+		return 0, fmt.Errorf("%w: response flags %#x", ErrMalformed, r.Flags)
 	}
 	le := binary.LittleEndian
 	b[0] = byte(OpResponse)
@@ -357,13 +389,16 @@ func (r *Response) Encode(b []byte) (int, error) {
 	le.PutUint32(b[4:], r.Credits)
 	le.PutUint64(b[8:], r.Tag)
 	le.PutUint32(b[16:], r.Residual)
-	le.PutUint32(b[20:], 0)
-	return ResponseLen, nil
+	le.PutUint32(b[20:], r.Flags)
+	if n == ResponseNoticeLen {
+		le.PutUint64(b[24:], r.Size)
+	}
+	return n, nil
 }
 
 // Decode parses a response IU into r without allocating.
 func (r *Response) Decode(b []byte) error {
-	if len(b) != ResponseLen {
+	if len(b) != ResponseLen && len(b) != ResponseNoticeLen {
 		return fmt.Errorf("%w: response of %d bytes", ErrMalformed, len(b))
 	}
 	if Opcode(b[0]) != OpResponse {
@@ -378,8 +413,14 @@ func (r *Response) Decode(b []byte) error {
 	if r.Status > StatusBusy {
 		return fmt.Errorf("%w: response status %d", ErrMalformed, r.Status)
 	}
-	if le.Uint32(b[20:]) != 0 {
-		return fmt.Errorf("%w: reserved bytes set", ErrMalformed)
+	r.Flags, r.Size = le.Uint32(b[20:]), 0
+	switch {
+	case r.Flags&^RespCapacityChanged != 0:
+		return fmt.Errorf("%w: response flags %#x", ErrMalformed, r.Flags)
+	case (len(b) == ResponseNoticeLen) != (r.Flags&RespCapacityChanged != 0):
+		return fmt.Errorf("%w: response of %d bytes with flags %#x", ErrMalformed, len(b), r.Flags)
+	case len(b) == ResponseNoticeLen:
+		r.Size = le.Uint64(b[24:])
 	}
 	return nil
 }

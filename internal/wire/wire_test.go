@@ -128,6 +128,29 @@ func TestResponseRoundTrip(t *testing.T) {
 	require.ErrorIs(t, got.Decode(b), ErrMalformed)
 }
 
+// TestResponseNotice: a capacity notice makes the response 32 bytes with
+// the new size; a flag without the size, a size without the flag, or an
+// unknown flag is malformed (an older initiator, which checks that the
+// reserved field is zero, never gets one: the target sends it only when
+// asked at login).
+func TestResponseNotice(t *testing.T) {
+	r := Response{Status: StatusGood, Credits: 1, Tag: 9, Flags: RespCapacityChanged, Size: 3 << 40}
+	b := make([]byte, ResponseNoticeLen)
+	n, err := r.Encode(b)
+	require.NoError(t, err)
+	require.Equal(t, ResponseNoticeLen, n)
+	var got Response
+	require.NoError(t, got.Decode(b[:n]))
+	require.Equal(t, r, got)
+	require.ErrorIs(t, got.Decode(b[:ResponseLen]), ErrMalformed, "flag without the size")
+	b[20] = 0
+	require.ErrorIs(t, got.Decode(b), ErrMalformed, "size without the flag")
+	b[20] = 2
+	require.ErrorIs(t, got.Decode(b), ErrMalformed, "unknown flag")
+	_, err = (&Response{Flags: 2}).Encode(b)
+	require.ErrorIs(t, err, ErrMalformed)
+}
+
 func TestHotPathNoAllocs(t *testing.T) {
 	c := Command{Op: OpRead, Tag: 1, Length: 4096, NDesc: 1, Desc: [MaxDescriptors]Descriptor{{VA: 1, RKey: 2, Len: 4096}}}
 	r := Response{Tag: 1, Credits: 1}
@@ -257,14 +280,17 @@ func FuzzResponseDecode(f *testing.F) {
 	b := make([]byte, ResponseLen)
 	(&Response{Tag: 1, Credits: 2}).Encode(b)
 	f.Add(b)
+	b = make([]byte, ResponseNoticeLen)
+	(&Response{Tag: 1, Credits: 2, Flags: RespCapacityChanged, Size: 1 << 30}).Encode(b)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r Response
 		if err := r.Decode(data); err != nil {
 			return
 		}
-		out := make([]byte, ResponseLen)
-		r.Encode(out)
-		if !bytes.Equal(out, data) {
+		out := make([]byte, ResponseNoticeLen)
+		n, _ := r.Encode(out)
+		if !bytes.Equal(out[:n], data) {
 			t.Fatal("accepted response does not re-encode to its input")
 		}
 	})
