@@ -248,6 +248,7 @@ func (c *channel) connect(ctx context.Context) (err error) {
 			return fmt.Errorf("initiator: re-open %q: %s", v.name, rsp.Error)
 		}
 		c.core.setHandle(v, rsp.Handle)
+		v.resized(int64(rsp.Size)) // it may have changed while the connection was down
 	}
 	c.mu.Lock()
 	c.epoch++
@@ -412,7 +413,8 @@ func (c *channel) login(ctx context.Context) error {
 	rand.Read(nonce[:])
 	req := wire.LoginRequest{Version: wire.Version, Initiator: s.cfg.Name, Credits: uint32(s.cfg.Credits),
 		MaxIU: wire.MaxCommandLen, MaxRecvIU: recvIU, MaxTransfer: uint32(s.cfg.MaxTransfer), MaxDesc: 1,
-		RemoteInvalidate: !s.cfg.NoRemoteInvalidate, Nonce: nonce[:], Session: s.id, Channel: uint16(c.id)}
+		RemoteInvalidate: !s.cfg.NoRemoteInvalidate, Nonce: nonce[:], Session: s.id, Channel: uint16(c.id),
+		Notices: true}
 	if c.sendSGEs() == 2 {
 		req.MaxImmediate = uint32(s.cfg.ImmediateData)
 	}

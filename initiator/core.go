@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -91,6 +92,9 @@ type doneIO struct {
 	err    error
 	bounce int
 	rsp    bool // the target answered (stats count it as an I/O)
+	// size, if not 0, is the volume's new size from a capacity notice
+	// in the response (wire.RespCapacityChanged).
+	size int64
 }
 
 // coreActions are what the events since the last take asked the shell to
@@ -491,6 +495,10 @@ func (c *core) onRecv(wc *transport.WC) {
 			c.fail(fmt.Errorf("initiator: response for tag %#x, which names no block request in flight: %w", rsp.Tag, ErrProtocol))
 			return
 		}
+		if rsp.Flags&wire.RespCapacityChanged != 0 && (rsp.Size == 0 || rsp.Size > math.MaxInt64) {
+			c.fail(fmt.Errorf("initiator: capacity notice of a %d-byte volume: %w", rsp.Size, ErrProtocol))
+			return
+		}
 		sl.rsp, credits = rsp, rsp.Credits
 	case wire.OpControlResp:
 		var rsp wire.ControlResponse
@@ -576,7 +584,11 @@ func (c *core) complete(si int) {
 	if r.Op != opControl && sl.rsp.Status != wire.StatusGood {
 		err = &IOError{Op: r.Op, Off: r.Offset, Len: r.length(), Sense: Sense(sl.rsp.Sense)}
 	}
-	c.acts.done = append(c.acts.done, doneIO{req: r, err: err, bounce: sl.bounce, rsp: true})
+	d := doneIO{req: r, err: err, bounce: sl.bounce, rsp: true}
+	if r.Op != opControl && sl.rsp.Flags&wire.RespCapacityChanged != 0 {
+		d.size = int64(sl.rsp.Size)
+	}
+	c.acts.done = append(c.acts.done, d)
 }
 
 // finish completes a request that never took a credit.

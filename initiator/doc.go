@@ -35,6 +35,14 @@
 // data (a control request, no data moved), so that a copy can skip the
 // holes; srpc nbd answers NBD's BLOCK_STATUS with it.
 //
+// A volume resized on the target while open follows without a reopen:
+// the target marks the handle, the next response on it carries the new
+// size (a capacity notice, as SCSI's UNIT ATTENTION "capacity data has
+// changed"), and Volume.Size changes and OpenOptions.OnResize is called
+// before that request completes. A request sent past the end of a volume
+// shrunk under it fails out of range, saying so; later ones are refused
+// locally.
+//
 // Failures: any error completion, a bogus remote invalidation, a missing
 // completion past Config.IOTimeout or a lost link tears the connection
 // down: the QP is moved to ERR and drained, every registration not proven

@@ -26,8 +26,8 @@ type Extent struct {
 // the whole range reported allocated, which is never wrong, only slower
 // to copy.
 func (v *Volume) Extents(ctx context.Context, off, n int64) ([]Extent, error) {
-	if n <= 0 || off < 0 || off > v.size || n > v.size-off {
-		return nil, fmt.Errorf("initiator: extents of %d bytes at %d of %q (%d bytes): %w", n, off, v.name, v.size, ErrInvalid)
+	if size := v.Size(); n <= 0 || off < 0 || off > size || n > size-off {
+		return nil, fmt.Errorf("initiator: extents of %d bytes at %d of %q (%d bytes): %w", n, off, v.name, size, ErrInvalid)
 	}
 	r := &Request{Op: opControl, vol: v,
 		ctrl: &wire.ControlRequest{Op: wire.ControlExtents, Offset: uint64(off), Length: uint64(n)}}

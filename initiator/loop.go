@@ -182,6 +182,9 @@ func (c *channel) deliver(d *doneIO, now int64) {
 		return
 	}
 	c.s.stats.record(r.Op, r.length(), time.Duration(now-r.start), err != nil)
+	if d.size != 0 && r.vol != nil {
+		err = r.vol.noticed(d.size, err)
+	}
 	if r.Op == opControl {
 		c.mu.Lock()
 		r.epoch = c.epoch

@@ -345,11 +345,18 @@ func (s *Session) Volumes(ctx context.Context) ([]VolumeInfo, error) {
 // OpenOptions modify Open.
 type OpenOptions struct {
 	ReadOnly bool
+	// OnResize, if set, is called with the volume's new size when the
+	// target reports that it changed (a resize under the open volume;
+	// see Volume.Size): once per change, on one of the session's I/O
+	// goroutines, so it must return quickly and must not wait for I/O
+	// on the session. A target that predates capacity notices never
+	// reports one; the size then changes only with a reopen.
+	OnResize func(size int64)
 }
 
 // Open opens a volume on every channel of the session.
 func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Volume, error) {
-	v := &Volume{s: s, name: name, readOnly: opts.ReadOnly}
+	v := &Volume{s: s, name: name, readOnly: opts.ReadOnly, onResize: opts.OnResize}
 	v.dur.ovf.OnDone = s.overflowDone
 	// Known to the session first, so a reconnect in the middle re-opens it.
 	s.mu.Lock()
@@ -370,7 +377,8 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 		if rsp.Error != "" {
 			return fail(fmt.Errorf("initiator: open %q: %s: %w", name, rsp.Error, errNoVolume(rsp.Sense)))
 		}
-		v.size, v.bs, v.readOnly, v.caps = int64(rsp.Size), int(rsp.BlockSize), rsp.ReadOnly || opts.ReadOnly, rsp.Caps
+		v.bs, v.readOnly, v.caps = int(rsp.BlockSize), rsp.ReadOnly || opts.ReadOnly, rsp.Caps
+		v.size.Store(int64(rsp.Size))
 		c.setHandle(v, rsp.Handle, r.epoch)
 	}
 	if v.bs <= 0 || v.bs&(v.bs-1) != 0 {

@@ -2,9 +2,11 @@ package initiator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gosrp/gosrp/internal/wire"
 )
@@ -15,7 +17,8 @@ import (
 type Volume struct {
 	s        *Session
 	name     string
-	size     int64
+	size     atomic.Int64 // changed by capacity notices (resized)
+	onResize func(size int64)
 	bs       int
 	readOnly bool
 	caps     uint32
@@ -27,8 +30,34 @@ type Volume struct {
 // Name is the volume's name on the target.
 func (v *Volume) Name() string { return v.name }
 
-// Size is the volume's size in bytes.
-func (v *Volume) Size() int64 { return v.size }
+// Size is the volume's size in bytes. It follows a resize on the target
+// while the volume is open: the target tells each connection in the next
+// response on the volume (or at a reconnect), and Size changes then
+// (see OpenOptions.OnResize).
+func (v *Volume) Size() int64 { return v.size.Load() }
+
+// resized records the size the target reports, and calls OnResize if it
+// changed (not when Open is still learning it). The channels of a
+// session each learn it; the first one changes it.
+func (v *Volume) resized(n int64) {
+	if old := v.size.Swap(n); old != n && old != 0 && v.onResize != nil {
+		v.onResize(n)
+	}
+}
+
+// noticed takes the new size from a capacity notice in the response to a
+// request on v, and returns the request's error: one refused as out of
+// range because the volume shrank under it says so, rather than only
+// "target: out of range".
+func (v *Volume) noticed(n int64, err error) error {
+	old := v.Size()
+	v.resized(n)
+	var ioe *IOError
+	if errors.As(err, &ioe) && ioe.Sense == SenseOutOfRange {
+		return fmt.Errorf("initiator: volume %q was resized from %d to %d bytes while the request was on its way: %w", v.name, old, n, err)
+	}
+	return err
+}
 
 // BlockSize is the volume's block size in bytes.
 func (v *Volume) BlockSize() int { return v.bs }
@@ -63,7 +92,7 @@ func (v *Volume) Submit(r *Request) error {
 }
 
 func (v *Volume) check(op Op, off, n int64) error {
-	bs := int64(v.bs)
+	bs, size := int64(v.bs), v.Size()
 	switch {
 	case v.closed:
 		return fmt.Errorf("initiator: volume %q: %w", v.name, ErrClosed)
@@ -73,8 +102,8 @@ func (v *Volume) check(op Op, off, n int64) error {
 		return fmt.Errorf("initiator: %s on %q: %w", op, v.name, ErrReadOnly)
 	case n <= 0 || off < 0 || off%bs != 0 || n%bs != 0:
 		return fmt.Errorf("initiator: %s of %d bytes at %d on %q (block size %d): %w", op, n, off, v.name, bs, ErrInvalid)
-	case off > v.size || n > v.size-off:
-		return fmt.Errorf("initiator: %s of %d bytes at %d beyond the end of %q (%d bytes): %w", op, n, off, v.name, v.size, ErrInvalid)
+	case off > size || n > size-off:
+		return fmt.Errorf("initiator: %s of %d bytes at %d beyond the end of %q (%d bytes): %w", op, n, off, v.name, size, ErrInvalid)
 	}
 	return nil
 }
@@ -151,13 +180,14 @@ func (v *Volume) ReadAtContext(ctx context.Context, p []byte, off int64) (int, e
 	if off < 0 {
 		return 0, fmt.Errorf("initiator: read at %d: %w", off, ErrInvalid)
 	}
-	if off >= v.size {
+	size := v.Size()
+	if off >= size {
 		return 0, io.EOF
 	}
 	n := int64(len(p))
 	var eof error
-	if n > v.size-off {
-		n, eof = v.size-off, io.EOF
+	if n > size-off {
+		n, eof = size-off, io.EOF
 	}
 	if n == 0 {
 		return 0, eof
@@ -205,8 +235,8 @@ func (v *Volume) writeAt(ctx context.Context, p []byte, off int64, fua bool) (in
 	if n == 0 {
 		return 0, nil
 	}
-	if off < 0 || off > v.size || n > v.size-off {
-		return 0, fmt.Errorf("initiator: write of %d bytes at %d beyond the end of %q (%d bytes): %w", n, off, v.name, v.size, ErrInvalid)
+	if size := v.Size(); off < 0 || off > size || n > size-off {
+		return 0, fmt.Errorf("initiator: write of %d bytes at %d beyond the end of %q (%d bytes): %w", n, off, v.name, size, ErrInvalid)
 	}
 	bs := int64(v.bs)
 	start, end := off&^(bs-1), (off+n+bs-1)&^(bs-1)

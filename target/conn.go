@@ -75,9 +75,11 @@ type conn struct {
 	policyCh chan struct{}
 	// resizes are the volumes resized since the run loop last looked
 	// (name → new size), under resizeMu; Target.VolumeResized records
-	// them and signals policyCh.
-	resizeMu sync.Mutex
-	resizes  map[string]int64
+	// them and signals policyCh, and resizeWait are closed once the core
+	// has them.
+	resizeMu   sync.Mutex
+	resizes    map[string]int64
+	resizeWait []chan struct{}
 	// signals counts closes of drainCh and killCh and sends on policyCh,
 	// each bumped after it: the busy loop reads it instead of selecting
 	// on the channels.
@@ -128,15 +130,18 @@ func (c *conn) policyChanged() {
 
 // volumeResized records that the volume named name is now size bytes
 // and asks the run loop to tell the core (core.volumeResized). It never
-// blocks.
-func (c *conn) volumeResized(name string, size int64) {
+// blocks; the channel it returns is closed once the core has the size.
+func (c *conn) volumeResized(name string, size int64) <-chan struct{} {
+	done := make(chan struct{})
 	c.resizeMu.Lock()
 	if c.resizes == nil {
 		c.resizes = map[string]int64{}
 	}
 	c.resizes[name] = size
+	c.resizeWait = append(c.resizeWait, done)
 	c.resizeMu.Unlock()
 	c.policyChanged()
+	return done
 }
 
 // onExternal handles a signal on policyCh: the policy, or the size of
@@ -144,11 +149,14 @@ func (c *conn) volumeResized(name string, size int64) {
 func (c *conn) onExternal(now int64) {
 	c.core.policyChanged(now)
 	c.resizeMu.Lock()
-	rs := c.resizes
-	c.resizes = nil
+	rs, waits := c.resizes, c.resizeWait
+	c.resizes, c.resizeWait = nil, nil
 	c.resizeMu.Unlock()
 	for name, size := range rs {
 		c.core.volumeResized(name, size)
+	}
+	for _, w := range waits {
+		close(w)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sort"
@@ -138,18 +139,37 @@ func (t *Target) notifyPolicy() {
 }
 
 // VolumeResized tells the target that the volume named volume is now
-// size bytes (its store already says so): every connection that has it
-// open checks commands against the new size, and one whose initiator
-// reads notices (wire.RespCapacityChanged) gets one in the next response
-// on that handle, so its Volume.Size follows without a reopen. Commands
-// past the new end are refused as out of range rather than failing in
-// the store. It does not block.
-func (t *Target) VolumeResized(volume string, size int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, c := range t.conns {
-		c.volumeResized(volume, size)
+// size bytes: every connection that has it open checks commands against
+// the new size, and one whose initiator reads notices
+// (wire.RespCapacityChanged) gets one in the next response on that
+// handle, so its Volume.Size follows without a reopen. It returns once
+// every connection has the new size (a connection that ends meanwhile
+// no longer counts), or with ctx's error.
+//
+// Call it after growing the store, and before shrinking it: commands
+// past the new end are then refused as out of range, rather than reaching
+// the store and failing there (a command already running when a shrink
+// lands may still fail in the store).
+func (t *Target) VolumeResized(ctx context.Context, volume string, size int64) error {
+	type wait struct {
+		c    *conn
+		done <-chan struct{}
 	}
+	t.mu.Lock()
+	waits := make([]wait, 0, len(t.conns))
+	for _, c := range t.conns {
+		waits = append(waits, wait{c, c.volumeResized(volume, size)})
+	}
+	t.mu.Unlock()
+	for _, w := range waits {
+		select {
+		case <-w.done:
+		case <-w.c.finished:
+		case <-ctx.Done():
+			return fmt.Errorf("target: resize of %q to %d bytes reaching the connections: %w", volume, size, ctx.Err())
+		}
+	}
+	return nil
 }
 
 // OpenSessions returns how many initiator sessions have the volume named

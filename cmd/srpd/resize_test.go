@@ -83,7 +83,7 @@ func TestShrinkRefusedWhileOpen(t *testing.T) {
 		t.Fatalf("shrink with only a snapshot open: %v", err)
 	}
 	_, v1 := r.open(t, "v", 1)
-	r.open(t, "v", 2) // one session over two connections
+	_, v2 := r.open(t, "v", 2) // one session over two connections
 	err := shrink(32<<20, false)
 	if !errors.Is(err, admin.ErrBusy) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "2 sessions have it open") ||
 		!strings.Contains(err.Error(), "--force") {
@@ -92,6 +92,10 @@ func TestShrinkRefusedWhileOpen(t *testing.T) {
 	t.Log(err)
 	if err := shrink(80<<20, false); err != nil {
 		t.Fatalf("grow under two sessions: %v", err)
+	}
+	// The open session learns the grow with its next command.
+	if _, err := v2.ReadAt(make([]byte, 4096), 0); err != nil || v2.Size() != 80<<20 {
+		t.Fatalf("session after the grow: size %d, read %v; want 80 MiB", v2.Size(), err)
 	}
 	if err := v1.Close(); err != nil {
 		t.Fatal(err)

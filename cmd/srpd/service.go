@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/admin"
@@ -182,18 +184,43 @@ func (s *service) ResizeVolume(name string, req admin.ResizeVolume) (admin.Volum
 				what, cli.FormatSize(before), cli.FormatSize(size), have, them)
 		}
 	}
+	// Sessions learn a shrink before the store makes it, and a grow after,
+	// so that none of their commands reaches a block the store lacks.
+	if size < before {
+		s.tellSessions(name, size)
+	}
 	err = v.Resize(size)
 	if cerr := v.Close(); err == nil {
 		err = cerr
 	}
+	switch {
+	case err != nil && size < before:
+		s.tellSessions(name, before)
+	case err == nil && size > before:
+		s.tellSessions(name, size)
+	}
 	if err != nil {
 		return admin.Volume{}, s.spaceErr(what, before, size, err)
 	}
-	if s.tgt != nil {
-		s.tgt.VolumeResized(name, size)
-	}
 	return s.volume(name)
 }
+
+// tellSessions tells the sessions that have volume open its new size
+// (target.Target.VolumeResized), if srpd serves any; a connection that
+// takes longer than resizeNotifyTimeout to hear it is left to learn it
+// from its next command's out-of-range answer.
+func (s *service) tellSessions(volume string, size int64) {
+	if s.tgt == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resizeNotifyTimeout)
+	defer cancel()
+	s.tgt.VolumeResized(ctx, volume, size)
+}
+
+// resizeNotifyTimeout bounds how long a resize waits for the connections'
+// run loops, which take a signal within microseconds unless stuck.
+const resizeNotifyTimeout = 5 * time.Second
 
 func (s *service) DeleteVolume(name string) error {
 	if strings.Contains(name, "@") {

@@ -50,7 +50,7 @@ func volumeCommand() *cli.Command {
 		},
 		adminCmd{
 			name: "resize", args: "NAME", short: "grow or shrink a volume",
-			long: "Change a volume's size. Shrinking drops the blocks past the new end, and is\nrefused while a session has the volume open unless --force is given.\nInitiators see the new size when they open the volume again.",
+			long: "Change a volume's size. Shrinking drops the blocks past the new end, and is\nrefused while a session has the volume open unless --force is given.\nOpen sessions learn the new size with their next command on the volume.",
 			flags: func(fs *flag.FlagSet) {
 				fs.Var(&size, "size", "new `SIZE`, e.g. 2GiB (required)")
 				fs.BoolVar(&force, "force", false, "shrink even while sessions have the volume open (their I/O past the new end fails)")
