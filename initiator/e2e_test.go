@@ -90,18 +90,10 @@ func (r *rig) dial(t testing.TB, cfg initiator.Config) *initiator.Session {
 	return dial(t, cfg)
 }
 
-// dial dials with cfg (10 s at most); the test's cleanup closes the
-// session.
+// dial dials with cfg (servetest.Dial).
 func dial(t testing.TB, cfg initiator.Config) *initiator.Session {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := initiator.Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return servetest.Dial(t, cfg)
 }
 
 // dialVol0 is dial, then the opening of vol0.

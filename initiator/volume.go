@@ -36,6 +36,29 @@ func (v *Volume) Name() string { return v.name }
 // (see OpenOptions.OnResize).
 func (v *Volume) Size() int64 { return v.size.Load() }
 
+// Refresh asks the target for the volume's size now (a LIST control
+// request) and returns it; Size and OnResize follow as with a capacity
+// notice. A session learns of a resize with its next command on the
+// volume anyway: Refresh is for the rare moment that cannot wait for one,
+// such as an idle volume about to be offered to a new client at its
+// current size.
+func (v *Volume) Refresh(ctx context.Context) (int64, error) {
+	vols, err := v.s.Volumes(ctx)
+	if err != nil {
+		return v.Size(), fmt.Errorf("initiator: refresh the size of %q: %w", v.name, err)
+	}
+	for _, x := range vols {
+		if x.Name == v.name {
+			if x.Size <= 0 {
+				return v.Size(), fmt.Errorf("initiator: target lists %q with %d bytes: %w", v.name, x.Size, ErrProtocol)
+			}
+			v.resized(x.Size)
+			return x.Size, nil
+		}
+	}
+	return v.Size(), fmt.Errorf("initiator: refresh the size of %q: the target no longer lists it: %w", v.name, ErrInvalid)
+}
+
 // resized records the size the target reports, and calls OnResize if it
 // changed (not when Open is still learning it). The channels of a
 // session each learn it; the first one changes it.

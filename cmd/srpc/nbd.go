@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/gosrp/gosrp/initiator"
@@ -243,7 +244,21 @@ func newNBDVolume(s *session, v *initiator.Volume) *nbdVolume {
 	return &nbdVolume{v: v, s: s, maxXfer: s.MaxTransfer(), free: map[int][][]byte{}, reg: map[*byte]bool{}}
 }
 
-func (n *nbdVolume) Size() int64    { return n.v.Size() }
+// Size asks the target for the volume's size (Volume.Refresh), so that a
+// new NBD negotiation offers the size after any resize even when no
+// command has brought the notice yet; the NBD server asks only when a
+// connection negotiates or starts transmission, never per I/O. If the
+// target does not answer in time, the last size known serves.
+func (n *nbdVolume) Size() int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), sizeRefreshTimeout)
+	defer cancel()
+	size, _ := n.v.Refresh(ctx)
+	return size
+}
+
+// sizeRefreshTimeout bounds the size query of a negotiation.
+const sizeRefreshTimeout = 2 * time.Second
+
 func (n *nbdVolume) BlockSize() int { return n.v.BlockSize() }
 func (n *nbdVolume) ReadOnly() bool { return n.v.ReadOnly() }
 
