@@ -233,7 +233,8 @@ func (c *core) drain(now int64) {
 }
 
 // volumeResized records that the volume named name is now size bytes:
-// every handle to it checks commands against the new size from now on
+// every handle to it, and the one an OPEN still running will make,
+// checks commands against the new size from now on
 // (a command already past the check runs against the store, which has
 // the new size too), and, if the initiator reads notices, the next
 // response on the handle carries one (SPC-4's UNIT ATTENTION "capacity
@@ -242,6 +243,11 @@ func (c *core) drain(now int64) {
 func (c *core) volumeResized(name string, size int64) {
 	if c.state == connClosed {
 		return
+	}
+	for i := range c.slots {
+		if s := &c.slots[i]; s.state == slotBackend && s.control && s.job == jobOpen && s.ctl.Volume == name {
+			s.resizedTo = size
+		}
 	}
 	for _, ov := range c.handles {
 		if ov == nil || ov.revoked || ov.name != name || ov.size == size {

@@ -32,6 +32,7 @@ func (c *core) startControl(s *slot) {
 			return
 		}
 		s.ctlRO = req.ReadOnly || acc == AccessReadOnly
+		s.resizedTo = 0
 		c.dispatch(s, jobOpen)
 	case wire.ControlClose:
 		ov := c.lookup(req.Handle)
@@ -96,6 +97,9 @@ func (c *core) finishControl(s *slot) {
 			s.ctlRO = true
 		}
 		info := s.openInfo
+		if s.resizedTo != 0 {
+			info.Size = s.resizedTo
+		}
 		ov := &openVol{name: req.Volume, vol: s.opened, size: info.Size, bs: int64(info.BlockSize),
 			ro: s.ctlRO || info.ReadOnly, stats: c.p.volStats(req.Volume)}
 		if im, ok := s.opened.(Immediate); ok {

@@ -170,8 +170,12 @@ type slot struct {
 	cmd     wire.Command
 	ctl     wire.ControlRequest
 	ctlRO   bool
-	ov      *openVol
-	srp     srpSlot // the SRP request, in an SRP session (core_srp.go)
+	// resizedTo, if not 0, is a size the volume of the slot's running
+	// OPEN was given meanwhile (core.volumeResized): the store may have
+	// answered the OPEN with the size before it. The core's alone.
+	resizedTo int64
+	ov        *openVol
+	srp       srpSlot // the SRP request, in an SRP session (core_srp.go)
 
 	// job, set by the core before dispatch
 	job jobKind
