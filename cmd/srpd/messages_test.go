@@ -53,13 +53,7 @@ func TestTakenPortLeavesDiskAlone(t *testing.T) {
 // TestAdminMessages: what a user meets in 'srpd' administration names
 // the real cause, on one line, and quotes a name at most once.
 func TestAdminMessages(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
-	srpd, srpc := e2etest.Binaries(t)
-	data := filepath.Join(t.TempDir(), "data")
-	addr := e2etest.FreeAddr(t)
-	e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "16MiB")
+	srpd, srpc, data, addr := startSrpd(t, "--default-volume-size", "16MiB")
 	long := strings.Repeat("x", 10<<10)
 	for _, tc := range []struct {
 		args   []string

@@ -2,11 +2,13 @@ package main
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/admin"
+	"github.com/gosrp/gosrp/internal/e2etest"
 	"github.com/gosrp/gosrp/internal/servetest"
 )
 
@@ -61,5 +63,51 @@ func TestShrinkRefusedWhileOpen(t *testing.T) {
 	}
 	if v, err := svc.volume("v"); err != nil || v.Size != 32<<20 {
 		t.Fatalf("after the forced shrink: %+v, %v", v, err)
+	}
+}
+
+// startSrpd skips a -short run; otherwise it builds the binaries and
+// starts srpd with extra flags on a fresh data directory and a free
+// address, which it returns with the binaries' paths.
+func startSrpd(t *testing.T, extra ...string) (srpd, srpc, data, addr string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	srpd, srpc = e2etest.Binaries(t)
+	data = filepath.Join(t.TempDir(), "data")
+	addr = e2etest.FreeAddr(t)
+	e2etest.StartDaemon(t, srpd, data, addr, "", extra...)
+	return srpd, srpc, data, addr
+}
+
+// TestResizeUnderSessionCLI is TestShrinkRefusedWhileOpen as a user meets
+// it: with `srpc import` writing to a volume, `srpd volume resize`
+// refuses a shrink in one line that names the session and --force,
+// grows, and shrinks with --force; the import goes on within the new
+// size.
+func TestResizeUnderSessionCLI(t *testing.T) {
+	srpd, srpc, data, addr := startSrpd(t, "--no-default-volume")
+	e2etest.MustRun(t, srpd, "volume", "create", "--data", data, "--size", "64MiB", "A")
+	imp := startImport(t, srpc, "--target", addr, "--name", "host-r", "A", "-")
+	if _, err := imp.stdin.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	waitSession(t, srpd, data, "host-r")
+	r := e2etest.Run(t, nil, srpd, "volume", "resize", "--data", data, "--size", "32MiB", "A")
+	if msg := strings.TrimSpace(r.Stderr); r.Code != 1 || strings.Contains(msg, "\n") || !strings.Contains(msg, "1 session has it open") ||
+		!strings.Contains(msg, "--force") {
+		t.Fatalf("shrink under a session: exit %d, stderr %q; want one line naming 1 session and --force", r.Code, r.Stderr)
+	}
+	t.Log(strings.TrimSpace(r.Stderr))
+	e2etest.MustRun(t, srpd, "volume", "resize", "--data", data, "--size", "128MiB", "A")
+	e2etest.MustRun(t, srpd, "volume", "resize", "--data", data, "--size", "32MiB", "--force", "A")
+	if _, err := imp.stdin.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	imp.stdin.Close()
+	<-imp.Exited()
+	if code := imp.ExitCode(); code != 0 {
+		t.Errorf("srpc import across the resizes: exit %d, stderr:\n%s", code, imp.Output())
 	}
 }
