@@ -1,0 +1,23 @@
+#!/bin/bash
+# test/rxe/srp.sh: the Linux kernel's SRP initiator (ib_srp) against srpd
+# over rxe, in one boot of a guest that carries ib_srp, sd_mod, fio and
+# e2fsprogs: add_target, the volume as /dev/sdX, 4 MiB written and read
+# back, fio randwrite with crc32c verification, mkfs.ext4 + a file +
+# e2fsck -fn. Exits non-zero on failure. Needs root; the guest lives in
+# $GOSRP_RXE_SRP_DIR (default /var/cache/gosrp-rxe-srp). OUT keeps the logs.
+export GOSRP_RXE_DIR=${GOSRP_RXE_SRP_DIR:-/var/cache/gosrp-rxe-srp}
+export GOSRP_RXE_EXTRA_PKGS="fio e2fsprogs"
+export GOSRP_RXE_EXTRA_MODS="ib_srp sd_mod scsi_transport_srp ext4"
+. "$(dirname "$0")/common.sh"
+ROOT=$(cd "$RXE_SCRIPTS/../.." && pwd)
+guest_ready || bash "$RXE_SCRIPTS/build-guest.sh"
+B=$(mktemp -d "${TMPDIR:-/tmp}/gosrp-srp.XXXXXX")
+trap 'rm -rf "$B"' EXIT
+(cd "$ROOT" && CGO_ENABLED=1 go build -tags ibverbs -o "$B/" ./cmd/srpd)
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gosrp-srp-out.XXXXXX")}
+rc=0
+VM_MEM=${VM_MEM:-2048} VM_LIMIT=${VM_LIMIT:-900} VM_FILES="$B/srpd" VM_OUT="$OUT" \
+  bash "$RXE_SCRIPTS/vm-exec.sh" "$RXE_SCRIPTS/srp-guest.sh" || rc=$?
+cat "$OUT/steps.log" 2>/dev/null
+echo "srp: rc=$rc, logs in $OUT"
+exit $rc
