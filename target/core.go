@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -419,11 +420,10 @@ func (c *core) onRecv(idx int32, n uint32) {
 	case connRejecting:
 		// The peer talks past a reject; the disconnect follows.
 	case connActive, connDraining:
-		class, name := c.classify(buf)
-		switch class {
+		switch c.classify(buf) {
 		case iuRequest:
 			if c.loggedOut {
-				c.close(fmt.Sprintf("%s after LOGOUT", name), true)
+				c.close(fmt.Sprintf("%s after LOGOUT", c.iuName(buf)), true)
 				return
 			}
 			c.outstanding++
@@ -447,7 +447,7 @@ func (c *core) onRecv(idx int32, n uint32) {
 			}
 			c.checkDrained()
 		default:
-			c.close(fmt.Sprintf("unexpected %s IU in session", name), true)
+			c.close(fmt.Sprintf("unexpected %s IU in session", c.iuName(buf)), true)
 		}
 	}
 }
@@ -461,19 +461,27 @@ const (
 	iuLogout                 // the initiator logs out
 )
 
-// classify sorts a session IU by the session's protocol, and names it.
-func (c *core) classify(buf []byte) (iuClass, string) {
+// classify sorts a session IU by the session's protocol. It runs for
+// every IU, so the name errors print is left to iuName.
+func (c *core) classify(buf []byte) iuClass {
 	if c.srp != nil {
 		return srpClassify(buf)
 	}
-	switch op := wire.Opcode(buf[0]); op {
+	switch wire.Opcode(buf[0]) {
 	case wire.OpCommand, wire.OpControl:
-		return iuRequest, op.String()
+		return iuRequest
 	case wire.OpLogout:
-		return iuLogout, op.String()
-	default:
-		return iuOther, op.String()
+		return iuLogout
 	}
+	return iuOther
+}
+
+// iuName names a session IU for an error message.
+func (c *core) iuName(buf []byte) string {
+	if c.srp != nil {
+		return srp.Opcode(buf[0]).String()
+	}
+	return wire.Opcode(buf[0]).String()
 }
 
 func (c *core) takeSlot() *slot {

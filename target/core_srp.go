@@ -229,15 +229,14 @@ func (c *core) srpAttach(vols []srpVolume) {
 
 // srpClassify says what an IU of an SRP session is: a request that costs
 // a credit (SRP_CMD, SRP_TSK_MGMT), a logout, or neither.
-func srpClassify(buf []byte) (iuClass, string) {
-	switch op := srp.Opcode(buf[0]); op {
+func srpClassify(buf []byte) iuClass {
+	switch srp.Opcode(buf[0]) {
 	case srp.OpCmd, srp.OpTaskMgmt:
-		return iuRequest, op.String()
+		return iuRequest
 	case srp.OpILogout:
-		return iuLogout, op.String()
-	default:
-		return iuOther, op.String()
+		return iuLogout
 	}
+	return iuOther
 }
 
 // srpAssign decodes the SRP request in receive buffer idx into slot s,
