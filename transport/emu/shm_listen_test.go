@@ -7,11 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gosrp/gosrp/transport"
+	"golang.org/x/sys/unix"
 )
 
 // TestShmListenAfterKill: a target process killed with SIGKILL leaves its
@@ -187,4 +189,44 @@ func TestShmCloseSparesReplacement(t *testing.T) {
 		t.Fatalf("the replacement's socket is gone after the first listener closed: %v", err)
 	}
 	c.Close()
+}
+
+// TestShmListenLockHeld: whoever holds a path's lock owns the path, even
+// with nothing listening there (a hostile local user, or a target still
+// starting): Listen refuses with ErrBusy and a message naming the lock,
+// and the socket at the path is left alone.
+func TestShmListenLockHeld(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "srpd.shm")
+	staleSocket(t, path)
+	f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Wire: WireShm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	l, err := p.Listen(context.Background(), path)
+	if err == nil {
+		l.Close()
+		t.Fatal("listened on a path whose lock another holds")
+	}
+	if !errors.Is(err, transport.ErrBusy) || !strings.Contains(err.Error(), path+".lock") {
+		t.Fatalf("listen with the lock held elsewhere: %v, want ErrBusy naming %s.lock", err, path)
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("the socket at the path was touched: %v", err)
+	}
+	// Once the holder lets go, the stale socket is replaced.
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	l, err = p.Listen(context.Background(), path)
+	if err != nil {
+		t.Fatalf("listen once the lock is free: %v", err)
+	}
+	l.Close()
 }
