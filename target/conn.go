@@ -199,6 +199,22 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 		reject(wire.Hello{Version: wire.Version}.Encode())
 		return false
 	}
+	if req.ReadCredit().Out == 0 {
+		// Every write that is not immediate data is fetched with RDMA
+		// READ, and a READ without credit waits in the send queue for
+		// ever, holding the responses queued behind it
+		// (transport.ReadCredit): refuse the connection while nothing
+		// is spent on it.
+		c.log.Info("connection rejected: the initiator serves no RDMA READs (responder_resources 0), so no write could fetch its data", "remote", c.remote)
+		var priv []byte
+		if srpReq != nil {
+			priv = make([]byte, srp.LoginRejectLen)
+			rej := srp.LoginReject{Reason: srp.RejectInsufficientResources, Tag: srpReq.Tag, BufFormats: srpFormats}
+			rej.Encode(priv)
+		}
+		reject(priv)
+		return false
+	}
 	fail := func(what string, err error) bool {
 		c.log.Warn("connection setup failed", "remote", c.remote, "step", what, "err", err)
 		reject(nil)

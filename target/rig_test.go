@@ -127,6 +127,8 @@ type rig struct {
 	tgt   *Target
 	addr  string
 	serve chan error
+	// offer, if set, is the READ credit the rig's clients ask for.
+	offer *transport.ReadCredit
 }
 
 func newRig(t testing.TB, e env, cfg Config) *rig {
@@ -251,6 +253,9 @@ func (r *rig) dialHello(tb testing.TB, hello []byte) (*client, error) {
 	ep, err := p.Resolve(context.Background(), r.addr)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if r.offer != nil {
+		ep.OfferReadCredit(*r.offer)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -880,4 +881,49 @@ func TestSecretChangeEndsSession(t *testing.T) {
 	rsp, _ = bob.do(bob.io(wire.OpRead, bh, 0, 0, bs, 1))
 	expectGood(t, rsp)
 	waitFor(t, "only bob's connection left", func() bool { return r.tgt.Stats().Connections == 1 })
+}
+
+// TestReadCredit: an initiator that serves no RDMA READs is refused at
+// connect, over gosrp's hello and an SRP login alike, since every write
+// the target fetched would wait for ever; one that serves a single READ
+// and asks for none of its own (as the kernel's ib_srp) gets large
+// writes done, several at once sharing that one credit.
+func TestReadCredit(t *testing.T) {
+	forEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		r.offer = &transport.ReadCredit{Out: transport.MaxReadCredit, In: 0}
+		_, err := r.dialHello(t, wire.Hello{Version: wire.Version}.Encode())
+		var rej *transport.RejectError
+		if !errors.As(err, &rej) {
+			t.Fatalf("gosrp hello without READ credit: %v, want a reject", err)
+		}
+		if got := r.srpReject(t, srpLoginReq(1)); got.Reason != srp.RejectInsufficientResources {
+			t.Fatalf("SRP login without READ credit rejected for %v", got.Reason)
+		}
+		if st := r.tgt.Stats(); st.Rejected != 2 {
+			t.Fatalf("rejected %d, want 2", st.Rejected)
+		}
+
+		r.offer = &transport.ReadCredit{Out: 0, In: 1}
+		c := r.dial(t)
+		c.login("ini")
+		h := c.open("vol0", false)
+		const n, size = 4, 64 << 10
+		want := pattern(n*size, 9)
+		copy(c.data(0, n*size), want)
+		for i := range n {
+			cmd := c.io(wire.OpWrite, h, uint64(i*size), i*size, size, 2)
+			c.postCommand(&cmd)
+		}
+		for range n {
+			rsp, _ := c.readResponse()
+			expectGood(t, rsp)
+		}
+		clear(c.data(0, n*size))
+		rsp, _ := c.do(c.io(wire.OpRead, h, 0, 0, n*size, 4))
+		expectGood(t, rsp)
+		if !bytes.Equal(c.data(0, n*size), want) {
+			t.Fatal("data read back differs from what was written")
+		}
+	})
 }

@@ -70,7 +70,7 @@ func Bench(t testing.TB) string {
 
 // ConnectRequest is the connect request a gosrp initiator sends first
 // on emu's tcp wire: a 36-byte frame header of kind CM_REQ (magic "gS",
-// version 1; transport/emu/frame.go) and a hello. Flood tests send it and
+// version 1, READ credit 16 each way; transport/emu/frame.go) and a hello. Flood tests send it and
 // never log in. The answer's byte 3 is 0x41 (CM_REP) or 0x42 (CM_REJ).
 func ConnectRequest() []byte {
 	hello := wire.Hello{Version: wire.Version}.Encode()
@@ -78,6 +78,7 @@ func ConnectRequest() []byte {
 	binary.LittleEndian.PutUint16(f[0:], 0x5367)
 	f[2] = 1
 	f[3] = 0x40
+	binary.LittleEndian.PutUint16(f[12:], 16|16<<8) // READ credit: 16 each way
 	binary.LittleEndian.PutUint32(f[32:], uint32(len(hello)))
 	copy(f[36:], hello)
 	return f

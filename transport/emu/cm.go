@@ -19,14 +19,15 @@ type conn struct {
 	priv   []byte
 	local  string
 	remote string
+	credit transport.ReadCredit // fixed at connection; the requester gates READs by Out
 	done   chan struct{}
 
 	mu  sync.Mutex
 	err error
 }
 
-func newConn(q *qp, l link, priv []byte, local, remote string) *conn {
-	return &conn{q: q, l: l, priv: append([]byte(nil), priv...), local: local, remote: remote, done: make(chan struct{})}
+func newConn(q *qp, l link, priv []byte, credit transport.ReadCredit, local, remote string) *conn {
+	return &conn{q: q, l: l, priv: append([]byte(nil), priv...), credit: credit, local: local, remote: remote, done: make(chan struct{})}
 }
 
 func (c *conn) QP() transport.QP      { return c.q }
@@ -34,6 +35,8 @@ func (c *conn) PrivateData() []byte   { return c.priv }
 func (c *conn) LocalAddr() string     { return c.local }
 func (c *conn) RemoteAddr() string    { return c.remote }
 func (c *conn) Done() <-chan struct{} { return c.done }
+
+func (c *conn) ReadCredit() transport.ReadCredit { return c.credit }
 
 func (c *conn) Err() error {
 	c.mu.Lock()
@@ -164,14 +167,54 @@ func rejectPending[R transport.ConnRequest](reqs <-chan R) {
 	}
 }
 
+// maxReadCredit is the most RDMA READs the NIC lets a QP hold
+// outstanding each way (max_qp_init_rd_atom and max_qp_rd_atom).
+const maxReadCredit = transport.MaxReadCredit
+
+// boundCredit bounds each figure of c to [0, maxReadCredit].
+func boundCredit(c transport.ReadCredit) transport.ReadCredit {
+	return transport.ReadCredit{Out: min(max(c.Out, 0), maxReadCredit), In: min(max(c.In, 0), maxReadCredit)}
+}
+
+// offeredCredit is what the passive side may give a connection whose
+// requester offered offer (its own view): the requester's
+// responder_resources bound the passive side's READs, and its
+// initiator_depth the READs the passive side must serve, as the kernel's
+// cm_format_req_event hands them to the listener.
+func offeredCredit(offer transport.ReadCredit) transport.ReadCredit {
+	return boundCredit(transport.ReadCredit{Out: offer.In, In: offer.Out})
+}
+
+// agreedCredit is the active side's credit from its offer and the
+// acceptor's figures (the acceptor's view).
+func agreedCredit(offer, reply transport.ReadCredit) transport.ReadCredit {
+	return transport.ReadCredit{Out: min(offer.Out, max(reply.In, 0)), In: min(offer.In, max(reply.Out, 0))}
+}
+
+// putCredit packs a READ credit for a CM message: initiator_depth in the
+// low byte, responder_resources in the high one.
+func putCredit(c transport.ReadCredit) uint16 {
+	return uint16(min(max(c.Out, 0), 0xff)) | uint16(min(max(c.In, 0), 0xff))<<8
+}
+
+// getCredit unpacks putCredit's figures; a peer's are bounded again by
+// offeredCredit or agreedCredit before use.
+func getCredit(v uint32) transport.ReadCredit {
+	return transport.ReadCredit{Out: int(v & 0xff), In: int(v >> 8 & 0xff)}
+}
+
 type endpoint struct {
-	p    *Provider
-	addr string
-	used bool
+	p     *Provider
+	addr  string
+	used  bool
+	offer transport.ReadCredit
 }
 
 func (e *endpoint) Device() transport.Device { return e.p.dev }
 func (e *endpoint) Close() error             { return nil }
+
+// OfferReadCredit sets the READ credit Connect asks for.
+func (e *endpoint) OfferReadCredit(c transport.ReadCredit) { e.offer = boundCredit(c) }
 
 func (e *endpoint) Connect(ctx context.Context, x transport.QP, priv []byte) (transport.Conn, error) {
 	if err := checkPrivate("connect", priv, transport.MaxConnectPrivateData); err != nil {
@@ -190,9 +233,9 @@ func (e *endpoint) Connect(ctx context.Context, x transport.QP, priv []byte) (tr
 	e.used = true
 	switch e.p.cfg.Wire {
 	case WireTCP:
-		return dialStream[tcpWire](ctx, e.p, e.addr, q, priv)
+		return dialStream[tcpWire](ctx, e.p, e.addr, q, priv, e.offer)
 	case WireShm:
-		return dialStream[shmWire](ctx, e.p, e.addr, q, priv)
+		return dialStream[shmWire](ctx, e.p, e.addr, q, priv, e.offer)
 	}
-	return e.p.connectLoop(ctx, e.addr, q, priv)
+	return e.p.connectLoop(ctx, e.addr, q, priv, e.offer)
 }

@@ -133,6 +133,22 @@
 // windows can keep every key a peer has seen from coming back (frmr's
 // "Stale descriptors").
 //
+// RDMA READ credit is negotiated at connect as rdma_cm does it and kept on
+// every profile (transport.ReadCredit): the connect request carries the
+// requester's initiator_depth and responder_resources, the acceptor sees
+// them swapped into its own view (ConnRequest.ReadCredit), and a requester
+// holds at most Conn.ReadCredit().Out READs outstanding; the next READ and
+// the queue behind it wait for a response, for ever with no credit. That
+// is what the kernel's ib_srp met on rxe: it asks for no READs of its own,
+// srpd's provider took the figures the wrong way round, its QP got
+// max_rd_atomic 0, and every write needing an RDMA READ hung until the
+// SCSI layer reset the host (107 s for a 64 KiB write) while 4 and 8 KiB
+// writes, sent as immediate data, worked. The conformance family
+// ReadCredit (Asymmetric fails on a provider that swaps them, None on one
+// that lets a READ go without credit) runs here and on rxe in the VM.
+// The READs a peer holds at a responder are not bounded here (rxe does
+// not NAK them either; it reuses its oldest responder resource).
+//
 // Also measured in the VM and the same in every profile: a SEND_WITH_INV
 // with a wrong key fails the receive REM_INV_REQ and moves the receiver to
 // ERR while the sender sees SUCCESS; deregistering an MR with a bound

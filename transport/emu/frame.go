@@ -23,6 +23,9 @@ import (
 //	20 va      u64
 //	28 length  u32  RDMA READ length
 //	32 paylen  u32
+//
+// A CM_REQ or CM_REP carries the sender's RDMA READ credit in imm:
+// initiator_depth in bits 0-7, responder_resources in bits 8-15 (putCredit).
 const (
 	frameMagic   = 0x5367
 	frameVersion = 1
@@ -112,10 +115,16 @@ func decodeHeader(b []byte, h *header) error {
 			return fmt.Errorf("%w: NAK code %d with %d payload bytes", errBadFrame, h.nak, h.paylen)
 		}
 	case cmReq:
+		if h.imm > 0xffff {
+			return fmt.Errorf("%w: connect request with READ credit %#x", errBadFrame, h.imm)
+		}
 		if h.paylen > transport.MaxConnectPrivateData {
 			return fmt.Errorf("%w: connect request with %d bytes of private data", errBadFrame, h.paylen)
 		}
 	case cmRep:
+		if h.imm > 0xffff {
+			return fmt.Errorf("%w: accept with READ credit %#x", errBadFrame, h.imm)
+		}
 		if h.paylen > transport.MaxAcceptPrivateData {
 			return fmt.Errorf("%w: accept with %d bytes of private data", errBadFrame, h.paylen)
 		}

@@ -3,6 +3,8 @@ package emu
 import (
 	"bytes"
 	"testing"
+
+	"github.com/gosrp/gosrp/transport"
 )
 
 // FuzzDecodeHeader feeds hostile bytes to the tcp wire's frame decoder: it
@@ -14,7 +16,7 @@ func FuzzDecodeHeader(f *testing.F) {
 		{kind: pktSend, flags: pfImm | pfInv, psn: 7, imm: 9, key: 0x1234, paylen: 4096},
 		{kind: pktRead, key: 0x99, va: 1 << 40, length: 65536},
 		{kind: pktNak, nak: nakAccess, psn: 3},
-		{kind: cmReq, paylen: 56},
+		{kind: cmReq, imm: uint32(putCredit(transport.ReadCredit{Out: 16, In: 3})), paylen: 56},
 	} {
 		putHeader(b[:], &h)
 		f.Add(append([]byte(nil), b[:]...))

@@ -72,6 +72,7 @@ type loopReq struct {
 	l      *loopListener
 	client *qp
 	priv   []byte
+	offer  transport.ReadCredit // the requester's, its own view
 	from   string
 	reply  chan loopReply
 	answerOnce
@@ -86,6 +87,8 @@ func (r *loopReq) Device() transport.Device { return r.l.p.dev }
 func (r *loopReq) PrivateData() []byte      { return r.priv }
 func (r *loopReq) RemoteAddr() string       { return r.from }
 
+func (r *loopReq) ReadCredit() transport.ReadCredit { return offeredCredit(r.offer) }
+
 func (r *loopReq) Accept(ctx context.Context, x transport.QP, priv []byte) (transport.Conn, error) {
 	server, err := r.accepting(r.l.p.dev, x, priv)
 	if err != nil {
@@ -94,8 +97,9 @@ func (r *loopReq) Accept(ctx context.Context, x transport.QP, priv []byte) (tran
 	sh := &loopShared{}
 	se := &loopEnd{sh: sh, peer: r.client}
 	ce := &loopEnd{sh: sh, peer: server}
-	sc := newConn(server, se, r.priv, r.l.addr, r.from)
-	cc := newConn(r.client, ce, priv, r.from, r.l.addr)
+	credit := r.ReadCredit()
+	sc := newConn(server, se, r.priv, credit, r.l.addr, r.from)
+	cc := newConn(r.client, ce, priv, agreedCredit(r.offer, credit), r.from, r.l.addr)
 	sh.a, sh.b = sc, cc
 	if err := server.connect(se, sc); err != nil {
 		r.reply <- loopReply{err: err}
@@ -141,14 +145,14 @@ func (e *loopEnd) disconnect(err error) {
 }
 
 // connectLoop asks the loop listener at addr to connect q.
-func (p *Provider) connectLoop(ctx context.Context, addr string, q *qp, priv []byte) (transport.Conn, error) {
+func (p *Provider) connectLoop(ctx context.Context, addr string, q *qp, priv []byte, offer transport.ReadCredit) (transport.Conn, error) {
 	loopRegistry.mu.Lock()
 	l := loopRegistry.listeners[addr]
 	loopRegistry.mu.Unlock()
 	if l == nil {
 		return nil, fmt.Errorf("emu: connect to %q: no listener (connection refused): %w", addr, transport.ErrNotFound)
 	}
-	r := &loopReq{l: l, client: q, priv: append([]byte(nil), priv...), from: fmt.Sprintf("loop-qp:%d", q.num), reply: make(chan loopReply, 1)}
+	r := &loopReq{l: l, client: q, priv: append([]byte(nil), priv...), offer: offer, from: fmt.Sprintf("loop-qp:%d", q.num), reply: make(chan loopReply, 1)}
 	select {
 	case l.reqs <- r:
 	case <-l.done:

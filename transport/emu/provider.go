@@ -232,7 +232,7 @@ func (p *Provider) Resolve(ctx context.Context, addr string) (transport.Endpoint
 	if addr == "" {
 		return nil, fmt.Errorf("emu: resolve empty address: %w", transport.ErrInvalidArgument)
 	}
-	return &endpoint{p: p, addr: addr}, nil
+	return &endpoint{p: p, addr: addr, offer: transport.ReadCredit{Out: maxReadCredit, In: maxReadCredit}}, nil
 }
 
 // counters are the NIC's event counts; see Counters.

@@ -105,6 +105,18 @@ func (q *qp) readInflightLocked() bool {
 	return false
 }
 
+// readsInflightLocked counts the transmitted RDMA READs without their
+// response, which hold the connection's READ credit.
+func (q *qp) readsInflightLocked() int {
+	n := 0
+	for _, i := range q.inflight {
+		if q.slot(i).wr.Opcode == transport.OpRDMARead {
+			n++
+		}
+	}
+	return n
+}
+
 // progress starts every WR it can, in order; it returns the link it sent
 // packets on, which the caller then flushes, or nil.
 func (q *qp) progress() (sent link) {
@@ -166,6 +178,15 @@ func (q *qp) progress() (sent link) {
 				q.unlock()
 				return
 			}
+		}
+		if op == transport.OpRDMARead && q.readsInflightLocked() >= q.conn.credit.Out {
+			// No READ credit left (the connection's initiator_depth): the
+			// READ, and the queue behind it, waits for an earlier READ's
+			// response; with no credit at all, for ever, as the kernel's
+			// rxe_requester waits for rd_atomic.
+			q.armLocked(now)
+			q.unlock()
+			return
 		}
 		if !op.IsLocal() && len(q.inflight) >= window {
 			q.armLocked(now)

@@ -189,10 +189,10 @@ func (shmWire) network() string { return "unixpacket" }
 
 func (shmWire) remote(nc net.Conn) string { return peerPID(nc.(*net.UnixConn)) }
 
-func (shmWire) readRequest(p *Provider, nc net.Conn) ([]byte, error) {
+func (shmWire) readRequest(p *Provider, nc net.Conn) ([]byte, transport.ReadCredit, error) {
 	uc, ok := nc.(*net.UnixConn)
 	if !ok {
-		return nil, fmt.Errorf("emu: shm listener accepted a %T", nc)
+		return nil, transport.ReadCredit{}, fmt.Errorf("emu: shm listener accepted a %T", nc)
 	}
 	var buf [ctlMaxLen]byte
 	oob := make([]byte, unix.CmsgSpace(4*4))
@@ -207,9 +207,9 @@ func (shmWire) readRequest(p *Provider, nc net.Conn) ([]byte, error) {
 		if err == nil {
 			err = fmt.Errorf("%w: control kind %d instead of a connect request", errBadFrame, m.kind)
 		}
-		return nil, err
+		return nil, transport.ReadCredit{}, err
 	}
-	return append([]byte(nil), m.priv...), nil
+	return append([]byte(nil), m.priv...), m.credit, nil
 }
 
 // accept creates the connection region, a sealed memfd, and passes it
@@ -239,21 +239,21 @@ func (shmWire) accept(ctx context.Context, r *sockReq, q *qp, priv []byte) (tran
 	if dl, ok := ctx.Deadline(); ok {
 		uc.SetWriteDeadline(dl)
 	}
-	if err := writeCtl(uc, &ctlMsg{kind: ctlRep, size: regionLen, priv: priv}, fd); err != nil {
+	if err := writeCtl(uc, &ctlMsg{kind: ctlRep, size: regionLen, priv: priv, credit: r.credit}, fd); err != nil {
 		unix.Munmap(region)
 		uc.Close()
 		return nil, fmt.Errorf("emu: accept: %w", err)
 	}
 	uc.SetWriteDeadline(time.Time{})
-	return startShm(r.p, q, uc, region, 1, r.priv, r.at, r.from)
+	return startShm(r.p, q, uc, region, 1, r.priv, r.credit, r.at, r.from)
 }
 
 func (shmWire) writeReject(nc net.Conn, priv []byte) error {
 	return writeCtl(nc.(*net.UnixConn), &ctlMsg{kind: ctlRej, priv: priv}, -1)
 }
 
-func (shmWire) writeRequest(nc net.Conn, priv []byte) error {
-	return writeCtl(nc.(*net.UnixConn), &ctlMsg{kind: ctlReq, priv: priv}, -1)
+func (shmWire) writeRequest(nc net.Conn, priv []byte, offer transport.ReadCredit) error {
+	return writeCtl(nc.(*net.UnixConn), &ctlMsg{kind: ctlReq, priv: priv, credit: offer}, -1)
 }
 
 // readAnswer reads the accept and maps the connection region it passes,
@@ -290,11 +290,11 @@ func (shmWire) readAnswer(ctx context.Context, p *Provider, nc net.Conn, addr st
 		p.counters.badFrms.Add(1)
 		return streamAnswer{}, fmt.Errorf("emu: connect to %s: %w: %w", addr, transport.ErrDisconnected, err)
 	}
-	return streamAnswer{priv: append([]byte(nil), m.priv...), region: region}, nil
+	return streamAnswer{priv: append([]byte(nil), m.priv...), credit: m.credit, region: region}, nil
 }
 
 func (shmWire) release(a streamAnswer) { unix.Munmap(a.region) }
 
 func (shmWire) start(p *Provider, q *qp, nc net.Conn, a streamAnswer, addr string) (transport.Conn, error) {
-	return startShm(p, q, nc.(*net.UnixConn), a.region, 0, a.priv, "shm:pid="+strconv.Itoa(os.Getpid()), addr)
+	return startShm(p, q, nc.(*net.UnixConn), a.region, 0, a.priv, a.credit, "shm:pid="+strconv.Itoa(os.Getpid()), addr)
 }

@@ -26,7 +26,8 @@ import (
 //	2  version u8
 //	3  kind    u8
 //	4  privlen u16
-//	6  rsv     u16  zero
+//	6  ord     u8   REQ, REP: initiator_depth (else zero)
+//	7  ird     u8   REQ, REP: responder_resources (else zero)
 //	8  id      u64  MAP: arena ID
 //	16 size    u64  MAP: arena bytes; REP: region bytes
 //
@@ -50,10 +51,11 @@ const (
 )
 
 type ctlMsg struct {
-	kind uint8
-	id   uint64
-	size uint64
-	priv []byte
+	kind   uint8
+	id     uint64
+	size   uint64
+	priv   []byte
+	credit transport.ReadCredit // REQ, REP: the sender's offer (wireCredit)
 }
 
 func putCtl(b []byte, m *ctlMsg) []byte {
@@ -62,7 +64,7 @@ func putCtl(b []byte, m *ctlMsg) []byte {
 	b[2] = ctlVersion
 	b[3] = m.kind
 	binary.LittleEndian.PutUint16(b[4:], uint16(len(m.priv)))
-	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint16(b[6:], putCredit(m.credit))
 	binary.LittleEndian.PutUint64(b[8:], m.id)
 	binary.LittleEndian.PutUint64(b[16:], m.size)
 	copy(b[ctlHdrLen:], m.priv)
@@ -75,14 +77,18 @@ func decodeCtl(b []byte, m *ctlMsg) error {
 	if len(b) < ctlHdrLen {
 		return fmt.Errorf("%w: control message of %d bytes", errBadFrame, len(b))
 	}
-	if binary.LittleEndian.Uint16(b[0:]) != ctlMagic || b[2] != ctlVersion || binary.LittleEndian.Uint16(b[6:]) != 0 {
+	if binary.LittleEndian.Uint16(b[0:]) != ctlMagic || b[2] != ctlVersion {
+		return fmt.Errorf("%w: control header %x", errBadFrame, b[:8])
+	}
+	credit := binary.LittleEndian.Uint16(b[6:])
+	if credit != 0 && b[3] != ctlReq && b[3] != ctlRep {
 		return fmt.Errorf("%w: control header %x", errBadFrame, b[:8])
 	}
 	n := int(binary.LittleEndian.Uint16(b[4:]))
 	if n != len(b)-ctlHdrLen {
 		return fmt.Errorf("%w: %d bytes of private data in a %d-byte message", errBadFrame, n, len(b))
 	}
-	*m = ctlMsg{kind: b[3], id: binary.LittleEndian.Uint64(b[8:]), size: binary.LittleEndian.Uint64(b[16:]), priv: b[ctlHdrLen:]}
+	*m = ctlMsg{kind: b[3], id: binary.LittleEndian.Uint64(b[8:]), size: binary.LittleEndian.Uint64(b[16:]), priv: b[ctlHdrLen:], credit: getCredit(uint32(credit))}
 	limit := 0
 	switch m.kind {
 	case ctlReq:

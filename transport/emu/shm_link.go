@@ -97,10 +97,10 @@ func newShmLink(region []byte, side int) *shmLink {
 	return l
 }
 
-func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, peerPriv []byte, local, remote string) (transport.Conn, error) {
+func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, peerPriv []byte, credit transport.ReadCredit, local, remote string) (transport.Conn, error) {
 	l := newShmLink(region, side)
 	l.p, l.q, l.uc = p, q, uc
-	l.c = newConn(q, l, peerPriv, local, remote)
+	l.c = newConn(q, l, peerPriv, credit, local, remote)
 	// Owned before the QP can reach it: disconnect, which disowns, may
 	// run as soon as q.connect returns.
 	if err := p.own(l); err != nil {

@@ -488,8 +488,8 @@ func FuzzDecodeDesc(f *testing.F) {
 func FuzzDecodeCtl(f *testing.F) {
 	var b [ctlMaxLen]byte
 	for _, m := range []ctlMsg{
-		{kind: ctlReq, priv: []byte("login")},
-		{kind: ctlRep, size: regionLen, priv: make([]byte, 196)},
+		{kind: ctlReq, priv: []byte("login"), credit: transport.ReadCredit{Out: 0, In: 4}},
+		{kind: ctlRep, size: regionLen, priv: make([]byte, 196), credit: transport.ReadCredit{Out: 16, In: 200}},
 		{kind: ctlMap, id: 5, size: 1 << 20},
 		{kind: ctlDisc}, {kind: ctlWake},
 	} {

@@ -28,19 +28,20 @@ type streamWire interface {
 	// network is the socket type dialed: "tcp" or "unixpacket".
 	network() string
 	// readRequest reads the connect request on a socket just accepted
-	// (the read deadline is set) and returns its private data. It counts
-	// and logs a malformed request; the caller closes the socket on any
-	// error.
-	readRequest(p *Provider, nc net.Conn) ([]byte, error)
+	// (the read deadline is set) and returns its private data and the
+	// requester's READ credit offer (its view). It counts and logs a
+	// malformed request; the caller closes the socket on any error.
+	readRequest(p *Provider, nc net.Conn) ([]byte, transport.ReadCredit, error)
 	// remote names the requester of a socket just accepted.
 	remote(nc net.Conn) string
-	// accept answers r with priv and starts the link of q; it closes the
-	// socket when it fails.
+	// accept answers r with priv and r.credit and starts the link of q;
+	// it closes the socket when it fails.
 	accept(ctx context.Context, r *sockReq, q *qp, priv []byte) (transport.Conn, error)
 	// writeReject answers a request with a reject carrying priv.
 	writeReject(nc net.Conn, priv []byte) error
-	// writeRequest sends the connect request with priv.
-	writeRequest(nc net.Conn, priv []byte) error
+	// writeRequest sends the connect request with priv and the READ
+	// credit offer.
+	writeRequest(nc net.Conn, priv []byte, offer transport.ReadCredit) error
 	// readAnswer reads the answer to a connect request to addr: an accept,
 	// or a *transport.RejectError. Its errors are wrapped for the caller
 	// of Connect; the caller closes the socket on any error.
@@ -54,8 +55,9 @@ type streamWire interface {
 
 // streamAnswer is an accept as the active side read it.
 type streamAnswer struct {
-	priv   []byte // the acceptor's private data
-	region []byte // shm: the connection region, mapped
+	priv   []byte               // the acceptor's private data
+	credit transport.ReadCredit // the acceptor's READ credit, its view; then the requester's (agreedCredit)
+	region []byte               // shm: the connection region, mapped
 }
 
 // streamListener is a stream wire's listener: its accept loop
@@ -103,7 +105,7 @@ func (l *streamListener[W]) handshake(nc net.Conn) {
 	defer l.hs.done(waiting)
 	var w W
 	nc.SetReadDeadline(time.Now().Add(cmTimeout))
-	priv, err := w.readRequest(l.p, nc)
+	priv, offer, err := w.readRequest(l.p, nc)
 	if err != nil {
 		nc.Close()
 		return
@@ -112,7 +114,7 @@ func (l *streamListener[W]) handshake(nc net.Conn) {
 	if !l.hs.done(waiting) { // shed while its request came in
 		return
 	}
-	r := &streamReq[W]{sockReq{p: l.p, nc: nc, priv: priv, from: w.remote(nc), at: l.addr}}
+	r := &streamReq[W]{sockReq{p: l.p, nc: nc, priv: priv, credit: offeredCredit(offer), from: w.remote(nc), at: l.addr}}
 	select {
 	case l.reqs <- r:
 	case <-l.done:
@@ -137,11 +139,12 @@ func (l *streamListener[W]) Close() error {
 
 // sockReq is a connection request a stream wire read from a socket.
 type sockReq struct {
-	p    *Provider
-	nc   net.Conn
-	priv []byte // the requester's private data
-	from string // the requester's address
-	at   string // the listener's address
+	p      *Provider
+	nc     net.Conn
+	priv   []byte               // the requester's private data
+	credit transport.ReadCredit // what the connection gets (offeredCredit)
+	from   string               // the requester's address
+	at     string               // the listener's address
 	answerOnce
 }
 
@@ -151,6 +154,8 @@ type streamReq[W streamWire] struct{ sockReq }
 func (r *streamReq[W]) Device() transport.Device { return r.p.dev }
 func (r *streamReq[W]) PrivateData() []byte      { return r.priv }
 func (r *streamReq[W]) RemoteAddr() string       { return r.from }
+
+func (r *streamReq[W]) ReadCredit() transport.ReadCredit { return r.credit }
 
 func (r *streamReq[W]) Accept(ctx context.Context, x transport.QP, priv []byte) (transport.Conn, error) {
 	q, err := r.accepting(r.p.dev, x, priv)
@@ -178,7 +183,7 @@ func (r *streamReq[W]) Reject(priv []byte) error {
 // dialStream connects q to the stream listener at addr: it sends the
 // connect request, waits for the answer, both bounded by ctx, and starts
 // the link on an accept.
-func dialStream[W streamWire](ctx context.Context, p *Provider, addr string, q *qp, priv []byte) (transport.Conn, error) {
+func dialStream[W streamWire](ctx context.Context, p *Provider, addr string, q *qp, priv []byte, offer transport.ReadCredit) (transport.Conn, error) {
 	var w W
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, w.network(), addr)
@@ -187,7 +192,7 @@ func dialStream[W streamWire](ctx context.Context, p *Provider, addr string, q *
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
 	defer stop()
-	if err := w.writeRequest(nc, priv); err != nil {
+	if err := w.writeRequest(nc, priv, offer); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("emu: connect to %s: %w", addr, err)
 	}
@@ -202,5 +207,6 @@ func dialStream[W streamWire](ctx context.Context, p *Provider, addr string, q *
 		return nil, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
 	}
 	nc.SetDeadline(time.Time{})
+	a.credit = agreedCredit(offer, a.credit)
 	return w.start(p, q, nc, a, addr)
 }

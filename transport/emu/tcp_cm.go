@@ -50,11 +50,11 @@ func (tcpWire) network() string { return "tcp" }
 
 func (tcpWire) remote(nc net.Conn) string { return nc.RemoteAddr().String() }
 
-func (tcpWire) readRequest(p *Provider, nc net.Conn) ([]byte, error) {
+func (tcpWire) readRequest(p *Provider, nc net.Conn) ([]byte, transport.ReadCredit, error) {
 	var hb [headerLen]byte
 	var h header
 	if _, err := io.ReadFull(nc, hb[:]); err != nil {
-		return nil, err
+		return nil, transport.ReadCredit{}, err
 	}
 	if err := decodeHeader(hb[:], &h); err != nil || h.kind != cmReq {
 		p.counters.badFrms.Add(1)
@@ -62,30 +62,34 @@ func (tcpWire) readRequest(p *Provider, nc net.Conn) ([]byte, error) {
 		if err == nil {
 			err = fmt.Errorf("%w: %s instead of a connect request", errBadFrame, h.kind)
 		}
-		return nil, err
+		return nil, transport.ReadCredit{}, err
 	}
 	priv := make([]byte, h.paylen)
 	if _, err := io.ReadFull(nc, priv); err != nil {
-		return nil, err
+		return nil, transport.ReadCredit{}, err
 	}
-	return priv, nil
+	return priv, getCredit(h.imm), nil
 }
 
 func (tcpWire) accept(ctx context.Context, r *sockReq, q *qp, priv []byte) (transport.Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		r.nc.SetWriteDeadline(dl)
 	}
-	if err := writeCM(r.nc, cmRep, priv); err != nil {
+	if err := writeCM(r.nc, cmRep, priv, r.credit); err != nil {
 		r.nc.Close()
 		return nil, fmt.Errorf("emu: accept: %w", err)
 	}
 	r.nc.SetWriteDeadline(time.Time{})
-	return startTCP(r.p, q, r.nc, r.priv)
+	return startTCP(r.p, q, r.nc, r.priv, r.credit)
 }
 
-func (tcpWire) writeReject(nc net.Conn, priv []byte) error { return writeCM(nc, cmRej, priv) }
+func (tcpWire) writeReject(nc net.Conn, priv []byte) error {
+	return writeCM(nc, cmRej, priv, transport.ReadCredit{})
+}
 
-func (tcpWire) writeRequest(nc net.Conn, priv []byte) error { return writeCM(nc, cmReq, priv) }
+func (tcpWire) writeRequest(nc net.Conn, priv []byte, offer transport.ReadCredit) error {
+	return writeCM(nc, cmReq, priv, offer)
+}
 
 func (tcpWire) readAnswer(ctx context.Context, p *Provider, nc net.Conn, addr string) (streamAnswer, error) {
 	var hb [headerLen]byte
@@ -106,19 +110,20 @@ func (tcpWire) readAnswer(ctx context.Context, p *Provider, nc net.Conn, addr st
 	if h.kind == cmRej {
 		return streamAnswer{}, &transport.RejectError{PrivateData: rp}
 	}
-	return streamAnswer{priv: rp}, nil
+	return streamAnswer{priv: rp, credit: getCredit(h.imm)}, nil
 }
 
 func (tcpWire) release(streamAnswer) {}
 
 func (tcpWire) start(p *Provider, q *qp, nc net.Conn, a streamAnswer, _ string) (transport.Conn, error) {
-	return startTCP(p, q, nc, a.priv)
+	return startTCP(p, q, nc, a.priv, a.credit)
 }
 
-// writeCM writes a CM message of kind with private data priv.
-func writeCM(nc net.Conn, kind pktKind, priv []byte) error {
+// writeCM writes a CM message of kind with private data priv and, on a
+// request or an accept, the sender's READ credit.
+func writeCM(nc net.Conn, kind pktKind, priv []byte, credit transport.ReadCredit) error {
 	b := make([]byte, headerLen+len(priv))
-	putHeader(b, &header{kind: kind, paylen: uint32(len(priv))})
+	putHeader(b, &header{kind: kind, imm: uint32(putCredit(credit)), paylen: uint32(len(priv))})
 	copy(b[headerLen:], priv)
 	_, err := nc.Write(b)
 	return err

@@ -27,7 +27,7 @@ func rawTCPPeer(t *testing.T, p *Provider, ctx context.Context) (net.Conn, trans
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	if err := writeCM(nc, cmReq, []byte("raw")); err != nil {
+	if err := writeCM(nc, cmReq, []byte("raw"), transport.ReadCredit{Out: 1, In: 1}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := l.Accept(ctx)

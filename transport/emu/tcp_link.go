@@ -185,7 +185,7 @@ const tcpBusyGap = int64(20 * time.Microsecond)
 // beyond it waits, as a full send queue back-pressures a NIC.
 const tcpPendMax = 4 << 20
 
-func startTCP(p *Provider, q *qp, nc net.Conn, peerPriv []byte) (transport.Conn, error) {
+func startTCP(p *Provider, q *qp, nc net.Conn, peerPriv []byte, credit transport.ReadCredit) (transport.Conn, error) {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		nc.Close()
@@ -208,7 +208,7 @@ func startTCP(p *Provider, q *qp, nc net.Conn, peerPriv []byte) (transport.Conn,
 	}
 	l.txRoom.L = &l.txMu
 	l.w.fn = l.w.try
-	l.c = newConn(q, l, peerPriv, nc.LocalAddr().String(), nc.RemoteAddr().String())
+	l.c = newConn(q, l, peerPriv, credit, nc.LocalAddr().String(), nc.RemoteAddr().String())
 	// Owned before the QP can reach it: disconnect, which disowns, may
 	// run as soon as q.connect returns.
 	if err := p.own(l); err != nil {

@@ -24,6 +24,7 @@ type Endpoint struct {
 	cid    *cmID
 	dev    *Device
 	remote string
+	offer  transport.ReadCredit // what Connect asks for (OfferReadCredit)
 	mu     sync.Mutex
 	used   bool
 }
@@ -70,11 +71,22 @@ func (c *cmChannel) resolve(ctx context.Context, addr string) (*Endpoint, error)
 	if err != nil {
 		return fail(err)
 	}
-	return &Endpoint{cid: cid, dev: dev, remote: addr}, nil
+	ep := &Endpoint{cid: cid, dev: dev, remote: addr}
+	ep.OfferReadCredit(transport.ReadCredit{Out: transport.MaxReadCredit, In: transport.MaxReadCredit})
+	return ep, nil
 }
 
 // Device is the device that reaches the target.
 func (ep *Endpoint) Device() transport.Device { return ep.dev }
+
+// OfferReadCredit sets the READ credit Connect asks for, bounded by the
+// device (max_qp_init_rd_atom, max_qp_rd_atom).
+func (ep *Endpoint) OfferReadCredit(c transport.ReadCredit) {
+	ep.offer = transport.ReadCredit{
+		Out: min(max(c.Out, 0), ep.dev.maxInitRdAtom),
+		In:  min(max(c.In, 0), ep.dev.maxRdAtom),
+	}
+}
 
 // IB CM reject reason "consumer defined": the peer called rdma_reject.
 const rejConsumer = 28
@@ -109,8 +121,7 @@ func (ep *Endpoint) Connect(ctx context.Context, qp transport.QP, privateData []
 	if err := q.cmModify(cid.id, transport.QPInit, -1); err != nil {
 		return fail(err)
 	}
-	respRes := min(ep.dev.maxRdAtom, 16)
-	initDepth := min(ep.dev.maxInitRdAtom, 16)
+	respRes, initDepth := ep.offer.In, ep.offer.Out
 	var param C.struct_rdma_conn_param
 	cpd := cBytes(privateData)
 	defer C.free(cpd)
@@ -132,22 +143,25 @@ func (ep *Endpoint) Connect(ctx context.Context, qp transport.QP, privateData []
 			// request's are at the passive side (cm_format_rep_event):
 			// responder_resources bounds the READs the peer will have
 			// outstanding at us, initiator_depth ours at the peer.
-			resp := min(respRes, max(e.respRes, 0))
+			credit := transport.ReadCredit{Out: min(initDepth, max(e.initDepth, 0)), In: min(respRes, max(e.respRes, 0))}
+			resp := credit.In
 			if err := q.cmModify(cid.id, transport.QPInit, -1); err != nil {
 				return ep.abort(q, err)
 			}
 			if err := q.cmModify(cid.id, transport.QPRTR, resp); err != nil {
 				return ep.abort(q, err)
 			}
-			if err := q.cmModify(cid.id, transport.QPRTS, min(initDepth, e.initDepth)); err != nil {
+			if err := q.cmModify(cid.id, transport.QPRTS, credit.Out); err != nil {
 				return ep.abort(q, err)
 			}
 			if rc, err := C.rdma_establish(cid.id); rc != 0 {
 				return ep.abort(q, mapErrno("rdma_establish", kindCM, errnoOf(err)))
 			}
-			return cid.attach(q, e.pd, localAddr(cid.id), peerAddr(cid.id)), nil
+			return cid.attach(q, e.pd, credit, localAddr(cid.id), peerAddr(cid.id)), nil
 		case C.RDMA_CM_EVENT_ESTABLISHED:
-			return cid.attach(q, e.pd, localAddr(cid.id), peerAddr(cid.id)), nil
+			// Without a CONNECT_RESPONSE first (not in manual-QP mode):
+			// the figures asked for, the best this side can say.
+			return cid.attach(q, e.pd, ep.offer, localAddr(cid.id), peerAddr(cid.id)), nil
 		case C.RDMA_CM_EVENT_REJECTED:
 			if e.status == rejConsumer {
 				return fail(&transport.RejectError{PrivateData: e.pd})
@@ -182,8 +196,8 @@ func (ep *Endpoint) Close() error {
 
 // attach turns an id into an established connection, then replays any
 // teardown event that raced in before the Conn existed.
-func (cid *cmID) attach(q *QP, pd []byte, local, remote string) *Conn {
-	c := &Conn{cid: cid, qp: q, pd: pd, local: local, remote: remote, done: make(chan struct{})}
+func (cid *cmID) attach(q *QP, pd []byte, credit transport.ReadCredit, local, remote string) *Conn {
+	c := &Conn{cid: cid, qp: q, pd: pd, credit: credit, local: local, remote: remote, done: make(chan struct{})}
 	if lh, _, err := net.SplitHostPort(local); err == nil {
 		if rh, _, err := net.SplitHostPort(remote); err == nil && lh == rh {
 			q.loopback.Store(true) // both ends on this host's device
@@ -207,6 +221,7 @@ type Conn struct {
 	cid    *cmID
 	qp     *QP
 	pd     []byte
+	credit transport.ReadCredit
 	local  string
 	remote string
 	done   chan struct{}
@@ -222,6 +237,9 @@ func (c *Conn) PrivateData() []byte   { return c.pd }
 func (c *Conn) LocalAddr() string     { return c.local }
 func (c *Conn) RemoteAddr() string    { return c.remote }
 func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// ReadCredit is the READ credit the QP was moved to RTR and RTS with.
+func (c *Conn) ReadCredit() transport.ReadCredit { return c.credit }
 
 // Err is nil while connected, then why the connection ended.
 func (c *Conn) Err() error {

@@ -123,6 +123,20 @@ func (r *ConnRequest) PrivateData() []byte { return r.pd }
 // RemoteAddr is the requester's host:port.
 func (r *ConnRequest) RemoteAddr() string { return r.remote }
 
+// ReadCredit is the request's READ credit bounded by this device. The
+// event's figures are already the local side's (ib_cm swaps them in
+// cm_format_req_event): initiator_depth is how many READs we may have
+// outstanding at the peer, responder_resources how many it will have at
+// us. Taken the other way round, a peer that issues no READs itself
+// (ib_srp asks for none) left the target no READ credit at all, and every
+// write needing an RDMA READ hung.
+func (r *ConnRequest) ReadCredit() transport.ReadCredit {
+	return transport.ReadCredit{
+		Out: min(max(r.initDepth, 0), r.dev.maxInitRdAtom),
+		In:  min(max(r.respRes, 0), r.dev.maxRdAtom),
+	}
+}
+
 func (r *ConnRequest) answer() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -149,15 +163,8 @@ func (r *ConnRequest) Accept(ctx context.Context, qp transport.QP, privateData [
 	if err := r.answer(); err != nil {
 		return nil, err
 	}
-	// The request's figures are already the local side's (ib_cm swaps
-	// them in cm_format_req_event; SPDK's nvmf_rdma_connect bounds its
-	// RDMA READs by the event's initiator_depth): responder_resources is
-	// how many READs the peer will have outstanding at us, initiator_depth
-	// how many we may have at the peer. Taken the other way round, a peer
-	// that issues no READs itself (ib_srp asks for none) left the target
-	// no READ credit at all, and every write needing an RDMA READ hung.
-	respRes := min(r.respRes, r.dev.maxRdAtom)
-	initDepth := min(r.initDepth, r.dev.maxInitRdAtom)
+	credit := r.ReadCredit()
+	respRes, initDepth := credit.In, credit.Out
 	fail := func(err error) (transport.Conn, error) {
 		C.rdma_reject(r.cid.id, nil, 0)
 		r.cid.destroy()
@@ -190,7 +197,7 @@ func (r *ConnRequest) Accept(ctx context.Context, qp transport.QP, privateData [
 		}
 		switch e.typ {
 		case C.RDMA_CM_EVENT_ESTABLISHED:
-			return r.cid.attach(q, r.pd, r.local, r.remote), nil
+			return r.cid.attach(q, r.pd, credit, r.local, r.remote), nil
 		case C.RDMA_CM_EVENT_REJECTED, C.RDMA_CM_EVENT_CONNECT_ERROR, C.RDMA_CM_EVENT_UNREACHABLE,
 			C.RDMA_CM_EVENT_DISCONNECTED, C.RDMA_CM_EVENT_DEVICE_REMOVAL, C.RDMA_CM_EVENT_TIMEWAIT_EXIT:
 			r.cid.destroy()

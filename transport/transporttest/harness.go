@@ -122,6 +122,9 @@ type side struct {
 	qp       transport.QP
 	conn     transport.Conn
 	peerData []byte // private data the peer sent
+	// reqCredit is the READ credit the connection request offered (the
+	// passive side only).
+	reqCredit transport.ReadCredit
 }
 
 type pairConfig struct {
@@ -132,6 +135,8 @@ type pairConfig struct {
 	acceptData     []byte
 	// pdA and pdB, if set, are used instead of fresh PDs (and not closed).
 	pdA, pdB transport.PD
+	// offer, if set, is the READ credit A asks for (OfferReadCredit).
+	offer *transport.ReadCredit
 }
 
 type pair struct {
@@ -253,6 +258,7 @@ func tryConnectPair(t *testing.T, p transport.Provider, cfg pairConfig) (*pair, 
 			return
 		}
 		s.peerData = req.PrivateData()
+		s.reqCredit = req.ReadCredit()
 		conn, err := req.Accept(ctx, s.qp, cfg.acceptData)
 		if err != nil {
 			s.close()
@@ -272,6 +278,9 @@ func tryConnectPair(t *testing.T, p transport.Provider, cfg pairConfig) (*pair, 
 		if err != nil {
 			ep.Close()
 			return nil, err
+		}
+		if cfg.offer != nil {
+			ep.OfferReadCredit(*cfg.offer)
 		}
 		conn, err := ep.Connect(ctx, s.qp, cfg.connectData)
 		if err != nil {
