@@ -55,16 +55,17 @@ func TestRXEEndToEnd(t *testing.T) {
 	}
 	// The same run with faults made in front of the initiator on the real
 	// device (transport/faults): refused posts, QP errors, lost
-	// completions and completions that report an error for WRs rxe did
-	// carry out. The session must ride them out with every byte intact.
+	// completions, completions that report an error for WRs rxe did
+	// carry out, and connections cut (rdma_disconnect) under I/O. The
+	// session must ride them out with every byte intact.
 	t.Run("faults", func(t *testing.T) {
-		fp := faults.Wrap(p, faults.Config{Seed: 1, PostFail: 0.002, QPError: 0.001, DropCQE: 0.002, CorruptCQE: 0.002})
+		fp := faults.Wrap(p, faults.Config{Seed: 1, PostFail: 0.002, QPError: 0.001, DropCQE: 0.002, CorruptCQE: 0.002, LinkCut: 0.001})
 		before := rxeCounters()
 		defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
 		rxeRun(t, p, fp, 0)
 		c := fp.Counters()
 		t.Logf("faults made: %+v", c)
-		if c.PostFails+c.QPErrors+c.Drops+c.Corrupts == 0 {
+		if c.PostFails+c.QPErrors+c.Drops+c.Corrupts+c.LinkCuts == 0 {
 			t.Errorf("no fault was made: the run tested nothing")
 		}
 	})
