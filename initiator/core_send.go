@@ -1,0 +1,247 @@
+package initiator
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport"
+)
+
+// room is how many more WRs the batch may take.
+func (c *core) room() int { return c.pool.Room() - len(c.acts.send) }
+
+// start stages one request on a free credit, at time now. It reports false
+// if the request must wait (no credit, no room on the send queue, no free
+// MR); the shell puts it back at the front of its queue. A request that
+// cannot be carried at all is finished in acts.done.
+func (c *core) start(r *Request, now int64) bool {
+	if !c.canStart() {
+		return false
+	}
+	si := c.free[len(c.free)-1]
+	sl := &c.slots[si]
+	sendBuf := c.p.msg[sl.sendOff : sl.sendOff+sendIU]
+	tag := uint64(si) | uint64(sl.gen+1)<<32
+	var iuLen int
+	nsge := 1 // the IU; 2 with immediate data
+	var reg frmr.Reg
+	hasReg := false
+	if r.Op == opControl {
+		if r.vol != nil {
+			// A request about an open volume (close, extents) names
+			// this connection's handle for it.
+			h, ok := c.handles[r.vol]
+			switch {
+			case !ok && r.ctrl.Op == wire.ControlClose:
+				c.finish(r, nil) // never opened on this connection
+				return true
+			case !ok:
+				c.finish(r, fmt.Errorf("initiator: volume %q is not open on channel %d: %w", r.vol.name, c.p.id, ErrClosed))
+				return true
+			}
+			r.ctrl.Handle = h
+		}
+		r.ctrl.Tag = tag
+		iu, err := wire.EncodeControl(sendBuf[:0], wire.OpControl, r.ctrl)
+		if err != nil || len(iu) > sendIU {
+			c.finish(r, fmt.Errorf("initiator: control request: %w", wire.ErrTooLarge))
+			return true
+		}
+		if c.room() < 1 {
+			return false
+		}
+		if r.ctrl.Op == wire.ControlClose {
+			delete(c.handles, r.vol)
+		}
+		iuLen = len(iu)
+	} else {
+		h, ok := c.handles[r.vol]
+		if !ok {
+			c.finish(r, fmt.Errorf("initiator: volume %q is not open on channel %d: %w", r.vol.name, c.p.id, ErrClosed))
+			return true
+		}
+		if c.room() < 2 {
+			return false
+		}
+		cmd := &c.cmd
+		*cmd = wire.Command{Op: wire.Op(r.Op), Volume: h, Tag: tag, Offset: uint64(r.Offset), Length: uint32(r.length())}
+		if r.FUA {
+			cmd.Flags |= wire.FlagFUA
+		}
+		if r.Op == OpRead || r.Op == OpWrite {
+			n := len(r.Buf)
+			seg, zc := c.p.zeroCopy(r.Buf)
+			if !zc {
+				seg = frmr.Segment{Arena: c.p.dataArena, Off: sl.bounce, Len: n, Base: sl.base}
+			}
+			if r.Op == OpWrite && n <= c.maxImm {
+				// Immediate data: the SEND gathers it from the buffer
+				// through the session MR's local key, so no key is
+				// exposed to the target and none needs invalidating.
+				// The buffer has been read when the response arrives:
+				// on RC the target answers only a command it received.
+				cmd.Flags |= wire.FlagImmediate
+				sl.sge[1] = transport.SGE{Addr: c.p.dataAddr + uint64(seg.Off), Length: uint32(n), LKey: c.p.dataLKey}
+				nsge = 2
+			} else {
+				dir := frmr.PeerReads
+				if r.Op == OpRead {
+					dir = frmr.PeerWrites
+				}
+				var err error
+				reg, err = c.pool.Get(seg, dir)
+				if err != nil {
+					if errors.Is(err, frmr.ErrExhausted) || errors.Is(err, frmr.ErrNotDrained) {
+						return false
+					}
+					c.fail(fmt.Errorf("initiator: register %d bytes: %w", n, err))
+					return false
+				}
+				hasReg = true
+				cmd.NDesc = 1
+				cmd.Desc[0] = wire.Descriptor{VA: reg.IOVA(), RKey: uint32(reg.RKey()), Len: uint32(n)}
+				if c.remoteInv {
+					cmd.Flags |= wire.FlagInvalidate
+					cmd.InvalidateKey = uint32(reg.RKey())
+				}
+			}
+			if !zc && r.Op == OpWrite {
+				// The caller may give up on r meanwhile; pin it so that
+				// a returned WriteAt never has its buffer read.
+				if !r.pin() {
+					if hasReg {
+						c.pool.Cancel(reg)
+					}
+					return true // abandoned: drop it
+				}
+				copy(c.p.data[sl.bounce:sl.bounce+n], r.Buf)
+				r.unpin()
+			}
+		}
+		n, err := cmd.Encode(sendBuf)
+		if err != nil {
+			if hasReg {
+				c.pool.Cancel(reg)
+			}
+			c.finish(r, err)
+			return true
+		}
+		iuLen = n
+	}
+	if hasReg {
+		c.acts.send = append(c.acts.send, reg.WR())
+	}
+	sl.sge[0] = transport.SGE{Addr: c.p.msgAddr + uint64(sl.sendOff), Length: uint32(iuLen), LKey: c.p.msgLKey}
+	sl.gen++
+	c.acts.send = append(c.acts.send, transport.SendWR{ID: sendID(si, sl.gen), Opcode: transport.OpSend, SGL: sl.sge[:nsge]})
+	c.batch = append(c.batch, staged{slot: si, end: len(c.acts.send)})
+	c.free = c.free[:len(c.free)-1]
+	c.avail--
+	c.staged++
+	sl.state, sl.req, sl.reg, sl.hasReg, sl.started, sl.seq = slotStaged, r, reg, hasReg, now, c.staged
+	return true
+}
+
+// stageInvalidations stages the LOCAL_INVs that did not fit before;
+// false if the send queue is still too full for the oldest.
+func (c *core) stageInvalidations() bool {
+	k := 0
+	for k < len(c.invPending) && c.up {
+		if !c.stageInvalidate(c.invPending[k]) {
+			break
+		}
+		k++
+	}
+	// Shift rather than reslice, so the list keeps its capacity and
+	// the hot path never allocates.
+	c.invPending = append(c.invPending[:0], c.invPending[k:]...)
+	return c.up && len(c.invPending) == 0
+}
+
+// stageInvalidate stages the signaled LOCAL_INV of a slot whose response
+// did not invalidate its key; false if the send queue has no room yet.
+func (c *core) stageInvalidate(si int) bool {
+	if c.room() < 1 {
+		return false
+	}
+	wr, err := c.pool.Invalidate(c.slots[si].reg)
+	if err != nil {
+		c.fail(fmt.Errorf("initiator: invalidate: %w", err))
+		return true
+	}
+	c.acts.send = append(c.acts.send, wr)
+	c.batch = append(c.batch, staged{slot: si, end: len(c.acts.send), localInv: true})
+	return true
+}
+
+// takeSend readies the staged batch for one PostSend: the pool sets the
+// signaling flags it needs. The shell posts it and reports with posted.
+func (c *core) takeSend() []transport.SendWR {
+	if len(c.acts.send) == 0 {
+		return nil
+	}
+	if err := c.pool.Admit(c.acts.send); err != nil {
+		// start and stageInvalidate checked the room, so this is a
+		// bookkeeping bug; nothing was posted, and nothing is lost by
+		// trying again on a new connection.
+		c.settle(0, fmt.Errorf("initiator: admit %d WRs: %w", len(c.acts.send), err), false)
+		return nil
+	}
+	return c.acts.send
+}
+
+// posted is the outcome of PostSend(takeSend()): the first n WRs were
+// accepted.
+func (c *core) posted(n int, err error) { c.settle(n, err, true) }
+
+// settle ends a batch. Chains past n go back: their requests to the front
+// of the queue (their slots free again), their LOCAL_INVs to invPending.
+// A full queue is waited out; any other refusal ends the connection.
+func (c *core) settle(n int, err error, didPost bool) {
+	batch := c.acts.send
+	if didPost {
+		// The pool taints what was registered and never advertised.
+		c.pool.Posted(batch, n)
+	}
+	for _, b := range c.batch {
+		sl := &c.slots[b.slot]
+		if b.end <= n {
+			if !b.localInv {
+				sl.state = slotSent
+			}
+			continue
+		}
+		if b.localInv {
+			c.invPending = append(c.invPending, b.slot)
+			continue
+		}
+		if sl.hasReg && !didPost {
+			c.pool.Cancel(sl.reg) // the device saw nothing
+		}
+		if r := sl.req; r.Op == opControl && r.ctrl.Op == wire.ControlClose {
+			c.handles[r.vol] = r.ctrl.Handle // still open on the target
+		}
+		c.requeue(sl.req)
+		sl.req, sl.hasReg, sl.state = nil, false, slotFree
+		c.free = append(c.free, b.slot)
+		c.avail++
+	}
+	c.batch = c.batch[:0]
+	c.acts.send = c.acts.send[:0]
+	if n < len(batch) && (!didPost || !errors.Is(err, transport.ErrQueueFull)) {
+		c.fail(fmt.Errorf("initiator: post %d WRs: %w", len(batch)-n, err))
+	}
+}
+
+// finish completes a request that never took a credit.
+func (c *core) finish(r *Request, err error) {
+	c.acts.done = append(c.acts.done, doneIO{req: r, err: err, bounce: -1})
+}
+
+func (c *core) requeue(r *Request) {
+	if r != nil && !r.abandoned() {
+		c.acts.requeue = append(c.acts.requeue, r)
+	}
+}
