@@ -20,6 +20,9 @@
 // whom), reading only import lines. TestDocLinks checks that every
 // docs/<file>.md#<heading> a comment or document cites exists, so the
 // citations of docs/verbs.md and docs/registration.md stay true.
+// TestLayout checks docs/layout.md, the table of every non-test Go file
+// and what it holds, against the tree: a file without a row, or a row for a
+// file that is gone, fails it with one line naming the file.
 //
 // The tool-driven checks skip with a one-line reason when the tool cannot
 // run (no go command, no module cache offline) and under the race detector,
