@@ -198,11 +198,7 @@ func testDeviceAttr(t *testing.T, p transport.Provider) {
 func testDeviceAllocUnsupported(t *testing.T, p transport.Provider) {
 	dev := openDevice(t, p)
 	attr := dev.Attr()
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pd.Close() })
+	pd := allocPD(t, dev)
 	if !attr.Caps.Has(transport.CapFastRegMR) {
 		if _, err := pd.AllocFastRegMR(1); !errors.Is(err, transport.ErrUnsupported) {
 			t.Errorf("AllocFastRegMR without FAST_REG_MR: %v, want ErrUnsupported", err)
@@ -226,11 +222,7 @@ func testDeviceAllocUnsupported(t *testing.T, p transport.Provider) {
 // the range must be inside the arena.
 func testRegMRArgs(t *testing.T, p transport.Provider) {
 	dev := openDevice(t, p)
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pd.Close() })
+	pd := allocPD(t, dev)
 	a := newArena(t, p, 2*transport.PageSize)
 	bad := []struct {
 		name   string
@@ -258,11 +250,7 @@ func testRegMRArgs(t *testing.T, p transport.Provider) {
 // have different indexes.
 func testRegularMR(t *testing.T, p transport.Provider) {
 	dev := openDevice(t, p)
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pd.Close() })
+	pd := allocPD(t, dev)
 	a := newArena(t, p, 4*transport.PageSize)
 	acc := transport.AccessLocalWrite | transport.AccessRemoteWrite | transport.AccessRemoteRead
 	m1 := regMR(t, pd, a, 100, 5000, acc)

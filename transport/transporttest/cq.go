@@ -49,16 +49,8 @@ func testCQCloseWakesWait(t *testing.T, p transport.Provider) {
 // Completions of several QPs on one CQ name their QP.
 func testSharedCQ(t *testing.T, p transport.Provider) {
 	dev := openDevice(t, p)
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pd.Close() })
-	cq, err := dev.CreateCQ(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cq.Close() })
+	pd := allocPD(t, dev)
+	cq := createCQ(t, dev, 64)
 	b := newBuf(t, p, pd, transport.PageSize, transport.AccessLocalWrite)
 	var qps []transport.QP
 	for range 3 {

@@ -33,11 +33,7 @@ func testFRMRMapArgs(t *testing.T, p transport.Provider) {
 	dev := openDevice(t, p)
 	attr := dev.Attr()
 	needCaps(t, attr, transport.CapFastRegMR)
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pd.Close() })
+	pd := allocPD(t, dev)
 	mr, err := pd.AllocFastRegMR(2)
 	if err != nil {
 		t.Fatalf("AllocFastRegMR(2): %v", err)

@@ -326,6 +326,28 @@ func openDevice(t *testing.T, p transport.Provider) transport.Device {
 	return dev
 }
 
+// allocPD allocates a protection domain on dev, closed when the test ends.
+func allocPD(t *testing.T, dev transport.Device) transport.PD {
+	t.Helper()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pd.Close() })
+	return pd
+}
+
+// createCQ creates a CQ of depth entries on dev, closed when the test ends.
+func createCQ(t *testing.T, dev transport.Device, depth int) transport.CQ {
+	t.Helper()
+	cq, err := dev.CreateCQ(depth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cq.Close() })
+	return cq
+}
+
 // quirks of the device the provider opens by default.
 func deviceAttr(t *testing.T, p transport.Provider) transport.DeviceAttr {
 	t.Helper()

@@ -28,16 +28,8 @@ func init() {
 func unconnected(t *testing.T, p transport.Provider, sendWR int) (transport.Device, transport.PD, transport.CQ, transport.QP) {
 	t.Helper()
 	dev := openDevice(t, p)
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pd.Close() })
-	cq, err := dev.CreateCQ(2*sendWR + 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cq.Close() })
+	pd := allocPD(t, dev)
+	cq := createCQ(t, dev, 2*sendWR+8)
 	qp, err := pd.CreateQP(transport.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: sendWR, MaxRecvWR: sendWR, MaxSendSGE: 1, MaxRecvSGE: 1})
 	if err != nil {
 		t.Fatal(err)
