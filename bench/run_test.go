@@ -22,6 +22,21 @@ func bench(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// benchJSON runs bench with args and --output-format json, fails the test
+// unless it exits 0, and returns the report it printed.
+func benchJSON(t *testing.T, args ...string) fioJSONReport {
+	t.Helper()
+	code, out, errs := bench(t, append([]string{"--output-format", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errs)
+	}
+	var rep fioJSONReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return rep
+}
+
 func executeForTest(ctx context.Context, args []string, stdout, stderr *bytes.Buffer) int {
 	return cliExecute(ctx, rootCommand(defaultOptions(), stdout, stderr), args, stdout, stderr)
 }
@@ -199,16 +214,9 @@ func TestFsync(t *testing.T) {
 	// only bounds it. Of 400 I/Os about half are writes, so one flush
 	// per 10 writes gives about 18, against a tolerance of depth+1.
 	const n, depth = 10, 4
-	code, out, errs := bench(t, "--output-format", "json", "--backend", "pebble", "--dir", t.TempDir(), "--rw", "randrw",
+	rep := benchJSON(t, "--backend", "pebble", "--dir", t.TempDir(), "--rw", "randrw",
 		"--verify", "--fsync", strconv.Itoa(n), "--number_ios", "400", "--runtime", "60s", "--seed", "1",
 		"--size", "4m", "--iodepth", strconv.Itoa(depth))
-	if code != 0 {
-		t.Fatalf("exit %d\nstderr:\n%s", code, errs)
-	}
-	var rep fioJSONReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
 	j := rep.Jobs[0]
 	w, s := j.Write.TotalIOs, j.Sync.TotalIOs
 	// Flushes and writes completed in the measured phase may differ from
@@ -272,15 +280,8 @@ func TestEmbeddedVerifyOffset(t *testing.T) {
 // TestNumberIOs: --number_ios ends the measured phase after that many
 // I/Os per job, long before --runtime; at depth 1 the count is exact.
 func TestNumberIOs(t *testing.T) {
-	code, out, errs := bench(t, "--output-format", "json", "--rw", "randrw", "--number_ios", "50",
+	rep := benchJSON(t, "--rw", "randrw", "--number_ios", "50",
 		"--runtime", "60s", "--size", "4m", "--iodepth", "1", "--seed", "1")
-	if code != 0 {
-		t.Fatalf("exit %d\nstderr:\n%s", code, errs)
-	}
-	var rep fioJSONReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
 	j := rep.Jobs[0]
 	if n := j.Read.TotalIOs + j.Write.TotalIOs; n != 50 {
 		t.Fatalf("%d reads and %d writes measured, want 50 I/Os in all", j.Read.TotalIOs, j.Write.TotalIOs)
