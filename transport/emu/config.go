@@ -93,6 +93,15 @@ type Faults struct {
 	LinkCut float64
 }
 
+// rates names each fault rate of f as an option spells it: the field's
+// name in lower case.
+func (f *Faults) rates() map[string]*float64 {
+	return map[string]*float64{
+		"qperror": &f.QPError, "postfail": &f.PostFail, "dropcqe": &f.DropCQE, "corruptcqe": &f.CorruptCQE,
+		"duplicate": &f.Duplicate, "delay": &f.Delay, "linkcut": &f.LinkCut,
+	}
+}
+
 // ConfigFromOptions builds a Config from transport.Options: profile, wire,
 // seed, shm-poll (adaptive or eager), poll-pressure (on or off), and fault rates named after the Faults fields in lower case
 // (qperror, postfail, dropcqe, corruptcqe, duplicate, delay, linkcut).
@@ -118,22 +127,12 @@ func ConfigFromOptions(o transport.Options) (Config, error) {
 			}
 		case "seed":
 			c.Seed, err = strconv.ParseInt(v, 0, 64)
-		case "qperror":
-			c.Faults.QPError, err = strconv.ParseFloat(v, 64)
-		case "postfail":
-			c.Faults.PostFail, err = strconv.ParseFloat(v, 64)
-		case "dropcqe":
-			c.Faults.DropCQE, err = strconv.ParseFloat(v, 64)
-		case "corruptcqe":
-			c.Faults.CorruptCQE, err = strconv.ParseFloat(v, 64)
-		case "duplicate":
-			c.Faults.Duplicate, err = strconv.ParseFloat(v, 64)
-		case "delay":
-			c.Faults.Delay, err = strconv.ParseFloat(v, 64)
-		case "linkcut":
-			c.Faults.LinkCut, err = strconv.ParseFloat(v, 64)
 		default:
-			return c, fmt.Errorf("emu: unknown option %q: %w", k, transport.ErrInvalidArgument)
+			rate := c.Faults.rates()[k]
+			if rate == nil {
+				return c, fmt.Errorf("emu: unknown option %q: %w", k, transport.ErrInvalidArgument)
+			}
+			*rate, err = strconv.ParseFloat(v, 64)
 		}
 		if err != nil {
 			return c, fmt.Errorf("emu: option %s=%q: %w", k, v, transport.ErrInvalidArgument)

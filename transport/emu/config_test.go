@@ -18,6 +18,13 @@ func TestOptions(t *testing.T) {
 	if c.Profile != "rxe" || c.Wire != "shm" || c.Seed != 7 || c.ShmPoll != ShmPollEager || c.Faults.Duplicate != 0.5 {
 		t.Fatalf("config %+v", c)
 	}
+	// Each fault rate has the option named after its field.
+	c, err = ConfigFromOptions(transport.Options{"qperror": "0.1", "postfail": "0.2", "dropcqe": "0.3",
+		"corruptcqe": "0.4", "duplicate": "0.5", "delay": "0.6", "linkcut": "0.7"})
+	want := Faults{QPError: 0.1, PostFail: 0.2, DropCQE: 0.3, CorruptCQE: 0.4, Duplicate: 0.5, Delay: 0.6, LinkCut: 0.7}
+	if err != nil || c.Faults != want {
+		t.Errorf("fault options: %+v, %v; want %+v", c.Faults, err, want)
+	}
 	for v, want := range map[string]bool{"on": true, "off": false, "true": true, "0": false} {
 		c, err := ConfigFromOptions(transport.Options{"poll-pressure": v})
 		if err != nil || c.PollPressure != want {
