@@ -16,8 +16,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gosrp/gosrp/transport"
 )
 
@@ -71,10 +69,10 @@ func newCMChannel(p *Provider) (*cmChannel, error) {
 		C.rdma_destroy_event_channel(ch)
 		return nil, mapErrno("fcntl rdma_cm channel", kindCM, int(rc))
 	}
-	fd, e := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if e != nil {
+	fd, err := newStopFD()
+	if err != nil {
 		C.rdma_destroy_event_channel(ch)
-		return nil, fmt.Errorf("ibverbs: eventfd: %w", e)
+		return nil, err
 	}
 	c := &cmChannel{p: p, ch: ch, stopFD: fd, done: make(chan struct{}), ids: map[uintptr]*cmID{}}
 	go c.loop()
@@ -122,24 +120,12 @@ func (cid *cmID) destroy() {
 }
 
 func (c *cmChannel) loop() {
-	defer close(c.done)
-	fds := []unix.PollFd{{Fd: int32(c.ch.fd), Events: unix.POLLIN}, {Fd: int32(c.stopFD), Events: unix.POLLIN}}
 	var ev C.struct_gosrp_cm_event
-	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
+	readEvents(int(c.ch.fd), c.stopFD, c.done, func() {
 		for C.gosrp_get_cm_event(c.ch, &ev) == 0 {
 			c.dispatch(&ev)
 		}
-	}
+	})
 }
 
 func (c *cmChannel) dispatch(ev *C.struct_gosrp_cm_event) {
@@ -212,9 +198,7 @@ func (c *cmChannel) connectRequest(listenID, id *C.struct_rdma_cm_id, e cmEvent)
 }
 
 func (c *cmChannel) close() {
-	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
-	_, _ = unix.Write(c.stopFD, one)
-	<-c.done
+	stopEvents(c.stopFD, c.done)
 	c.mu.Lock()
 	all := make([]*cmID, 0, len(c.ids))
 	for _, cid := range c.ids {
@@ -238,7 +222,6 @@ func (c *cmChannel) close() {
 		}
 	}
 	C.rdma_destroy_event_channel(c.ch)
-	unix.Close(c.stopFD)
 }
 
 // wait returns the next event of cid, or the context's error.

@@ -82,10 +82,10 @@ func openDevice(p *Provider, dv *C.struct_ibv_device, name string) (*Device, err
 		C.ibv_close_device(ctx)
 		return nil, mapErrno("fcntl async fd", kindCreate, int(rc))
 	}
-	fd, e := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if e != nil {
+	fd, err := newStopFD()
+	if err != nil {
 		C.ibv_close_device(ctx)
-		return nil, fmt.Errorf("ibverbs: eventfd: %w", e)
+		return nil, err
 	}
 	d.stopFD = fd
 	go d.asyncLoop()
@@ -239,28 +239,12 @@ func (d *Device) NextEvent(ctx context.Context) (transport.AsyncEvent, error) {
 // asyncLoop reads ibv_get_async_event until the device closes, acking each
 // event at once (ibv_destroy_qp/cq wait for outstanding acks).
 func (d *Device) asyncLoop() {
-	defer close(d.done)
-	fds := []unix.PollFd{{Fd: int32(d.ctx.async_fd), Events: unix.POLLIN}, {Fd: int32(d.stopFD), Events: unix.POLLIN}}
 	var ev C.struct_gosrp_async
-	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		for {
-			rc := C.gosrp_get_async_event(d.ctx, &ev)
-			if rc != 0 {
-				break
-			}
+	readEvents(int(d.ctx.async_fd), d.stopFD, d.done, func() {
+		for C.gosrp_get_async_event(d.ctx, &ev) == 0 {
 			d.deliver(&ev)
 		}
-	}
+	})
 }
 
 func (d *Device) deliver(ev *C.struct_gosrp_async) {
@@ -342,10 +326,7 @@ func (d *Device) forceClose() error {
 // teardown stops the async goroutine and closes the context unless busy
 // objects still use it.
 func (d *Device) teardown(busy int) error {
-	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
-	_, _ = unix.Write(d.stopFD, one)
-	<-d.done
-	unix.Close(d.stopFD)
+	stopEvents(d.stopFD, d.done)
 	if busy > 0 {
 		// ibv_close_device with live objects is undefined; leave the context.
 		return nil
