@@ -356,24 +356,11 @@ func (tc *testClient) doS(typ, flags uint16, off uint64, length uint32, payload 
 	}
 }
 
-// metaData is the data of NBD_OPT_LIST_META_CONTEXT and
-// NBD_OPT_SET_META_CONTEXT.
-func metaData(name string, queries ...string) []byte {
-	b := be.AppendUint32(nil, uint32(len(name)))
-	b = append(b, name...)
-	b = be.AppendUint32(b, uint32(len(queries)))
-	for _, q := range queries {
-		b = be.AppendUint32(b, uint32(len(q)))
-		b = append(b, q...)
-	}
-	return b
-}
-
 // metaOpt sends a metadata context option and returns the contexts
 // (name → id) and the final reply.
 func (tc *testClient) metaOpt(opt uint32, name string, queries ...string) (map[string]uint32, optReply) {
 	tc.t.Helper()
-	tc.option(opt, metaData(name, queries...))
+	tc.option(opt, appendMetaContextRequest(nil, name, queries...))
 	ctxs := map[string]uint32{}
 	for {
 		r := tc.optReply()

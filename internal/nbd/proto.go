@@ -330,6 +330,10 @@ func cutString(b []byte, limit uint32, what string) (string, []byte, error) {
 	return string(b[4 : 4+n]), b[4+n:], nil
 }
 
+// appendMetaContextRequest appends the data of NBD_OPT_LIST_META_CONTEXT
+// and NBD_OPT_SET_META_CONTEXT, what a client sends: the export name and
+// the queries, each with its length. The server only decodes it; the
+// tests' client and the fuzz targets build it here.
 func appendMetaContextRequest(b []byte, name string, queries ...string) []byte {
 	b = be.AppendUint32(b, uint32(len(name)))
 	b = append(b, name...)

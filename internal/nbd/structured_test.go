@@ -110,7 +110,7 @@ func TestMetaContextNegotiation(t *testing.T) {
 			t.Errorf("%s: reply %#x %q, contexts %v; want %#x %v", c.name, r.typ, r.data, ctxs, c.reply, c.want)
 		}
 	}
-	for _, bad := range [][]byte{nil, {0, 0, 0, 4, 'v'}, append(metaData("vol0"), 0), be.AppendUint32(be.AppendUint32(nil, 0), 1<<30)} {
+	for _, bad := range [][]byte{nil, {0, 0, 0, 4, 'v'}, append(appendMetaContextRequest(nil, "vol0"), 0), be.AppendUint32(be.AppendUint32(nil, 0), 1<<30)} {
 		tc.option(OptSetMetaContext, bad)
 		if r := tc.optReply(); r.typ != RepErrInvalid {
 			t.Errorf("SET with data %x: %#x", bad, r.typ)
