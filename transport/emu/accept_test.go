@@ -111,10 +111,7 @@ func connectVia(tb testing.TB, ctx context.Context, p *Provider, l transport.Lis
 func TestAcceptSurvivesTemporaryErrors(t *testing.T) {
 	for _, wire := range []string{WireTCP, WireShm} {
 		t.Run(wire, func(t *testing.T) {
-			p, err := New(Config{Wire: wire})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := newNIC(t, Config{Wire: wire})
 			defer p.Close()
 			const fails = 5
 			f := &flakyListener{err: emfile()}
@@ -141,17 +138,14 @@ func TestAcceptSurvivesTemporaryErrors(t *testing.T) {
 func TestAcceptReportsPermanentError(t *testing.T) {
 	for _, wire := range []string{WireTCP, WireShm} {
 		t.Run(wire, func(t *testing.T) {
-			p, err := New(Config{Wire: wire})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := newNIC(t, Config{Wire: wire})
 			defer p.Close()
 			f := &flakyListener{err: os.NewSyscallError("accept4", syscall.EBADF)}
 			f.fails.Store(1)
 			l := listenFlaky(t, p, f)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, err = l.Accept(ctx)
+			_, err := l.Accept(ctx)
 			if !errors.Is(err, errListenerFailed) || !errors.Is(err, syscall.EBADF) {
 				t.Fatalf("Accept on a failed listener: %v, want the listener's failure", err)
 			}
@@ -165,10 +159,7 @@ func TestAcceptReportsPermanentError(t *testing.T) {
 func TestLinksReleased(t *testing.T) {
 	for _, wire := range Wires() {
 		t.Run(wire, func(t *testing.T) {
-			p, err := New(Config{Wire: wire})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := newNIC(t, Config{Wire: wire})
 			defer p.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

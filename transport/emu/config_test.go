@@ -39,10 +39,7 @@ func TestOptions(t *testing.T) {
 	if _, err := New(Config{ShmPoll: "sometimes"}); !errors.Is(err, transport.ErrInvalidArgument) {
 		t.Errorf("ShmPoll sometimes: %v, want ErrInvalidArgument", err)
 	}
-	p, err := New(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newNIC(t, Config{})
 	defer p.Close()
 	if p.cfg.ShmPoll != ShmPollAdaptive {
 		t.Errorf("default ShmPoll %q, want %q", p.cfg.ShmPoll, ShmPollAdaptive)
@@ -51,4 +48,14 @@ func TestOptions(t *testing.T) {
 	if p.pressure != nil {
 		t.Error("the default provider consults /proc/pressure/cpu")
 	}
+}
+
+// newNIC makes a software NIC with cfg, failing the test if it cannot.
+func newNIC(t *testing.T, cfg Config) *Provider {
+	t.Helper()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -22,10 +22,7 @@ import (
 // error that says so.
 func TestShmListenAfterKill(t *testing.T) {
 	sock, cmd := startChild(t, "hang") // listens on sock, waits in Accept
-	p, err := New(Config{Wire: WireShm})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newNIC(t, Config{Wire: WireShm})
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -65,10 +62,7 @@ func TestShmListenAfterKill(t *testing.T) {
 // TestShmListenNotASocket: a path that exists and is not a socket is
 // never removed to make room for one.
 func TestShmListenNotASocket(t *testing.T) {
-	p, err := New(Config{Wire: WireShm})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newNIC(t, Config{Wire: WireShm})
 	defer p.Close()
 	path := filepath.Join(t.TempDir(), "data")
 	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
@@ -113,10 +107,7 @@ func TestShmListenRace(t *testing.T) {
 		const n = 6
 		provs := make([]*Provider, n)
 		for i := range provs {
-			p, err := New(Config{Wire: WireShm})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := newNIC(t, Config{Wire: WireShm})
 			defer p.Close()
 			provs[i] = p
 		}
@@ -166,10 +157,7 @@ func TestShmListenRace(t *testing.T) {
 // that socket alone when it closes.
 func TestShmCloseSparesReplacement(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "srpd.shm")
-	p, err := New(Config{Wire: WireShm})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newNIC(t, Config{Wire: WireShm})
 	defer p.Close()
 	l, err := p.Listen(context.Background(), path)
 	if err != nil {
@@ -206,10 +194,7 @@ func TestShmListenLockHeld(t *testing.T) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Wire: WireShm})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newNIC(t, Config{Wire: WireShm})
 	defer p.Close()
 	l, err := p.Listen(context.Background(), path)
 	if err == nil {

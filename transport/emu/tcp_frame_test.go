@@ -70,10 +70,7 @@ func TestTCPFrameHeaderAllocatesOnlyWhatArrives(t *testing.T) {
 		bad    bool
 	}{{"max", maxMsgSize, false}, {"over", maxMsgSize + 1, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := New(Config{Wire: WireTCP, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := newNIC(t, Config{Wire: WireTCP, Logger: slog.New(slog.DiscardHandler)})
 			defer p.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
