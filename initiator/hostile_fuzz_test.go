@@ -9,7 +9,6 @@ import (
 
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/target/targettest"
-	"github.com/gosrp/gosrp/transport"
 )
 
 // fuzzPeer is one hostile target and one session, kept across the fuzz
@@ -55,22 +54,11 @@ func (p *fuzzPeer) respond(rsp *targettest.Response) targettest.Action {
 		}
 		return targettest.Pass
 	}
-	if b%8 >= 4 {
-		p.bad++
+	if b%8 < 4 {
+		return targettest.Pass
 	}
-	switch b % 8 {
-	case 4:
-		return targettest.Duplicate
-	case 5:
-		if rsp.Key != 0 {
-			rsp.WR.InvalidateKey = rsp.Key.Bump()
-		}
-	case 6:
-		rsp.WR.Opcode, rsp.WR.InvalidateKey = transport.OpSend, 0
-	case 7:
-		return targettest.Disconnect
-	}
-	return targettest.Pass
+	p.bad++
+	return misbehave(rsp, int(b%8-4))
 }
 
 const fuzzBlocks, fuzzBS = 64, 4096
@@ -111,15 +99,8 @@ func FuzzHostileTarget(f *testing.F) {
 			// pick the place; requests of one input never overlap.
 			nb := 1 + int(b>>4&3)
 			lba := (int(b&15)*4 + i) % (fuzzBlocks - nb)
-			clash := false
-			for k := lba; k < lba+nb; k++ {
-				clash = clash || used[k]
-			}
-			if clash {
+			if !claim(used, lba, nb) {
 				continue
-			}
-			for k := lba; k < lba+nb; k++ {
-				used[k] = true
 			}
 			r := &initiator.Request{Op: initiator.OpRead, Buf: make([]byte, nb*fuzzBS), Offset: int64(lba * fuzzBS), Done: done}
 			if b&0x80 != 0 {

@@ -576,19 +576,7 @@ func TestHostileSoak(t *testing.T) {
 							}
 						}
 					}
-					switch rng.IntN(200) {
-					case 0:
-						return targettest.Duplicate
-					case 1:
-						if rsp.Key != 0 {
-							rsp.WR.InvalidateKey = rsp.Key.Bump()
-						}
-					case 2:
-						rsp.WR.Opcode, rsp.WR.InvalidateKey = transport.OpSend, 0
-					case 3:
-						return targettest.Disconnect
-					}
-					return targettest.Pass
+					return misbehave(rsp, rng.IntN(200))
 				}})
 				cfg := initiator.Config{Mechanism: mech, Credits: 8, LossTimeout: 30 * time.Second}
 				// Windows keep a descriptor from coming back for
@@ -618,15 +606,8 @@ func TestHostileSoak(t *testing.T) {
 						lba := rng.IntN(blocks - nb)
 						write := rng.IntN(2) == 0
 						mu.Unlock()
-						clash := false
-						for b := lba; b < lba+nb; b++ {
-							clash = clash || used[b]
-						}
-						if clash {
+						if !claim(used, lba, nb) {
 							continue
-						}
-						for b := lba; b < lba+nb; b++ {
-							used[b] = true
 						}
 						req := &initiator.Request{Op: initiator.OpRead, Buf: make([]byte, nb*bs), Offset: int64(lba * bs), Done: done}
 						if write {
@@ -697,4 +678,39 @@ func TestHostileSoak(t *testing.T) {
 			})
 		}
 	}
+}
+
+// misbehave makes a hostile target's answer rsp misbehave in way n (for
+// n < 4; any other n passes it unchanged): answer twice, invalidate the
+// wrong variant of the request's key, drop the invalidation (a plain SEND
+// where SEND_WITH_INV was due), or cut the connection.
+func misbehave(rsp *targettest.Response, n int) targettest.Action {
+	switch n {
+	case 0:
+		return targettest.Duplicate
+	case 1:
+		if rsp.Key != 0 {
+			rsp.WR.InvalidateKey = rsp.Key.Bump()
+		}
+	case 2:
+		rsp.WR.Opcode, rsp.WR.InvalidateKey = transport.OpSend, 0
+	case 3:
+		return targettest.Disconnect
+	}
+	return targettest.Pass
+}
+
+// claim marks blocks lba to lba+nb-1 used and reports true, or reports
+// false and marks nothing if one of them is used already: the requests of
+// one batch never overlap, so each one's data can be checked on its own.
+func claim(used map[int]bool, lba, nb int) bool {
+	for b := lba; b < lba+nb; b++ {
+		if used[b] {
+			return false
+		}
+	}
+	for b := lba; b < lba+nb; b++ {
+		used[b] = true
+	}
+	return true
 }
