@@ -107,6 +107,15 @@ func (g *gatedVolume) ReadAt(p []byte, off int64) (int, error) {
 	return g.Volume.ReadAt(p, off)
 }
 
+// gateReads wraps every volume the rig's catalog opens from now on in a
+// gatedVolume: a READ signals entered (without blocking) and then waits
+// until gate is closed.
+func (r *rig) gateReads() (gate, entered chan struct{}) {
+	gate, entered = make(chan struct{}), make(chan struct{}, 8)
+	r.cat.wrap = func(v Volume) Volume { return &gatedVolume{Volume: v, gate: gate, entered: entered} }
+	return gate, entered
+}
+
 func (g *gatedVolume) Close() error {
 	if c, ok := g.Volume.(io.Closer); ok {
 		return c.Close()

@@ -448,9 +448,7 @@ func TestViolations(t *testing.T) {
 func TestCreditOverrun(t *testing.T) {
 	forEnvs(t, func(t *testing.T, e env) {
 		r := newRig(t, e, Config{Credits: 2})
-		gate := make(chan struct{})
-		entered := make(chan struct{}, 8)
-		r.cat.wrap = func(v Volume) Volume { return &gatedVolume{Volume: v, gate: gate, entered: entered} }
+		gate, _ := r.gateReads()
 		defer close(gate)
 		c := r.dial(t)
 		if lr := c.login("ini"); lr.Credits != 2 {
@@ -497,9 +495,7 @@ func TestPendingSlots(t *testing.T) {
 func TestShutdownDrains(t *testing.T) {
 	forEnvs(t, func(t *testing.T, e env) {
 		r := newRig(t, e, Config{})
-		gate := make(chan struct{})
-		entered := make(chan struct{}, 8)
-		r.cat.wrap = func(v Volume) Volume { return &gatedVolume{Volume: v, gate: gate, entered: entered} }
+		gate, entered := r.gateReads()
 		c := r.dial(t)
 		c.login("ini")
 		h := c.open("vol0", false)
@@ -555,9 +551,7 @@ func TestShutdownDrains(t *testing.T) {
 
 func TestShutdownForced(t *testing.T) {
 	r := newRig(t, envs[0], Config{})
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 8)
-	r.cat.wrap = func(v Volume) Volume { return &gatedVolume{Volume: v, gate: gate, entered: entered} }
+	gate, entered := r.gateReads()
 	c := r.dial(t)
 	c.login("ini")
 	h := c.open("vol0", false)
