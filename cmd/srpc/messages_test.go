@@ -40,13 +40,13 @@ func runStdin(t *testing.T, srpc string, in any, args ...string) e2etest.Result 
 	return r
 }
 
-// startTarget starts srpd with a vol0 of size in a fresh directory dir
-// and returns srpc's path, dir and srpd's address.
-func startTarget(t *testing.T, size string) (srpc, dir, addr string) {
+// startTarget starts srpd, with flags, with a vol0 of size in a fresh
+// directory dir and returns srpc's path, dir and srpd's address.
+func startTarget(t *testing.T, size string, flags ...string) (srpc, dir, addr string) {
 	t.Helper()
 	srpd, srpc := e2etest.Binaries(t)
 	dir, addr = t.TempDir(), e2etest.FreeAddr(t)
-	e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data"), addr, "", "--default-volume-size", size)
+	e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data"), addr, "", append(flags, "--default-volume-size", size)...)
 	return srpc, dir, addr
 }
 

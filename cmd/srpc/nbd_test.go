@@ -58,10 +58,7 @@ func TestNBDRaw(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	srpd, srpc := e2etest.Binaries(t)
-	dir := t.TempDir()
-	addr := e2etest.FreeAddr(t)
-	e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data"), addr, "", "--backend", "memory", "--default-volume-size", "64MiB")
+	srpc, dir, addr := startTarget(t, "64MiB", "--backend", "memory")
 	sock := filepath.Join(dir, "nbd.sock")
 	p := startNBD(t, srpc, addr, "vol0", sock)
 
@@ -191,10 +188,7 @@ func TestNBDInterop(t *testing.T) {
 		t.Skip("builds and runs the binaries")
 	}
 	needNBDTools(t)
-	srpd, srpc := e2etest.Binaries(t)
-	dir := t.TempDir()
-	addr := e2etest.FreeAddr(t)
-	e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data"), addr, "", "--backend", "memory", "--default-volume-size", "256MiB")
+	srpc, dir, addr := startTarget(t, "256MiB", "--backend", "memory")
 	sock := filepath.Join(dir, "nbd.sock")
 	p := startNBD(t, srpc, addr, "vol0", sock)
 	uri := "nbd+unix:///vol0?socket=" + sock

@@ -48,10 +48,7 @@ func TestNBDSparse(t *testing.T) {
 	}
 	needNBDTools(t)
 	const size = 64 << 20
-	srpd, srpc := e2etest.Binaries(t)
-	dir := t.TempDir()
-	addr := e2etest.FreeAddr(t)
-	e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data"), addr, "", "--default-volume-size", "64MiB")
+	srpc, dir, addr := startTarget(t, "64MiB")
 
 	// Three ranges of random data; the rest was never written.
 	want := make([]byte, size)

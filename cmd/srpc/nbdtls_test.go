@@ -23,13 +23,10 @@ func TestNBDTLS(t *testing.T) {
 		t.Skip("builds and runs the binaries")
 	}
 	needNBDTools(t)
-	srpd, srpc := e2etest.Binaries(t)
-	dir := t.TempDir()
+	srpc, dir, addr := startTarget(t, "16MiB", "--backend", "memory")
 	certs := filepath.Join(dir, "certs")
 	os.Mkdir(certs, 0o700)
 	testcerts.Write(t, certs)
-	addr := e2etest.FreeAddr(t)
-	e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data"), addr, "", "--backend", "memory", "--default-volume-size", "16MiB")
 	nbdAddr := e2etest.FreeAddr(t)
 	p := startNBDWith(t, srpc, "nbd", "--target", addr, "--listen", nbdAddr,
 		"--tls-cert", filepath.Join(certs, testcerts.ServerCert), "--tls-key", filepath.Join(certs, testcerts.ServerKey),
