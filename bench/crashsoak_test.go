@@ -13,11 +13,7 @@ import (
 	"github.com/gosrp/gosrp/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	e2etest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2etest.Main(m) }
 
 // TestBenchCrashSoak is issue 21's SIGKILL soak under 'bench --verify
 // --fsync': srpd, on pebble with its data directory kept, is SIGKILLed

@@ -15,11 +15,7 @@ import (
 	"github.com/gosrp/gosrp/internal/e2etest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	e2etest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2etest.Main(m) }
 
 // startMount runs 'srpc mount' and waits until DIR/disk is there. The
 // cleanup stops a mount still running with SIGTERM, which unmounts, and

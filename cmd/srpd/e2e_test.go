@@ -21,11 +21,7 @@ import (
 	"github.com/gosrp/gosrp/internal/e2etest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	e2etest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func sha(t *testing.T, path string) [32]byte {
 	t.Helper()

@@ -30,11 +30,22 @@ var (
 	buildErr  error
 )
 
-// Cleanup removes the built binaries; call it from TestMain after m.Run.
+// Cleanup removes the built binaries; Main calls it after the tests.
 func Cleanup() {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+}
+
+// Main runs the tests of a package that uses Binaries, removes the
+// binaries and exits with the tests' code: the whole TestMain of such a
+// package is
+//
+//	func TestMain(m *testing.M) { e2etest.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
 }
 
 // Binaries builds srpd and srpc once per test process and returns their paths.
