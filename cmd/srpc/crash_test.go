@@ -30,9 +30,6 @@ import (
 // promise to bring back; so the import here must need no flush before the
 // kill: its 32 MiB fit in the default 64 MiB replay buffer.
 func TestImportTargetRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, srpc := e2etest.Binaries(t)
 	const size, half = 32 << 20, 16 << 20
 	img := make([]byte, size)

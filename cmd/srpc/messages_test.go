@@ -55,9 +55,6 @@ func startTarget(t *testing.T, size string, flags ...string) (srpc, dir, addr st
 // secret the target does not know, an empty --length, an input too large
 // for the volume (up front when its size is known).
 func TestClientMessages(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpc, dir, addr := startTarget(t, "1MiB")
 	conn := []string{"--target", addr, "--name", "h"}
 	noVol := `srpc: no volume "nosuch" on ` + addr + ` for initiator "h" (srpc list shows what you may open)` + "\n"
@@ -215,9 +212,6 @@ func TestMountMessages(t *testing.T) {
 // --progress always adds a line at every tenth of the copy, and --quiet
 // silences both.
 func TestProgress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpc, dir, addr := startTarget(t, "16MiB")
 	img := filepath.Join(dir, "img")
 	if err := os.WriteFile(img, bytes.Repeat([]byte{7}, 16<<20), 0o644); err != nil {

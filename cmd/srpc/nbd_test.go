@@ -34,9 +34,6 @@ func startNBDWith(t *testing.T, srpc string, args ...string) *e2etest.Proc {
 }
 
 func TestNBDUsage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	_, srpc := e2etest.Binaries(t)
 	for _, args := range [][]string{
 		{"nbd", "vol0"},
@@ -55,9 +52,6 @@ func TestNBDUsage(t *testing.T) {
 // the adapter, the registered buffers and the error mapping, no external
 // tools needed.
 func TestNBDRaw(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpc, dir, addr := startTarget(t, "64MiB", "--backend", "memory")
 	sock := filepath.Join(dir, "nbd.sock")
 	p := startNBD(t, srpc, addr, "vol0", sock)
@@ -184,9 +178,6 @@ func TestNBDRaw(t *testing.T) {
 // TestNBDInterop runs the real clients: nbdinfo and nbdcopy (libnbd-bin)
 // and qemu-img (qemu-utils). CI installs them; elsewhere it skips.
 func TestNBDInterop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	needNBDTools(t)
 	srpc, dir, addr := startTarget(t, "256MiB", "--backend", "memory")
 	sock := filepath.Join(dir, "nbd.sock")
@@ -231,7 +222,7 @@ func TestNBDInterop(t *testing.T) {
 	if err := os.Truncate(out, int64(len(img))); err != nil {
 		t.Fatal(err)
 	}
-	if got := sha(t, out); got != want {
+	if got := e2etest.FileSum(t, out); got != want {
 		t.Fatal("qemu-img convert out of the volume differs from what went in")
 	}
 
@@ -239,7 +230,7 @@ func TestNBDInterop(t *testing.T) {
 	out2 := filepath.Join(dir, "out2.raw")
 	run("nbdcopy", uri, out2)
 	os.Truncate(out2, int64(len(img)))
-	if sha(t, out2) != want {
+	if e2etest.FileSum(t, out2) != want {
 		t.Fatal("nbdcopy out of the volume differs")
 	}
 	rand.Read(img)
@@ -247,7 +238,7 @@ func TestNBDInterop(t *testing.T) {
 	run("nbdcopy", in, uri)
 	run("qemu-img", "convert", "-f", "raw", "-O", "raw", qemuURI, out)
 	os.Truncate(out, int64(len(img)))
-	if sha(t, out) != sha256.Sum256(img) {
+	if e2etest.FileSum(t, out) != sha256.Sum256(img) {
 		t.Fatal("nbdcopy into the volume, qemu-img out: differs")
 	}
 
@@ -265,13 +256,4 @@ func needNBDTools(t *testing.T) {
 			t.Skipf("%s not installed (apt-get install libnbd-bin qemu-utils): skipping", tool)
 		}
 	}
-}
-
-func sha(t *testing.T, path string) [32]byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sha256.Sum256(b)
 }

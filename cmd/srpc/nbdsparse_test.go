@@ -43,9 +43,6 @@ func merge(in []span) []span {
 // structured replies, from srpd's extents), and nbdcopy copies it to a
 // sparse file with the same bytes and the holes kept.
 func TestNBDSparse(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	needNBDTools(t)
 	const size = 64 << 20
 	srpc, dir, addr := startTarget(t, "64MiB")

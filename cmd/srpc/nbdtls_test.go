@@ -19,9 +19,6 @@ import (
 // client-key.pem) reports TLS, nbdcopy moves data in and out intact, and
 // a client without TLS or without a certificate gets nothing.
 func TestNBDTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	needNBDTools(t)
 	srpc, dir, addr := startTarget(t, "16MiB", "--backend", "memory")
 	certs := filepath.Join(dir, "certs")

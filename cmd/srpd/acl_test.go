@@ -76,9 +76,6 @@ func waitSession(t *testing.T, srpd, data, initiator string) {
 // changing its secret ends its session, each within a second of the
 // admin command returning.
 func TestAccessControl(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, srpc := e2etest.Binaries(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")

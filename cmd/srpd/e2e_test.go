@@ -23,22 +23,10 @@ import (
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
-func sha(t *testing.T, path string) [32]byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sha256.Sum256(b)
-}
-
 // TestNewUser walks the path a new user takes: start srpd on an empty
 // directory, import and export an image, create and list a volume, survive
 // SIGKILL and garbage on the port, and stop cleanly on SIGTERM.
 func TestNewUser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, srpc := e2etest.Binaries(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -58,7 +46,7 @@ func TestNewUser(t *testing.T) {
 	e2etest.MustRun(t, srpc, "import", "--target", addr, "vol0", img)
 	out := filepath.Join(dir, "out.img")
 	e2etest.MustRun(t, srpc, "export", "--target", addr, "--length", "64MiB", "vol0", out)
-	if sha(t, out) != want {
+	if e2etest.FileSum(t, out) != want {
 		t.Fatal("exported image differs from the imported one")
 	}
 	// A range through stdout, unaligned length.
@@ -96,7 +84,7 @@ func TestNewUser(t *testing.T) {
 	}
 	os.Remove(out)
 	e2etest.MustRun(t, srpc, "export", "--target", addr, "--length", "64MiB", "vol0", out)
-	if sha(t, out) != want {
+	if e2etest.FileSum(t, out) != want {
 		t.Fatal("after SIGKILL and restart the exported image differs")
 	}
 

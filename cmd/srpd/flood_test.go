@@ -51,9 +51,6 @@ func honestLogin(t *testing.T, srpc, wire, addr, when string, tries int) time.Du
 // returns srpc's path, srpd's address and the daemon.
 func floodTarget(t *testing.T, wire string) (srpc, addr string, d *e2etest.Daemon) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, srpc := e2etest.Binaries(t)
 	dir := t.TempDir()
 	addr = e2etest.FreeAddr(t)

@@ -19,9 +19,6 @@ import (
 // or metrics port taken) fails before the data directory or vol0 exist.
 // srpd used to create both, then fail "bind: address already in use".
 func TestTakenPortLeavesDiskAlone(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, _ := e2etest.Binaries(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -98,9 +95,6 @@ func TestAdminMessages(t *testing.T) {
 // TestServeFlagMessages: flags that cannot work together are refused, and
 // a metrics endpoint open to every interface is said so.
 func TestServeFlagMessages(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, _ := e2etest.Binaries(t)
 	data := filepath.Join(t.TempDir(), "data")
 	r := e2etest.Run(t, nil, srpd, "--data", data, "--listen", e2etest.FreeAddr(t), "--pprof")

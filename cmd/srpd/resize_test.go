@@ -71,9 +71,6 @@ func TestShrinkRefusedWhileOpen(t *testing.T) {
 // address, which it returns with the binaries' paths.
 func startSrpd(t *testing.T, extra ...string) (srpd, srpc, data, addr string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, srpc = e2etest.Binaries(t)
 	data = filepath.Join(t.TempDir(), "data")
 	addr = e2etest.FreeAddr(t)

@@ -7,6 +7,7 @@ package e2etest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -48,9 +49,14 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// Binaries builds srpd and srpc once per test process and returns their paths.
+// Binaries builds srpd and srpc once per test process and returns their
+// paths. Under -short it skips the test instead: a test that builds and
+// runs the programs is a long one.
 func Binaries(t testing.TB) (srpd, srpc string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "gosrp-e2e-")
 		if buildErr != nil {
@@ -204,3 +210,14 @@ func StartDaemon(t testing.TB, srpd, data, addr, metrics string, extra ...string
 
 // Kill sends SIGKILL and waits.
 func (d *Daemon) Kill(t testing.TB) { d.kill() }
+
+// FileSum is the SHA-256 of the file at path, for comparing what a program
+// wrote with what went in.
+func FileSum(t testing.TB, path string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
