@@ -228,12 +228,7 @@ func TestLostFlushCompletions(t *testing.T) {
 						r.start(tag)
 					}
 				}
-				inUse := map[int]uint32{}
-				r.pool.Slots(func(s SlotInfo) {
-					if s.State != Free {
-						inUse[s.Slot] = s.Gen
-					}
-				})
+				inUse := r.busySlots()
 				if len(inUse) == 0 {
 					t.Fatal("nothing in use")
 				}
@@ -258,7 +253,7 @@ func TestLostFlushCompletions(t *testing.T) {
 				// (rig.check: FREE on the device, one live generation).
 				replaced := 0
 				r.pool.Slots(func(s SlotInfo) {
-					if g, ok := inUse[s.Slot]; ok && s.Gen != g {
+					if u, ok := inUse[s.Slot]; ok && s.Gen != u.Gen {
 						replaced++
 					}
 				})

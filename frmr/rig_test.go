@@ -622,6 +622,17 @@ func (r *rig) retire() {
 	}
 }
 
+// busySlots is the pool's slots that are not FREE, by slot number.
+func (r *rig) busySlots() map[int]SlotInfo {
+	busy := map[int]SlotInfo{}
+	r.pool.Slots(func(s SlotInfo) {
+		if s.State != Free {
+			busy[s.Slot] = s
+		}
+	})
+	return busy
+}
+
 // check verifies the invariants after a step.
 func (r *rig) check() {
 	if err := r.pool.Check(); err != nil {

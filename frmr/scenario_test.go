@@ -169,12 +169,7 @@ func TestQPErrorMidBurstIB(t *testing.T) {
 					r.start(tag)
 				}
 			}
-			old := map[int]uint32{}
-			r.pool.Slots(func(s SlotInfo) {
-				if s.State != Free {
-					old[s.Slot] = s.Index
-				}
-			})
+			old := r.busySlots()
 			if len(old) == 0 {
 				t.Fatal("no MR in use at the error")
 			}
@@ -187,8 +182,8 @@ func TestQPErrorMidBurstIB(t *testing.T) {
 				r.step()
 			}
 			r.pool.Slots(func(s SlotInfo) {
-				if idx, ok := old[s.Slot]; ok && s.Index == idx && s.State != Free {
-					t.Errorf("slot %d still holds MR index %#x after the QP error", s.Slot, idx)
+				if o, ok := old[s.Slot]; ok && s.Index == o.Index && s.State != Free {
+					t.Errorf("slot %d still holds MR index %#x after the QP error", s.Slot, o.Index)
 				}
 			})
 			for r.done < 200 {
