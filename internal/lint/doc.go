@@ -23,6 +23,8 @@
 // TestLayout checks docs/layout.md, the table of every non-test Go file
 // and what it holds, against the tree: a file without a row, or a row for a
 // file that is gone, fails it with one line naming the file.
+// TestFileLength fails for a non-test Go file over 650 lines unless its
+// entry in longFiles gives the reason it is one file.
 //
 // The tool-driven checks skip with a one-line reason when the tool cannot
 // run (no go command, no module cache offline) and under the race detector,
