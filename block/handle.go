@@ -106,6 +106,10 @@ func (h *handle) Caps() Caps { return h.c.caps() }
 // (CapImmediate); the target runs such I/O on its connection loop.
 func (h *handle) Immediate() bool { return h.c.caps().Has(CapImmediate) }
 
+// Deallocates reports whether Discard deallocates storage (CapDiscard),
+// the range reading as zeros afterwards; target.Deallocator.
+func (h *handle) Deallocates() bool { return h.c.caps().Has(CapDiscard) }
+
 // ReadAt implements io.ReaderAt.
 func (h *handle) ReadAt(p []byte, off int64) (int, error) {
 	if h.closed.Load() {

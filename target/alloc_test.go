@@ -23,6 +23,7 @@ func (v *sliceVolume) Discard(off, n int64) error                  { clear(v.b[o
 func (v *sliceVolume) WriteZeroes(off, n int64) error              { clear(v.b[off : off+n]); return nil }
 func (v *sliceVolume) Size() int64                                 { return int64(len(v.b)) }
 func (v *sliceVolume) BlockSize() int                              { return v.bs }
+func (v *sliceVolume) Deallocates() bool                           { return true }
 
 type sliceCatalog struct{ v *sliceVolume }
 

@@ -49,6 +49,15 @@ type Immediate interface {
 	Immediate() bool
 }
 
+// Deallocator is implemented by volumes that say whether Discard
+// deallocates, the range reading as zeros afterwards (block's volumes
+// do, from their CapDiscard). The SRP personality offers UNMAP and
+// reports thin provisioning (SBC-3 4.7) only for such a volume; one
+// without it is a fully provisioned logical unit.
+type Deallocator interface {
+	Deallocates() bool
+}
+
 // BatchWriter is implemented by volumes that apply several writes at once
 // more cheaply than one by one, and whose writes do not wait for a device
 // unless the volume says so (block's pebble volumes: one batch, one trip

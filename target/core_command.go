@@ -6,6 +6,7 @@ package target
 import (
 	"fmt"
 
+	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -195,6 +196,10 @@ func (c *core) dispatchWrite(s *slot) {
 		return
 	case s.ov.ro:
 		c.respond(s, wire.StatusError, wire.SenseWriteProtected)
+		return
+	}
+	if c.srp != nil && s.srp.act.Op != scsi.OpNone {
+		c.srpFetched(s) // an UNMAP's parameter list, a WRITE SAME's block
 		return
 	}
 	if s.cmd.Flags&wire.FlagFUA != 0 {

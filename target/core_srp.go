@@ -82,6 +82,13 @@ type srpSlot struct {
 	tmf      bool
 	resp     [4]byte
 	senseBuf [scsi.FixedSenseLen]byte
+	// For UNMAP and WRITE SAME, whose data-out is a parameter list or a
+	// pattern block rather than the blocks to write: the unit, the
+	// model's Action, and UNMAP's extents (kept across requests, so the
+	// slot decodes lists without allocating after its first).
+	lu  *srpLUN
+	act scsi.Action
+	ext []scsi.Extent
 }
 
 // srpLoginResult is the core's answer to an SRP_LOGIN_REQ: the private
@@ -218,12 +225,17 @@ func (c *core) srpAttach(vols []srpVolume) {
 		if bw, ok := v.vol.(BatchWriter); ok && !ov.now && !ov.ro {
 			ov.batch = bw
 		}
+		discard := false
+		if d, ok := v.vol.(Deallocator); ok {
+			discard = d.Deallocates()
+		}
 		c.handles = append(c.handles, ov)
 		c.nhandles++
 		h := fnv.New64a()
 		h.Write([]byte(c.p.name + "\x00" + ov.name))
 		s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: uint64(ov.size / ov.bs),
-			ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs)}}
+			ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
+			Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs)}}
 	}
 }
 
@@ -250,7 +262,7 @@ func (c *core) srpAssign(s *slot, idx int32, n uint32, at int64) {
 	c.setSlot(s, slotReceived)
 	s.busy, s.ov, s.control = false, nil, false
 	s.cmd = wire.Command{}
-	s.srp = srpSlot{}
+	s.srp = srpSlot{ext: s.srp.ext[:0]}
 	defer c.repost(idx) // every use of buf is done within this call
 	if srp.Opcode(buf[0]) == srp.OpTaskMgmt {
 		var tm srp.TaskMgmt
@@ -402,9 +414,117 @@ func (c *core) srpExecute(s *slot, cmd *srp.Cmd) {
 		} else {
 			c.postReads(s)
 		}
+	case scsi.OpUnmap, scsi.OpWriteSame:
+		s.srp.lu, s.srp.act = lu, a
+		if a.DataOut > c.maxXfer { // an UNMAP list beyond a slot's buffer
+			c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
+			return
+		}
+		if a.NoData { // WRITE SAME with NDOB: the block is zeros
+			c.srpWriteSame(s, true)
+			return
+		}
+		if !c.srpTransfer(s, lu, wire.OpWrite, 0, a.DataOut, s.srp.outLen, srp.DOUnder, &s.srp.outResid) {
+			return
+		}
+		if s.cmd.Flags&wire.FlagImmediate != 0 {
+			c.dispatchWrite(s)
+		} else {
+			c.postReads(s)
+		}
 	default:
 		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidOpcode)
 	}
+}
+
+// srpMaxWriteSame is the WRITE SAME limit of a unit with blocks of bs
+// bytes (VPD 0xB0 MAXIMUM WRITE SAME LENGTH): the model's default, cut
+// so that one WRITE SAME's bytes fit the 32-bit length of the job.
+func srpMaxWriteSame(bs int64) uint32 {
+	return uint32(min(scsi.DefaultMaxWriteSameBlocks, int64(^uint32(0))/bs))
+}
+
+// srpFetched goes on with an UNMAP or WRITE SAME once its data-out (the
+// parameter list, the pattern block) is in the slot's data buffer:
+// dispatchWrite in SRP mode for anything but a WRITE.
+func (c *core) srpFetched(s *slot) {
+	a := &s.srp.act
+	switch a.Op {
+	case scsi.OpUnmap:
+		ext, res := s.srp.lu.dev.Unmap(s.data[:s.cmd.Length], s.srp.ext[:0])
+		s.srp.ext = ext
+		if res.Status != scsi.StatusGood {
+			c.srpAnswer(s, res.Status, res.Sense)
+			return
+		}
+		if len(ext) == 0 {
+			c.srpAnswer(s, scsi.StatusGood, scsi.SenseNone)
+			return
+		}
+		var n uint64
+		for _, e := range ext {
+			n += uint64(e.Blocks) * uint64(s.srp.lu.dev.BlockSize)
+		}
+		s.cmd.Op, s.cmd.Offset, s.cmd.Length = wire.OpDiscard, ext[0].LBA*uint64(s.srp.lu.dev.BlockSize), uint32(min(n, uint64(^uint32(0))))
+		c.dispatch(s, jobUnmap)
+	case scsi.OpWriteSame:
+		c.srpWriteSame(s, allZero(s.data[:s.srp.lu.dev.BlockSize]))
+	default:
+		c.noteBug(fmt.Errorf("target: SRP data-out fetched for %s", a.Op))
+		c.close("internal error: "+c.bug.Error(), false)
+	}
+}
+
+// srpWriteSame runs a WRITE SAME whose block is in the slot's data
+// buffer (zero: it is all zeros). A zero block becomes a Discard when
+// the CDB set UNMAP and the unit deallocates (SBC-3 5.42: the blocks
+// then read as the block did, since deallocated blocks read as zeros)
+// and a WriteZeroes otherwise; any other block is repeated in the data
+// buffer and written, which bounds such a WRITE SAME to the largest
+// transfer (beyond it INVALID FIELD IN CDB: Linux sends only zeros).
+func (c *core) srpWriteSame(s *slot, zero bool) {
+	a, lu := &s.srp.act, s.srp.lu
+	bs := lu.dev.BlockSize
+	n := a.Blocks * bs // srpMaxWriteSame keeps it in 32 bits
+	s.ov = lu.ov
+	s.cmd.Offset, s.cmd.Length, s.cmd.NDesc = a.LBA*uint64(bs), n, 0
+	switch {
+	case zero && a.Unmap:
+		s.cmd.Op = wire.OpDiscard
+		c.dispatch(s, jobDiscard)
+	case zero:
+		s.cmd.Op = wire.OpWriteZeroes
+		c.dispatch(s, jobWriteZeroes)
+	case n > c.maxXfer:
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
+	default:
+		for i := bs; i < n; i *= 2 {
+			copy(s.data[i:n], s.data[:i])
+		}
+		s.cmd.Op = wire.OpWrite
+		c.dispatch(s, jobWrite)
+	}
+}
+
+// allZero reports whether b is all zeros.
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// srpUnmap is a jobUnmap: it discards the slot's UNMAP extents in turn
+// (on a worker; the first failure ends it).
+func srpUnmap(s *slot) error {
+	for _, e := range s.srp.ext {
+		if err := s.ov.vol.Discard(int64(e.LBA)*s.ov.bs, int64(e.Blocks)*s.ov.bs); err != nil {
+			return fmt.Errorf("unmap %d blocks at LBA %d: %w", e.Blocks, e.LBA, err)
+		}
+	}
+	return nil
 }
 
 // srpTransfer makes slot s's gosrp command the block transfer of n

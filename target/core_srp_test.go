@@ -117,6 +117,9 @@ func FuzzSRPCore(f *testing.F) {
 		{Tag: 4, CDB: []byte{0xA0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, DataIn: d},
 		{Tag: 5, CDB: []byte{0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
 		{Tag: 6, CDB: rw10(0x2A, 1, 1, false), DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 512, Imm: make([]byte, 512)}},
+		{Tag: 7, CDB: unmapCDB(24), DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 24, Imm: unmapList([2]uint64{1, 2})}},
+		{Tag: 8, CDB: writeSame16(0, 0, 3), DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 4096, Imm: pattern(4096, 1)}},
+		{Tag: 9, CDB: writeSame16(0x09, 0, 3)},
 	} {
 		b := make([]byte, cmd.EncodedLen())
 		cmd.Encode(b)
@@ -179,7 +182,8 @@ func (h *traceHarness) srpLogin(t *testing.T, td *datadriven.TestData) {
 
 // srpCmd (trace command srp-cmd) sends an SRP_CMD: args cdb (hex), lun,
 // tag, and one data buffer: in=N or out=N (a direct descriptor of N
-// bytes), imm=N (N bytes of immediate data).
+// bytes), imm=N (N bytes of immediate data, zeros unless data gives
+// their first bytes in hex).
 func (h *traceHarness) srpCmd(t *testing.T, td *datadriven.TestData) {
 	var cdb string
 	td.ScanArgs(t, "cdb", &cdb)
@@ -202,6 +206,12 @@ func (h *traceHarness) srpCmd(t *testing.T, td *datadriven.TestData) {
 		cmd.DataOut = desc(n)
 	case td.MaybeScanArgs(t, "imm", &n):
 		cmd.DataOut = srp.DataBuffer{Format: srp.FormatImmediate, Total: uint32(n), Imm: make([]byte, n)}
+		var x string
+		if td.MaybeScanArgs(t, "data", &x) {
+			if _, err := hex.Decode(cmd.DataOut.Imm, []byte(x)); err != nil {
+				t.Fatalf("%s: data: %v", td.Pos, err)
+			}
+		}
 	}
 	h.raw(t, srpIU(t, cmd))
 }

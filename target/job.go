@@ -12,7 +12,7 @@ import (
 // runJob does a slot's backend work on a worker goroutine. It reads only
 // the slot's job fields and writes only its result fields.
 func runJob(s *slot, cat Catalog) {
-	isIO := s.job >= jobRead && s.job <= jobWriteZeroes
+	isIO := s.job >= jobRead && s.job <= jobWriteZeroes || s.job == jobUnmap
 	defer func() {
 		if r := recover(); r != nil {
 			s.err = fmt.Errorf("target: %s job panicked: %v", jobName(s.job), r)
@@ -47,6 +47,8 @@ func runJob(s *slot, cat Catalog) {
 		s.err = closeVolume(s.ov.vol)
 	case jobExtents:
 		s.extents, s.err = volumeExtents(s.ov, int64(s.ctl.Offset), int64(s.ctl.Length), wire.MaxExtents)
+	case jobUnmap:
+		s.err = srpUnmap(s)
 	}
 }
 
@@ -121,7 +123,7 @@ func closeVolume(v Volume) error {
 }
 
 func jobName(j jobKind) string {
-	names := [...]string{"none", "read", "write", "write-fua", "flush", "discard", "write-zeroes", "list", "open", "close", "extents"}
+	names := [...]string{"none", "read", "write", "write-fua", "flush", "discard", "write-zeroes", "list", "open", "close", "extents", "unmap"}
 	if int(j) < len(names) {
 		return names[j]
 	}

@@ -128,6 +128,8 @@ const (
 	jobOpen
 	jobClose
 	jobExtents
+	// jobUnmap discards the extents of an SRP UNMAP (slot.srp.ext).
+	jobUnmap
 )
 
 // openVol is a volume opened on one connection.

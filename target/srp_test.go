@@ -564,3 +564,124 @@ func TestSRPPolicyChange(t *testing.T) {
 		c.logout()
 	})
 }
+
+// unmapList is an UNMAP parameter list (SBC-3 5.28.2) of (LBA, blocks)
+// pairs.
+func unmapList(ext ...[2]uint64) []byte {
+	b := make([]byte, scsi.UnmapHeaderLen, scsi.UnmapHeaderLen+len(ext)*scsi.UnmapDescriptorLen)
+	for _, e := range ext {
+		b = binary.BigEndian.AppendUint64(b, e[0])
+		b = binary.BigEndian.AppendUint32(b, uint32(e[1]))
+		b = append(b, 0, 0, 0, 0)
+	}
+	binary.BigEndian.PutUint16(b, uint16(len(b)-2))
+	binary.BigEndian.PutUint16(b[2:], uint16(len(b)-scsi.UnmapHeaderLen))
+	return b
+}
+
+// unmapCDB is an UNMAP CDB with a parameter list of n bytes.
+func unmapCDB(n int) []byte { return []byte{0x42, 0, 0, 0, 0, 0, 0, byte(n >> 8), byte(n), 0} }
+
+// writeSame16 is a WRITE SAME(16) CDB; flags is byte 1 (0x08 UNMAP,
+// 0x01 NDOB).
+func writeSame16(flags byte, lba uint64, blocks uint32) []byte {
+	cdb := rw16(0x93, lba, blocks)
+	cdb[1] = flags
+	return cdb
+}
+
+// TestSRPProvisioning: on a volume that deallocates, READ CAPACITY(16)
+// says LBPME and LBPRZ and VPD 0xB2 offers UNMAP and WRITE SAME with
+// UNMAP; UNMAP (parameter list by RDMA READ or immediate data) and
+// WRITE SAME(16) with UNMAP make the blocks read as zeros, WRITE
+// SAME(16) of a pattern writes it to every block, and the blocks around
+// stay. On a volume that does not deallocate the unit is fully
+// provisioned: no LBPME, UNMAP is an unknown command, and WRITE SAME
+// with UNMAP writes zeros.
+func TestSRPProvisioning(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		c, err := r.srpDial(t, srpLoginReq(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const blocks = 32
+		lun := scsi.EncodeLUN(lunVol0)
+		fill := func() []byte {
+			want := pattern(blocks*bs, 5)
+			copy(c.data(0, blocks*bs), want)
+			c.good("WRITE(10)", c.do(c.out(srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, blocks, false)}, 0, blocks*bs)), 0)
+			return want
+		}
+		readBack := func(what string, want []byte) {
+			t.Helper()
+			clear(c.data(0, blocks*bs))
+			c.good("READ(10)", c.do(c.in(srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, blocks, false)}, 0, blocks*bs)), 0)
+			for b := 0; b < blocks; b++ {
+				if got := c.data(b*bs, bs); !bytes.Equal(got, want[b*bs:(b+1)*bs]) {
+					t.Fatalf("%s: block %d reads % x..., want % x...", what, b, got[:8], want[b*bs:b*bs+8])
+				}
+			}
+		}
+		zero := func(want []byte, lba, n int) { clear(want[lba*bs : (lba+n)*bs]) }
+
+		clear(c.data(0, 64))
+		c.good("READ CAPACITY(16)", c.do(c.in(srpCmd(lunVol0, 0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0), 0, 32)), 0)
+		if got := c.data(14, 1)[0]; got != 0xC0 {
+			t.Errorf("READ CAPACITY(16) byte 14 %#x, want LBPME|LBPRZ", got)
+		}
+		c.good("VPD 0xB2", c.do(c.in(srpCmd(lunVol0, 0x12, 1, 0xB2, 0, 8, 0), 0, 8)), 0)
+		if got := c.data(5, 1)[0]; got&0xC4 != 0xC4 {
+			t.Errorf("VPD 0xB2 byte 5 %#x, want LBPU, LBPWS and LBPRZ", got)
+		}
+		c.good("VPD 0xB0", c.do(c.in(srpCmd(lunVol0, 0x12, 1, 0xB0, 0, 64, 0), 0, 64)), 0)
+		if got := binary.BigEndian.Uint32(c.data(20, 4)); got == 0 {
+			t.Error("VPD 0xB0: MAXIMUM UNMAP LBA COUNT 0 on a volume that deallocates")
+		}
+
+		want := fill()
+		list := unmapList([2]uint64{2, 3}, [2]uint64{10, 1})
+		copy(c.data(blocks*bs, len(list)), list)
+		c.good("UNMAP by RDMA READ", c.do(c.out(srp.Cmd{LUN: lun, CDB: unmapCDB(len(list))}, blocks*bs, len(list))), 0)
+		zero(want, 2, 3)
+		zero(want, 10, 1)
+		list = unmapList([2]uint64{20, 2})
+		c.good("UNMAP by immediate data", c.do(srp.Cmd{LUN: lun, CDB: unmapCDB(len(list)),
+			DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: uint32(len(list)), Imm: list}}), 0)
+		zero(want, 20, 2)
+		c.good("WRITE SAME(16) UNMAP NDOB", c.do(srp.Cmd{LUN: lun, CDB: writeSame16(0x09, 24, 4)}), 0)
+		zero(want, 24, 4)
+		readBack("after UNMAP and WRITE SAME with UNMAP", want)
+
+		block := pattern(bs, 0x31)
+		copy(c.data(blocks*bs, bs), block)
+		c.good("WRITE SAME(16) of a pattern", c.do(c.out(srp.Cmd{LUN: lun, CDB: writeSame16(0, 12, 5)}, blocks*bs, bs)), 0)
+		for b := 12; b < 17; b++ {
+			copy(want[b*bs:], block)
+		}
+		readBack("after WRITE SAME of a pattern", want)
+		c.checkSense("UNMAP past the end", c.do(srp.Cmd{LUN: lun, CDB: unmapCDB(24),
+			DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 24, Imm: unmapList([2]uint64{volSize / bs, 1})}}), scsi.SenseLBAOutOfRange)
+		readBack("after a refused UNMAP", want)
+		c.logout()
+
+		thick := newRig(t, e, Config{})
+		thick.cat.wrap = func(v Volume) Volume { return struct{ Volume }{v} } // hides Deallocates
+		c, err = thick.srpDial(t, srpLoginReq(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(c.data(0, 64))
+		c.good("READ CAPACITY(16), thick", c.do(c.in(srpCmd(lunVol0, 0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0), 0, 32)), 0)
+		if got := c.data(14, 1)[0]; got != 0 {
+			t.Errorf("READ CAPACITY(16) byte 14 %#x on a thick unit, want 0", got)
+		}
+		c.checkSense("UNMAP, thick", c.do(srp.Cmd{LUN: lun, CDB: unmapCDB(24),
+			DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 24, Imm: unmapList([2]uint64{0, 1})}}), scsi.SenseInvalidOpcode)
+		want = fill()
+		c.good("WRITE SAME(16) UNMAP NDOB, thick", c.do(srp.Cmd{LUN: lun, CDB: writeSame16(0x09, 0, 3)}), 0)
+		zero(want, 0, 3)
+		readBack("thick, after WRITE SAME with UNMAP", want)
+		c.logout()
+	})
+}
