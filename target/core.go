@@ -373,6 +373,10 @@ func (c *core) backendDone(idx int32, now int64) {
 		c.finishControl(s)
 		return
 	}
+	if c.srp != nil && s.srp.aborted {
+		c.srpAbortDone(s)
+		return
+	}
 	if s.err != nil {
 		c.respond(s, wire.StatusError, senseOf(s.err))
 		return

@@ -190,6 +190,10 @@ func (c *core) postReads(s *slot) {
 // dispatchWrite hands a WRITE whose data is in the slot's buffer to the
 // backend, unless the policy changed while its data was on the way.
 func (c *core) dispatchWrite(s *slot) {
+	if c.srp != nil && s.srp.aborted {
+		c.srpAbortDone(s) // its data came, its job never runs
+		return
+	}
 	switch {
 	case s.ov.revoked:
 		c.respond(s, wire.StatusError, wire.SenseAccessDenied)

@@ -52,6 +52,9 @@ type srpSession struct {
 	luns   []srpLUN
 	// cmd is the decoding scratch of the request being assigned.
 	cmd srp.Cmd
+	// owed is the credits of aborted commands, which got no SRP_RSP:
+	// the next SRP_RSP returns them.
+	owed uint32
 }
 
 // srpLUN is one logical unit: an open volume, its SCSI model and the
@@ -78,9 +81,17 @@ type srpSlot struct {
 	inLen, outLen     uint32
 	flags             uint8
 	inResid, outResid uint32
-	// tmf: the request was task management; resp is its response data.
-	tmf      bool
-	resp     [4]byte
+	// tmf: the request was task management; resp is its response data,
+	// and waiting counts the commands it aborted that have not stopped
+	// (core_srp_tmf.go).
+	tmf     bool
+	resp    [4]byte
+	waiting int
+	// lun is the command's LUN; aborted says a task management function
+	// (in slot abortBy) aborted it: it gets no SRP_RSP.
+	lun      uint16
+	aborted  bool
+	abortBy  int32
 	senseBuf [scsi.FixedSenseLen]byte
 	// For UNMAP and WRITE SAME, whose data-out is a parameter list or a
 	// pattern block rather than the blocks to write: the unit, the
@@ -270,12 +281,7 @@ func (c *core) srpAssign(s *slot, idx int32, n uint32, at int64) {
 			c.close("malformed SRP_TSK_MGMT: "+err.Error(), true)
 			return
 		}
-		// Task management is not implemented: every function is
-		// answered FUNCTION NOT SUPPORTED in the response data (SRP
-		// r16a 6.9, RSPVALID), which ib_srp reads as a failed abort.
-		s.srp.tag, s.srp.tmf = tm.Tag, true
-		s.srp.resp[3] = srp.TaskNotSupported
-		c.srpAnswer(s, scsi.StatusGood, scsi.SenseNone)
+		c.srpTaskMgmt(s, &tm)
 		return
 	}
 	cmd := &c.srp.cmd
@@ -372,9 +378,12 @@ func (c *core) srpLUNList(cdb []byte) []uint16 {
 // Action.
 func (c *core) srpExecute(s *slot, cmd *srp.Cmd) {
 	var lu *srpLUN
-	if lun, err := scsi.DecodeLUN(cmd.LUN); err == nil && int(lun) < len(c.srp.luns) {
-		if x := &c.srp.luns[lun]; x.ov != nil && !x.ov.revoked {
-			lu = x
+	if lun, err := scsi.DecodeLUN(cmd.LUN); err == nil {
+		s.srp.lun = lun
+		if int(lun) < len(c.srp.luns) {
+			if x := &c.srp.luns[lun]; x.ov != nil && !x.ov.revoked {
+				lu = x
+			}
 		}
 	}
 	var a scsi.Action
@@ -596,7 +605,8 @@ func (c *core) srpAnswer(s *slot, st scsi.Status, sense scsi.Sense) {
 // SEND: SRP has no remote invalidation (ib_srp invalidates its own keys).
 func (c *core) srpRespond(s *slot, st wire.Status, sense wire.Sense, k int) {
 	x := &s.srp
-	r := srp.Rsp{Tag: x.tag, ReqLimDelta: 1}
+	r := srp.Rsp{Tag: x.tag, ReqLimDelta: 1 + c.srp.owed}
+	c.srp.owed = 0
 	var sns scsi.Sense
 	switch {
 	case x.decided:

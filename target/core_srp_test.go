@@ -253,3 +253,20 @@ func describeSRPRsp(b []byte) string {
 	}
 	return s
 }
+
+// srpTMF (trace command srp-tmf) sends an SRP_TSK_MGMT: args tag, fn
+// (the function code), task (the tag to abort), lun.
+func (h *traceHarness) srpTMF(t *testing.T, td *datadriven.TestData) {
+	var tm srp.TaskMgmt
+	var fn, lun int
+	td.ScanArgs(t, "fn", &fn)
+	td.MaybeScanArgs(t, "tag", &tm.Tag)
+	td.MaybeScanArgs(t, "task", &tm.TaskTag)
+	td.MaybeScanArgs(t, "lun", &lun)
+	tm.Function, tm.LUN = srp.TaskFunc(fn), scsi.EncodeLUN(uint16(lun))
+	var b [srp.TaskMgmtLen]byte
+	if _, err := tm.Encode(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	h.raw(t, b[:])
+}

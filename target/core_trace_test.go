@@ -88,6 +88,8 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		h.srpCmd(t, td)
 	case "srp-iu":
 		h.srpIU(t, td)
+	case "srp-tmf":
+		h.srpTMF(t, td)
 	case "logout":
 		h.raw(t, []byte{byte(wire.OpLogout)})
 	case "garbage":

@@ -17,7 +17,9 @@ import (
 //	                → WRITING_DATA (READ, or SRP data-in the model answered
 //	                                at once: RDMA WRITEs + response posted)
 //	                → RESPONDING   (response posted)
-//	     → FREE when the response SEND completes.
+//	     → FREE when the response SEND completes, or (an SRP command
+//	       aborted by task management, which gets no response) when
+//	       its RDMA READs or its job finish.
 type slotState uint8
 
 const (
@@ -36,7 +38,7 @@ var slotStateNames = [...]string{"FREE", "RECEIVED", "READING_DATA", "BACKEND", 
 var slotNext = [...][]slotState{
 	slotFree:        {slotReceived},
 	slotReceived:    {slotReadingData, slotBackend, slotWritingData, slotResponding},
-	slotReadingData: {slotBackend, slotResponding},
+	slotReadingData: {slotBackend, slotResponding, slotFree}, // FREE: an aborted SRP command
 	slotBackend:     {slotWritingData, slotResponding, slotFree},
 	slotWritingData: {slotFree},
 	slotResponding:  {slotFree},

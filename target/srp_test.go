@@ -271,8 +271,9 @@ const (
 // TestSRPCommands: SCSI commands without block data through an SRP
 // session: INQUIRY, REPORT LUNS, TEST UNIT READY, READ CAPACITY 10/16
 // and SYNCHRONIZE CACHE answer GOOD with their data by RDMA WRITE and
-// the residuals of SAM-5; an unknown opcode, a LUN with no volume and
-// task management get the standard refusals.
+// the residuals of SAM-5; an unknown opcode and a LUN with no volume
+// get the standard refusals; a LOGICAL UNIT RESET with nothing in flight
+// completes.
 func TestSRPCommands(t *testing.T) {
 	forSRPEnvs(t, func(t *testing.T, e env) {
 		r := newRig(t, e, Config{})
@@ -316,14 +317,7 @@ func TestSRPCommands(t *testing.T) {
 		c.checkSense("opcode 0xC0", c.do(srpCmd(lunVol0, 0xC0, 0, 0, 0, 0, 0)), scsi.SenseInvalidOpcode)
 		c.checkSense("TEST UNIT READY on LUN 9", c.do(srpCmd(9, 0, 0, 0, 0, 0, 0)), scsi.SenseLUNotSupported)
 
-		var tm [srp.TaskMgmtLen]byte
-		(&srp.TaskMgmt{Tag: 77, LUN: scsi.EncodeLUN(lunVol0), Function: srp.TaskLUNReset}).Encode(tm[:])
-		if err := c.sendIU(tm[:]); err != nil {
-			t.Fatal(err)
-		}
-		if rsp := c.rsp(); rsp.Tag != 77 || rsp.Flags != srp.RspValid || len(rsp.Resp) != 4 || rsp.Resp[3] != srp.TaskNotSupported {
-			t.Errorf("SRP_TSK_MGMT answered %+v, want RSPVALID, FUNCTION NOT SUPPORTED", rsp)
-		}
+		c.tmfRsp("LOGICAL UNIT RESET", c.tmf(srp.TaskLUNReset, lunVol0, 0), srp.TaskComplete, 1)
 		c.logout()
 	})
 }
@@ -682,6 +676,116 @@ func TestSRPProvisioning(t *testing.T) {
 		c.good("WRITE SAME(16) UNMAP NDOB, thick", c.do(srp.Cmd{LUN: lun, CDB: writeSame16(0x09, 0, 3)}), 0)
 		zero(want, 0, 3)
 		readBack("thick, after WRITE SAME with UNMAP", want)
+		c.logout()
+	})
+}
+
+// tmf sends an SRP_TSK_MGMT and returns its tag.
+func (c *srpClient) tmf(fn srp.TaskFunc, lun uint16, task uint64) uint64 {
+	c.tb.Helper()
+	c.tag++
+	tm := srp.TaskMgmt{Tag: c.tag<<8 | 0xa5, LUN: scsi.EncodeLUN(lun), Function: fn, TaskTag: task}
+	var b [srp.TaskMgmtLen]byte
+	tm.Encode(b[:])
+	if err := c.sendIU(b[:]); err != nil {
+		c.tb.Fatal(err)
+	}
+	return tm.Tag
+}
+
+// tmfRsp waits for the next IU, which must be the task management
+// response tagged tag with response code code and credits credits.
+func (c *srpClient) tmfRsp(what string, tag uint64, code uint8, credits uint32) {
+	c.tb.Helper()
+	b, _ := c.mustNext()
+	var r srp.Rsp
+	if err := r.Decode(b); err != nil {
+		c.tb.Fatalf("%s: SRP_RSP: %v", what, err)
+	}
+	if r.Tag != tag || r.Flags != srp.RspValid || len(r.Resp) != 4 || r.Resp[3] != code || r.ReqLimDelta != credits {
+		c.tb.Fatalf("%s: %+v, want tag %#x, response code %d, %d credits", what, r, tag, code, credits)
+	}
+}
+
+// TestSRPTaskManagement: ABORT TASK of a READ whose volume job is
+// running lets the job finish but sends neither its data nor its
+// SRP_RSP, and answers FUNCTION COMPLETE returning both credits, as
+// ib_srp (srp_abort) expects; LOGICAL UNIT RESET does the same for every
+// command of its LUN and leaves another LUN's alone; an ABORT TASK for a
+// tag the target does not hold completes at once; CLEAR ACA is not
+// supported. The session serves on.
+func TestSRPTaskManagement(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		gate := make(chan struct{})
+		entered := make(chan struct{}, 8)
+		r.cat.wrap = func(v Volume) Volume { return &gatedVolume{Volume: v, gate: gate, entered: entered} }
+		c, err := r.srpDial(t, srpLoginReq(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sentinel := pattern(4*bs, 0xee)
+		copy(c.data(0, 4*bs), sentinel)
+		// synced returns once the target has taken the IUs sent so far:
+		// a TEST UNIT READY sent after them is answered (the target takes
+		// a channel's IUs in order), so a job released afterwards ends
+		// after the task management function saw it running.
+		synced := func() { c.good("TEST UNIT READY", c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)), 0) }
+		read := func(lun uint16, lba uint32, off int) uint64 {
+			return c.post(c.in(srp.Cmd{LUN: scsi.EncodeLUN(lun), CDB: rw10(0x28, lba, 1, false)}, off, bs))
+		}
+
+		tag := read(lunVol0, 0, 0)
+		<-entered
+		abort := c.tmf(srp.TaskAbortTask, lunVol0, tag)
+		synced()
+		gate <- struct{}{}
+		c.tmfRsp("ABORT TASK of a running READ", abort, srp.TaskComplete, 2)
+
+		read(lunVol0, 1, 0)
+		read(lunVol0, 2, bs)
+		other := read(lunVol1, 3, 2*bs)
+		for range 3 {
+			<-entered
+		}
+		reset := c.tmf(srp.TaskLUNReset, lunVol0, 0)
+		synced()
+		for range 3 {
+			gate <- struct{}{}
+		}
+		// Two answers, in either order: the reset's and the other LUN's
+		// READ's; the aborted READs get none, and their credits come
+		// back with the next answers (four credits in all).
+		credits := uint32(0)
+		for range 2 {
+			b, _ := c.mustNext()
+			var rsp srp.Rsp
+			if err := rsp.Decode(b); err != nil {
+				t.Fatal(err)
+			}
+			switch rsp.Tag {
+			case other:
+				c.good("the other LUN's READ", rsp, 0)
+			case reset:
+				if rsp.Flags != srp.RspValid || rsp.Resp[3] != srp.TaskComplete {
+					t.Fatalf("LOGICAL UNIT RESET answered %+v, want FUNCTION COMPLETE", rsp)
+				}
+			default:
+				t.Fatalf("response for tag %#x: neither the reset %#x nor the other LUN's READ %#x", rsp.Tag, reset, other)
+			}
+			credits += rsp.ReqLimDelta
+		}
+		if credits != 4 {
+			t.Errorf("the reset and the other READ returned %d credits, want 4", credits)
+		}
+		if !bytes.Equal(c.data(0, 2*bs), sentinel[:2*bs]) {
+			t.Error("an aborted READ's data reached the initiator's memory")
+		}
+
+		c.tmfRsp("ABORT TASK of an unknown tag", c.tmf(srp.TaskAbortTask, lunVol0, 0x1234), srp.TaskComplete, 1)
+		c.tmfRsp("CLEAR ACA", c.tmf(srp.TaskClearACA, lunVol0, 0), srp.TaskNotSupported, 1)
+		close(gate)
+		c.good("TEST UNIT READY after task management", c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)), 0)
 		c.logout()
 	})
 }
