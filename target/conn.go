@@ -78,6 +78,9 @@ type conn struct {
 	resizeMu   sync.Mutex
 	resizes    map[string]int64
 	resizeWait []chan struct{}
+	// lunsChanged: the catalog's volumes changed (Target.CatalogChanged;
+	// conn_srp.go), for the run loop to tell an SRP session.
+	lunsChanged atomic.Bool
 	// signals counts closes of drainCh and killCh and sends on policyCh,
 	// each bumped after it: the busy loop reads it instead of selecting
 	// on the channels.
@@ -152,6 +155,9 @@ func (c *conn) onExternal(now int64) {
 	c.resizeMu.Unlock()
 	for name, size := range rs {
 		c.core.volumeResized(name, size)
+	}
+	if c.lunsChanged.Swap(false) {
+		c.core.srpLUNsChanged()
 	}
 	for _, w := range waits {
 		close(w)

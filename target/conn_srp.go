@@ -62,3 +62,10 @@ func (c *conn) srpOpen(names []string) {
 	}
 	c.core.srpAttach(vols)
 }
+
+// catalogChanged asks the run loop to tell an SRP session that the
+// catalog's volumes changed (core.srpLUNsChanged). It never blocks.
+func (c *conn) catalogChanged() {
+	c.lunsChanged.Store(true)
+	c.policyChanged()
+}

@@ -260,6 +260,9 @@ func (c *core) volumeResized(name string, size int64) {
 			c.p.trace(fmt.Sprintf("handle %d %s resized to %d (notice pending: %v)", ov.handle, name, size, ov.resized))
 		}
 	}
+	if c.srp != nil {
+		c.srpResized(name, size)
+	}
 }
 
 // peerGone reports that the connection ended under the core.

@@ -647,3 +647,42 @@ func (c *core) srpRespond(s *slot, st wire.Status, sense wire.Sense, k int) {
 	c.sent(s, transport.SendWR{ID: makeWRID(c.p.gen, kindResp, int(s.idx)), Opcode: transport.OpSend,
 		Flags: transport.FlagSignaled, SGL: s.sges[k : k+1]}, r.Status != uint8(scsi.StatusGood))
 }
+
+// srpResized gives the LUN of the volume named name its new size of size
+// bytes and raises CAPACITY DATA HAS CHANGED on the session's nexus for
+// it (SBC-3 4.6; Linux rereads the capacity on it). A size that is not a
+// whole number of blocks is cut to one (the store refuses such sizes).
+func (c *core) srpResized(name string, size int64) {
+	for i := range c.srp.luns {
+		lu := &c.srp.luns[i]
+		if lu.ov == nil || lu.ov.revoked || lu.ov.name != name || lu.dev.BlockSize == 0 {
+			continue
+		}
+		blocks := uint64(size) / uint64(lu.dev.BlockSize)
+		if blocks == lu.dev.Blocks {
+			continue
+		}
+		lu.dev.Blocks = blocks
+		lu.nexus.Raise(scsi.CapacityChanged)
+		if c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("LUN %d %s: %d blocks, unit attention %s", i, name, blocks, lu.nexus.Pending()))
+		}
+	}
+}
+
+// srpLUNsChanged raises REPORTED LUNS DATA HAS CHANGED on the session's
+// nexus for each of its logical units (SPC-4 6.33 asks for it on every
+// I_T nexus; Linux reports any of them as a rescan event).
+func (c *core) srpLUNsChanged() {
+	if c.srp == nil || c.state == connClosed {
+		return
+	}
+	for i := range c.srp.luns {
+		if lu := &c.srp.luns[i]; lu.ov != nil && !lu.ov.revoked {
+			lu.nexus.Raise(scsi.LUNsChanged)
+		}
+	}
+	if c.p.trace != nil {
+		c.p.trace("catalog changed: unit attention luns-changed on every LUN")
+	}
+}

@@ -114,6 +114,8 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		td.ScanArgs(t, "vol", &vol)
 		td.ScanArgs(t, "size", &size)
 		c.volumeResized(vol, size)
+	case "catalog-changed":
+		c.srpLUNsChanged()
 	case "drain":
 		c.drain(3)
 	case "peer-gone":

@@ -2,8 +2,10 @@ package target
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gosrp/gosrp/internal/scsi"
@@ -787,5 +789,61 @@ func TestSRPTaskManagement(t *testing.T) {
 		close(gate)
 		c.good("TEST UNIT READY after task management", c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)), 0)
 		c.logout()
+	})
+}
+
+// TestSRPUnitAttention: a volume resized under two SRP sessions (two
+// initiator ports) reports CAPACITY DATA HAS CHANGED once on each, on
+// its LUN only, and READ CAPACITY then says the new size; a catalog
+// change reports REPORTED LUNS DATA HAS CHANGED once on every LUN of
+// each session, INQUIRY leaving it pending (SAM-5 5.14).
+func TestSRPUnitAttention(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		var cs []*srpClient
+		for _, port := range []byte{1, 2} {
+			c, err := r.srpDial(t, srpLoginReq(port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, c)
+		}
+		tur := func(c *srpClient, lun uint16) srp.Rsp { return c.do(srpCmd(lun, 0, 0, 0, 0, 0, 0)) }
+		v, err := r.store.Open("vol1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Resize(2 * volSize); err != nil {
+			t.Fatal(err)
+		}
+		v.Close()
+		if err := r.tgt.VolumeResized(context.Background(), "vol1", 2*volSize); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cs {
+			c.good(fmt.Sprintf("session %d: TEST UNIT READY on another LUN", i), tur(c, lunVol0), 0)
+			c.checkSense(fmt.Sprintf("session %d: TEST UNIT READY after the resize", i), tur(c, lunVol1), scsi.SenseCapacityChanged)
+			c.good(fmt.Sprintf("session %d: TEST UNIT READY again", i), tur(c, lunVol1), 0)
+			clear(c.data(0, 8))
+			c.good("READ CAPACITY(10)", c.do(c.in(srpCmd(lunVol1, 0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0, 8)), 0)
+			if got := binary.BigEndian.Uint32(c.data(0, 4)); got != 2*volSize/bs-1 {
+				t.Errorf("session %d: READ CAPACITY(10) last LBA %d, want %d", i, got, 2*volSize/bs-1)
+			}
+		}
+
+		r.tgt.CatalogChanged()
+		c := cs[0]
+		waitFor(t, "the catalog change", func() bool {
+			// Only REPORTED LUNS DATA HAS CHANGED fails this one; INQUIRY
+			// leaves it pending.
+			return c.do(c.in(srpCmd(lunVol0, 0x12, 0, 0, 0, 36, 0), 0, 36)).Status == uint8(scsi.StatusGood) &&
+				tur(c, lunRO).Status == uint8(scsi.StatusCheckCondition)
+		})
+		c.checkSense("TEST UNIT READY on LUN 1 after the catalog change", tur(c, lunVol0), scsi.SenseLUNsChanged)
+		c.good("TEST UNIT READY on LUN 1 again", tur(c, lunVol0), 0)
+		c.checkSense("session 2: TEST UNIT READY after the catalog change", tur(cs[1], lunVol1), scsi.SenseLUNsChanged)
+		for _, c := range cs {
+			c.logout()
+		}
 	})
 }

@@ -172,6 +172,21 @@ func (t *Target) VolumeResized(ctx context.Context, volume string, size int64) e
 	return nil
 }
 
+// CatalogChanged tells the target that the catalog's list of volumes
+// changed (a volume or snapshot created or deleted). A gosrp session
+// sees it in its next LIST; every SRP session gets REPORTED LUNS DATA
+// HAS CHANGED as a unit attention on each of its logical units (SPC-4
+// 6.33), so that Linux rescans. Its LUNs stay those of its login
+// (docs/srp.md): the new volume is a LUN from the next login on.
+// CatalogChanged does not block.
+func (t *Target) CatalogChanged() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.conns {
+		c.catalogChanged()
+	}
+}
+
 // OpenSessions returns how many initiator sessions have the volume named
 // volume open: the channels (connections) of one session count once, and
 // so do several handles of one connection. A snapshot is a volume of its

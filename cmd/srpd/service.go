@@ -155,6 +155,7 @@ func (s *service) CreateVolume(req admin.CreateVolume) (admin.Volume, error) {
 	if err != nil {
 		return admin.Volume{}, s.spaceErr(fmt.Sprintf("volume %q", req.Name), 0, req.Size, err)
 	}
+	s.catalogChanged()
 	if err := v.Close(); err != nil {
 		return admin.Volume{}, blockErr(fmt.Sprintf("volume %q", req.Name), err)
 	}
@@ -226,7 +227,20 @@ func (s *service) DeleteVolume(name string) error {
 	if strings.Contains(name, "@") {
 		return admin.Errorf(admin.ErrInvalid, "%q is a snapshot: use 'srpd snapshot delete'", name)
 	}
-	return blockErr(fmt.Sprintf("volume %q", name), s.store.Delete(name))
+	err := s.store.Delete(name)
+	if err == nil {
+		s.catalogChanged()
+	}
+	return blockErr(fmt.Sprintf("volume %q", name), err)
+}
+
+// catalogChanged tells the target, if srpd serves one, that volumes or
+// snapshots came or went: SRP sessions get REPORTED LUNS DATA HAS
+// CHANGED (target.Target.CatalogChanged).
+func (s *service) catalogChanged() {
+	if s.tgt != nil {
+		s.tgt.CatalogChanged()
+	}
 }
 
 func (s *service) Snapshots(volume string) ([]admin.Snapshot, error) {
@@ -274,6 +288,7 @@ func (s *service) CreateSnapshot(volume, name string) (admin.Snapshot, error) {
 	if err != nil {
 		return admin.Snapshot{}, blockErr(fmt.Sprintf("snapshot %s@%s", volume, name), err)
 	}
+	s.catalogChanged()
 	return admin.Snapshot{Volume: x.Volume, Name: x.Name, Size: x.Size, BlockSize: x.BlockSize, Created: x.Created}, nil
 }
 
@@ -285,6 +300,9 @@ func (s *service) DeleteSnapshot(volume, name string) error {
 	err = sn.DeleteSnapshot(volume, name)
 	if nf := s.notFound(volume, name, err); nf != nil {
 		return nf
+	}
+	if err == nil {
+		s.catalogChanged()
 	}
 	return blockErr(fmt.Sprintf("snapshot %s@%s", volume, name), err)
 }
@@ -305,6 +323,7 @@ func (s *service) CloneSnapshot(volume, snap, name string) (admin.Volume, error)
 		return admin.Volume{}, blockErr(fmt.Sprintf("clone of %s@%s as %q", volume, snap, name), err)
 	}
 	v.Close()
+	s.catalogChanged()
 	return s.volume(name)
 }
 
