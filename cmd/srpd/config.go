@@ -56,6 +56,11 @@ type Config struct {
 	// block.PebbleOptions of the same names (0: the defaults).
 	SpaceReserve  Size    `json:"space_reserve" toml:"space_reserve"`
 	MaxOvercommit float64 `json:"max_overcommit" toml:"max_overcommit"`
+	// SRPIDExt and SRPIOCGUID are the SRP target port identifier's two
+	// halves in hex (srp.go): the id_ext and ioc_guid an ib_srp
+	// add_target line names. Empty: any is accepted.
+	SRPIDExt   string `json:"srp_id_ext" toml:"srp_id_ext"`
+	SRPIOCGUID string `json:"srp_ioc_guid" toml:"srp_ioc_guid"`
 }
 
 func defaultConfig() Config {
@@ -103,6 +108,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 		"refuse connections beyond `N` not logged in yet from one source host (0: the target default, 16; negative: no cap)")
 	fs.Var(&c.ShutdownTimeout, "shutdown-timeout", "on SIGTERM, the `DURATION` in-flight I/O may take to drain")
 	fs.Var(&c.SpaceReserve, "space-reserve", "free `SIZE` the pebble store keeps on its file system; writes fail with ENOSPC below it (0: max(64MiB, 1% of the file system), at most a quarter of it)")
+	fs.StringVar(&c.SRPIDExt, "srp-id-ext", c.SRPIDExt, "SRP target port identifier extension `ID`, 16 hex digits: the id_ext of the kernel ib_srp's add_target line (with --srp-ioc-guid; unset: any is accepted)")
+	fs.StringVar(&c.SRPIOCGUID, "srp-ioc-guid", c.SRPIOCGUID, "SRP I/O controller `GUID`, 16 hex digits (colons allowed): the ioc_guid of ib_srp's add_target line (with --srp-id-ext)")
 	fs.Float64Var(&c.MaxOvercommit, "max-overcommit", c.MaxOvercommit, "volume sizes may total at most `RATIO` times the file system's size (thin provisioning; 0: 10, negative: unbounded)")
 }
 

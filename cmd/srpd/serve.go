@@ -196,6 +196,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.SpaceReserve < 0 {
 		return cli.Usagef("--space-reserve %d: want a size >= 0", cfg.SpaceReserve)
 	}
+	srpPort, err := cfg.srpTargetPort()
+	if err != nil {
+		return err
+	}
 	// Everything that can be refused by the host (the ports, the metrics
 	// address) is taken before the store is opened, so a failed start
 	// leaves the disk as it found it: no data directory, no vol0.
@@ -266,7 +270,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Name: cfg.Name, Catalog: storecatalog.Catalog{Store: store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
-		Logger: log,
+		SRPTargetPortID: srpPort, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -279,6 +283,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	svc := &service{store: store, access: acc, tgt: tgt, status: admin.Status{
 		Target: cfg.Name, Listen: ln.Addr(), Provider: cfg.Provider, Metrics: cfg.Metrics, Data: cfg.Data, Started: time.Now(), ACLLive: true,
+		SRP: srpStatus(srpPort, ln.Addr()),
 	}}
 	sockPath := filepath.Join(cfg.Data, admin.SocketName)
 	// The store is ours (pebble's lock), so a socket file left here is stale.

@@ -31,6 +31,9 @@ func statusCommand() *cli.Command {
 				if st.Metrics != "" {
 					fmt.Fprintf(w, ", metrics http://%s/metrics", st.Metrics)
 				}
+				if st.SRP != nil {
+					fmt.Fprintf(w, "\n%s", srpStatusLine(st.SRP))
+				}
 				fmt.Fprintf(w, "\nconnections %d (accepted %d, rejected %d, violations %d), credits in use %d\n",
 					st.Connections, st.Accepted, st.Rejected, st.Violations, st.CreditsInUse)
 				if sp := st.Space; sp != nil {

@@ -175,6 +175,22 @@ type Status struct {
 	// Space is the store's file system (nil for a store that does not
 	// measure it, such as the memory backend).
 	Space *Space `json:"space,omitempty"`
+	// SRP is the target port the kernel's SRP initiator logs in to (nil
+	// when srpd serves no target).
+	SRP *SRPPort `json:"srp,omitempty"`
+}
+
+// SRPPort is the T10 SRP target port identifier srpd answers to, and
+// how a Linux host names it.
+type SRPPort struct {
+	// IDExt and IOCGUID are its two halves, 16 hex digits each.
+	IDExt   string `json:"id_ext"`
+	IOCGUID string `json:"ioc_guid"`
+	// Any: none is configured, so every identifier is accepted.
+	Any bool `json:"any"`
+	// AddTarget is the line to write to ib_srp's add_target file
+	// (/sys/class/infiniband_srp/srp-DEVICE-PORT/add_target).
+	AddTarget string `json:"add_target"`
 }
 
 // Space is a store's free space and thin-provisioning totals.
