@@ -1,8 +1,11 @@
 #!/bin/sh
-# srp-guest.sh: runs INSIDE the srp guest (srp.sh). srpd serves a memory
-# volume over rxe; the kernel's ib_srp logs in to it with add_target and
-# the volume must appear as a SCSI disk that takes writes and reads back
-# what was written. Leaves its logs in /mnt/out; exits non-zero on failure.
+# srp-guest.sh: runs INSIDE the srp guest (srp.sh). srpd serves a file
+# volume (on a tmpfs) over rxe; the kernel's ib_srp logs in to it with the add_target
+# line srpd status prints, and the volume must appear as a SCSI disk that
+# takes writes and reads back what was written, discards, grows under
+# the host, and survives srpd being SIGKILLed and restarted under a
+# mounted ext4 (ib_srp reconnecting). Leaves its logs in /mnt/out; exits
+# non-zero on failure.
 export PATH=/mnt:/usr/sbin:/usr/bin:/sbin:/bin
 O=/mnt/out
 mkdir -p $O
@@ -11,23 +14,45 @@ PORT=4450
 say() { echo "[$(cut -d' ' -f1 /proc/uptime)] $*" | tee -a $O/steps.log; }
 fail() { say "FAIL: $*"; dmesg | grep -i -E "srp|scsi|sd " | tail -20 | tee -a $O/steps.log; exit 1; }
 
-mkdir -m 700 -p /tmp/srpd
-srpd --provider ibverbs --listen $IP:$PORT --backend memory --data /tmp/srpd --default-volume-size 64MiB --log-level debug > $O/srpd.log 2>&1 &
-SRPD=$!
-i=0
-until grep -q msg=serving $O/srpd.log; do
-  i=$((i + 1)); [ $i -gt 200 ] && fail "srpd not serving: $(tail -3 $O/srpd.log)"; sleep 0.3
-done
-say "srpd serving on $IP:$PORT"
-modprobe ib_srp && modprobe sd_mod || fail "modprobe"
 GUID=$(tr -d : < /sys/class/infiniband/rxe0/node_guid)
-echo "id_ext=$GUID,ioc_guid=$GUID,dest=$IP:$PORT" > /sys/class/infiniband_srp/srp-rxe0-1/add_target || fail "add_target refused"
+# The store is the file backend on a tmpfs: it outlives srpd's process,
+# deallocates (hole punching), and, unlike pebble, keeps no space
+# reserve that a small guest file system cannot meet.
+mkdir -m 700 -p /tmp/srpd
+mount -t tmpfs -o size=768m,mode=700 tmpfs /tmp/srpd || fail "tmpfs for the store"
+# start_srpd LOG: srpd on the store in /tmp/srpd, the target port named
+# by the node GUID.
+start_srpd() {
+  srpd --provider ibverbs --listen $IP:$PORT --backend file --data /tmp/srpd --default-volume-size 64MiB \
+    --srp-id-ext $GUID --srp-ioc-guid "$(cat /sys/class/infiniband/rxe0/node_guid)" --log-level debug > $1 2>&1 &
+  SRPD=$!
+  i=0
+  until grep -q msg=serving $1 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 200 ] && fail "srpd not serving: $(tail -3 $1)"; sleep 0.3
+  done
+}
+start_srpd $O/srpd.log
+say "srpd serving on $IP:$PORT"
+# reconnect_delay: ib_srp logs in again by itself when srpd comes back;
+# fast_io_fail_tmo and dev_loss_tmo leave the restart time to do so
+# (module parameters, the defaults of each port's sysfs attributes).
+modprobe ib_srp reconnect_delay=2 fast_io_fail_tmo=60 dev_loss_tmo=120 && modprobe sd_mod || fail "modprobe"
+LINE=$(srpd status --data /tmp/srpd | sed -n 's/.*ib_srp add_target: //p')
+[ "$LINE" = "id_ext=$GUID,ioc_guid=$GUID,dest=$IP:$PORT" ] || fail "srpd status add_target line '$LINE'"
+echo "$LINE" > /sys/class/infiniband_srp/srp-rxe0-1/add_target || fail "add_target refused"
+say "add_target: $LINE (from srpd status)"
 i=0
 while ! ls /sys/block | grep -q '^sd' && [ $i -lt 60 ]; do i=$((i + 1)); sleep 0.5; done
 D=$(ls /sys/block | grep '^sd' | head -1)
 [ -n "$D" ] || fail "no disk appeared"
 say "disk /dev/$D: $(cat /sys/block/$D/size) sectors of $(cat /sys/block/$D/queue/logical_block_size) bytes; vendor '$(cat /sys/block/$D/device/vendor 2>/dev/null)' model '$(cat /sys/block/$D/device/model 2>/dev/null)'"
 echo 15 > /sys/block/$D/device/timeout
+if command -v sg_vpd > /dev/null; then
+  { sg_inq /dev/$D; sg_vpd -p di /dev/$D; sg_vpd -p bl /dev/$D; sg_vpd -p lbpv /dev/$D; sg_readcap -l /dev/$D; } > $O/sg.log 2>&1 || fail "sg3-utils: $(tail -5 $O/sg.log)"
+  grep -q 'LBPU): 1' $O/sg.log || fail "VPD 0xB2 does not offer UNMAP: $(grep -A8 'provisioning' $O/sg.log)"
+  grep -q 'LBPME)=1' $O/sg.log || grep -q 'lbpme=1' $O/sg.log || fail "READ CAPACITY(16) without LBPME: $(tail -12 $O/sg.log)"
+  say "sg_inq, sg_vpd di/bl/lbpv, sg_readcap: NAA $(grep -A1 'designator type: NAA' $O/sg.log | tail -1 | tr -d ' '); thin provisioning with UNMAP"
+fi
 # One request of each size first, so a failure says which size fails.
 for bs in 4k 8k 64k 128k 256k 512k; do
   if timeout 60 dd if=/dev/urandom of=/dev/$D bs=$bs count=1 oflag=direct 2>/dev/null; then say "write of $bs: ok"; else say "write of $bs: FAILED"; fi
@@ -43,13 +68,60 @@ if command -v fio > /dev/null; then
   fio --name=verify --filename=/dev/$D --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=32 --size=32m --verify=crc32c --do_verify=1 > $O/fio-verify.log 2>&1 || fail "fio verify: $(tail -5 $O/fio-verify.log)"
   say "fio randwrite QD32 with crc32c verify: $(grep -o 'IOPS=[^,]*' $O/fio-verify.log | head -2 | tr '\n' ' ')"
 fi
+
+# Discard: the volume deallocates, so the kernel must offer discard, and
+# a discarded range reads back as zeros while its neighbours keep their
+# data.
+DMAX=$(cat /sys/block/$D/queue/discard_max_bytes)
+[ "$DMAX" -gt 0 ] || fail "no discard on /dev/$D (discard_max_bytes 0)"
+dd if=/tmp/pattern of=/dev/$D bs=1M count=4 oflag=direct 2>> $O/steps.log || fail "write before discard"
+blkdiscard -o 1048576 -l 2097152 /dev/$D || fail "blkdiscard"
+head -c 2097152 /dev/zero > /tmp/zero2m
+dd if=/dev/$D of=/tmp/back bs=1M count=4 iflag=direct 2>> $O/steps.log || fail "read after discard"
+dd if=/tmp/back of=/tmp/mid bs=1M skip=1 count=2 2>/dev/null
+cmp /tmp/mid /tmp/zero2m || fail "a discarded range does not read as zeros"
+cmp -n 1048576 /tmp/back /tmp/pattern || fail "discard touched the MiB before the range"
+dd if=/tmp/back of=/tmp/last bs=1M skip=3 count=1 2>/dev/null
+dd if=/tmp/pattern of=/tmp/plast bs=1M skip=3 count=1 2>/dev/null
+cmp /tmp/last /tmp/plast || fail "discard touched the MiB after the range"
+say "blkdiscard of 2 MiB (discard_max_bytes $DMAX): reads back zeros, neighbours intact"
+
+# Resize under the host: srpd grows the volume, the next command on the
+# disk meets CAPACITY DATA HAS CHANGED, and a rescan gives the new size.
+srpd volume resize --data /tmp/srpd --size 96MiB vol0 >> $O/steps.log 2>&1 || fail "srpd volume resize"
+dd if=/dev/$D of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null
+echo 1 > /sys/block/$D/device/rescan
+i=0
+while [ "$(cat /sys/block/$D/size)" != 196608 ] && [ $i -lt 20 ]; do i=$((i + 1)); sleep 0.5; done
+[ "$(cat /sys/block/$D/size)" = 196608 ] || fail "after the resize the disk has $(cat /sys/block/$D/size) sectors, want 196608"
+UA=no
+dmesg | grep -qi "capacity data has changed" && UA=yes
+say "volume resized to 96 MiB under the host: /dev/$D has $(cat /sys/block/$D/size) sectors after a rescan (unit attention logged: $UA)"
 if command -v mkfs.ext4 > /dev/null; then
   mkfs.ext4 -q -F /dev/$D > $O/mkfs.log 2>&1 || fail "mkfs.ext4: $(tail -3 $O/mkfs.log)"
   modprobe ext4
   mkdir -p /tmp/m && mount /dev/$D /tmp/m || fail "mount"
-  cp /tmp/pattern /tmp/m/file && sync && umount /tmp/m || fail "file write"
+  cp /tmp/pattern /tmp/m/file && sync || fail "file write"
+  say "ext4 made and mounted, a file written and synced"
+  # srpd SIGKILLed under the mounted filesystem and started again on the
+  # same store: ib_srp reconnects (reconnect_delay) and the disk goes on.
+  kill -9 $SRPD
+  wait $SRPD 2>/dev/null
+  say "srpd SIGKILLed"
+  start_srpd $O/srpd-restarted.log
+  say "srpd restarted"
+  i=0
+  until grep -qx running /sys/class/srp_remote_ports/*/state 2>/dev/null && grep -q "msg=login " $O/srpd-restarted.log; do
+    i=$((i + 1)); [ $i -gt 120 ] && fail "ib_srp did not reconnect: rport $(cat /sys/class/srp_remote_ports/*/state 2>/dev/null)"; sleep 0.5
+  done
+  say "ib_srp reconnected after $((i / 2)) s: $(dmesg | grep -i reconnect | tail -1)"
+  cp /tmp/pattern /tmp/m/file2 && sync || fail "write after the restart"
+  echo 3 > /proc/sys/vm/drop_caches
+  cmp /tmp/pattern /tmp/m/file || fail "the file synced before the kill differs after the restart"
+  cmp /tmp/pattern /tmp/m/file2 || fail "the file written after the restart differs"
+  umount /tmp/m || fail "umount"
   e2fsck -fn /dev/$D > $O/fsck.log 2>&1 || fail "e2fsck: $(tail -5 $O/fsck.log)"
-  say "ext4 made, a file written, unmounted, e2fsck -fn clean"
+  say "after the restart: both files intact, unmounted, e2fsck -fn clean"
 fi
 kill $SRPD
 say "PASS"

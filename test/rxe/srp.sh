@@ -1,12 +1,17 @@
 #!/bin/bash
 # test/rxe/srp.sh: the Linux kernel's SRP initiator (ib_srp) against srpd
-# over rxe, in one boot of a guest that carries ib_srp, sd_mod, fio and
-# e2fsprogs: add_target, the volume as /dev/sdX, 4 MiB written and read
-# back, fio randwrite with crc32c verification, mkfs.ext4 + a file +
-# e2fsck -fn. Exits non-zero on failure. Needs root; the guest lives in
-# $GOSRP_RXE_SRP_DIR (default /var/cache/gosrp-rxe-srp). OUT keeps the logs.
+# over rxe, in one boot of a guest that carries ib_srp, sd_mod, fio,
+# e2fsprogs and sg3-utils: add_target from the line srpd status prints,
+# the volume as /dev/sdX (sg_inq, sg_vpd, sg_readcap), 4 MiB written and
+# read back, fio randwrite with crc32c verification, blkdiscard read back
+# as zeros, a resize seen after a rescan, mkfs.ext4 + a file synced, srpd
+# SIGKILLed and restarted while mounted with ib_srp reconnecting, both
+# files intact and e2fsck -fn clean. Exits non-zero on failure. Needs
+# root; the guest lives in $GOSRP_RXE_SRP_DIR (default
+# /var/cache/gosrp-rxe-srp), rebuilt when the package list changes. OUT
+# keeps the logs.
 export GOSRP_RXE_DIR=${GOSRP_RXE_SRP_DIR:-/var/cache/gosrp-rxe-srp}
-export GOSRP_RXE_EXTRA_PKGS="fio e2fsprogs"
+export GOSRP_RXE_EXTRA_PKGS="fio e2fsprogs sg3-utils"
 export GOSRP_RXE_EXTRA_MODS="ib_srp sd_mod scsi_transport_srp ext4"
 . "$(dirname "$0")/common.sh"
 ROOT=$(cd "$RXE_SCRIPTS/../.." && pwd)
