@@ -11,7 +11,7 @@ import (
 )
 
 func TestCreateValidation(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range apiBackends() {
 		t.Run(be.name, func(t *testing.T) {
 			s := be.open(t, t.TempDir())
 			defer s.Close()
@@ -62,7 +62,7 @@ func TestCreateValidation(t *testing.T) {
 }
 
 func TestIOErrors(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range apiBackends() {
 		t.Run(be.name, func(t *testing.T) {
 			s := be.open(t, t.TempDir())
 			defer s.Close()
@@ -105,7 +105,7 @@ func TestIOErrors(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range apiBackends() {
 		t.Run(be.name, func(t *testing.T) {
 			s := be.open(t, t.TempDir())
 			v, err := s.Create("v", 4*4096, 0)
@@ -144,8 +144,9 @@ func TestCaps(t *testing.T) {
 		"memory": CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot | CapImmediate,
 		"file":   CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapPersistent,
 		"pebble": CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot | CapPersistent,
+		"rbd":    CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot | CapPersistent,
 	}
-	for _, be := range backends() {
+	for _, be := range apiBackends() {
 		t.Run(be.name, func(t *testing.T) {
 			s := be.open(t, t.TempDir())
 			defer s.Close()
@@ -167,7 +168,7 @@ func TestCaps(t *testing.T) {
 }
 
 func TestConcurrentIO(t *testing.T) {
-	for _, be := range backends() {
+	for _, be := range apiBackends() {
 		t.Run(be.name, func(t *testing.T) {
 			s := be.open(t, t.TempDir())
 			defer s.Close()

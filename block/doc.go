@@ -1,6 +1,7 @@
 // Package block provides gosrp's volumes: fixed-block-size virtual disks
 // with an io.ReaderAt / io.WriterAt shape plus Flush, a FUA write, Discard,
-// WriteZeroes and Resize, stored by one of three backends. It knows nothing
+// WriteZeroes and Resize, stored by one of three backends (four with the
+// build tags ceph and pacific: rbd, see below). It knows nothing
 // of RDMA; the target consumes the Volume interface and cmd/srpd picks a
 // backend by name with OpenStore.
 //
@@ -51,6 +52,44 @@
 // group-commit helper (syncGroup) so concurrent callers share fsyncs; a
 // failed fdatasync is sticky. Memory: Flush and FUA succeed trivially and
 // the volumes do not report CapPersistent.
+//
+// # Ceph RBD
+//
+// Built with -tags ceph,pacific (cgo, librbd-dev and librados-dev from
+// Debian 12's Ceph 16.2, through github.com/ceph/go-ceph pinned at
+// v0.34.0, its last version that serves Pacific), OpenRBDStore opens a
+// pool (and optionally an RBD namespace) of a Ceph cluster as a store;
+// without the tags it fails with ErrUnsupported and the build stays pure
+// Go. A volume is an RBD image whose block size is kept in its image
+// metadata; ReadAt and WriteAt are rbd_read and rbd_write; Flush is
+// rbd_flush (librbd's cache written back and acknowledged by the OSDs);
+// WriteAtFUA is a write then rbd_flush, librbd having no per-request FUA;
+// Discard is rbd_discard with rbd_skip_partial_discard off, so that the
+// range reads as zeros; WriteZeroes is rbd_writesame of a zero block,
+// which librbd turns into a discard; Resize is rbd_resize. Snapshots are
+// RBD snapshots, clones RBD clones of format 2 (a snapshot with clones
+// can be deleted: it waits in the snapshot trash; a volume whose
+// snapshots clones still need goes to the RBD trash when deleted).
+// Allocated is rbd_diff_iterate2 with whole-object granularity, answered
+// by the object map: runs of whole RBD objects (4 MiB). Errors carry
+// librbd's errno and the sentinel it means (EBUSY: ErrBusy, ENOSPC:
+// ErrNoSpace, ...).
+//
+// Fencing: with RBDOptions.Exclusive, opening a volume takes the image's
+// exclusive lock and keeps it (librbd never hands it over on request;
+// another client's write fails with EROFS). LockBreaker.BreakLock breaks
+// another client's lock, which blocklists that client on the cluster: its
+// next I/O fails with ErrFenced (ESHUTDOWN), so no write of an old owner
+// lands after the new owner took the volume.
+//
+// The rbd tests need a cluster: test/ceph/cluster.sh starts a one-monitor,
+// one-OSD cluster in a temporary directory, and with CEPH_CONF set
+//
+//	go test -tags ceph,pacific ./block
+//
+// runs the API tests (api_test.go) and the model (shorter for rbd)
+// against it too, each test in an RBD namespace of its own; without
+// CEPH_CONF they skip saying so.
 //
 // # Out of space
 //

@@ -35,6 +35,12 @@ var (
 	// syscall.ENOSPC too (errors.Is), so layers that do not import block
 	// (the target) recognise it.
 	ErrNoSpace error = noSpaceError{}
+	// ErrFenced reports I/O on a volume that another client took away
+	// (rbd: it broke this client's exclusive lock, which blocklisted it,
+	// or holds the lock itself): nothing this handle writes reaches the
+	// volume any more. It matches syscall.ESHUTDOWN too (errors.Is), the
+	// errno Ceph gives a blocklisted client.
+	ErrFenced error = fencedError{}
 	// ErrCorrupt reports a stored record that cannot be decoded or is inconsistent.
 	ErrCorrupt = errors.New("block: corrupt record")
 	// ErrFormatVersion reports a store or record written by a newer format than this code reads.
@@ -49,3 +55,11 @@ func (noSpaceError) Error() string { return "block: no space" }
 
 // Is makes errors.Is(ErrNoSpace, syscall.ENOSPC) true.
 func (noSpaceError) Is(target error) bool { return target == syscall.ENOSPC }
+
+// fencedError is ErrFenced's type, Is-able as syscall.ESHUTDOWN.
+type fencedError struct{}
+
+func (fencedError) Error() string { return "block: fenced (another client owns the volume)" }
+
+// Is makes errors.Is(ErrFenced, syscall.ESHUTDOWN) true.
+func (fencedError) Is(target error) bool { return target == syscall.ESHUTDOWN }

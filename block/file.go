@@ -134,25 +134,7 @@ func (s *FileStore) Create(name string, size int64, blockSize int) (Volume, erro
 		return nil, err
 	}
 	c.st, c.meta = s, m
-	return s.openCoreLocked(c), nil
-}
-
-func (s *FileStore) openCoreLocked(c *fileCore) Volume {
-	s.open[c.nm] = c
-	s.refs[c]++
-	return newHandle(c, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if !s.unrefLocked(c) {
-			return
-		}
-		if s.open[c.nm] == c {
-			delete(s.open, c.nm)
-		}
-		c.mu.Lock()
-		c.closeLocked()
-		c.mu.Unlock()
-	})
+	return openNamedLocked(&s.storeState, s.open, c), nil
 }
 
 // Open implements Store. The file's length is set to the recorded size, which
@@ -163,7 +145,7 @@ func (s *FileStore) Open(name string) (Volume, error) {
 	}
 	defer s.mu.Unlock()
 	if c := s.open[name]; c != nil {
-		return s.openCoreLocked(c), nil
+		return openNamedLocked(&s.storeState, s.open, c), nil
 	}
 	if err := checkName("volume", name); err != nil {
 		return nil, err
@@ -190,7 +172,7 @@ func (s *FileStore) Open(name string) (Volume, error) {
 		return nil, err
 	}
 	c.st, c.meta = s, m
-	return s.openCoreLocked(c), nil
+	return openNamedLocked(&s.storeState, s.open, c), nil
 }
 
 // List implements Store.
@@ -258,15 +240,7 @@ func (s *FileStore) Close() error {
 	}
 	defer s.mu.Unlock()
 	s.closed = true
-	var err error
-	for _, c := range s.open {
-		c.mu.Lock()
-		if e := c.closeLocked(); err == nil {
-			err = e
-		}
-		c.mu.Unlock()
-	}
-	return err
+	return closeAllLocked(s.open)
 }
 
 // OpenFileVolume opens an existing regular file or block device as a

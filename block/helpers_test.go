@@ -31,6 +31,14 @@ func backends() []backend {
 	}
 }
 
+// extraAPIBackends are backends that only some builds have (rbd, with
+// the build tags ceph and pacific); the API tests run against them too.
+var extraAPIBackends []backend
+
+// apiBackends is backends plus extraAPIBackends: the stores the API tests
+// (api_test.go) specify.
+func apiBackends() []backend { return append(backends(), extraAPIBackends...) }
+
 // seedFrom returns the seed from the environment variable name (for
 // replay) or a fresh one, and logs it.
 func seedFrom(t testing.TB, name string) int64 { return testenv.Seed(t, name) }

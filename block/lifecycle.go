@@ -96,3 +96,51 @@ func (c *coreState) usable(what string, write bool) error {
 	}
 	return nil
 }
+
+// namedCore is a core that a store keeps by name in a map of open cores
+// (file, rbd): its coreState's lock guards the close.
+type namedCore interface {
+	comparable
+	core
+	state() *coreState
+	closeLocked() error
+}
+
+func (c *coreState) state() *coreState { return c }
+
+// openNamedLocked records c as open under its name and returns a new
+// handle on it; the last handle's Close forgets c and closes it.
+// REQUIRES: s.mu.
+func openNamedLocked[C namedCore](s *storeState[C], open map[string]C, c C) Volume {
+	open[c.name()] = c
+	s.refs[c]++
+	return newHandle(c, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.unrefLocked(c) {
+			return
+		}
+		if open[c.name()] == c {
+			delete(open, c.name())
+		}
+		st := c.state()
+		st.mu.Lock()
+		_ = c.closeLocked()
+		st.mu.Unlock()
+	})
+}
+
+// closeAllLocked closes every open core (a store's Close) and returns
+// the first error. REQUIRES: the store's mu.
+func closeAllLocked[C namedCore](open map[string]C) error {
+	var err error
+	for _, c := range open {
+		st := c.state()
+		st.mu.Lock()
+		if e := c.closeLocked(); err == nil {
+			err = e
+		}
+		st.mu.Unlock()
+	}
+	return err
+}

@@ -1,0 +1,842 @@
+//go:build ceph && pacific
+
+package block
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+)
+
+// RBDSupported reports whether this build can open RBD stores.
+const RBDSupported = true
+
+// Image metadata keys (rbd image-meta) where the store keeps what RBD
+// itself does not: the block size the volume was created with and the
+// generation List reports. An image without them (made by rbd create)
+// opens with DefaultBlockSize, or 512 when its size is not a multiple.
+const (
+	rbdMetaBlockSize  = "gosrp.block_size"
+	rbdMetaGeneration = "gosrp.generation"
+)
+
+// RBDStore is the rbd backend: a store is a pool (and namespace) of a
+// Ceph cluster, a volume one RBD image, a snapshot an RBD snapshot, a
+// clone an RBD clone (format 2: the snapshot can be deleted while clones
+// depend on it; it waits in the snapshot trash for them). Data lives in the cluster, so CapPersistent; Flush is librbd's
+// flush (rbd_flush), which writes back librbd's cache and waits for the
+// OSDs' acknowledgements of everything written before it.
+type RBDStore struct {
+	o     RBDOptions
+	conn  *rados.Conn
+	ioctx *rados.IOContext
+
+	// storeState.mu serializes creates, deletes, snapshots and guards
+	// open. Lock order: mu before any rbdCore.mu.
+	storeState[*rbdCore]
+	open map[string]*rbdCore // by Name: "volume" or "volume@snapshot"
+}
+
+var (
+	_ Store       = (*RBDStore)(nil)
+	_ Snapshotter = (*RBDStore)(nil)
+	_ LockBreaker = (*RBDStore)(nil)
+)
+
+// rbdCore is an open image (or snapshot), shared by its handles.
+type rbdCore struct {
+	coreState
+	st  *RBDStore
+	img *rbd.Image
+	// zero is one zero block: WriteZeroes is librbd's writesame of it,
+	// which librbd turns into a discard of whole objects
+	// (rbd_discard_on_zeroed_write_same) without moving zero blocks.
+	zero []byte
+
+	// Guarded by mu:
+	sz  int64
+	gen uint64
+}
+
+// OpenRBDStore connects to the cluster o.ConfFile describes and opens
+// the pool (and namespace) as a store.
+func OpenRBDStore(o RBDOptions) (Store, error) {
+	s, err := openRBDStore(o)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func openRBDStore(o RBDOptions) (*RBDStore, error) {
+	what := "rbd store " + o.Pool
+	if o.Namespace != "" {
+		what += "/" + o.Namespace
+	}
+	if o.Pool == "" {
+		return nil, fmt.Errorf("block: rbd store: no pool given: %w", ErrInvalid)
+	}
+	user := o.User
+	if user == "" {
+		user = "admin"
+	}
+	conn, err := rados.NewConnWithUser(user)
+	if err != nil {
+		return nil, fmt.Errorf("block: %s: %w", what, err)
+	}
+	if o.ConfFile != "" {
+		err = conn.ReadConfigFile(o.ConfFile)
+	} else {
+		err = conn.ReadDefaultConfigFile()
+	}
+	// A discard must leave zeros (Volume.Discard): librbd skips the
+	// parts of a discard that do not cover a whole discard granule
+	// unless told not to.
+	// Clones are format 2: a snapshot needs no protection and can be
+	// deleted while clones depend on it (it moves to the snapshot trash
+	// until the last clone goes), as Snapshotter promises.
+	for _, kv := range [][2]string{{"rbd_skip_partial_discard", "false"}, {"rbd_default_clone_format", "2"}} {
+		if err == nil {
+			err = conn.SetConfigOption(kv[0], kv[1])
+		}
+	}
+	if err == nil {
+		err = conn.Connect()
+	}
+	if err != nil {
+		conn.Shutdown()
+		return nil, fmt.Errorf("block: %s: connect to the cluster (conf %q): %w", what, o.ConfFile, err)
+	}
+	ioctx, err := conn.OpenIOContext(o.Pool)
+	if err != nil {
+		conn.Shutdown()
+		return nil, fmt.Errorf("block: %s: open pool: %w", what, rbdErr(err))
+	}
+	if o.Namespace != "" {
+		ok, err := rbd.NamespaceExists(ioctx, o.Namespace)
+		if err == nil && !ok {
+			err = fmt.Errorf("namespace does not exist (rbd namespace create %s/%s): %w", o.Pool, o.Namespace, ErrNotFound)
+		}
+		if err != nil {
+			ioctx.Destroy()
+			conn.Shutdown()
+			return nil, fmt.Errorf("block: %s: %w", what, err)
+		}
+		ioctx.SetNamespace(o.Namespace)
+	}
+	return &RBDStore{o: o, conn: conn, ioctx: ioctx, storeState: newStoreState[*rbdCore](what), open: map[string]*rbdCore{}}, nil
+}
+
+// rbdErr adds the sentinel a caller acts on to an error of librados or
+// librbd, which carry a negative errno (ErrorCode).
+func rbdErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, rbd.ErrNotFound) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	var coded interface{ ErrorCode() int }
+	if !errors.As(err, &coded) {
+		return err
+	}
+	code := coded.ErrorCode()
+	if code < 0 {
+		code = -code
+	}
+	var sentinel error
+	switch syscall.Errno(code) {
+	case syscall.ENOENT:
+		sentinel = ErrNotFound
+	case syscall.EEXIST:
+		sentinel = ErrExists
+	case syscall.EBUSY, syscall.ENOTEMPTY:
+		sentinel = ErrBusy
+	case syscall.ESHUTDOWN, syscall.EROFS:
+		// ESHUTDOWN: this client is blocklisted (its lock was
+		// broken); EROFS: another client holds the exclusive lock
+		// and refused to hand it over.
+		sentinel = ErrFenced
+	case syscall.ENOSPC, syscall.EDQUOT:
+		sentinel = ErrNoSpace
+	case syscall.EINVAL:
+		sentinel = ErrInvalid
+	default:
+		return err
+	}
+	return fmt.Errorf("%w: %w", sentinel, err)
+}
+
+// Create implements Store.
+func (s *RBDStore) Create(name string, size int64, blockSize int) (Volume, error) {
+	bs, err := s.lockCreate(name, size, blockSize)
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	opts := rbd.NewRbdImageOptions()
+	defer opts.Destroy()
+	if err := rbd.CreateImage(s.ioctx, name, uint64(size), opts); err != nil {
+		return nil, fmt.Errorf("block: volume %q: create: %w", name, rbdErr(err))
+	}
+	return s.openNewLocked(name, bs, "create")
+}
+
+// openNewLocked opens an image just made (created or cloned), records
+// its block size and generation 1 and takes the lock an Exclusive store
+// wants; on failure it removes the image again. REQUIRES: s.mu.
+func (s *RBDStore) openNewLocked(name string, bs int, op string) (Volume, error) {
+	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	if err == nil {
+		err = img.SetMetadata(rbdMetaBlockSize, strconv.Itoa(bs))
+		if err == nil {
+			err = img.SetMetadata(rbdMetaGeneration, "1")
+		}
+		if err != nil {
+			_ = img.Close()
+		}
+	}
+	var size uint64
+	if err == nil {
+		if size, err = img.GetSize(); err != nil {
+			_ = img.Close()
+		}
+	}
+	if err != nil {
+		_ = rbd.RemoveImage(s.ioctx, name)
+		return nil, fmt.Errorf("block: volume %q: %s: %w", name, op, rbdErr(err))
+	}
+	c := &rbdCore{coreState: coreState{nm: name, bs: bs}, st: s, img: img, sz: int64(size), gen: 1, zero: make([]byte, bs)}
+	if err := s.lockExclusive(c); err != nil {
+		_ = img.Close()
+		return nil, err
+	}
+	return openNamedLocked(&s.storeState, s.open, c), nil
+}
+
+// lockExclusive takes the image's exclusive lock when the store is
+// Exclusive; a lock another client holds is ErrBusy (ErrFenced from
+// librbd's EROFS, which says the same from the writer's side).
+func (s *RBDStore) lockExclusive(c *rbdCore) error {
+	if !s.o.Exclusive || c.readOnly {
+		return nil
+	}
+	if err := c.img.LockAcquire(rbd.LockModeExclusive); err != nil {
+		return fmt.Errorf("block: volume %q: take the exclusive lock (held by another client?): %w: %w", c.nm, ErrBusy, err)
+	}
+	return nil
+}
+
+// openImage opens an image (snap empty) or one of its snapshots,
+// read-only, and reads its block size and generation.
+func (s *RBDStore) openImage(name, snap string) (*rbdCore, error) {
+	nm := name
+	var img *rbd.Image
+	var err error
+	if snap == "" {
+		img, err = rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	} else {
+		nm = name + "@" + snap
+		img, err = rbd.OpenImageReadOnly(s.ioctx, name, snap)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("block: volume %q: open: %w", nm, rbdErr(err))
+	}
+	size, err := img.GetSize()
+	if err != nil {
+		_ = img.Close()
+		return nil, fmt.Errorf("block: volume %q: open: %w", nm, rbdErr(err))
+	}
+	bs, gen := rbdImageMeta(img, int64(size))
+	c := &rbdCore{coreState: coreState{nm: nm, bs: bs, readOnly: snap != ""}, st: s, img: img, sz: int64(size) / int64(bs) * int64(bs), gen: gen, zero: make([]byte, bs)}
+	return c, nil
+}
+
+// rbdImageMeta reads the block size and generation the store recorded;
+// an image it did not create gets DefaultBlockSize (512 if its size is
+// not a multiple) and generation 1.
+func rbdImageMeta(img *rbd.Image, size int64) (bs int, gen uint64) {
+	bs, gen = DefaultBlockSize, 1
+	if size%int64(bs) != 0 {
+		bs = 512
+	}
+	if v, err := img.GetMetadata(rbdMetaBlockSize); err == nil {
+		if n, err := strconv.Atoi(v); err == nil && (n == 512 || n == 4096) {
+			bs = n
+		}
+	}
+	if v, err := img.GetMetadata(rbdMetaGeneration); err == nil {
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			gen = n
+		}
+	}
+	return bs, gen
+}
+
+// Open implements Store.
+func (s *RBDStore) Open(name string) (Volume, error) {
+	if err := s.lock("open " + name); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if c := s.open[name]; c != nil {
+		return openNamedLocked(&s.storeState, s.open, c), nil
+	}
+	if err := checkName("volume", name); err != nil {
+		return nil, err
+	}
+	c, err := s.openImage(name, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.lockExclusive(c); err != nil {
+		_ = c.img.Close()
+		return nil, err
+	}
+	return openNamedLocked(&s.storeState, s.open, c), nil
+}
+
+// List implements Store: every image of the pool (namespace), each opened
+// read-only for its size and the recorded block size.
+func (s *RBDStore) List() ([]VolumeInfo, error) {
+	if err := s.lock("list"); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	names, err := rbd.GetImageNames(s.ioctx)
+	if err != nil {
+		return nil, fmt.Errorf("block: %s: list: %w", s.what, rbdErr(err))
+	}
+	out := []VolumeInfo{}
+	for _, name := range names {
+		img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
+		if errors.Is(err, rbd.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("block: %s: list: volume %q: %w", s.what, name, rbdErr(err))
+		}
+		size, err := img.GetSize()
+		if err != nil {
+			_ = img.Close()
+			return nil, fmt.Errorf("block: %s: list: volume %q: %w", s.what, name, rbdErr(err))
+		}
+		bs, gen := rbdImageMeta(img, int64(size))
+		var created time.Time
+		if ts, err := img.GetCreateTimestamp(); err == nil {
+			created = time.Unix(ts.Sec, ts.Nsec)
+		}
+		_ = img.Close()
+		out = append(out, VolumeInfo{Name: name, Size: int64(size) / int64(bs) * int64(bs), BlockSize: bs, Created: created, Generation: gen})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Delete implements Store: the image's snapshots go first (a snapshot
+// that has clones keeps the volume: ErrBusy), then the image; an image
+// another client has open is ErrBusy too (librbd refuses it: EBUSY).
+func (s *RBDStore) Delete(name string) error {
+	if err := s.lock("delete " + name); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if err := checkName("volume", name); err != nil {
+		return err
+	}
+	if s.open[name] != nil || s.snapOpenLocked(name) {
+		return fmt.Errorf("block: volume %q: delete: %w", name, ErrBusy)
+	}
+	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		return fmt.Errorf("block: volume %q: delete: %w", name, rbdErr(err))
+	}
+	snaps, err := userSnaps(img)
+	for i := 0; err == nil && i < len(snaps); i++ {
+		err = removeSnap(img.GetSnapshot(snaps[i].Name))
+	}
+	if cerr := img.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = rbd.RemoveImage(s.ioctx, name)
+		if errors.Is(rbdErr(err), ErrBusy) && !s.watchedByOthers(name) {
+			// Snapshots that clones still depend on are in the
+			// snapshot trash and keep the image: it goes to the RBD
+			// trash instead, out of List and its name free, until
+			// rbd trash purge removes it after its last clone.
+			err = s.trashImage(name)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("block: volume %q: delete: %w", name, rbdErr(err))
+	}
+	return nil
+}
+
+// watchedByOthers reports whether another client has the image open.
+func (s *RBDStore) watchedByOthers(name string) bool {
+	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		return true
+	}
+	defer img.Close()
+	ws, err := img.ListWatchers()
+	return err != nil || len(ws) > 0
+}
+
+// trashImage moves an image to the RBD trash.
+func (s *RBDStore) trashImage(name string) error {
+	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		return err
+	}
+	defer img.Close()
+	return img.Trash(0)
+}
+
+// snapOpenLocked reports whether a snapshot of volume is open.
+// REQUIRES: s.mu.
+func (s *RBDStore) snapOpenLocked(volume string) bool {
+	for _, c := range s.open {
+		if c.readOnly && len(c.nm) > len(volume) && c.nm[:len(volume)+1] == volume+"@" {
+			return true
+		}
+	}
+	return false
+}
+
+// removeSnap unprotects (refused with EBUSY while clones depend on it)
+// and removes a snapshot.
+func removeSnap(sn *rbd.Snapshot) error {
+	if prot, err := sn.IsProtected(); err != nil {
+		return err
+	} else if prot {
+		if err := sn.Unprotect(); err != nil {
+			return err
+		}
+	}
+	return sn.Remove()
+}
+
+// Close implements Store: open handles then fail with ErrClosed, their
+// images are closed (which flushes librbd's cache and releases the
+// exclusive lock) and the cluster connection shut down.
+func (s *RBDStore) Close() error {
+	if err := s.lock("close"); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	s.closed = true
+	err := closeAllLocked(s.open)
+	s.ioctx.Destroy()
+	s.conn.Shutdown()
+	return err
+}
+
+// BreakLock implements LockBreaker.
+func (s *RBDStore) BreakLock(name string) error {
+	if err := s.lock("break lock " + name); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	var img *rbd.Image
+	if c := s.open[name]; c != nil {
+		img = c.img
+	} else {
+		if err := checkName("volume", name); err != nil {
+			return err
+		}
+		var err error
+		if img, err = rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot); err != nil {
+			return fmt.Errorf("block: volume %q: break lock: %w", name, rbdErr(err))
+		}
+		defer img.Close()
+	}
+	owners, err := img.LockGetOwners()
+	if err != nil {
+		return fmt.Errorf("block: volume %q: break lock: %w", name, rbdErr(err))
+	}
+	if mine, err := img.LockIsExclusiveOwner(); err == nil && mine {
+		return nil
+	}
+	for _, o := range owners {
+		if err := img.LockBreak(o.Mode, o.Owner); err != nil && !errors.Is(rbdErr(err), ErrNotFound) {
+			return fmt.Errorf("block: volume %q: break the lock of %s: %w", name, o.Owner, rbdErr(err))
+		}
+	}
+	return nil
+}
+
+// Snapshot implements Snapshotter.
+func (s *RBDStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
+	if err := s.lock("snapshot " + volume); err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer s.mu.Unlock()
+	if err := checkName("volume", volume); err != nil {
+		return SnapshotInfo{}, err
+	}
+	if err := checkName("snapshot", snap); err != nil {
+		return SnapshotInfo{}, err
+	}
+	what := fmt.Sprintf("volume %q: snapshot %q", volume, snap)
+	c := s.open[volume]
+	img := (*rbd.Image)(nil)
+	if c != nil {
+		// Writes hold c.mu shared: the snapshot waits for those in
+		// flight, and librbd's snapshot flushes its cache first.
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		img = c.img
+	} else {
+		var err error
+		if img, err = rbd.OpenImage(s.ioctx, volume, rbd.NoSnapshot); err != nil {
+			return SnapshotInfo{}, fmt.Errorf("block: %s: %w", what, rbdErr(err))
+		}
+		defer img.Close()
+	}
+	if _, err := img.CreateSnapshot(snap); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	size, err := img.GetSize()
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	bs, gen := rbdImageMeta(img, int64(size))
+	if err := img.SetMetadata(rbdMetaGeneration, strconv.FormatUint(gen+1, 10)); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	if c != nil {
+		c.gen = gen + 1
+	}
+	return SnapshotInfo{Volume: volume, Name: snap, Size: int64(size), BlockSize: bs, Created: time.Now()}, nil
+}
+
+// Snapshots implements Snapshotter.
+func (s *RBDStore) Snapshots(volume string) ([]SnapshotInfo, error) {
+	if err := s.lock("snapshots " + volume); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if err := checkName("volume", volume); err != nil {
+		return nil, err
+	}
+	img, err := rbd.OpenImageReadOnly(s.ioctx, volume, rbd.NoSnapshot)
+	if err != nil {
+		return nil, fmt.Errorf("block: volume %q: snapshots: %w", volume, rbdErr(err))
+	}
+	defer img.Close()
+	size, _ := img.GetSize()
+	bs, _ := rbdImageMeta(img, int64(size))
+	snaps, err := userSnaps(img)
+	if err != nil {
+		return nil, fmt.Errorf("block: volume %q: snapshots: %w", volume, rbdErr(err))
+	}
+	out := []SnapshotInfo{}
+	for _, sn := range snaps {
+		var created time.Time
+		if ts, err := img.GetSnapTimestamp(sn.Id); err == nil {
+			created = time.Unix(ts.Sec, ts.Nsec)
+		}
+		out = append(out, SnapshotInfo{Volume: volume, Name: sn.Name, Size: int64(sn.Size), BlockSize: bs, Created: created})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// OpenSnapshot implements Snapshotter.
+func (s *RBDStore) OpenSnapshot(volume, snap string) (Volume, error) {
+	if err := s.lock("open snapshot " + volume); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if c := s.open[volume+"@"+snap]; c != nil {
+		return openNamedLocked(&s.storeState, s.open, c), nil
+	}
+	if err := checkName("volume", volume); err != nil {
+		return nil, err
+	}
+	if err := checkName("snapshot", snap); err != nil {
+		return nil, err
+	}
+	c, err := s.openImage(volume, snap)
+	if err != nil {
+		return nil, err
+	}
+	return openNamedLocked(&s.storeState, s.open, c), nil
+}
+
+// DeleteSnapshot implements Snapshotter; a snapshot with clones is ErrBusy.
+func (s *RBDStore) DeleteSnapshot(volume, snap string) error {
+	if err := s.lock("delete snapshot " + volume); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if err := checkName("volume", volume); err != nil {
+		return err
+	}
+	if err := checkName("snapshot", snap); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("volume %q: delete snapshot %q", volume, snap)
+	if s.open[volume+"@"+snap] != nil {
+		return fmt.Errorf("block: %s: %w", what, ErrBusy)
+	}
+	img, err := rbd.OpenImage(s.ioctx, volume, rbd.NoSnapshot)
+	if err != nil {
+		return fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	defer img.Close()
+	if err := removeSnap(img.GetSnapshot(snap)); err != nil {
+		return fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	return nil
+}
+
+// Clone implements Snapshotter: an RBD clone (format 2) of the snapshot.
+func (s *RBDStore) Clone(volume, snap, newName string) (Volume, error) {
+	if err := s.lock("clone " + volume); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	for _, n := range [][2]string{{"volume", volume}, {"snapshot", snap}, {"volume", newName}} {
+		if err := checkName(n[0], n[1]); err != nil {
+			return nil, err
+		}
+	}
+	what := fmt.Sprintf("volume %q: clone %q to %q", volume, snap, newName)
+	parent, err := rbd.OpenImage(s.ioctx, volume, rbd.NoSnapshot)
+	if err != nil {
+		return nil, fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	size, _ := parent.GetSize()
+	bs, _ := rbdImageMeta(parent, int64(size))
+	snapSize, err := rbdSnapSize(parent, snap)
+	_ = parent.Close()
+	if err != nil {
+		return nil, fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	opts := rbd.NewRbdImageOptions()
+	defer opts.Destroy()
+	if snapSize == 0 {
+		// librbd refuses to attach a parent of size 0 (EINVAL); a
+		// clone of an empty snapshot is an empty volume.
+		err = rbd.CreateImage(s.ioctx, newName, 0, opts)
+	} else {
+		err = rbd.CloneImage(s.ioctx, volume, snap, s.ioctx, newName, opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	return s.openNewLocked(newName, bs, fmt.Sprintf("clone of %s@%s", volume, snap))
+}
+
+// userSnaps lists an image's own snapshots: rbd_snap_list also returns
+// those in the snapshot trash (deleted, kept for clones), named by UUIDs.
+func userSnaps(img *rbd.Image) ([]rbd.SnapInfo, error) {
+	all, err := img.GetSnapshotNames()
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, sn := range all {
+		if t, err := img.GetSnapNamespaceType(sn.Id); err == nil && t == rbd.SnapNamespaceTypeUser {
+			out = append(out, sn)
+		}
+	}
+	return out, nil
+}
+
+// rbdSnapSize is the size of an image's snapshot (ErrNotFound if none).
+func rbdSnapSize(img *rbd.Image, snap string) (uint64, error) {
+	snaps, err := userSnaps(img)
+	if err != nil {
+		return 0, err
+	}
+	for _, sn := range snaps {
+		if sn.Name == snap {
+			return sn.Size, nil
+		}
+	}
+	return 0, fmt.Errorf("snapshot %q: %w", snap, ErrNotFound)
+}
+
+// closeLocked closes the image once. REQUIRES: c.mu held exclusively.
+func (c *rbdCore) closeLocked() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	if err := c.img.Close(); err != nil {
+		return fmt.Errorf("block: volume %q: close: %w", c.nm, rbdErr(err))
+	}
+	return nil
+}
+
+func (c *rbdCore) size() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.sz
+}
+
+func (c *rbdCore) caps() Caps {
+	if c.readOnly {
+		return CapFlush | CapFUA | CapPersistent | CapSnapshot
+	}
+	return CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot | CapPersistent
+}
+
+func (c *rbdCore) readAt(p []byte, off int64) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := int64(len(p))
+	if err := c.checkReq("read", off, n, c.sz, false); err != nil {
+		return err
+	}
+	if _, err := c.img.ReadAt(p, off); err != nil {
+		return ioErr(c.nm, "read", n, off, rbdErr(err))
+	}
+	return nil
+}
+
+// writeAt is rbd_write, then for FUA rbd_flush: librbd has no
+// per-request FUA, and its flush covers this write and all before it.
+func (c *rbdCore) writeAt(p []byte, off int64, fua bool) error {
+	op := "write"
+	if fua {
+		op = "write-fua"
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := int64(len(p))
+	if err := c.checkReq(op, off, n, c.sz, true); err != nil {
+		return err
+	}
+	_, err := c.img.WriteAt(p, off)
+	if err == nil && fua {
+		err = c.img.Flush()
+	}
+	if err != nil {
+		return ioErr(c.nm, op, n, off, rbdErr(err))
+	}
+	return nil
+}
+
+func (c *rbdCore) flush() error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if err := c.usable("flush", false); err != nil {
+		return err
+	}
+	if c.readOnly {
+		return nil
+	}
+	if err := c.img.Flush(); err != nil {
+		return fmt.Errorf("block: volume %q: flush: %w", c.nm, rbdErr(err))
+	}
+	return nil
+}
+
+// discard is rbd_discard; with rbd_skip_partial_discard off (set when the
+// store connects) the range reads as zeros afterwards, whole objects are
+// deallocated and partial ones zeroed.
+func (c *rbdCore) discard(off, n int64) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if err := c.checkReq("discard", off, n, c.sz, true); err != nil {
+		return err
+	}
+	if _, err := c.img.Discard(uint64(off), uint64(n)); err != nil {
+		return ioErr(c.nm, "discard", n, off, rbdErr(err))
+	}
+	return nil
+}
+
+// writeZeroes is rbd_writesame of a zero block, which librbd (Pacific
+// has no rbd_write_zeroes binding in go-ceph) turns into a discard.
+func (c *rbdCore) writeZeroes(off, n int64) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if err := c.checkReq("write-zeroes", off, n, c.sz, true); err != nil {
+		return err
+	}
+	if _, err := c.img.WriteSame(uint64(off), uint64(n), c.zero, 0); err != nil {
+		return ioErr(c.nm, "write-zeroes", n, off, rbdErr(err))
+	}
+	return nil
+}
+
+// resize is rbd_resize (a shrink drops the objects beyond the new end, so
+// growing again exposes zeros), then the generation is recorded.
+func (c *rbdCore) resize(n int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usable(fmt.Sprintf("resize to %d", n), true); err != nil {
+		return err
+	}
+	if err := checkSize(c.nm, n, c.bs); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("volume %q: resize to %d", c.nm, n)
+	if err := c.img.Resize(uint64(n)); err != nil {
+		return fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	c.sz = n
+	c.gen++
+	if err := c.img.SetMetadata(rbdMetaGeneration, strconv.FormatUint(c.gen, 10)); err != nil {
+		return fmt.Errorf("block: %s: record generation: %w", what, rbdErr(err))
+	}
+	return nil
+}
+
+// allocated asks librbd's diff-iterate from the image's creation with
+// whole-object granularity, which the object map answers without reading
+// data (fast-diff); runs are whole RBD objects (4 MiB by default), more
+// than the truth, never less. A clone includes its parent's data.
+func (c *rbdCore) allocated(off, end int64, yield func(off, end int64) bool) (int64, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return 0, ioErr(c.nm, "allocated", end-off, off, ErrClosed)
+	}
+	end = min(end, c.sz)
+	if off >= end {
+		return off, nil
+	}
+	bs := int64(c.bs)
+	stopped := int64(-1)
+	err := c.img.DiffIterate(rbd.DiffIterateConfig{
+		Offset:        uint64(off),
+		Length:        uint64(end - off),
+		IncludeParent: rbd.IncludeParent,
+		WholeObject:   rbd.EnableWholeObject,
+		Callback: func(o, l uint64, exists int, _ interface{}) int {
+			if exists == 0 {
+				return 0
+			}
+			from, to := max(int64(o)/bs*bs, off), min((int64(o+l)+bs-1)/bs*bs, end)
+			if to <= from {
+				return 0
+			}
+			if !yield(from, to) {
+				stopped = to
+				return 1
+			}
+			return 0
+		},
+	})
+	if stopped >= 0 {
+		return stopped, nil
+	}
+	if err != nil {
+		return 0, ioErr(c.nm, "allocated", end-off, off, rbdErr(err))
+	}
+	return end, nil
+}

@@ -1,0 +1,37 @@
+package block
+
+// RBDOptions tells OpenRBDStore which Ceph cluster, pool and namespace
+// hold the store's volumes and how to open them.
+type RBDOptions struct {
+	// ConfFile is the ceph.conf to read; empty means librados's own
+	// search (the CEPH_CONF environment variable, then /etc/ceph/ceph.conf).
+	ConfFile string
+	// User is the Ceph client name without "client." (empty: "admin").
+	User string
+	// Pool holds the images (required).
+	Pool string
+	// Namespace is an RBD namespace inside Pool (optional; it must exist:
+	// rbd namespace create POOL/NAMESPACE).
+	Namespace string
+	// Exclusive makes every volume the store opens (Create, Open) take the
+	// image's exclusive lock before it returns, and keep it: librbd's
+	// managed lock in exclusive mode never hands the lock over when another
+	// client asks, so another client's write fails instead of taking it.
+	// Open fails with ErrBusy while another client holds the lock; only
+	// LockBreaker.BreakLock takes it away, blocklisting the old owner, whose
+	// next I/O fails with ErrFenced. A gateway serving an image sets it.
+	Exclusive bool
+}
+
+// LockBreaker is implemented by stores whose volumes other processes can
+// hold open (rbd): it takes a volume away from whoever holds it, so that
+// a new owner can serve it without an old one's late writes landing after
+// the new one's.
+type LockBreaker interface {
+	// BreakLock breaks every exclusive lock another client holds on the
+	// volume and blocklists those clients on the cluster (librbd's
+	// rbd_lock_break): from its return on, no I/O of theirs reaches the
+	// volume, and theirs fails with ErrFenced. It is a no-op when nobody
+	// else holds the lock.
+	BreakLock(volume string) error
+}
