@@ -61,6 +61,12 @@ type Config struct {
 	// add_target line names. Empty: any is accepted.
 	SRPIDExt   string `json:"srp_id_ext" toml:"srp_id_ext"`
 	SRPIOCGUID string `json:"srp_ioc_guid" toml:"srp_ioc_guid"`
+	// RBDPool, RBDNamespace and CephConf place the rbd backend's volumes
+	// (block.RBDOptions); the data directory then holds only the admin
+	// socket and access.json.
+	RBDPool      string `json:"rbd_pool" toml:"rbd_pool"`
+	RBDNamespace string `json:"rbd_namespace" toml:"rbd_namespace"`
+	CephConf     string `json:"ceph_conf" toml:"ceph_conf"`
 }
 
 func defaultConfig() Config {
@@ -76,7 +82,7 @@ func defaultConfig() Config {
 func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "serve initiators on `ADDR`: HOST:PORT, or a socket path with --wire shm")
 	fs.StringVar(&c.Data, "data", c.Data, "`DIR` holding the volume store, the admin socket srpd.sock and access.json")
-	fs.StringVar(&c.Backend, "backend", c.Backend, "volume store `KIND`: pebble, file or memory (memory forgets everything at exit)")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "volume store `KIND`: pebble, file, memory (forgets everything at exit) or rbd (Ceph RBD images; needs a build with -tags ceph,pacific)")
 	fs.StringVar(&c.Provider, "provider", c.Provider, "verbs `PROVIDER`: emu (software NIC) or ibverbs (RDMA hardware; needs a build with -tags ibverbs)")
 	fs.StringVar(&c.Profile, "profile", c.Profile, "emu device quirk `PROFILE`: strict, ib, iwarp or rxe")
 	fs.StringVar(&c.Wire, "wire", c.Wire, "emu `WIRE` between the hosts: tcp (between processes or hosts), shm (between processes on this host, over shared memory) or loop (in-process only)")
@@ -110,6 +116,9 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var(&c.SpaceReserve, "space-reserve", "free `SIZE` the pebble store keeps on its file system; writes fail with ENOSPC below it (0: max(64MiB, 1% of the file system), at most a quarter of it)")
 	fs.StringVar(&c.SRPIDExt, "srp-id-ext", c.SRPIDExt, "SRP target port identifier extension `ID`, 16 hex digits: the id_ext of the kernel ib_srp's add_target line (with --srp-ioc-guid; unset: any is accepted)")
 	fs.StringVar(&c.SRPIOCGUID, "srp-ioc-guid", c.SRPIOCGUID, "SRP I/O controller `GUID`, 16 hex digits (colons allowed): the ioc_guid of ib_srp's add_target line (with --srp-id-ext)")
+	fs.StringVar(&c.RBDPool, "rbd-pool", c.RBDPool, "with --backend rbd: the Ceph `POOL` holding the volumes (RBD images)")
+	fs.StringVar(&c.RBDNamespace, "rbd-namespace", c.RBDNamespace, "with --backend rbd: an RBD `NAMESPACE` of the pool (optional; must exist)")
+	fs.StringVar(&c.CephConf, "ceph-conf", c.CephConf, "with --backend rbd: the cluster's ceph.conf `FILE` (empty: $CEPH_CONF, then /etc/ceph/ceph.conf)")
 	fs.Float64Var(&c.MaxOvercommit, "max-overcommit", c.MaxOvercommit, "volume sizes may total at most `RATIO` times the file system's size (thin provisioning; 0: 10, negative: unbounded)")
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,27 @@ import (
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
+
+// importExport writes n random bytes to a file, imports it into vol0 of
+// the srpd at addr with srpc, exports as much back and fails the test
+// unless the checksums match; it returns the bytes.
+func importExport(t *testing.T, srpc, addr, dir string, n int) []byte {
+	t.Helper()
+	img := filepath.Join(dir, "in.img")
+	buf := make([]byte, n)
+	rand.Read(buf)
+	if err := os.WriteFile(img, buf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256(buf)
+	e2etest.MustRun(t, srpc, "import", "--target", addr, "vol0", img)
+	out := filepath.Join(dir, "out.img")
+	e2etest.MustRun(t, srpc, "export", "--target", addr, "--length", strconv.Itoa(n), "vol0", out)
+	if e2etest.FileSum(t, out) != want {
+		t.Fatal("exported image differs from the imported one")
+	}
+	return buf
+}
 
 // TestNewUser walks the path a new user takes: start srpd on an empty
 // directory, import and export an image, create and list a volume, survive
@@ -36,19 +58,8 @@ func TestNewUser(t *testing.T) {
 		t.Errorf("no log line about the default volume:\n%s", d.Log())
 	}
 	// Import 64 MiB of random data into vol0 and export it back.
-	img := filepath.Join(dir, "in.img")
-	buf := make([]byte, 64<<20)
-	rand.Read(buf)
-	if err := os.WriteFile(img, buf, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	want := sha256.Sum256(buf)
-	e2etest.MustRun(t, srpc, "import", "--target", addr, "vol0", img)
-	out := filepath.Join(dir, "out.img")
-	e2etest.MustRun(t, srpc, "export", "--target", addr, "--length", "64MiB", "vol0", out)
-	if e2etest.FileSum(t, out) != want {
-		t.Fatal("exported image differs from the imported one")
-	}
+	buf := importExport(t, srpc, addr, dir, 64<<20)
+	want, out := sha256.Sum256(buf), filepath.Join(dir, "out.img")
 	// A range through stdout, unaligned length.
 	r := e2etest.MustRun(t, srpc, "export", "--target", addr, "--offset", "4KiB", "--length", "10000", "vol0", "-")
 	if !bytes.Equal([]byte(r.Stdout), buf[4096:4096+10000]) {

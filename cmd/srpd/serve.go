@@ -120,6 +120,15 @@ func openStore(backend, dir string, log *slog.Logger, cfg *Config) (block.Store,
 			return nil, err
 		}
 	}
+	if backend == "rbd" {
+		if cfg == nil {
+			return nil, fmt.Errorf("--backend rbd: no pool given")
+		}
+		// Exclusive: srpd serves every image it opens, so it holds each
+		// one's lock; another gateway must break it (fencing this one)
+		// before it serves the image.
+		return block.OpenRBDStore(block.RBDOptions{ConfFile: cfg.CephConf, Pool: cfg.RBDPool, Namespace: cfg.RBDNamespace, Exclusive: true})
+	}
 	return block.OpenStore(backend, dir)
 }
 
@@ -175,6 +184,9 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if cfg.Pprof && cfg.Metrics == "" {
 		return cli.Usagef("--pprof serves on the --metrics address: give --metrics HOST:PORT too")
 	}
+	if err := checkBackend(cfg); err != nil {
+		return err
+	}
 	if err := cli.SetProcs(cfg.Procs); err != nil {
 		return err
 	}
@@ -184,6 +196,21 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	slog.SetDefault(log)
 	return serve(ctx, cfg, log)
+}
+
+// checkBackend refuses, before anything is opened, an rbd backend this
+// build cannot serve or one with no pool.
+func checkBackend(cfg Config) error {
+	if cfg.Backend != "rbd" {
+		return nil
+	}
+	if !block.RBDSupported {
+		return errors.New("--backend rbd: srpd was built without Ceph support; build with -tags ceph,pacific")
+	}
+	if cfg.RBDPool == "" {
+		return cli.Usagef("--backend rbd needs --rbd-pool POOL (or rbd_pool in the config file)")
+	}
+	return nil
 }
 
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
@@ -236,7 +263,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			store.Close()
 		}
 	}()
-	if cfg.Backend == "memory" || cfg.Backend == "mem" {
+	if cfg.Backend == "memory" || cfg.Backend == "mem" || cfg.Backend == "rbd" {
 		if err := makeDataDir(cfg.Data, log); err != nil {
 			return err
 		}

@@ -1,0 +1,85 @@
+//go:build ceph && pacific
+
+package main
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/e2etest"
+)
+
+// TestRBDBackendCLI runs srpd built with -tags ceph,pacific over the
+// cluster CEPH_CONF names (test/ceph/cluster.sh): srpd serves the images
+// of an RBD namespace, srpc imports and exports 16 MiB that come back with
+// the same checksum, the rbd tool reads the same bytes from the image, and
+// a second srpd on the same namespace refuses to serve the image the first
+// holds the lock of.
+func TestRBDBackendCLI(t *testing.T) {
+	conf := os.Getenv("CEPH_CONF")
+	if conf == "" {
+		t.Skip("CEPH_CONF not set: no Ceph cluster (start one: test/ceph/cluster.sh start DIR; eval \"$(test/ceph/cluster.sh env DIR)\")")
+	}
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	_, srpc := e2etest.Binaries(t)
+	dir := t.TempDir()
+	srpd := filepath.Join(dir, "srpd-ceph")
+	if out, err := exec.Command("go", "build", "-tags", "ceph,pacific", "-o", srpd, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags ceph,pacific: %v\n%s", err, out)
+	}
+	ns := fmt.Sprintf("srpd%d", time.Now().UnixNano())
+	rbdTool(t, conf, "namespace", "create", "rbd/"+ns)
+	args := []string{"--backend", "rbd", "--rbd-pool", "rbd", "--rbd-namespace", ns, "--ceph-conf", conf, "--default-volume-size", "64MiB"}
+	addr := e2etest.FreeAddr(t)
+	d := e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data"), addr, "", args...)
+
+	want := sha256.Sum256(importExport(t, srpc, addr, dir, 16<<20))
+	// The bytes are in the RBD image itself.
+	raw := filepath.Join(dir, "raw.img")
+	rbdTool(t, conf, "export", "rbd/"+ns+"/vol0", raw)
+	b, err := os.ReadFile(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 64<<20 || sha256.Sum256(b[:16<<20]) != want {
+		t.Fatalf("rbd export: %d bytes, first 16 MiB differ from the import", len(b))
+	}
+
+	// A second gateway cannot take the image the first serves. srpd
+	// opens an image while a session uses it: srpc nbd keeps one open.
+	sock := filepath.Join(dir, "nbd.sock")
+	nbd := e2etest.StartProc(t, srpc, "nbd", "--target", addr, "--socket", sock, "vol0")
+	if !nbd.WaitFor(t, 30*time.Second, "listen on its NBD socket", func() bool { _, err := os.Stat(sock); return err == nil }) {
+		t.Fatalf("srpc nbd exited:\n%s", nbd.Output())
+	}
+	addr2 := e2etest.FreeAddr(t)
+	d2 := e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data2"), addr2, "", args...)
+	r := e2etest.Run(t, nil, srpc, "export", "--target", addr2, "--length", "4KiB", "vol0", filepath.Join(dir, "out2.img"))
+	if r.Code == 0 {
+		t.Fatalf("export through a second srpd while the first holds the image's lock succeeded")
+	}
+	if !strings.Contains(r.Stderr, "exclusive lock") {
+		t.Errorf("srpc does not say why the second srpd refused: stderr %q", r.Stderr)
+	}
+	t.Logf("second srpd: srpc exit %d: %s", r.Code, strings.TrimSpace(r.Stderr))
+	d2.Stop(t)
+	nbd.Stop(t)
+	d.Stop(t)
+}
+
+// rbdTool runs the rbd command against the cluster.
+func rbdTool(t *testing.T, conf string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("rbd", append([]string{"-c", conf}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("rbd %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
