@@ -14,6 +14,7 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
+	"github.com/gosrp/gosrp/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -77,8 +78,9 @@ func openTestRBDExclusive(t testing.TB, dir string) Store {
 // TestRBDFencing: a second client cannot open an image another holds
 // (ErrBusy), breaks the holder's lock and takes the image; from then on
 // the old holder's writes and flushes fail with ErrFenced (ESHUTDOWN, it
-// is blocklisted) and the data is the new holder's. Twenty takeovers in
-// a row, each by a fresh client, are timed (BreakLock + Open): nearly all
+// is blocklisted) and the data is the new holder's. Takeovers in a row
+// (5; GOSRP_RBD_TAKEOVERS=20 for the figures), each by a fresh client,
+// are timed (BreakLock + Open): nearly all
 // of it is the monitor committing the blocklist, which waits for its
 // paxos_propose_interval (1 s by default: median ≈ 0.94 s here; 0.1 s:
 // median ≈ 0.19 s).
@@ -93,7 +95,8 @@ func TestRBDFencing(t *testing.T) {
 	require.NoError(t, v.Flush())
 
 	var times []time.Duration
-	for i := 0; i < 20; i++ {
+	n := int(testenv.Int(t, "GOSRP_RBD_TAKEOVERS", 5, 1))
+	for i := 0; i < n; i++ {
 		next := openTestRBDExclusive(t, dir)
 		_, err := next.Open("v")
 		require.ErrorIs(t, err, ErrBusy, "the lock is held: open must fail")
