@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# A benchmark, not a test: 4 KiB random writes at QD32 on one RBD image,
+# through srpd --backend rbd (bench over the emulated NIC, tcp) and then
+# straight through librbd (rbd bench, once before and once after, so that
+# a drift of the machine's load does not favour either), and the ratio of
+# srpd's IOPS to the mean of the two rbd bench runs.
+#
+#	test/ceph/bench.sh            # starts its own micro cluster
+#	CEPH_CONF=... test/ceph/bench.sh   # uses that cluster's pool rbd
+#
+# RUNTIME (default 20s) is bench's run; each rbd bench writes IO_TOTAL
+# (default 128M, 32768 writes). The image (SIZE, default 256MiB) is written
+# sequentially first, so that neither run pays for creating RADOS
+# objects. Needs a build with -tags ceph,pacific (librbd-dev,
+# librados-dev) and ceph-common; stops everything it started, by PID.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+runtime=${RUNTIME:-20s}
+io_total=${IO_TOTAL:-128M}
+size=${SIZE:-256MiB}
+work=$(mktemp -d)
+own_cluster=0
+srpd_pid=
+cleanup() {
+	if [ -n "$srpd_pid" ]; then kill -TERM "$srpd_pid" 2>/dev/null || true; wait "$srpd_pid" 2>/dev/null || true; fi
+	if [ "$own_cluster" = 1 ]; then test/ceph/cluster.sh stop "$work/ceph"; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [ -z "${CEPH_CONF:-}" ]; then
+	own_cluster=1
+	test/ceph/cluster.sh start "$work/ceph"
+	eval "$(test/ceph/cluster.sh env "$work/ceph")"
+fi
+conf=$CEPH_CONF
+
+go build -tags ceph,pacific -o "$work/bin/" ./cmd/srpd
+go build -o "$work/bin/" ./cmd/srpc ./bench
+
+ns=bench$$
+rbd -c "$conf" namespace create "rbd/$ns"
+image="rbd/$ns/vol0"
+port=$((20000 + RANDOM % 20000))
+addr=127.0.0.1:$port
+"$work/bin/srpd" --backend rbd --rbd-pool rbd --rbd-namespace "$ns" --ceph-conf "$conf" \
+	--data "$work/data" --listen "$addr" --default-volume-size "$size" --log-level warn \
+	>"$work/srpd.log" 2>&1 &
+srpd_pid=$!
+for _ in $(seq 1 100); do
+	"$work/bin/srpc" list --target "$addr" --timeout 1s >/dev/null 2>&1 && break
+	kill -0 "$srpd_pid" 2>/dev/null || { echo "srpd exited: $(tail -n 3 "$work/srpd.log")" >&2; exit 1; }
+	sleep 0.2
+done
+# Allocate every object of the image (srpd opens it only per session).
+rbd -c "$conf" bench --io-type write --io-pattern seq --io-size 4M --io-threads 4 \
+	--io-total "$(rbd -c "$conf" info "$image" --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["size"])')" \
+	"$image" >/dev/null
+
+librbd_bench() {
+	local line
+	line=$(rbd -c "$conf" bench --io-type write --io-pattern rand --io-size 4K --io-threads 32 \
+		--io-total "$io_total" "$image" | grep '^elapsed:')
+	echo "rbd bench: $line" >&2
+	sed 's/.*ops\/sec: *\([0-9.]*\).*/\1/' <<<"$line"
+}
+
+echo "== rbd bench (librbd) before: randwrite 4k, 32 threads, $io_total"
+lib1=$(librbd_bench)
+echo "== bench through srpd --backend rbd: randwrite 4k QD32, $runtime"
+"$work/bin/bench" --target "$addr" --volume vol0 --rw randwrite --bs 4k --iodepth 32 \
+	--runtime "$runtime" --ramp 2s --output-format json >"$work/bench.json" 2>"$work/bench.err"
+gw=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(sum(x["write"]["iops"] for x in j["jobs"])))' "$work/bench.json")
+echo "srpd: $gw IOPS"
+echo "== rbd bench (librbd) after"
+lib2=$(librbd_bench)
+python3 -c "import sys; g,a,b=map(float,sys.argv[1:]); l=(a+b)/2; print(f'ratio srpd/rbd bench: {g/l:.2f}x (srpd {g:.0f} IOPS, rbd bench {a:.0f} and {b:.0f})')" "$gw" "$lib1" "$lib2"
