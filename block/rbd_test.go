@@ -124,3 +124,44 @@ func TestRBDFencing(t *testing.T) {
 	slices.Sort(times)
 	t.Logf("takeover (BreakLock + Open) over %d: median %v, max %v", len(times), times[len(times)/2], times[len(times)-1])
 }
+
+// TestRBDAllocated: Allocated reports the RBD objects that hold data
+// (whole 4 MiB objects, from the object map), nothing else, and a clone
+// includes what its parent holds.
+func TestRBDAllocated(t *testing.T) {
+	s := openTestRBDStore(t, t.TempDir())
+	defer s.Close()
+	const obj = 4 << 20
+	v, err := s.Create("v", 4*obj, 4096)
+	require.NoError(t, err)
+	defer v.Close()
+	runs := func(v Volume) [][2]int64 {
+		var out [][2]int64
+		end, err := v.(Allocator).Allocated(0, v.Size(), func(off, n int64) bool {
+			out = append(out, [2]int64{off, n})
+			return true
+		})
+		require.NoError(t, err)
+		require.Equal(t, v.Size(), end)
+		return out
+	}
+	require.Empty(t, runs(v), "a new volume holds nothing")
+	_, err = v.WriteAt(bytes.Repeat([]byte{7}, 4096), obj+8192)
+	require.NoError(t, err)
+	_, err = v.WriteAt(bytes.Repeat([]byte{7}, 4096), 3*obj)
+	require.NoError(t, err)
+	require.NoError(t, v.Flush())
+	require.Equal(t, [][2]int64{{obj, obj}, {3 * obj, obj}}, runs(v))
+	// A range inside an object is cut to the range.
+	var got [][2]int64
+	_, err = v.(Allocator).Allocated(obj+4096, 8192, func(off, n int64) bool { got = append(got, [2]int64{off, n}); return true })
+	require.NoError(t, err)
+	require.Equal(t, [][2]int64{{obj + 4096, 8192}}, got)
+
+	_, err = s.(Snapshotter).Snapshot("v", "s")
+	require.NoError(t, err)
+	c, err := s.(Snapshotter).Clone("v", "s", "c")
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, [][2]int64{{obj, obj}, {3 * obj, obj}}, runs(c), "a clone holds its parent's data")
+}
