@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,10 @@ type rbdCore struct {
 	// (rbd_discard_on_zeroed_write_same) without moving zero blocks.
 	zero []byte
 
+	// fenced is set once a request failed with ErrFenced: this client
+	// was blocklisted, and every later flush fails too.
+	fenced atomic.Bool
+
 	// Guarded by mu:
 	sz  int64
 	gen uint64
@@ -101,7 +106,12 @@ func openRBDStore(o RBDOptions) (*RBDStore, error) {
 	// Clones are format 2: a snapshot needs no protection and can be
 	// deleted while clones depend on it (it moves to the snapshot trash
 	// until the last clone goes), as Snapshotter promises.
-	for _, kv := range [][2]string{{"rbd_skip_partial_discard", "false"}, {"rbd_default_clone_format", "2"}} {
+	// librbd's cache is off: with it, a write returns once it is in
+	// this process's memory, so a client whose lock was just broken could
+	// still acknowledge writes that can never land (they fail only at
+	// the next flush); without it a write returns when the OSD has it,
+	// and a fenced client's write fails at once with ESHUTDOWN.
+	for _, kv := range [][2]string{{"rbd_skip_partial_discard", "false"}, {"rbd_default_clone_format", "2"}, {"rbd_cache", "false"}} {
 		if err == nil {
 			err = conn.SetConfigOption(kv[0], kv[1])
 		}
@@ -701,7 +711,7 @@ func (c *rbdCore) readAt(p []byte, off int64) error {
 		return err
 	}
 	if _, err := c.img.ReadAt(p, off); err != nil {
-		return ioErr(c.nm, "read", n, off, rbdErr(err))
+		return c.ioFailed("read", n, off, err)
 	}
 	return nil
 }
@@ -724,7 +734,7 @@ func (c *rbdCore) writeAt(p []byte, off int64, fua bool) error {
 		err = c.img.Flush()
 	}
 	if err != nil {
-		return ioErr(c.nm, op, n, off, rbdErr(err))
+		return c.ioFailed(op, n, off, err)
 	}
 	return nil
 }
@@ -738,10 +748,38 @@ func (c *rbdCore) flush() error {
 	if c.readOnly {
 		return nil
 	}
-	if err := c.img.Flush(); err != nil {
-		return fmt.Errorf("block: volume %q: flush: %w", c.nm, rbdErr(err))
+	err := c.img.Flush()
+	if err == nil && c.fenced.Load() {
+		err = ErrFenced
+	}
+	if err == nil && c.st.o.Exclusive {
+		// With librbd's cache off a flush has nothing to wait for and
+		// succeeds on a blocklisted client; a gateway must learn here
+		// that it no longer owns the image.
+		var own bool
+		if own, err = c.img.LockIsExclusiveOwner(); err == nil && !own {
+			err = fmt.Errorf("lost the exclusive lock: %w", ErrFenced)
+		}
+	}
+	if err != nil {
+		err = rbdErr(err)
+		if errors.Is(err, ErrFenced) {
+			c.fenced.Store(true)
+		}
+		return fmt.Errorf("block: volume %q: flush: %w", c.nm, err)
 	}
 	return nil
+}
+
+// ioFailed wraps a failed request's error; a fenced one makes the core
+// fenced for good (a blocklisted client stays so), so that a later flush
+// fails too.
+func (c *rbdCore) ioFailed(op string, n, off int64, err error) error {
+	err = rbdErr(err)
+	if errors.Is(err, ErrFenced) {
+		c.fenced.Store(true)
+	}
+	return ioErr(c.nm, op, n, off, err)
 }
 
 // discard is rbd_discard; with rbd_skip_partial_discard off (set when the
@@ -754,7 +792,7 @@ func (c *rbdCore) discard(off, n int64) error {
 		return err
 	}
 	if _, err := c.img.Discard(uint64(off), uint64(n)); err != nil {
-		return ioErr(c.nm, "discard", n, off, rbdErr(err))
+		return c.ioFailed("discard", n, off, err)
 	}
 	return nil
 }
@@ -768,7 +806,7 @@ func (c *rbdCore) writeZeroes(off, n int64) error {
 		return err
 	}
 	if _, err := c.img.WriteSame(uint64(off), uint64(n), c.zero, 0); err != nil {
-		return ioErr(c.nm, "write-zeroes", n, off, rbdErr(err))
+		return c.ioFailed("write-zeroes", n, off, err)
 	}
 	return nil
 }
