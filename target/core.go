@@ -38,6 +38,9 @@ type coreParams struct {
 	connStats *ioCounters
 	instance  uint64   // the Target's write verifier, drawn by the shell
 	srpPort   [16]byte // Config.SRPTargetPortID
+	// pr is the target's reservation table (reservation.go), shared by
+	// its connections.
+	pr *prTable
 	// trace, if set, hears every state change (tests).
 	trace func(change string)
 }
@@ -156,6 +159,9 @@ type core struct {
 func newCore(p coreParams) *core {
 	if p.acl == nil {
 		p.acl = func() *ACL { return nil }
+	}
+	if p.pr == nil {
+		p.pr = newPRTable()
 	}
 	c := &core{p: p, credits: p.credits, maxXfer: uint32(p.maxXfer), maxDesc: p.maxDesc, iniRecvIU: iuSize}
 	n := p.credits

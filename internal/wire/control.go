@@ -165,6 +165,7 @@ const (
 	// volume open as Handle hold data. A target that predates it answers
 	// SenseUnsupported; the initiator then takes the range as allocated.
 	ControlExtents = "extents"
+	// ControlReserveOut and ControlReserveIn are in reservation.go.
 )
 
 // ControlRequest is a non-I/O request; it consumes a credit like a command.
@@ -177,6 +178,16 @@ type ControlRequest struct {
 	// Offset and Length, in bytes, are the range of an extents request.
 	Offset uint64 `msgpack:"off,omitempty"`
 	Length uint64 `msgpack:"len,omitempty"`
+	// Exclusive, on an open, asks for the volume as its only writer: an
+	// implicit write-exclusive reservation held by this session until it
+	// closes the volume or ends. A target that predates it ignores it.
+	Exclusive bool `msgpack:"excl,omitempty"`
+	// Action, Key, NewKey and Type are a ControlReserveOut's service
+	// action, reservation key, service action key and type.
+	Action ReserveAction   `msgpack:"pra,omitempty"`
+	Key    uint64          `msgpack:"prk,omitempty"`
+	NewKey uint64          `msgpack:"prn,omitempty"`
+	Type   ReservationType `msgpack:"prt,omitempty"`
 }
 
 // VolumeInfo describes a volume in a list.
@@ -205,6 +216,17 @@ type ControlResponse struct {
 	// and at most MaxExtents, covering a prefix of the range asked (the
 	// initiator asks again for the rest).
 	Extents []Extent `msgpack:"ext,omitempty"`
+	// reservations (ControlReserveIn, and ControlReserveOut's
+	// Generation): SPC-4's PRgeneration, bumped by every change of the
+	// registrations; the holder and its key and type; the registrations.
+	Generation  uint32          `msgpack:"gen,omitempty"`
+	Holder      string          `msgpack:"hold,omitempty"`
+	HolderKey   uint64          `msgpack:"hkey,omitempty"`
+	ResType     ReservationType `msgpack:"rtyp,omitempty"`
+	Registrants []Registrant    `msgpack:"regs,omitempty"`
+	// ExclusiveHolder, in a report, says a session holds the volume open
+	// exclusively (ControlRequest.Exclusive); its initiator's name.
+	ExclusiveHolder string `msgpack:"xhold,omitempty"`
 }
 
 // Extent is a run of a volume with one allocation state. It is encoded
@@ -230,12 +252,9 @@ func (e Extent) EncodeMsgpack(enc *msgpack.Encoder) error {
 // DecodeMsgpack implements msgpack.CustomDecoder. Elements after the
 // second are skipped, so that a later version may add some.
 func (e *Extent) DecodeMsgpack(dec *msgpack.Decoder) error {
-	n, err := dec.DecodeArrayLen()
+	n, err := decodeTuple(dec, "extent", 2)
 	if err != nil {
 		return err
-	}
-	if n < 2 {
-		return fmt.Errorf("wire: extent of %d elements, want 2", n)
 	}
 	if e.Length, err = dec.DecodeUint64(); err != nil {
 		return err
@@ -243,7 +262,25 @@ func (e *Extent) DecodeMsgpack(dec *msgpack.Decoder) error {
 	if e.Flags, err = dec.DecodeUint32(); err != nil {
 		return err
 	}
-	for range n - 2 {
+	return skipRest(dec, n-2)
+}
+
+// decodeTuple reads the header of an array-encoded struct of at least
+// want elements and returns its length.
+func decodeTuple(dec *msgpack.Decoder, what string, want int) (int, error) {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return 0, err
+	}
+	if n < want {
+		return 0, fmt.Errorf("wire: %s of %d elements, want %d", what, n, want)
+	}
+	return n, nil
+}
+
+// skipRest skips the n elements a later version appended to a tuple.
+func skipRest(dec *msgpack.Decoder, n int) error {
+	for range n {
 		if err := dec.Skip(); err != nil {
 			return err
 		}

@@ -312,11 +312,17 @@ const (
 	// its pool is exhausted). Reads still work and the write may succeed
 	// later; initiators report it as ENOSPC.
 	SenseSpaceAllocFailed
+	// SenseReservationConflict: a reservation another host holds
+	// forbids the command (SAM-5's RESERVATION CONFLICT). SCSI makes it
+	// a status; here it is a sense of StatusError, because an older
+	// initiator refuses an unknown status as malformed and drops the
+	// connection, while it reads an unknown sense as a failed command.
+	SenseReservationConflict
 )
 
 var senseNames = [...]string{"none", "invalid field", "out of range", "misaligned", "write protected",
 	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error", "access denied",
-	"space allocation failed"}
+	"space allocation failed", "reservation conflict"}
 
 func (s Sense) String() string {
 	if int(s) < len(senseNames) {
