@@ -240,7 +240,7 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	}
 	// Re-open the session's volumes on the new connection.
 	for _, v := range s.openVolumes() {
-		rsp, err := c.controlSync(ctx, &wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly})
+		rsp, err := c.controlSync(ctx, &wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly, Exclusive: v.exclusive})
 		if err != nil {
 			return err
 		}

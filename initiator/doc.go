@@ -43,6 +43,14 @@
 // shrunk under it fails out of range, saying so; later ones are refused
 // locally.
 //
+// Hosts sharing a volume coordinate with persistent reservations, as
+// SCSI's PERSISTENT RESERVE and NVMe reservations do: Volume.Reservations
+// registers this host's key (hosts are known by Config.Name), reserves
+// the volume Write Exclusive or Exclusive Access, releases, clears and
+// preempts a dead host's key; a command a reservation forbids fails with
+// ErrReservationConflict. OpenOptions.Exclusive is the simple case: the
+// volume opened as its only writer for as long as it stays open.
+//
 // Failures: any error completion, a bogus remote invalidation, a missing
 // completion past Config.IOTimeout or a lost link tears the connection
 // down: the QP is moved to ERR and drained, every registration not proven

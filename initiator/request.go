@@ -60,6 +60,11 @@ var (
 	// The next Flush and the next FUA write of the volume report it, once
 	// each per loss.
 	ErrWriteCacheLost = errors.New("initiator: target lost acknowledged writes that were not yet flushed")
+	// ErrReservationConflict: another host's reservation, or another
+	// session's exclusive open, forbids the command or the open (SAM-5's
+	// RESERVATION CONFLICT); see Volume.Reservations and
+	// OpenOptions.Exclusive.
+	ErrReservationConflict = errors.New("initiator: volume is reserved by another host")
 )
 
 // ErrNoSpace: the target's store had no space for a write (it answered
@@ -90,8 +95,8 @@ func (e *IOError) Error() string {
 
 // Unwrap gives the sentinel of the senses callers act on: write
 // protected is ErrReadOnly, access denied is ErrAccessDenied, space
-// allocation failed is ErrNoSpace (and so syscall.ENOSPC); nil for the
-// others.
+// allocation failed is ErrNoSpace (and so syscall.ENOSPC), reservation
+// conflict is ErrReservationConflict; nil for the others.
 func (e *IOError) Unwrap() error {
 	switch e.Sense {
 	case SenseWriteProtected:
@@ -100,6 +105,8 @@ func (e *IOError) Unwrap() error {
 		return ErrAccessDenied
 	case SenseSpaceAllocFailed:
 		return ErrNoSpace
+	case SenseReservationConflict:
+		return ErrReservationConflict
 	}
 	return nil
 }

@@ -21,6 +21,9 @@ const (
 	SenseInternal         = Sense(wire.SenseInternal)
 	SenseAccessDenied     = Sense(wire.SenseAccessDenied)     // the ACL forbids it (ErrAccessDenied)
 	SenseSpaceAllocFailed = Sense(wire.SenseSpaceAllocFailed) // no space on the target (ErrNoSpace)
+	// SenseReservationConflict: a reservation forbids the command
+	// (ErrReservationConflict).
+	SenseReservationConflict = Sense(wire.SenseReservationConflict)
 )
 
 // String names the sense ("medium error"), or Sense(n) for one this

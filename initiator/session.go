@@ -352,11 +352,23 @@ type OpenOptions struct {
 	// on the session. A target that predates capacity notices never
 	// reports one; the size then changes only with a reopen.
 	OnResize func(size int64)
+	// Exclusive opens the volume as its only writer: an implicit
+	// write-exclusive reservation of this session, which the target
+	// refuses (ErrReservationConflict) while another session has the
+	// volume open for writing or another host's reservation forbids
+	// this one's writes, and which ends when the volume is closed or
+	// the session ends. Other sessions may still open the volume; their
+	// writes fail with ErrReservationConflict, their reads work. A
+	// target that predates it opens the volume as usual.
+	Exclusive bool
 }
 
 // Open opens a volume on every channel of the session.
 func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Volume, error) {
-	v := &Volume{s: s, name: name, readOnly: opts.ReadOnly, onResize: opts.OnResize}
+	if opts.Exclusive && opts.ReadOnly {
+		return nil, fmt.Errorf("initiator: open %q: an exclusive open must be read-write: %w", name, ErrInvalid)
+	}
+	v := &Volume{s: s, name: name, readOnly: opts.ReadOnly, exclusive: opts.Exclusive, onResize: opts.OnResize}
 	v.dur.ovf.OnDone = s.overflowDone
 	// Known to the session first, so a reconnect in the middle re-opens it.
 	s.mu.Lock()
@@ -369,7 +381,7 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 		return nil, err
 	}
 	for _, c := range s.chans {
-		r := &Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlOpen, Volume: name, ReadOnly: opts.ReadOnly}}
+		r := &Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlOpen, Volume: name, ReadOnly: opts.ReadOnly, Exclusive: opts.Exclusive}}
 		rsp, err := s.controlReq(ctx, c, r)
 		if err != nil {
 			return fail(fmt.Errorf("initiator: open %q: %w", name, err))
@@ -393,6 +405,8 @@ func errNoVolume(s wire.Sense) error {
 		return ErrReadOnly
 	case wire.SenseAccessDenied:
 		return ErrAccessDenied
+	case wire.SenseReservationConflict:
+		return ErrReservationConflict
 	}
 	return ErrInvalid
 }

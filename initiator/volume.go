@@ -21,10 +21,12 @@ type Volume struct {
 	onResize func(size int64)
 	bs       int
 	readOnly bool
-	caps     uint32
-	rmw      sync.Mutex // serializes read-modify-write of partial blocks
-	closed   bool
-	dur      durability // Session.dmu
+	// exclusive: opened with OpenOptions.Exclusive (and re-opened so).
+	exclusive bool
+	caps      uint32
+	rmw       sync.Mutex // serializes read-modify-write of partial blocks
+	closed    bool
+	dur       durability // Session.dmu
 }
 
 // Name is the volume's name on the target.

@@ -141,6 +141,7 @@ func (c *conn) closeRevoked(ov *openVol) {
 		if err := closeVolume(ov.vol); err != nil {
 			c.log.Warn("close revoked volume", "volume", ov.name, "conn", c.id, "err", err)
 		}
+		ov.releasePR()
 	}()
 }
 

@@ -215,6 +215,7 @@ func (c *conn) teardown() {
 		if err := closeVolume(ov.vol); err != nil {
 			c.log.Warn("close volume", "volume", ov.name, "err", err)
 		}
+		ov.releasePR()
 	}
 	for _, v := range c.core.orphans {
 		closeVolume(v)

@@ -145,6 +145,10 @@ type core struct {
 	sqPosted     uint64
 	sqDone       uint64
 
+	// prOwner is the session key reservations know this connection's
+	// handles by (sessionKey).
+	prOwner string
+
 	// srp is the SRP session when the connection logged in with an
 	// SRP_LOGIN_REQ (core_srp.go); nil for a gosrp session.
 	srp *srpSession
@@ -370,6 +374,9 @@ func (c *core) backendDone(idx int32, now int64) {
 		if s.job == jobOpen && s.opened != nil {
 			c.orphans = append(c.orphans, s.opened)
 			s.opened = nil
+			if s.prWriter {
+				(&openVol{pr: s.prv, owner: s.prOwner, writer: true, excl: s.ctl.Exclusive}).releasePR()
+			}
 		}
 		c.setSlot(s, slotFree)
 		return
@@ -591,4 +598,17 @@ func (c *core) noteBug(err error) {
 	if c.bug == nil {
 		c.bug = err
 	}
+}
+
+// sessionKey names the initiator session this connection is a channel
+// of, as Target.OpenSessions counts them: the channels of one session
+// share an exclusive open, since the initiator opens a volume on each.
+func (c *core) sessionKey() string {
+	if c.prOwner == "" {
+		c.prOwner = fmt.Sprintf("conn %d", c.p.id)
+		if c.session != 0 {
+			c.prOwner = fmt.Sprintf("%s\x00%d", c.initiator, c.session)
+		}
+	}
+	return c.prOwner
 }

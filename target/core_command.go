@@ -95,6 +95,10 @@ func (c *core) startCommand(s *slot) {
 		c.respond(s, wire.StatusError, wire.SenseWriteProtected)
 		return
 	}
+	if !c.reservationAllows(ov, cmd.Op) {
+		c.respond(s, wire.StatusError, wire.SenseReservationConflict)
+		return
+	}
 	if cmd.Op != wire.OpFlush {
 		switch {
 		case cmd.Offset%uint64(ov.bs) != 0 || uint64(cmd.Length)%uint64(ov.bs) != 0:
@@ -200,6 +204,12 @@ func (c *core) dispatchWrite(s *slot) {
 		return
 	case s.ov.ro:
 		c.respond(s, wire.StatusError, wire.SenseWriteProtected)
+		return
+	case !c.reservationAllows(s.ov, s.cmd.Op):
+		// Preempted while the data was on its way (PREEMPT AND ABORT's
+		// promise: nothing of the preempted host reaches the store
+		// after the preemption was answered, unless it already had).
+		c.respond(s, wire.StatusError, wire.SenseReservationConflict)
 		return
 	}
 	if c.srp != nil && s.srp.act.Op != scsi.OpNone {

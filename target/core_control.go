@@ -31,8 +31,14 @@ func (c *core) startControl(s *slot) {
 				Error: fmt.Sprintf("too many open volumes (max %d per connection)", maxHandles)})
 			return
 		}
+		if req.Exclusive && req.ReadOnly {
+			c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseInvalidField,
+				Error: "an exclusive open must be read-write"})
+			return
+		}
 		s.ctlRO = req.ReadOnly || acc == AccessReadOnly
 		s.resizedTo = 0
+		s.prv, s.prIni, s.prOwner = c.p.pr.volume(req.Volume), c.initiator, c.sessionKey()
 		c.dispatch(s, jobOpen)
 	case wire.ControlClose:
 		ov := c.lookup(req.Handle)
@@ -54,6 +60,8 @@ func (c *core) startControl(s *slot) {
 		c.dispatch(s, jobClose)
 	case wire.ControlExtents:
 		c.startExtents(s)
+	case wire.ControlReserveOut, wire.ControlReserveIn:
+		c.startReservation(s)
 	default:
 		c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseUnsupported,
 			Error: fmt.Sprintf("unknown control operation %q", req.Op)})
@@ -81,15 +89,19 @@ func (c *core) finishControl(s *slot) {
 		c.controlRespond(s, rsp)
 	case jobOpen:
 		if s.err != nil {
-			c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseNoSuchVolume,
-				Error: fmt.Sprintf("open volume %q: %v", req.Volume, s.err)})
+			rsp := &wire.ControlResponse{Sense: wire.SenseNoSuchVolume, Error: fmt.Sprintf("open volume %q: %v", req.Volume, s.err)}
+			if s.prOut.sense != wire.SenseNone {
+				rsp.Sense, rsp.Error = s.prOut.sense, fmt.Sprintf("open volume %q: %s", req.Volume, s.prOut.msg)
+			}
+			c.controlRespond(s, rsp)
 			return
 		}
 		// The policy may have changed while the volume was being opened:
 		// what it says now is what the handle gets.
 		switch c.p.acl().Allow(c.initiator, req.Volume) {
 		case AccessNone:
-			c.acts.closeVols = append(c.acts.closeVols, &openVol{name: req.Volume, vol: s.opened})
+			c.acts.closeVols = append(c.acts.closeVols, &openVol{name: req.Volume, vol: s.opened,
+				pr: s.prv, owner: s.prOwner, writer: s.prWriter, excl: req.Exclusive})
 			s.opened = nil
 			c.controlRespond(s, c.deniedOpen(req.Volume))
 			return
@@ -101,7 +113,8 @@ func (c *core) finishControl(s *slot) {
 			info.Size = s.resizedTo
 		}
 		ov := &openVol{name: req.Volume, vol: s.opened, size: info.Size, bs: int64(info.BlockSize),
-			ro: s.ctlRO || info.ReadOnly, stats: c.p.volStats(req.Volume)}
+			ro: s.ctlRO || info.ReadOnly, stats: c.p.volStats(req.Volume),
+			pr: s.prv, owner: s.prOwner, writer: s.prWriter, excl: req.Exclusive && s.prWriter}
 		if im, ok := s.opened.(Immediate); ok {
 			ov.now = im.Immediate()
 		}
@@ -133,6 +146,8 @@ func (c *core) finishControl(s *slot) {
 			BlockSize: uint32(ov.bs), ReadOnly: ov.ro, Caps: caps})
 	case jobExtents:
 		c.finishExtents(s)
+	case jobReserve, jobReport:
+		c.finishReservation(s)
 	case jobClose:
 		s.ov = nil
 		rsp := &wire.ControlResponse{}

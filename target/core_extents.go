@@ -14,14 +14,9 @@ import (
 // non-empty range inside the volume) and hands it to a worker.
 func (c *core) startExtents(s *slot) {
 	req := &s.ctl
-	ov := c.lookup(req.Handle)
+	ov := c.usableHandle(s)
 	switch {
 	case ov == nil:
-		c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseNoSuchVolume,
-			Error: fmt.Sprintf("no open volume with handle %d", req.Handle)})
-		return
-	case ov.revoked:
-		c.controlRespond(s, c.deniedOpen(ov.name))
 		return
 	case req.Length == 0 || req.Offset > uint64(ov.size) || req.Length > uint64(ov.size)-req.Offset:
 		c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseOutOfRange,
@@ -33,6 +28,22 @@ func (c *core) startExtents(s *slot) {
 	// it closes the volume under it.
 	ov.inflight.Add(1)
 	c.dispatch(s, jobExtents)
+}
+
+// usableHandle returns the open, unrevoked volume a control request
+// names by its handle, or answers the request and returns nil.
+func (c *core) usableHandle(s *slot) *openVol {
+	ov := c.lookup(s.ctl.Handle)
+	switch {
+	case ov == nil:
+		c.controlRespond(s, &wire.ControlResponse{Sense: wire.SenseNoSuchVolume,
+			Error: fmt.Sprintf("no open volume with handle %d", s.ctl.Handle)})
+		return nil
+	case ov.revoked:
+		c.controlRespond(s, c.deniedOpen(ov.name))
+		return nil
+	}
+	return ov
 }
 
 func (c *core) finishExtents(s *slot) {

@@ -32,12 +32,7 @@ func (h *traceHarness) prTrace(t *testing.T, td *datadriven.TestData) {
 		td.ScanArgs(t, "act", &act)
 		key, newKey := scanKey(t, td, "key"), scanKey(t, td, "new")
 		td.MaybeScanArgs(t, "type", &typ)
-		a := wire.ActionNone
-		for x := wire.ActionNone; x <= wire.ActionPreemptAbort+1; x++ {
-			if x.String() == act {
-				a = x
-			}
-		}
+		a := parseAction(act)
 		rt := wire.ResNone
 		if typ != "" {
 			var err error
@@ -75,6 +70,33 @@ func (h *traceHarness) printOutcome(out prOutcome) {
 		h.printf(" (preempted %v)", out.preempted)
 	}
 	h.printf("\n")
+}
+
+// prControlArgs reads a control request's reservation arguments:
+// act=ACTION key=K new=N type=T excl.
+func prControlArgs(t *testing.T, td *datadriven.TestData, req *wire.ControlRequest) {
+	var act, typ string
+	if td.MaybeScanArgs(t, "act", &act) {
+		req.Action = parseAction(act)
+	}
+	req.Key, req.NewKey = scanKey(t, td, "key"), scanKey(t, td, "new")
+	if td.MaybeScanArgs(t, "type", &typ) {
+		var err error
+		if req.Type, err = wire.ParseReservationType(typ); err != nil {
+			t.Fatalf("%s: %v", td.Pos, err)
+		}
+	}
+	req.Exclusive = td.HasArg("excl")
+}
+
+// parseAction reads a ReserveAction by name; ActionNone if it has none.
+func parseAction(s string) wire.ReserveAction {
+	for a := wire.ActionNone; a <= wire.ActionPreemptAbort; a++ {
+		if a.String() == s {
+			return a
+		}
+	}
+	return wire.ActionNone
 }
 
 // scanKey reads a key argument in any base strconv knows (0xa, 10).

@@ -79,6 +79,7 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		}
 		td.MaybeScanArgs(t, "off", &req.Offset)
 		td.MaybeScanArgs(t, "len", &req.Length)
+		prControlArgs(t, td, &req) // core_pr_trace_test.go
 		h.iu(t, wire.OpControl, &req)
 	case "cmd":
 		h.cmd(t, td)

@@ -72,6 +72,22 @@
 // in ERR) ends the connection without a response; the initiator sees its
 // own QP fail and reconnects.
 //
+// # Reservations
+//
+// Persistent reservations (SPC-4 §5.13) bind hosts, not connections: a
+// volume's registrations (initiator name, 64-bit key) and reservation
+// live in a table the connections share (reservation.go), changed by the
+// control requests wire.ControlReserveOut and read by
+// wire.ControlReserveIn, and each change publishes an immutable copy that
+// every command is checked against with one atomic load (core_pr.go has
+// the state machine and SPC-4's table). A command the reservation
+// forbids is answered SenseReservationConflict: at its arrival, and for
+// a WRITE again when its data has arrived, so a host preempted meanwhile
+// writes nothing more. An OPEN with Exclusive is an implicit Write
+// Exclusive reservation of its session, refused while another session
+// has the volume open for writing, and ended when the session closes its
+// last handle or ends.
+//
 // # Standard SRP
 //
 // A connection request whose private data is the RDMA-CM SRP_LOGIN_REQ

@@ -40,15 +40,23 @@ func runJob(s *slot, cat Catalog) {
 		s.list, s.err = cat.List()
 	case jobOpen:
 		s.opened, s.openInfo, s.err = openVolume(cat, s.ctl.Volume)
+		if s.err == nil {
+			s.err = openWriter(s)
+		}
 	case jobClose:
 		// No new operation can start: the handle left the table before
 		// this job was dispatched.
 		s.ov.inflight.Wait()
 		s.err = closeVolume(s.ov.vol)
+		s.ov.releasePR()
 	case jobExtents:
 		s.extents, s.err = volumeExtents(s.ov, int64(s.ctl.Offset), int64(s.ctl.Length), wire.MaxExtents)
 	case jobUnmap:
 		s.err = srpUnmap(s)
+	case jobReserve:
+		s.prOut, s.prGen = s.ov.pr.apply(s.prIni, s.ctl.Action, s.ctl.Key, s.ctl.NewKey, s.ctl.Type)
+	case jobReport:
+		s.prRep = s.ov.pr.report()
 	}
 }
 
@@ -115,6 +123,37 @@ func openVolume(cat Catalog, name string) (Volume, VolumeInfo, error) {
 	return v, info, nil
 }
 
+// errReserved fails an OPEN that the volume's reservation state refused;
+// the slot's prOut says why.
+var errReserved = errors.New("reservation conflict")
+
+// openWriter counts an OPEN for writing in the volume's reservation
+// state, or refuses it there (an exclusive open while another session
+// writes); a refused OPEN closes its volume.
+func openWriter(s *slot) error {
+	s.prWriter, s.prOut = false, prOutcome{}
+	if s.prv == nil || s.ctlRO {
+		return nil
+	}
+	if s.openInfo.ReadOnly {
+		if s.ctl.Exclusive {
+			closeVolume(s.opened)
+			s.opened = nil
+			s.prOut = prOutcome{sense: wire.SenseWriteProtected, msg: "a read-only volume cannot be opened exclusively"}
+			return errReserved
+		}
+		return nil
+	}
+	if out := s.prv.openWriter(s.prOwner, s.prIni, s.ctl.Exclusive); out.sense != wire.SenseNone {
+		closeVolume(s.opened)
+		s.opened = nil
+		s.prOut = out
+		return errReserved
+	}
+	s.prWriter = true
+	return nil
+}
+
 func closeVolume(v Volume) error {
 	if c, ok := v.(io.Closer); ok {
 		return c.Close()
@@ -123,7 +162,7 @@ func closeVolume(v Volume) error {
 }
 
 func jobName(j jobKind) string {
-	names := [...]string{"none", "read", "write", "write-fua", "flush", "discard", "write-zeroes", "list", "open", "close", "extents", "unmap"}
+	names := [...]string{"none", "read", "write", "write-fua", "flush", "discard", "write-zeroes", "list", "open", "close", "extents", "unmap", "reserve", "report"}
 	if int(j) < len(names) {
 		return names[j]
 	}

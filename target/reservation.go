@@ -82,6 +82,16 @@ func (v *prVolume) closeWriter(owner string, excl bool) {
 	}
 }
 
+// releasePR ends what the handle counted in its volume's reservation
+// state (a writer, an exclusive open) when the handle closes, whichever
+// way: CLOSE, revocation, the connection's end.
+func (ov *openVol) releasePR() {
+	if ov.writer && ov.pr != nil {
+		ov.pr.closeWriter(ov.owner, ov.excl)
+		ov.writer = false
+	}
+}
+
 // report is prState.report under the lock.
 func (v *prVolume) report() *wire.ControlResponse {
 	v.mu.Lock()

@@ -132,6 +132,8 @@ const (
 	jobExtents
 	// jobUnmap discards the extents of an SRP UNMAP (slot.srp.ext).
 	jobUnmap
+	jobReserve // a PERSISTENT RESERVE OUT action (reservation.go)
+	jobReport  // a PERSISTENT RESERVE IN report
 )
 
 // openVol is a volume opened on one connection.
@@ -158,6 +160,14 @@ type openVol struct {
 	// batch: the volume takes plain writes in batches (see BatchWriter).
 	batch BatchWriter
 	stats *ioCounters
+	// pr is the volume's reservation state, owner the session key
+	// (conn.go's) the exclusive open and the checks know the handle by;
+	// writer says the handle counts as a writer there (prState's
+	// writers), excl that it is an exclusive open. Set at open.
+	pr     *prVolume
+	owner  string
+	writer bool
+	excl   bool
 	// inflight counts backend operations on vol; a close waits for them.
 	inflight sync.WaitGroup
 }
@@ -180,6 +190,15 @@ type slot struct {
 	resizedTo int64
 	ov        *openVol
 	srp       srpSlot // the SRP request, in an SRP session (core_srp.go)
+	// A reservation job's inputs (the volume's state, the host, the
+	// session) and results; prWriter says the OPEN counted a writer.
+	prv      *prVolume
+	prIni    string
+	prOwner  string
+	prOut    prOutcome
+	prGen    uint32
+	prRep    *wire.ControlResponse
+	prWriter bool
 
 	// job, set by the core before dispatch
 	job jobKind

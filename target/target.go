@@ -57,6 +57,8 @@ type Target struct {
 	accepted, rejected, violations atomic.Uint64
 	evictions                      atomic.Uint64 // silent connections shed for a newcomer
 	acl                            atomic.Pointer[ACL]
+	// pr holds the volumes' reservations (reservation.go).
+	pr *prTable
 	// refusals since the last log line about them, and when that was
 	// (Unix nanoseconds); see refused.
 	refusals      atomic.Int64
@@ -74,7 +76,7 @@ func New(cfg Config) (*Target, error) {
 		closedCh: make(chan struct{}),
 		conns:    map[uint64]*conn{}, listeners: map[transport.Listener]struct{}{},
 		volStats: map[string]*ioCounters{}, pendingBy: map[string]int{},
-		evictAge: evictAge,
+		evictAge: evictAge, pr: newPRTable(),
 	}
 	t.acl.Store(cfg.ACL)
 	t.instance = newInstance()

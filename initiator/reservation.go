@@ -1,0 +1,158 @@
+package initiator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+// ReservationType is the kind of a persistent reservation; the values
+// are SPC-4's TYPE codes.
+type ReservationType uint8
+
+// Reservation types.
+const (
+	// NoReservation: none is held (a report's Type).
+	NoReservation = ReservationType(wire.ResNone)
+	// WriteExclusive: only the holder writes; every host reads.
+	WriteExclusive = ReservationType(wire.ResWriteExclusive)
+	// ExclusiveAccess: only the holder reads or writes.
+	ExclusiveAccess = ReservationType(wire.ResExclusiveAccess)
+	// WriteExclusiveRegistrants: registered hosts write; every host reads.
+	WriteExclusiveRegistrants = ReservationType(wire.ResWriteExclusiveRegistrants)
+	// ExclusiveAccessRegistrants: only registered hosts read or write.
+	ExclusiveAccessRegistrants = ReservationType(wire.ResExclusiveAccessRegistrants)
+)
+
+// String names the type ("write-exclusive").
+func (t ReservationType) String() string { return wire.ReservationType(t).String() }
+
+// ParseReservationType reads a type by its String name.
+func ParseReservationType(s string) (ReservationType, error) {
+	t, err := wire.ParseReservationType(s)
+	return ReservationType(t), err
+}
+
+// Reservations are the persistent reservations of an open volume, in the
+// manner of SCSI's PERSISTENT RESERVE IN/OUT and NVMe reservations: a
+// host (known to the target by its Config.Initiator name, over every
+// session it has) registers a 64-bit key of its choice, then may take a
+// reservation that keeps other hosts from writing (or reading) the
+// volume. Registrations and reservations outlive sessions, and a target
+// that keeps state (srpd) keeps them across its restarts; a host that
+// died is fenced off by another one preempting its key.
+//
+// Methods that the state forbids fail with ErrReservationConflict (a
+// wrong key, a reservation held by another host); malformed ones with
+// ErrInvalid.
+type Reservations struct{ v *Volume }
+
+// Reservations returns the volume's reservations.
+func (v *Volume) Reservations() *Reservations { return &Reservations{v: v} }
+
+// Register registers newKey for this host, which must give its current
+// key (0 when not registered): it registers, replaces the key, or with
+// newKey 0 unregisters (ending a reservation the host holds).
+func (r *Reservations) Register(ctx context.Context, key, newKey uint64) error {
+	return r.out(ctx, wire.ActionRegister, key, newKey, NoReservation)
+}
+
+// RegisterIgnoringKey is Register without the check of the current key
+// (REGISTER AND IGNORE EXISTING KEY), for a host that lost its key.
+func (r *Reservations) RegisterIgnoringKey(ctx context.Context, newKey uint64) error {
+	return r.out(ctx, wire.ActionRegisterIgnore, 0, newKey, NoReservation)
+}
+
+// Reserve takes a reservation of type typ; key is the host's key.
+// Asking again for the one the host holds is no error.
+func (r *Reservations) Reserve(ctx context.Context, key uint64, typ ReservationType) error {
+	return r.out(ctx, wire.ActionReserve, key, 0, typ)
+}
+
+// Release gives up the reservation of type typ the host holds; it does
+// nothing when the host holds none.
+func (r *Reservations) Release(ctx context.Context, key uint64, typ ReservationType) error {
+	return r.out(ctx, wire.ActionRelease, key, 0, typ)
+}
+
+// Clear removes every registration and the reservation, of every host.
+func (r *Reservations) Clear(ctx context.Context, key uint64) error {
+	return r.out(ctx, wire.ActionClear, key, 0, NoReservation)
+}
+
+// Preempt removes the registrations of the hosts registered with
+// victimKey and, if one of them held the reservation, takes it with
+// type typ. With abort the preempted hosts' commands that had not yet
+// reached the target's store fail too (PREEMPT AND ABORT).
+func (r *Reservations) Preempt(ctx context.Context, key, victimKey uint64, typ ReservationType, abort bool) error {
+	act := wire.ActionPreempt
+	if abort {
+		act = wire.ActionPreemptAbort
+	}
+	return r.out(ctx, act, key, victimKey, typ)
+}
+
+// Registrant is a host's registration.
+type Registrant struct {
+	Initiator string
+	Key       uint64
+}
+
+// ReservationReport is the reservation state of a volume.
+type ReservationReport struct {
+	// Generation moves with every change of the registrations (SPC-4's
+	// PRgeneration), not with reserve and release.
+	Generation uint32
+	// Holder is the host holding the reservation ("" for none), with
+	// its key and the reservation's type.
+	Holder    string
+	HolderKey uint64
+	Type      ReservationType
+	// Registrants are every registration, in the order they were made.
+	Registrants []Registrant
+	// ExclusiveHolder names the host of a session that has the volume
+	// open with OpenOptions.Exclusive, if one has.
+	ExclusiveHolder string
+}
+
+// Report returns the volume's reservation state.
+func (r *Reservations) Report(ctx context.Context) (ReservationReport, error) {
+	rsp, err := r.call(ctx, &wire.ControlRequest{Op: wire.ControlReserveIn}, "report reservations")
+	if err != nil {
+		return ReservationReport{}, err
+	}
+	rep := ReservationReport{Generation: rsp.Generation, Holder: rsp.Holder, HolderKey: rsp.HolderKey,
+		Type: ReservationType(rsp.ResType), ExclusiveHolder: rsp.ExclusiveHolder}
+	for _, g := range rsp.Registrants {
+		rep.Registrants = append(rep.Registrants, Registrant(g))
+	}
+	return rep, nil
+}
+
+func (r *Reservations) out(ctx context.Context, act wire.ReserveAction, key, newKey uint64, typ ReservationType) error {
+	_, err := r.call(ctx, &wire.ControlRequest{Op: wire.ControlReserveOut, Action: act, Key: key, NewKey: newKey,
+		Type: wire.ReservationType(typ)}, act.String())
+	return err
+}
+
+// call runs a reservation request on the session's first channel, which
+// has the volume open like every other.
+func (r *Reservations) call(ctx context.Context, req *wire.ControlRequest, what string) (*wire.ControlResponse, error) {
+	v := r.v
+	rsp, err := v.s.controlReq(ctx, v.s.chans[0], &Request{Op: opControl, ctrl: req, vol: v})
+	if err != nil {
+		return nil, fmt.Errorf("initiator: %s of %q: %w", what, v.name, err)
+	}
+	if rsp.Error != "" || rsp.Sense != wire.SenseNone {
+		return nil, fmt.Errorf("initiator: %s of %q: %s: %w", what, v.name, rsp.Error, reservationErr(rsp.Sense))
+	}
+	return rsp, nil
+}
+
+func reservationErr(s wire.Sense) error {
+	if s == wire.SenseUnsupported {
+		return fmt.Errorf("the target takes no reservations: %w", ErrInvalid)
+	}
+	return errNoVolume(s)
+}
