@@ -241,6 +241,11 @@ type Config struct {
 	// ioc_guid, SRP r16a 5.3) an SRP login must name; the zero value
 	// accepts any. See docs/srp.md.
 	SRPTargetPortID [16]byte
+	// Reservations, if set, keeps the volumes' persistent reservations
+	// across restarts: New loads them, and every change is saved before
+	// the initiator that asked is answered. nil keeps them in memory,
+	// for the Target's lifetime.
+	Reservations ReservationStore
 }
 
 // Limits of the configuration.

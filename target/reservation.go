@@ -1,6 +1,7 @@
 package target
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -11,8 +12,9 @@ import (
 // name, shared by every connection: a reservation binds hosts, not
 // connections.
 type prTable struct {
-	mu   sync.Mutex
-	vols map[string]*prVolume
+	mu    sync.Mutex
+	vols  map[string]*prVolume
+	store ReservationStore // nil: in memory only
 }
 
 func newPRTable() *prTable { return &prTable{vols: map[string]*prVolume{}} }
@@ -24,7 +26,7 @@ func (t *prTable) volume(name string) *prVolume {
 	defer t.mu.Unlock()
 	v := t.vols[name]
 	if v == nil {
-		v = &prVolume{name: name}
+		v = &prVolume{name: name, store: t.store}
 		v.view.Store(&prState{})
 		t.vols[name] = v
 	}
@@ -35,10 +37,11 @@ func (t *prTable) volume(name string) *prVolume {
 // a fresh immutable copy in view, which the cores read per command
 // without a lock.
 type prVolume struct {
-	name string
-	mu   sync.Mutex
-	st   prState
-	view atomic.Pointer[prState]
+	name  string
+	store ReservationStore // nil: in memory only
+	mu    sync.Mutex
+	st    prState
+	view  atomic.Pointer[prState]
 }
 
 // allows is prState.allows on the current view: one atomic load, no
@@ -51,14 +54,27 @@ func (v *prVolume) allows(ini, owner string, write bool) bool {
 	return p.allows(ini, owner, write)
 }
 
-// apply runs a PERSISTENT RESERVE OUT action of host ini.
+// apply runs a PERSISTENT RESERVE OUT action of host ini. A change is
+// saved before it is published or answered, so an acknowledged change
+// survives a restart; one that cannot be saved is undone and fails.
+// The commands go on meanwhile: they read the view, not v.mu.
 func (v *prVolume) apply(ini string, act wire.ReserveAction, key, newKey uint64, typ wire.ReservationType) (prOutcome, uint32) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	before := v.st.state()
 	out := v.st.apply(ini, act, key, newKey, typ)
-	if out.sense == wire.SenseNone {
-		v.view.Store(v.st.snapshot())
+	if out.sense != wire.SenseNone {
+		return out, v.st.gen
 	}
+	if v.store != nil {
+		after := v.st.state()
+		after.ExclusiveHolder = ""
+		if err := v.store.SaveReservation(v.name, after); err != nil {
+			v.st.setState(before) // it was valid: it is what we had
+			return prOutcome{sense: wire.SenseInternal, msg: fmt.Sprintf("the change could not be recorded: %v", err)}, v.st.gen
+		}
+	}
+	v.view.Store(v.st.snapshot())
 	return out, v.st.gen
 }
 

@@ -79,6 +79,9 @@ func New(cfg Config) (*Target, error) {
 		evictAge: evictAge, pr: newPRTable(),
 	}
 	t.acl.Store(cfg.ACL)
+	if err := t.pr.load(cfg.Reservations); err != nil {
+		return nil, err
+	}
 	t.instance = newInstance()
 	return t, nil
 }

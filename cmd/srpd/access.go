@@ -140,23 +140,7 @@ func (a *access) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	tmp := a.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, a.path)
+	return writeDurable(a.path, append(b, '\n'))
 }
 
 func (a *access) ACL() admin.ACL {

@@ -297,7 +297,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Name: cfg.Name, Catalog: storecatalog.Catalog{Store: store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
-		SRPTargetPortID: srpPort, Logger: log,
+		SRPTargetPortID: srpPort, Logger: log, Reservations: openReservations(cfg.Data),
 	})
 	if err != nil {
 		return err

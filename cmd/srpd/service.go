@@ -227,11 +227,18 @@ func (s *service) DeleteVolume(name string) error {
 	if strings.Contains(name, "@") {
 		return admin.Errorf(admin.ErrInvalid, "%q is a snapshot: use 'srpd snapshot delete'", name)
 	}
-	err := s.store.Delete(name)
-	if err == nil {
-		s.catalogChanged()
+	if err := s.store.Delete(name); err != nil {
+		return blockErr(fmt.Sprintf("volume %q", name), err)
 	}
-	return blockErr(fmt.Sprintf("volume %q", name), err)
+	s.catalogChanged()
+	if s.tgt != nil {
+		// A new volume of the name must not inherit the old one's
+		// registrations and reservation.
+		if err := s.tgt.ForgetReservations(name); err != nil {
+			return fmt.Errorf("volume %q deleted, but its reservations remain: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // catalogChanged tells the target, if srpd serves one, that volumes or

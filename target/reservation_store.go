@@ -1,0 +1,158 @@
+package target
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+// ReservationStore keeps the volumes' persistent reservations across a
+// target's restarts (SPC-4 §5.13.4: "persist through power loss" is what
+// makes them persistent, which SCSI leaves optional and a fencing host
+// relies on). srpd keeps them in a file of its data directory.
+type ReservationStore interface {
+	// LoadReservations returns every saved volume's state; New calls it
+	// once.
+	LoadReservations() (map[string]ReservationState, error)
+	// SaveReservation records volume's state durably (on stable storage
+	// when it returns), replacing what was saved for it; an empty state
+	// may be forgotten. The target calls it for every change, one at a
+	// time per volume, and answers the change only after it returned
+	// nil; an error fails the change, which the target then undoes.
+	SaveReservation(volume string, st ReservationState) error
+}
+
+// ReservationState is the persistent reservation state of a volume.
+type ReservationState struct {
+	// Generation is SPC-4's PRgeneration: it moves with each change of
+	// the registrations.
+	Generation uint32 `json:"generation"`
+	// Holder is the initiator holding the reservation ("" for none), and
+	// Type its type's name (wire.ReservationType's: "write-exclusive",
+	// ...).
+	Holder string `json:"holder,omitempty"`
+	Type   string `json:"type,omitempty"`
+	// Registrations in the order they were made.
+	Registrations []Registration `json:"registrations,omitempty"`
+	// ExclusiveHolder is the initiator of the session that has the
+	// volume open exclusively. It is no part of what is saved (a
+	// restart ends sessions); Target.Reservations reports it.
+	ExclusiveHolder string `json:"-"`
+}
+
+// Registration is a host's registered key.
+type Registration struct {
+	Initiator string `json:"initiator"`
+	Key       uint64 `json:"key"`
+}
+
+// Empty reports whether the state holds nothing: no registration, no
+// reservation, no exclusive open.
+func (s ReservationState) Empty() bool {
+	return s.Holder == "" && len(s.Registrations) == 0 && s.ExclusiveHolder == ""
+}
+
+// state returns p's persistent part (and its exclusive holder).
+func (p *prState) state() ReservationState {
+	st := ReservationState{Generation: p.gen, Holder: p.holder, ExclusiveHolder: p.exclIni}
+	if p.holder != "" {
+		st.Type = p.typ.String()
+	}
+	for _, r := range p.regs {
+		st.Registrations = append(st.Registrations, Registration{r.initiator, r.key})
+	}
+	return st
+}
+
+// setState replaces p's persistent part with st, checking it: a state
+// file is input like any other.
+func (p *prState) setState(st ReservationState) error {
+	var regs []prReg
+	for _, r := range st.Registrations {
+		if r.Key == 0 || r.Initiator == "" {
+			return fmt.Errorf("registration %+v: a key and an initiator are required", r)
+		}
+		if slices.ContainsFunc(regs, func(x prReg) bool { return x.initiator == r.Initiator }) {
+			return fmt.Errorf("initiator %q is registered twice", r.Initiator)
+		}
+		regs = append(regs, prReg{r.Initiator, r.Key})
+	}
+	if len(regs) > wire.MaxRegistrants {
+		return fmt.Errorf("%d registrations, at most %d", len(regs), wire.MaxRegistrants)
+	}
+	typ := wire.ResNone
+	if st.Holder != "" {
+		var err error
+		if typ, err = wire.ParseReservationType(st.Type); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(regs, func(x prReg) bool { return x.initiator == st.Holder }) {
+			return fmt.Errorf("holder %q is not registered", st.Holder)
+		}
+	}
+	p.gen, p.regs, p.holder, p.typ = st.Generation, regs, st.Holder, typ
+	return nil
+}
+
+// load fills the table from store and keeps store for the changes.
+func (t *prTable) load(store ReservationStore) error {
+	t.store = store
+	if store == nil {
+		return nil
+	}
+	saved, err := store.LoadReservations()
+	if err != nil {
+		return fmt.Errorf("target: load reservations: %w", err)
+	}
+	for name, st := range saved {
+		v := &prVolume{name: name, store: store}
+		if err := v.st.setState(st); err != nil {
+			return fmt.Errorf("target: load reservations of volume %q: %w", name, err)
+		}
+		v.view.Store(v.st.snapshot())
+		t.vols[name] = v
+	}
+	return nil
+}
+
+// Reservations returns the reservation state of every volume that has
+// any (registrations, a reservation, an exclusive open), by volume name.
+func (t *Target) Reservations() map[string]ReservationState {
+	t.pr.mu.Lock()
+	vols := make([]*prVolume, 0, len(t.pr.vols))
+	for _, v := range t.pr.vols {
+		vols = append(vols, v)
+	}
+	t.pr.mu.Unlock()
+	sort.Slice(vols, func(i, j int) bool { return vols[i].name < vols[j].name })
+	out := map[string]ReservationState{}
+	for _, v := range vols {
+		v.mu.Lock()
+		st := v.st.state()
+		v.mu.Unlock()
+		if !st.Empty() {
+			out[v.name] = st
+		}
+	}
+	return out
+}
+
+// ForgetReservations drops the registrations and reservation of the
+// volume named volume, saved state included, as when the volume is
+// deleted: a new volume of that name starts with none. An exclusive open
+// stays with its session.
+func (t *Target) ForgetReservations(volume string) error {
+	v := t.pr.volume(volume)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.store != nil {
+		if err := v.store.SaveReservation(volume, ReservationState{}); err != nil {
+			return fmt.Errorf("target: forget the reservations of %q: %w", volume, err)
+		}
+	}
+	v.st.gen, v.st.regs, v.st.holder, v.st.typ = 0, nil, "", wire.ResNone
+	v.view.Store(v.st.snapshot())
+	return nil
+}

@@ -1,0 +1,94 @@
+package target
+
+import (
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+// memPRStore is a ReservationStore in memory that can be told to fail.
+type memPRStore struct {
+	saved map[string]ReservationState
+	fail  error
+	saves int
+}
+
+func (m *memPRStore) LoadReservations() (map[string]ReservationState, error) {
+	return maps.Clone(m.saved), nil
+}
+
+func (m *memPRStore) SaveReservation(vol string, st ReservationState) error {
+	if m.fail != nil {
+		return m.fail
+	}
+	m.saves++
+	m.saved[vol] = st
+	return nil
+}
+
+// TestReservationsPersist: every acknowledged change is saved before it
+// is answered, a table loaded from the store has the same registrations,
+// reservation and generation (and so refuses the same writes), a change
+// the store cannot save is undone and fails, and a state file that
+// does not hold together is refused at load, naming the volume.
+func TestReservationsPersist(t *testing.T) {
+	st := &memPRStore{saved: map[string]ReservationState{}}
+	a := newPRTable()
+	if err := a.load(st); err != nil {
+		t.Fatal(err)
+	}
+	v := a.volume("v")
+	for _, step := range []struct {
+		ini      string
+		act      wire.ReserveAction
+		key, new uint64
+	}{{"A", wire.ActionRegister, 0, 0xa}, {"B", wire.ActionRegister, 0, 0xb}, {"A", wire.ActionReserve, 0xa, 0}} {
+		if out, _ := v.apply(step.ini, step.act, step.key, step.new, wire.ResWriteExclusive); out.sense != wire.SenseNone {
+			t.Fatalf("%+v: %s", step, out.msg)
+		}
+	}
+	if st.saves != 3 {
+		t.Fatalf("%d saves for 3 changes", st.saves)
+	}
+	b := newPRTable()
+	if err := b.load(st); err != nil {
+		t.Fatal(err)
+	}
+	w := b.volume("v")
+	if got, want := w.String(), v.String(); got != want {
+		t.Fatalf("after the reload: %s, want %s", got, want)
+	}
+	if w.allows("B", "sB", true) || !w.allows("A", "sA", true) {
+		t.Fatal("the reloaded reservation does not fence B off, or fences A")
+	}
+
+	st.fail = errors.New("disk full")
+	out, gen := w.apply("B", wire.ActionPreempt, 0xb, 0xa, wire.ResWriteExclusive)
+	if out.sense != wire.SenseInternal || !strings.Contains(out.msg, "disk full") || gen != 2 {
+		t.Fatalf("preempt that could not be saved: %s %q gen %d", out.sense, out.msg, gen)
+	}
+	if w.allows("B", "sB", true) || w.String() != v.String() {
+		t.Fatalf("an unsaved preempt took effect: %s", w)
+	}
+
+	st.fail = nil
+	tgt := &Target{pr: b}
+	if err := tgt.ForgetReservations("v"); err != nil || !st.saved["v"].Empty() || !w.allows("B", "sB", true) || len(tgt.Reservations()) != 0 {
+		t.Fatalf("forgotten: %v, saved %+v, state %s", err, st.saved["v"], w)
+	}
+
+	for name, bad := range map[string]ReservationState{
+		"holder not registered": {Holder: "A", Type: "write-exclusive"},
+		"bad type":              {Holder: "A", Type: "shared", Registrations: []Registration{{"A", 1}}},
+		"key 0":                 {Registrations: []Registration{{"A", 0}}},
+		"twice":                 {Registrations: []Registration{{"A", 1}, {"A", 2}}},
+	} {
+		err := newPRTable().load(&memPRStore{saved: map[string]ReservationState{"vol9": bad}})
+		if err == nil || !strings.Contains(err.Error(), `"vol9"`) {
+			t.Errorf("%s: load says %v", name, err)
+		}
+	}
+}
