@@ -374,7 +374,15 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 	s.mu.Lock()
 	s.vols[v] = struct{}{}
 	s.mu.Unlock()
+	opened := false
 	fail := func(err error) (*Volume, error) {
+		if opened {
+			// Close the handles the other channels got: an exclusive
+			// open would otherwise hold the volume until the session
+			// ends.
+			v.Close()
+			return nil, err
+		}
 		s.mu.Lock()
 		delete(s.vols, v)
 		s.mu.Unlock()
@@ -392,6 +400,7 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 		v.bs, v.readOnly, v.caps = int(rsp.BlockSize), rsp.ReadOnly || opts.ReadOnly, rsp.Caps
 		v.size.Store(int64(rsp.Size))
 		c.setHandle(v, rsp.Handle, r.epoch)
+		opened = true
 	}
 	if v.bs <= 0 || v.bs&(v.bs-1) != 0 {
 		return fail(fmt.Errorf("initiator: open %q: target reports block size %d: %w", name, v.bs, ErrProtocol))

@@ -38,7 +38,9 @@ func (c *core) startControl(s *slot) {
 		}
 		s.ctlRO = req.ReadOnly || acc == AccessReadOnly
 		s.resizedTo = 0
-		s.prv, s.prIni, s.prOwner = c.p.pr.volume(req.Volume), c.initiator, c.sessionKey()
+		// The job looks the volume up in the table once the store has
+		// opened it: OPENs of names that do not exist add no entry.
+		s.prt, s.prv, s.prIni, s.prOwner = c.p.pr, nil, c.initiator, c.sessionKey()
 		c.dispatch(s, jobOpen)
 	case wire.ControlClose:
 		ov := c.lookup(req.Handle)

@@ -132,7 +132,11 @@ var errReserved = errors.New("reservation conflict")
 // writes); a refused OPEN closes its volume.
 func openWriter(s *slot) error {
 	s.prWriter, s.prOut = false, prOutcome{}
-	if s.prv == nil || s.ctlRO {
+	if s.prt == nil {
+		return nil
+	}
+	s.prv = s.prt.volume(s.ctl.Volume)
+	if s.ctlRO {
 		return nil
 	}
 	if s.openInfo.ReadOnly {

@@ -192,6 +192,7 @@ type slot struct {
 	srp       srpSlot // the SRP request, in an SRP session (core_srp.go)
 	// A reservation job's inputs (the volume's state, the host, the
 	// session) and results; prWriter says the OPEN counted a writer.
+	prt      *prTable // an OPEN's: where the job finds prv
 	prv      *prVolume
 	prIni    string
 	prOwner  string
