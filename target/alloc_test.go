@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -30,7 +31,14 @@ type sliceCatalog struct{ v *sliceVolume }
 func (c sliceCatalog) List() ([]VolumeInfo, error) {
 	return []VolumeInfo{{Name: "mem", Size: c.v.Size(), BlockSize: c.v.bs}}, nil
 }
-func (c sliceCatalog) OpenVolume(name string) (Volume, error) { return c.v, nil }
+
+// OpenVolume opens any name but "nosuch", which does not exist.
+func (c sliceCatalog) OpenVolume(name string) (Volume, error) {
+	if name == "nosuch" {
+		return nil, errors.New("block: not found")
+	}
+	return c.v, nil
+}
 
 // coreHarness drives a core directly, playing NIC and worker.
 type coreHarness struct {

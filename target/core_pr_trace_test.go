@@ -1,6 +1,8 @@
 package target
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -17,9 +19,14 @@ import (
 //	pr-open vol=V ini=I owner=O [excl]                   a handle opened for writing
 //	pr-close vol=V owner=O [excl]                        ... and closed
 //	pr-show vol=V                                        the state and its report
+//	pr-table                                             the volumes the table has
 //
 // Each prints the outcome and the volume's state after it.
 func (h *traceHarness) prTrace(t *testing.T, td *datadriven.TestData) {
+	if td.Cmd == "pr-table" {
+		h.printf("volumes with reservation state: %v\n", slices.Sorted(maps.Keys(h.c.p.pr.vols)))
+		return
+	}
 	var vol, ini, owner string
 	td.ScanArgs(t, "vol", &vol)
 	td.MaybeScanArgs(t, "ini", &ini)

@@ -54,9 +54,9 @@ func (c *core) finishReservation(s *slot) {
 	}
 	rsp := &wire.ControlResponse{Generation: s.prGen}
 	if s.err != nil {
-		rsp.Sense, rsp.Error = wire.SenseInternal, fmt.Sprintf("%s: %v", s.ctl.Action, s.err)
+		rsp.Sense, rsp.Error = wire.SenseInternal, s.err.Error()
 	} else if s.prOut.sense != wire.SenseNone {
-		rsp.Sense, rsp.Error = s.prOut.sense, fmt.Sprintf("%s: %s", s.ctl.Action, s.prOut.msg)
+		rsp.Sense, rsp.Error = s.prOut.sense, s.prOut.msg
 	}
 	if c.p.trace != nil {
 		c.p.trace(fmt.Sprintf("reservation %s of %q: %s", s.ctl.Action, s.ov.name, s.ov.pr))

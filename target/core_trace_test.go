@@ -117,7 +117,7 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		c.volumeResized(vol, size)
 	case "catalog-changed":
 		c.srpLUNsChanged()
-	case "pr", "pr-check", "pr-open", "pr-close", "pr-show":
+	case "pr", "pr-check", "pr-open", "pr-close", "pr-show", "pr-table":
 		h.prTrace(t, td) // core_pr_trace_test.go
 	case "drain":
 		c.drain(3)
