@@ -145,10 +145,29 @@ func (r *Reservations) call(ctx context.Context, req *wire.ControlRequest, what 
 		return nil, fmt.Errorf("initiator: %s of %q: %w", what, v.name, err)
 	}
 	if rsp.Error != "" || rsp.Sense != wire.SenseNone {
-		return nil, fmt.Errorf("initiator: %s of %q: %s: %w", what, v.name, rsp.Error, reservationErr(rsp.Sense))
+		return nil, &ReservationError{Action: what, Volume: v.name, Reason: rsp.Error, Err: reservationErr(rsp.Sense)}
 	}
 	return rsp, nil
 }
+
+// ReservationError is a reservation request the target refused.
+type ReservationError struct {
+	Action string // "reserve", "preempt-abort", "report reservations", ...
+	Volume string
+	// Reason is the target's: "reserved write-exclusive by initiator
+	// \"B\"", "initiator \"A\" is registered with another key", ...
+	Reason string
+	// Err is ErrReservationConflict when the reservation state forbids
+	// it, ErrInvalid for a malformed request, or another sentinel.
+	Err error
+}
+
+func (e *ReservationError) Error() string {
+	return fmt.Sprintf("initiator: %s of %q: %s", e.Action, e.Volume, e.Reason)
+}
+
+// Unwrap gives Err, so errors.Is(err, ErrReservationConflict) works.
+func (e *ReservationError) Unwrap() error { return e.Err }
 
 func reservationErr(s wire.Sense) error {
 	if s == wire.SenseUnsupported {

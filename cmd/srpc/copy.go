@@ -27,6 +27,7 @@ type copyFlags struct {
 
 func (c *copyFlags) register(fs *flag.FlagSet, withLength bool) {
 	c.conn.register(fs)
+	c.conn.registerExclusive(fs)
 	fs.Var(&c.offset, "offset", "start at byte `OFFSET` of the volume (a multiple of its block size; KiB, MiB… allowed)")
 	if withLength {
 		fs.Var(&c.length, "length", "copy `LENGTH` bytes (default: to the end of the volume)")
@@ -97,11 +98,14 @@ func newPipeline(s *session, v *initiator.Volume, qd int) (*pipeline, int, error
 	return p, chunk, nil
 }
 
-func openVolume(ctx context.Context, s *session, name string, ro bool) (*initiator.Volume, error) {
-	v, err := s.Open(ctx, name, initiator.OpenOptions{ReadOnly: ro})
+func openVolume(ctx context.Context, s *session, name string, ro, exclusive bool) (*initiator.Volume, error) {
+	v, err := s.Open(ctx, name, initiator.OpenOptions{ReadOnly: ro, Exclusive: exclusive})
 	if err != nil {
 		if errors.Is(err, initiator.ErrReadOnly) {
 			return nil, fmt.Errorf("volume %q is read-only for this initiator", name)
+		}
+		if errors.Is(err, initiator.ErrReservationConflict) {
+			return nil, reservedError(name, err)
 		}
 		if !errors.Is(err, initiator.ErrAccessDenied) && !offered(ctx, s, name) {
 			return nil, s.noVolume(name)
@@ -204,7 +208,7 @@ func importData(ctx context.Context, s *session, v *initiator.Volume, in io.Read
 		r := <-p.done
 		inflight--
 		if r.Err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("write of %d bytes at %d: %v", len(r.Buf), r.Offset, ioError(r.Err))
+			firstErr = fmt.Errorf("write of %d bytes at %d: %v", len(r.Buf), r.Offset, volumeError(v.Name(), r.Err))
 		}
 		if r.Err == nil {
 			bar.Add(len(r.Buf))
@@ -380,7 +384,7 @@ func exportData(ctx context.Context, s *session, v *initiator.Volume, out io.Wri
 		if firstErr == nil {
 			switch {
 			case r.Err != nil:
-				firstErr = fmt.Errorf("read of %d bytes at %d: %v", len(r.Buf), r.Offset, ioError(r.Err))
+				firstErr = fmt.Errorf("read of %d bytes at %d: %v", len(r.Buf), r.Offset, volumeError(v.Name(), r.Err))
 			case ctx.Err() != nil:
 				firstErr = fmt.Errorf("interrupted at offset %d", r.Offset)
 			default:

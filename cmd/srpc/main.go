@@ -39,7 +39,7 @@ and out, and mounts a volume as a file for losetup.
 
 The target, initiator name and secret come from flags or from the
 environment: SRPC_TARGET, SRPC_NAME, SRPC_SECRET.`,
-		Sub: []*cli.Command{listCommand(), infoCommand(), importCommand(), exportCommand(), mountCommand(), nbdCommand()},
+		Sub: []*cli.Command{listCommand(), infoCommand(), importCommand(), exportCommand(), mountCommand(), nbdCommand(), reserveCommand()},
 	}
 }
 
@@ -58,6 +58,16 @@ type connFlags struct {
 	channels, procs                  int
 	timeout                          time.Duration
 	replay                           cli.SizeFlag // 0 where registerReplay was not called
+	// exclusive: --exclusive (registerExclusive); writes: the command
+	// writes (registerReplay), so --read-only and --exclusive clash.
+	exclusive, writes bool
+}
+
+// registerExclusive adds --exclusive, for the commands that open a
+// volume to copy, mount or serve it.
+func (c *connFlags) registerExclusive(fs *flag.FlagSet) {
+	fs.BoolVar(&c.exclusive, "exclusive", false, "open the volume as its only writer: refused while another session has it open for writing "+
+		"or another host reserved it, and while it lasts other sessions' writes fail (their reads work)")
 }
 
 func (c *connFlags) register(fs *flag.FlagSet) {
@@ -92,6 +102,7 @@ const defaultReplay = 64 << 20
 // registerReplay adds --replay-buffer, for the commands that write.
 func (c *connFlags) registerReplay(fs *flag.FlagSet) {
 	c.replay.N = defaultReplay
+	c.writes = true
 	fs.Var(&c.replay, "replay-buffer", "keep copies of up to `SIZE` of acknowledged, unflushed writes to replay if the target restarts "+
 		"and lost them (when full, writes wait for a flush); 0: none, and such a restart fails the next flush")
 }
@@ -121,6 +132,9 @@ func (s *session) Close() error {
 // read-only (with nothing to replay) when ro is set; the caller closes
 // both.
 func (c *connFlags) open(ctx context.Context, name string, ro bool, qd, bufBytes int) (*session, *initiator.Volume, error) {
+	if ro && c.exclusive && c.writes {
+		return nil, nil, cli.Usagef("--exclusive and --read-only exclude each other: an exclusive open makes this the volume's one writer")
+	}
 	if ro {
 		c.replay.N = 0
 	}
@@ -128,7 +142,9 @@ func (c *connFlags) open(ctx context.Context, name string, ro bool, qd, bufBytes
 	if err != nil {
 		return nil, nil, err
 	}
-	v, err := openVolume(ctx, s, name, ro)
+	// A read-only command with --exclusive (export) opens read-write, the
+	// one writer, so that nothing changes the volume under it.
+	v, err := openVolume(ctx, s, name, ro && !c.exclusive, c.exclusive)
 	if err != nil {
 		s.Close()
 		return nil, nil, err

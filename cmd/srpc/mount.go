@@ -65,6 +65,7 @@ func mountCommand() *cli.Command {
 		SetFlags: func(fs *flag.FlagSet) {
 			cf.register(fs)
 			cf.registerReplay(fs)
+			cf.registerExclusive(fs)
 			fs.BoolVar(&ro, "read-only", false, "open the volume read-only")
 			fs.IntVar(&qd, "qd", 64, "`N` requests in flight to the target")
 			fs.BoolVar(&debug, "fuse-debug", false, "log every FUSE request")

@@ -79,6 +79,7 @@ func nbdCommand() *cli.Command {
 		SetFlags: func(fs *flag.FlagSet) {
 			cf.register(fs)
 			cf.registerReplay(fs)
+			cf.registerExclusive(fs)
 			fs.StringVar(&socket, "socket", "", "serve on the unix socket `PATH`")
 			fs.StringVar(&listen, "listen", "", "serve on TCP `HOST:PORT` (no authentication without TLS: keep it on loopback)")
 			fs.StringVar(&tlsCert, "tls-cert", "", "require TLS, with the server certificate in PEM `FILE` (and --tls-key)")
@@ -395,7 +396,7 @@ func nbdErr(err error, write bool) error {
 	err = ioError(err)
 	var ie *initiator.IOError
 	switch {
-	case errors.Is(orig, initiator.ErrReadOnly), errors.Is(orig, initiator.ErrAccessDenied):
+	case errors.Is(orig, initiator.ErrReadOnly), errors.Is(orig, initiator.ErrAccessDenied), errors.Is(orig, initiator.ErrReservationConflict):
 		return nbd.WithErrno(err, nbd.EPERM)
 	case errors.Is(orig, initiator.ErrInvalid):
 		return nbd.WithErrno(err, nbd.EINVAL)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -396,6 +397,14 @@ func (s *service) Status() (admin.Status, error) {
 		st.Conns = append(st.Conns, admin.Conn{ID: c.ID, Remote: c.Remote, Initiator: c.Initiator, State: c.State,
 			Credits: c.Credits, CreditsInUse: c.CreditsInUse, OpenVolumes: c.OpenVolumes, IOStats: ioStats(c.IOStats)})
 	}
+	for name, r := range s.tgt.Reservations() {
+		ar := admin.Reservation{Volume: name, Generation: r.Generation, Holder: r.Holder, Type: r.Type, Exclusive: r.ExclusiveHolder}
+		for _, g := range r.Registrations {
+			ar.Registrants = append(ar.Registrants, g.Initiator)
+		}
+		st.Reservations = append(st.Reservations, ar)
+	}
+	slices.SortFunc(st.Reservations, func(a, b admin.Reservation) int { return strings.Compare(a.Volume, b.Volume) })
 	return st, nil
 }
 

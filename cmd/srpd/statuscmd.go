@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -62,6 +63,13 @@ func statusCommand() *cli.Command {
 					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\t%d\t%dµs\n", v.Name, cli.FormatSize(v.Size),
 						s.Read.Ops, cli.FormatSize(int64(s.Read.Bytes)), s.Write.Ops, cli.FormatSize(int64(s.Write.Bytes)), errs, s.P99us)
 				}
+				if len(st.Reservations) > 0 {
+					fmt.Fprintln(w, "\nRESERVED\tHOLDER\tTYPE\tEXCLUSIVE OPEN\tREGISTERED")
+					for _, r := range st.Reservations {
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Volume, orDash(r.Holder), orDash(r.Type), orDash(r.Exclusive),
+							orDash(strings.Join(r.Registrants, ",")))
+					}
+				}
 				if len(st.Conns) > 0 {
 					fmt.Fprintln(w, "\nCONN\tINITIATOR\tREMOTE\tSTATE\tCREDITS\tIN USE\tOPEN")
 					for _, c := range st.Conns {
@@ -71,4 +79,12 @@ func statusCommand() *cli.Command {
 			})
 		},
 	}
+}
+
+// orDash prints an empty column as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

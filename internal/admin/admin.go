@@ -178,6 +178,9 @@ type Status struct {
 	// SRP is the target port the kernel's SRP initiator logs in to (nil
 	// when srpd serves no target).
 	SRP *SRPPort `json:"srp,omitempty"`
+	// Reservations are the volumes' persistent reservations and
+	// exclusive opens, those that have any, by volume name.
+	Reservations []Reservation `json:"reservations,omitempty"`
 }
 
 // SRPPort is the T10 SRP target port identifier srpd answers to, and
@@ -191,6 +194,20 @@ type SRPPort struct {
 	// AddTarget is the line to write to ib_srp's add_target file
 	// (/sys/class/infiniband_srp/srp-DEVICE-PORT/add_target).
 	AddTarget string `json:"add_target"`
+}
+
+// Reservation is a volume's reservation state in Status.
+type Reservation struct {
+	Volume     string `json:"volume"`
+	Generation uint32 `json:"generation"`
+	// Holder holds a reservation of Type ("" for none).
+	Holder string `json:"holder,omitempty"`
+	Type   string `json:"type,omitempty"`
+	// Registrants are the registered initiators.
+	Registrants []string `json:"registrants,omitempty"`
+	// Exclusive is the initiator of a session holding the volume open
+	// exclusively.
+	Exclusive string `json:"exclusive,omitempty"`
 }
 
 // Space is a store's free space and thin-provisioning totals.
