@@ -83,8 +83,10 @@ func (r *Reservations) Clear(ctx context.Context, key uint64) error {
 
 // Preempt removes the registrations of the hosts registered with
 // victimKey and, if one of them held the reservation, takes it with
-// type typ. With abort the preempted hosts' commands that had not yet
-// reached the target's store fail too (PREEMPT AND ABORT).
+// type typ. With abort (PREEMPT AND ABORT) the preempted hosts' writes
+// that had not yet reached the target's store fail, and Preempt returns
+// only once those already in the store are done: from then on no write
+// of theirs lands, which is what fencing a dead host needs.
 func (r *Reservations) Preempt(ctx context.Context, key, victimKey uint64, typ ReservationType, abort bool) error {
 	act := wire.ActionPreempt
 	if abort {

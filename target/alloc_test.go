@@ -109,8 +109,9 @@ func (h *coreHarness) step1() {
 	}
 }
 
-func TestCoreAllocs(t *testing.T) {
-	h := newCoreHarness(t, 4)
+// loginOpen logs initiator "i" in (with 4096 bytes of immediate data)
+// and opens "mem" as handle 1.
+func (h *coreHarness) loginOpen(t *testing.T) {
 	req := wire.LoginRequest{Version: wire.Version, Initiator: "i", Credits: 4, MaxIU: 296, MaxRecvIU: 4096, MaxImmediate: 4096}
 	iu, _ := wire.EncodeControl(nil, wire.OpLogin, &req)
 	h.deliver(0, iu)
@@ -121,6 +122,11 @@ func TestCoreAllocs(t *testing.T) {
 	if h.c.state != connActive || h.c.nhandles != 1 {
 		t.Fatalf("state %s, %d handles", h.c.state, h.c.nhandles)
 	}
+}
+
+func TestCoreAllocs(t *testing.T) {
+	h := newCoreHarness(t, 4)
+	h.loginOpen(t)
 	var wbuf, rbuf [wire.MaxCommandLen]byte
 	w := wire.Command{Op: wire.OpWrite, Volume: 1, Offset: 8192, Length: 16384, NDesc: 2, Flags: wire.FlagInvalidate, InvalidateKey: 0x1234}
 	w.Desc[0] = wire.Descriptor{VA: 0x9000, RKey: 0x1234, Len: 8192}

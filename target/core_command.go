@@ -205,12 +205,6 @@ func (c *core) dispatchWrite(s *slot) {
 	case s.ov.ro:
 		c.respond(s, wire.StatusError, wire.SenseWriteProtected)
 		return
-	case !c.reservationAllows(s.ov, s.cmd.Op):
-		// Preempted while the data was on its way (PREEMPT AND ABORT's
-		// promise: nothing of the preempted host reaches the store
-		// after the preemption was answered, unless it already had).
-		c.respond(s, wire.StatusError, wire.SenseReservationConflict)
-		return
 	}
 	if c.srp != nil && s.srp.act.Op != scsi.OpNone {
 		c.srpFetched(s) // an UNMAP's parameter list, a WRITE SAME's block
@@ -224,6 +218,18 @@ func (c *core) dispatchWrite(s *slot) {
 }
 
 func (c *core) dispatch(s *slot, j jobKind) {
+	if s.ov != nil && !s.control && s.ov.pr != nil && isWriteJob(j) {
+		// Counted before the check, which PREEMPT AND ABORT relies on
+		// (prVolume.fence): a write it does not count checks the new
+		// reservation. The check also catches a host preempted while
+		// a WRITE's data was on its way.
+		s.ov.writes.Add(1)
+		if !c.reservationAllows(s.ov, s.cmd.Op) {
+			s.ov.writeDone()
+			c.respond(s, wire.StatusError, wire.SenseReservationConflict)
+			return
+		}
+	}
 	s.job = j
 	s.err = nil
 	c.setSlot(s, slotBackend)

@@ -116,7 +116,10 @@ func (c *core) finishControl(s *slot) {
 		}
 		ov := &openVol{name: req.Volume, vol: s.opened, size: info.Size, bs: int64(info.BlockSize),
 			ro: s.ctlRO || info.ReadOnly, stats: c.p.volStats(req.Volume),
-			pr: s.prv, owner: s.prOwner, writer: s.prWriter, excl: req.Exclusive && s.prWriter}
+			pr: s.prv, owner: s.prOwner, ini: c.initiator, writer: s.prWriter, excl: req.Exclusive && s.prWriter}
+		if ov.writer {
+			ov.pr.addWriter(ov)
+		}
 		if im, ok := s.opened.(Immediate); ok {
 			ov.now = im.Immediate()
 		}

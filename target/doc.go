@@ -82,8 +82,9 @@
 // every command is checked against with one atomic load (core_pr.go has
 // the state machine and SPC-4's table). A command the reservation
 // forbids is answered SenseReservationConflict: at its arrival, and for
-// a WRITE again when its data has arrived, so a host preempted meanwhile
-// writes nothing more. An OPEN with Exclusive is an implicit Write
+// a write again as it is handed to the store, so a host preempted
+// meanwhile writes nothing more; PREEMPT AND ABORT also waits for the
+// preempted hosts' writes already in the store before it is answered. An OPEN with Exclusive is an implicit Write
 // Exclusive reservation of its session, refused while another session
 // has the volume open for writing, and ended when the session closes its
 // last handle or ends.

@@ -18,7 +18,7 @@ func runJob(s *slot, cat Catalog) {
 			s.err = fmt.Errorf("target: %s job panicked: %v", jobName(s.job), r)
 		}
 		if isIO {
-			s.ov.inflight.Done()
+			s.ov.ioDone(s.job)
 		}
 	}()
 	s.err = nil
@@ -76,7 +76,7 @@ func runBatch(slots []slot, lead int32, bufs [][]byte, offs []int64) ([][]byte, 
 			runJob(s, nil)
 		} else {
 			s.err = nil
-			s.ov.inflight.Done()
+			s.ov.ioDone(s.job)
 		}
 	}
 	return bufs, offs

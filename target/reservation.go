@@ -2,8 +2,10 @@ package target
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gosrp/gosrp/internal/wire"
 )
@@ -42,7 +44,20 @@ type prVolume struct {
 	mu    sync.Mutex
 	st    prState
 	view  atomic.Pointer[prState]
+	// writers are the handles open for writing (under mu), for
+	// PREEMPT AND ABORT to wait for the preempted hosts' writes.
+	writers map[*openVol]struct{}
+	// fencing is set while a fence waits; wch, under wmu, is closed to
+	// wake it when a handle's writes reach zero.
+	fencing atomic.Bool
+	wmu     sync.Mutex
+	wch     chan struct{}
 }
+
+// fenceTimeout bounds how long PREEMPT AND ABORT waits for the preempted
+// hosts' writes already in the store (a store that hangs must not hang
+// the preemptor for ever).
+const fenceTimeout = 30 * time.Second
 
 // allows is prState.allows on the current view: one atomic load, no
 // allocation, on every command.
@@ -58,24 +73,104 @@ func (v *prVolume) allows(ini, owner string, write bool) bool {
 // saved before it is published or answered, so an acknowledged change
 // survives a restart; one that cannot be saved is undone and fails.
 // The commands go on meanwhile: they read the view, not v.mu.
+//
+// PREEMPT AND ABORT then waits, without the lock, until the writes the
+// preempted hosts had already handed to the store are done (SPC-4
+// §5.13.11.5: their tasks are aborted before the command completes), so
+// that once it is answered no write of theirs can land: the fence a
+// cluster relies on. Their writes not yet in the store are refused by
+// the new view (core.dispatch).
 func (v *prVolume) apply(ini string, act wire.ReserveAction, key, newKey uint64, typ wire.ReservationType) (prOutcome, uint32) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	before := v.st.state()
 	out := v.st.apply(ini, act, key, newKey, typ)
+	gen := v.st.gen
 	if out.sense != wire.SenseNone {
-		return out, v.st.gen
+		v.mu.Unlock()
+		return out, gen
 	}
 	if v.store != nil {
 		after := v.st.state()
 		after.ExclusiveHolder = ""
 		if err := v.store.SaveReservation(v.name, after); err != nil {
 			v.st.setState(before) // it was valid: it is what we had
+			v.mu.Unlock()
 			return prOutcome{sense: wire.SenseInternal, msg: fmt.Sprintf("the change could not be recorded: %v", err)}, v.st.gen
 		}
 	}
 	v.view.Store(v.st.snapshot())
-	return out, v.st.gen
+	var victims []*openVol
+	if act == wire.ActionPreemptAbort {
+		for ov := range v.writers {
+			if slices.Contains(out.preempted, ov.ini) {
+				victims = append(victims, ov)
+			}
+		}
+	}
+	v.mu.Unlock()
+	if n := v.fence(victims, fenceTimeout); n > 0 {
+		return prOutcome{sense: wire.SenseInternal, preempted: out.preempted,
+			msg: fmt.Sprintf("preempted, but %d writes of the preempted hosts were still in the store after %s", n, fenceTimeout)}, gen
+	}
+	return out, gen
+}
+
+// fence waits until the handles' counted writes are done, or timeout;
+// it returns how many were left.
+func (v *prVolume) fence(handles []*openVol, timeout time.Duration) int {
+	if len(handles) == 0 {
+		return 0
+	}
+	v.fencing.Store(true)
+	defer v.fencing.Store(false)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for _, ov := range handles {
+		for {
+			// The channel is made before the count is read, and a
+			// write's end reads fencing after its count: either this
+			// sees zero or that closes the channel.
+			v.wmu.Lock()
+			if v.wch == nil {
+				v.wch = make(chan struct{})
+			}
+			ch := v.wch
+			v.wmu.Unlock()
+			if ov.writes.Load() <= 0 {
+				break
+			}
+			select {
+			case <-ch:
+			case <-deadline.C:
+				left := 0
+				for _, h := range handles {
+					left += int(max(h.writes.Load(), 0))
+				}
+				return left
+			}
+		}
+	}
+	return 0
+}
+
+// wake wakes a fence: some handle's writes reached zero.
+func (v *prVolume) wake() {
+	v.wmu.Lock()
+	if v.wch != nil {
+		close(v.wch)
+		v.wch = nil
+	}
+	v.wmu.Unlock()
+}
+
+// addWriter records a handle open for writing, for fences.
+func (v *prVolume) addWriter(ov *openVol) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.writers == nil {
+		v.writers = map[*openVol]struct{}{}
+	}
+	v.writers[ov] = struct{}{}
 }
 
 // openWriter and closeWriter are prState's, published.
@@ -104,6 +199,9 @@ func (v *prVolume) closeWriter(owner string, excl bool) {
 func (ov *openVol) releasePR() {
 	if ov.writer && ov.pr != nil {
 		ov.pr.closeWriter(ov.owner, ov.excl)
+		ov.pr.mu.Lock()
+		delete(ov.pr.writers, ov)
+		ov.pr.mu.Unlock()
 		ov.writer = false
 	}
 }
@@ -120,4 +218,25 @@ func (v *prVolume) String() string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.st.String()
+}
+
+// isWriteJob reports whether j changes the volume's data.
+func isWriteJob(j jobKind) bool {
+	return j == jobWrite || j == jobWriteFUA || j == jobDiscard || j == jobWriteZeroes
+}
+
+// ioDone ends a backend I/O job of kind j on the handle.
+func (ov *openVol) ioDone(j jobKind) {
+	if ov.pr != nil && isWriteJob(j) {
+		ov.writeDone()
+	}
+	ov.inflight.Done()
+}
+
+// writeDone ends one of the handle's counted writes and wakes a fence
+// waiting for it.
+func (ov *openVol) writeDone() {
+	if ov.writes.Add(-1) == 0 && ov.pr.fencing.Load() {
+		ov.pr.wake()
+	}
 }

@@ -41,15 +41,7 @@ func TestReservationsPersist(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := a.volume("v")
-	for _, step := range []struct {
-		ini      string
-		act      wire.ReserveAction
-		key, new uint64
-	}{{"A", wire.ActionRegister, 0, 0xa}, {"B", wire.ActionRegister, 0, 0xb}, {"A", wire.ActionReserve, 0xa, 0}} {
-		if out, _ := v.apply(step.ini, step.act, step.key, step.new, wire.ResWriteExclusive); out.sense != wire.SenseNone {
-			t.Fatalf("%+v: %s", step, out.msg)
-		}
-	}
+	applyAll(t, v, []prStep{{"A", wire.ActionRegister, 0, 0xa}, {"B", wire.ActionRegister, 0, 0xb}, {"A", wire.ActionReserve, 0xa, 0}})
 	if st.saves != 3 {
 		t.Fatalf("%d saves for 3 changes", st.saves)
 	}
@@ -89,6 +81,24 @@ func TestReservationsPersist(t *testing.T) {
 		err := newPRTable().load(&memPRStore{saved: map[string]ReservationState{"vol9": bad}})
 		if err == nil || !strings.Contains(err.Error(), `"vol9"`) {
 			t.Errorf("%s: load says %v", name, err)
+		}
+	}
+}
+
+// prStep is one reservation action of a host, with write-exclusive as
+// its type.
+type prStep struct {
+	ini      string
+	act      wire.ReserveAction
+	key, new uint64
+}
+
+// applyAll applies the steps to v and fails the test on a refusal.
+func applyAll(t *testing.T, v *prVolume, steps []prStep) {
+	t.Helper()
+	for _, s := range steps {
+		if out, _ := v.apply(s.ini, s.act, s.key, s.new, wire.ResWriteExclusive); out.sense != wire.SenseNone {
+			t.Fatalf("%+v: %s", s, out.msg)
 		}
 	}
 }

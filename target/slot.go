@@ -3,6 +3,7 @@ package target
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
@@ -166,8 +167,12 @@ type openVol struct {
 	// writers), excl that it is an exclusive open. Set at open.
 	pr     *prVolume
 	owner  string
+	ini    string // the initiator, for PREEMPT AND ABORT (prVolume.fence)
 	writer bool
 	excl   bool
+	// writes counts the handle's writes in the store (dispatch to job
+	// done), for PREEMPT AND ABORT to wait for; only with pr set.
+	writes atomic.Int32
 	// inflight counts backend operations on vol; a close waits for them.
 	inflight sync.WaitGroup
 }

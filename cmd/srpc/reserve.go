@@ -143,7 +143,7 @@ func reserveAction(name, argsSyn, short string, do func(context.Context, *initia
 			}
 			if name == "preempt" {
 				fs.Var(&f.victim, "victim", "the `KEY` whose registrations (and reservation) to take away")
-				fs.BoolVar(&f.abort, "abort", false, "also fail the preempted hosts' commands not yet in the target's store (PREEMPT AND ABORT)")
+				fs.BoolVar(&f.abort, "abort", false, "also fail the preempted hosts' writes not yet in the target's store and wait for those in it (PREEMPT AND ABORT)")
 			}
 		},
 		Run: func(ctx context.Context, args []string) error {

@@ -47,8 +47,9 @@ const (
 	// ActionPreempt removes the registrations of key NewKey and, if they
 	// held the reservation, takes it with Type.
 	ActionPreempt
-	// ActionPreemptAbort is ActionPreempt that also fails the commands of
-	// the preempted hosts that have not yet reached the store.
+	// ActionPreemptAbort is ActionPreempt that also fails the writes of
+	// the preempted hosts that have not yet reached the store, and is
+	// answered once those already there are done.
 	ActionPreemptAbort
 	actionEnd
 )
