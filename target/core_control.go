@@ -40,7 +40,7 @@ func (c *core) startControl(s *slot) {
 		s.resizedTo = 0
 		// The job looks the volume up in the table once the store has
 		// opened it: OPENs of names that do not exist add no entry.
-		s.prt, s.prv, s.prIni, s.prOwner = c.p.pr, nil, c.initiator, c.sessionKey()
+		s.prt, s.prv, s.prIni, s.prOwner, s.prOut = c.p.pr, nil, c.initiator, c.sessionKey(), prOutcome{}
 		c.dispatch(s, jobOpen)
 	case wire.ControlClose:
 		ov := c.lookup(req.Handle)
