@@ -41,6 +41,7 @@ func (c *core) startControl(s *slot) {
 		// The job looks the volume up in the table once the store has
 		// opened it: OPENs of names that do not exist add no entry.
 		s.prt, s.prv, s.prIni, s.prOwner, s.prOut = c.p.pr, nil, c.initiator, c.sessionKey(), prOutcome{}
+		s.prWriter = false
 		c.dispatch(s, jobOpen)
 	case wire.ControlClose:
 		ov := c.lookup(req.Handle)

@@ -43,7 +43,8 @@
 // both offer it. A refused login is answered with a LoginReject
 // and then disconnected.
 //
-// Control requests (LIST, OPEN, CLOSE, EXTENTS) and commands each consume
+// Control requests (LIST, OPEN, CLOSE, EXTENTS, and the reservations'
+// PR-OUT and PR-IN, see Reservations below) and commands each consume
 // a credit and each response returns one. EXTENTS asks which parts of a
 // range of an open volume hold data; a worker answers it from the
 // volume's Allocator (at most wire.MaxExtents extents from the start of
@@ -57,7 +58,7 @@
 // unknown handle, a transfer over the negotiated limits, a write to a
 // read-only handle, a misaligned or out-of-range request is answered with
 // an error Response and touches neither the volume nor the initiator's
-// memory. A WRITE's data is fetched with one RDMA READ per descriptor; the
+// memory, and so is one a reservation forbids. A WRITE's data is fetched with one RDMA READ per descriptor; the
 // volume is written only after the last READ completed, so the response,
 // and any SEND_WITH_INV in it, never overtakes a READ of that key. A WRITE
 // with immediate data is copied out of its receive buffer before the
