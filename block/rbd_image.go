@@ -1,0 +1,215 @@
+//go:build ceph && pacific
+
+package block
+
+// One open RBD image: the reads, writes, flushes, discards and resizes
+// an rbd volume's handle runs.
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ceph/go-ceph/rbd"
+)
+
+// closeLocked closes the image once. REQUIRES: c.mu held exclusively.
+func (c *rbdCore) closeLocked() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	if err := c.img.Close(); err != nil {
+		return fmt.Errorf("block: volume %q: close: %w", c.nm, rbdErr(err))
+	}
+	return nil
+}
+
+func (c *rbdCore) size() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.sz
+}
+
+func (c *rbdCore) caps() Caps {
+	if c.readOnly {
+		return CapFlush | CapFUA | CapPersistent | CapSnapshot
+	}
+	return CapFlush | CapFUA | CapDiscard | CapWriteZeroes | CapResize | CapSnapshot | CapPersistent
+}
+
+func (c *rbdCore) readAt(p []byte, off int64) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := int64(len(p))
+	if err := c.checkReq("read", off, n, c.sz, false); err != nil {
+		return err
+	}
+	if _, err := c.img.ReadAt(p, off); err != nil {
+		return c.ioFailed("read", n, off, err)
+	}
+	return nil
+}
+
+// writeAt is rbd_write, then for FUA rbd_flush: librbd has no
+// per-request FUA, and its flush covers this write and all before it.
+func (c *rbdCore) writeAt(p []byte, off int64, fua bool) error {
+	op := "write"
+	if fua {
+		op = "write-fua"
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := int64(len(p))
+	if err := c.checkReq(op, off, n, c.sz, true); err != nil {
+		return err
+	}
+	_, err := c.img.WriteAt(p, off)
+	if err == nil && fua {
+		err = c.img.Flush()
+	}
+	if err != nil {
+		return c.ioFailed(op, n, off, err)
+	}
+	return nil
+}
+
+func (c *rbdCore) flush() error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if err := c.usable("flush", false); err != nil {
+		return err
+	}
+	if c.readOnly {
+		return nil
+	}
+	err := c.img.Flush()
+	if err == nil && c.fenced.Load() {
+		err = ErrFenced
+	}
+	if err == nil && c.st.o.Exclusive {
+		// With librbd's cache off a flush has nothing to wait for and
+		// succeeds on a blocklisted client; a gateway must learn here
+		// that it no longer owns the image.
+		var own bool
+		if own, err = c.img.LockIsExclusiveOwner(); err == nil && !own {
+			err = fmt.Errorf("lost the exclusive lock: %w", ErrFenced)
+		}
+	}
+	if err != nil {
+		err = rbdErr(err)
+		if errors.Is(err, ErrFenced) {
+			c.fenced.Store(true)
+		}
+		return fmt.Errorf("block: volume %q: flush: %w", c.nm, err)
+	}
+	return nil
+}
+
+// ioFailed wraps a failed request's error; a fenced one makes the core
+// fenced for good (a blocklisted client stays so), so that a later flush
+// fails too.
+func (c *rbdCore) ioFailed(op string, n, off int64, err error) error {
+	err = rbdErr(err)
+	if errors.Is(err, ErrFenced) {
+		c.fenced.Store(true)
+	}
+	return ioErr(c.nm, op, n, off, err)
+}
+
+// discard is rbd_discard; with rbd_skip_partial_discard off (set when the
+// store connects) the range reads as zeros afterwards, whole objects are
+// deallocated and partial ones zeroed.
+func (c *rbdCore) discard(off, n int64) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if err := c.checkReq("discard", off, n, c.sz, true); err != nil {
+		return err
+	}
+	if _, err := c.img.Discard(uint64(off), uint64(n)); err != nil {
+		return c.ioFailed("discard", n, off, err)
+	}
+	return nil
+}
+
+// writeZeroes is rbd_writesame of a zero block, which librbd (Pacific
+// has no rbd_write_zeroes binding in go-ceph) turns into a discard.
+func (c *rbdCore) writeZeroes(off, n int64) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if err := c.checkReq("write-zeroes", off, n, c.sz, true); err != nil {
+		return err
+	}
+	if _, err := c.img.WriteSame(uint64(off), uint64(n), c.zero, 0); err != nil {
+		return c.ioFailed("write-zeroes", n, off, err)
+	}
+	return nil
+}
+
+// resize is rbd_resize (a shrink drops the objects beyond the new end, so
+// growing again exposes zeros), then the generation is recorded.
+func (c *rbdCore) resize(n int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usable(fmt.Sprintf("resize to %d", n), true); err != nil {
+		return err
+	}
+	if err := checkSize(c.nm, n, c.bs); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("volume %q: resize to %d", c.nm, n)
+	if err := c.img.Resize(uint64(n)); err != nil {
+		return fmt.Errorf("block: %s: %w", what, rbdErr(err))
+	}
+	c.sz = n
+	c.gen++
+	if err := c.img.SetMetadata(rbdMetaGeneration, strconv.FormatUint(c.gen, 10)); err != nil {
+		return fmt.Errorf("block: %s: record generation: %w", what, rbdErr(err))
+	}
+	return nil
+}
+
+// allocated asks librbd's diff-iterate from the image's creation with
+// whole-object granularity, which the object map answers without reading
+// data (fast-diff); runs are whole RBD objects (4 MiB by default), more
+// than the truth, never less. A clone includes its parent's data.
+func (c *rbdCore) allocated(off, end int64, yield func(off, end int64) bool) (int64, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return 0, ioErr(c.nm, "allocated", end-off, off, ErrClosed)
+	}
+	end = min(end, c.sz)
+	if off >= end {
+		return off, nil
+	}
+	bs := int64(c.bs)
+	stopped := int64(-1)
+	err := c.img.DiffIterate(rbd.DiffIterateConfig{
+		Offset:        uint64(off),
+		Length:        uint64(end - off),
+		IncludeParent: rbd.IncludeParent,
+		WholeObject:   rbd.EnableWholeObject,
+		Callback: func(o, l uint64, exists int, _ interface{}) int {
+			if exists == 0 {
+				return 0
+			}
+			from, to := max(int64(o)/bs*bs, off), min((int64(o+l)+bs-1)/bs*bs, end)
+			if to <= from {
+				return 0
+			}
+			if !yield(from, to) {
+				stopped = to
+				return 1
+			}
+			return 0
+		},
+	})
+	if stopped >= 0 {
+		return stopped, nil
+	}
+	if err != nil {
+		return 0, ioErr(c.nm, "allocated", end-off, off, rbdErr(err))
+	}
+	return end, nil
+}

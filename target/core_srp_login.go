@@ -1,0 +1,163 @@
+package target
+
+// The core's side of an SRP login: the decision on an SRP_LOGIN_REQ in
+// ib_srpt's order of checks, the reject, and the LUNs the accepted
+// session gets.
+
+import (
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/gosrp/gosrp/internal/scsi"
+	"github.com/gosrp/gosrp/internal/srp"
+)
+
+// srpLoginResult is the core's answer to an SRP_LOGIN_REQ: the private
+// data of the accept or the reject, and on accept the volumes the shell
+// opens, one per LUN ("" for a LUN the initiator may not see).
+type srpLoginResult struct {
+	ok     bool
+	priv   []byte
+	open   []string
+	reason string
+}
+
+// srpInitiatorName is the initiator name an SRP session has for the ACL
+// and the secrets: its 16-byte initiator port identifier in lower-case
+// hex (SRP carries no name and no secret).
+func srpInitiatorName(port [16]byte) string { return hex.EncodeToString(port[:]) }
+
+// srpLogin decides an SRP_LOGIN_REQ, in ib_srpt's order
+// (srpt_cm_req_recv): the IU length, the target port, the buffer formats,
+// then access. list is the catalog (listErr its failure): the LUNs are
+// its volumes in name order, LUN 0 the first, so a LUN names the same
+// volume for every initiator while the catalog does not change. On
+// accept the session is active at once: SRP has no login SEND.
+//
+// others is how many channels of the same I_T nexus the target serves:
+// a MULTI-CHANNEL ACTION of SINGLE ends them (the shell does, before
+// the accept goes out) and is answered TERMINATED when there were any,
+// NO EXISTING CHANNEL otherwise; MULTI joins them, MAINTAINED.
+func (c *core) srpLogin(req *srp.LoginRequest, list []VolumeInfo, listErr error, others int) srpLoginResult {
+	ini := srpInitiatorName(req.InitiatorPortID)
+	c.initiator = ini
+	refuse := func(r srp.RejectReason, why string) srpLoginResult { return c.srpRefuse(req, r, why) }
+	switch {
+	case req.MaxITIULen < srpMinITIU || req.MaxITIULen > recvSize:
+		return refuse(srp.RejectITIULenTooLarge, fmt.Sprintf("initiator IUs of %d bytes, target takes %d to %d", req.MaxITIULen, srpMinITIU, recvSize))
+	case c.p.srpPort != [16]byte{} && req.TargetPortID != c.p.srpPort:
+		return refuse(srp.RejectUnableToAssociate, fmt.Sprintf("target port %x is not this target's %x", req.TargetPortID, c.p.srpPort))
+	case req.BufFormats&^srpFormats != 0:
+		return refuse(srp.RejectUnsupportedFormat, fmt.Sprintf("buffer formats %#x required, target supports %#x", req.BufFormats, srpFormats))
+	case req.Flags&srp.MultiChanMask > srp.MultiChanMulti:
+		return refuse(srp.RejectMultiChanUnsupported, fmt.Sprintf("multi-channel action %d", req.Flags&srp.MultiChanMask))
+	case listErr != nil:
+		return refuse(srp.RejectInsufficientResources, "list volumes: "+listErr.Error())
+	}
+	if c.p.secrets != nil {
+		secret, required := c.p.secrets(ini)
+		if required {
+			return refuse(srp.RejectUnableToEstablish, "the initiator must authenticate, and SRP carries no secret")
+		}
+		c.authMark = c.mark(secret, required)
+	}
+	s := &srpSession{port: req.InitiatorPortID, tport: req.TargetPortID}
+	list = slices.SortedFunc(slices.Values(list), func(a, b VolumeInfo) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	acl := c.p.acl()
+	any := false
+	for i := 0; i < len(list) && i < srpMaxLUNs; i++ {
+		acc := acl.Allow(ini, list[i].Name)
+		name := list[i].Name
+		if acc == AccessNone {
+			name = ""
+		} else {
+			any = true
+		}
+		s.names = append(s.names, name)
+		s.access = append(s.access, acc)
+	}
+	if !any {
+		return refuse(srp.RejectUnableToEstablish, fmt.Sprintf("the access rules let initiator port %s see no volume", ini))
+	}
+	rsp := srp.LoginResponse{ReqLimDelta: uint32(c.credits), Tag: req.Tag, MaxITIULen: recvSize,
+		MaxTIIULen: srpMaxTIIU, BufFormats: srpFormats, Flags: srp.MultiChanNoChannel}
+	switch {
+	case req.Flags&srp.MultiChanMask == srp.MultiChanMulti:
+		rsp.Flags = srp.MultiChanMaintained
+	case others > 0:
+		rsp.Flags = srp.MultiChanTerminated
+	}
+	// Immediate data (SRP-2): the data must start after the immediate
+	// descriptor and leave room in the receive buffer.
+	if off := int(req.ImmDataOffset); req.Flags&srp.ImmediateRequested != 0 &&
+		off >= srp.CmdLen+srp.ImmHeaderLen && off < recvSize {
+		s.immOffset = off
+		c.maxImm = uint32(min(maxImmediate, recvSize-off, int(c.maxXfer)))
+		rsp.Flags |= srp.ImmediateSupported
+	}
+	b := make([]byte, srp.LoginResponseLen)
+	rsp.Encode(b)
+	c.srp = s
+	c.setState(connActive)
+	c.acts.loggedIn = true
+	return srpLoginResult{ok: true, priv: b, open: s.names}
+}
+
+// srpRefuse rejects an SRP login with an SRP_LOGIN_REJ for reason r.
+func (c *core) srpRefuse(req *srp.LoginRequest, r srp.RejectReason, why string) srpLoginResult {
+	rej := srp.LoginReject{Reason: r, Tag: req.Tag, BufFormats: srpFormats}
+	b := make([]byte, srp.LoginRejectLen)
+	rej.Encode(b)
+	c.acts.rejected = true
+	c.close("SRP login rejected: "+why, false)
+	return srpLoginResult{priv: b, reason: fmt.Sprintf("%s: %s", r, why)}
+}
+
+// srpVolume is a LUN's volume as the shell opened it (vol nil: absent).
+type srpVolume struct {
+	vol  Volume
+	info VolumeInfo
+}
+
+// srpAttach takes the volumes the shell opened for the login's LUNs, in
+// LUN order, and makes them the session's logical units.
+func (c *core) srpAttach(vols []srpVolume) {
+	s := c.srp
+	s.luns = make([]srpLUN, len(s.names))
+	for i := range s.luns {
+		if i >= len(vols) || vols[i].vol == nil {
+			c.handles = append(c.handles, nil)
+			continue
+		}
+		v := &vols[i]
+		ov := &openVol{handle: uint32(i + 1), name: s.names[i], vol: v.vol, size: v.info.Size, bs: int64(v.info.BlockSize),
+			ro: v.info.ReadOnly || s.access[i] == AccessReadOnly, stats: c.p.volStats(s.names[i])}
+		if im, ok := v.vol.(Immediate); ok {
+			ov.now = im.Immediate()
+		}
+		if bw, ok := v.vol.(BatchWriter); ok && !ov.now && !ov.ro {
+			ov.batch = bw
+		}
+		discard := false
+		if d, ok := v.vol.(Deallocator); ok {
+			discard = d.Deallocates()
+		}
+		c.handles = append(c.handles, ov)
+		c.nhandles++
+		h := fnv.New64a()
+		h.Write([]byte(c.p.name + "\x00" + ov.name))
+		s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: uint64(ov.size / ov.bs),
+			ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
+			Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs)}}
+	}
+}
