@@ -149,6 +149,9 @@ func (c *channel) setup(dev transport.Device) error {
 		data: s.data.Bytes(), dataAddr: s.dataMR.Addr(), dataLKey: s.dataMR.LKey(), dataArena: s.data,
 		zeroCopy: s.zeroCopy, recvWRs: c.recvWRs, pool: pool,
 	})
+	if s.cfg.Protocol == ProtocolSRP {
+		c.core.srp = newSRPCore(cr, c.rqDepth)
+	}
 	for i := range c.core.slots {
 		sl := &c.core.slots[i]
 		sl.bounce = s.bounceOff(c.id, i)
@@ -223,6 +226,9 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	}
 	if _, err := qp.PostRecv(c.recvWRs); err != nil {
 		return fmt.Errorf("initiator: post receives: %w", err)
+	}
+	if s.cfg.Protocol == ProtocolSRP {
+		return c.connectSRP(ctx, ep, qp)
 	}
 	conn, err := ep.Connect(ctx, qp, wire.Hello{Version: wire.Version}.Encode())
 	if err != nil {

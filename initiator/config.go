@@ -74,6 +74,21 @@ type Config struct {
 	ReplayBuffer int
 	// Logger receives the session's log. Default slog.Default().
 	Logger *slog.Logger
+	// Protocol is the protocol the session speaks: ProtocolGoSRP (the
+	// default) or ProtocolSRP, T10 SRP to a standard SRP target such as
+	// the kernel's ib_srpt or srpd's SRP personality (srp_login.go).
+	// Secret, NoRemoteInvalidate and ReplayBuffer's restart detection do
+	// not apply to SRP.
+	Protocol Protocol
+	// SRPInitiatorPortID is the SRP initiator port identifier (SRP r16a
+	// 5.3) the login names, the key of the target's ACLs. Zero (the
+	// default) derives a stable one from Name (SRPPortID).
+	SRPInitiatorPortID [16]byte
+	// SRPTargetPortID is the target port identifier the login asks for:
+	// id_ext then ioc_guid, as `srpd status` prints them and as an
+	// ib_srp add_target line names them. A target that is not that port
+	// rejects the login ("unable to associate").
+	SRPTargetPortID [16]byte
 }
 
 const (
@@ -90,6 +105,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Name == "" {
 		c.Name = "gosrp-initiator"
+	}
+	if c.Protocol == ProtocolSRP && c.SRPInitiatorPortID == ([16]byte{}) {
+		c.SRPInitiatorPortID = SRPPortID(c.Name)
 	}
 	if c.Channels <= 0 {
 		c.Channels = 1

@@ -165,6 +165,7 @@ type core struct {
 	cmd         wire.Command
 	acts        coreActions
 	lastFailure error
+	srp         *srpCore // set for a ProtocolSRP session (core_srp.go)
 }
 
 func newCore(p coreParams) *core {
@@ -273,6 +274,9 @@ func (c *core) reset() {
 	c.acts.recv = c.acts.recv[:0]
 	c.avail = 0
 	clear(c.handles)
+	if c.srp != nil {
+		c.srp.reset()
+	}
 }
 
 // idle reports whether no request holds a credit.

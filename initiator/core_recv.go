@@ -37,6 +37,9 @@ func (c *core) completions(wcs []transport.WC) {
 			c.fail(fmt.Errorf("initiator: %w", err))
 			return
 		}
+		if c.srp != nil {
+			c.srpSendDone(wc)
+		}
 	}
 	if sends {
 		c.finishWaiting()
@@ -44,6 +47,10 @@ func (c *core) completions(wcs []transport.WC) {
 }
 
 func (c *core) onRecv(wc *transport.WC) {
+	if c.srp != nil {
+		c.onRecvSRP(wc)
+		return
+	}
 	idx := int(wc.ID & 0xffffff)
 	if idx >= len(c.p.recvWRs) || int(wc.ByteLen) > recvIU {
 		c.fail(fmt.Errorf("initiator: receive %#x of %d bytes: %w", wc.ID, wc.ByteLen, ErrProtocol))
@@ -142,6 +149,10 @@ func (c *core) finishWaiting() {
 }
 
 func (c *core) complete(si int) {
+	if c.srp != nil {
+		c.completeSRP(si)
+		return
+	}
 	sl := &c.slots[si]
 	r := sl.req
 	sl.req, sl.hasReg, sl.state = nil, false, slotFree

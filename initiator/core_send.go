@@ -20,6 +20,9 @@ func (c *core) start(r *Request, now int64) bool {
 	if !c.canStart() {
 		return false
 	}
+	if c.srp != nil {
+		return c.startSRP(r, now)
+	}
 	si := c.free[len(c.free)-1]
 	sl := &c.slots[si]
 	sendBuf := c.p.msg[sl.sendOff : sl.sendOff+sendIU]
@@ -86,17 +89,8 @@ func (c *core) start(r *Request, now int64) bool {
 				sl.sge[1] = transport.SGE{Addr: c.p.dataAddr + uint64(seg.Off), Length: uint32(n), LKey: c.p.dataLKey}
 				nsge = 2
 			} else {
-				dir := frmr.PeerReads
-				if r.Op == OpRead {
-					dir = frmr.PeerWrites
-				}
-				var err error
-				reg, err = c.pool.Get(seg, dir)
-				if err != nil {
-					if errors.Is(err, frmr.ErrExhausted) || errors.Is(err, frmr.ErrNotDrained) {
-						return false
-					}
-					c.fail(fmt.Errorf("initiator: register %d bytes: %w", n, err))
+				var ok bool
+				if reg, ok = c.register(seg, r.Op == OpRead); !ok {
 					return false
 				}
 				hasReg = true
@@ -107,17 +101,8 @@ func (c *core) start(r *Request, now int64) bool {
 					cmd.InvalidateKey = uint32(reg.RKey())
 				}
 			}
-			if !zc && r.Op == OpWrite {
-				// The caller may give up on r meanwhile; pin it so that
-				// a returned WriteAt never has its buffer read.
-				if !r.pin() {
-					if hasReg {
-						c.pool.Cancel(reg)
-					}
-					return true // abandoned: drop it
-				}
-				copy(c.p.data[sl.bounce:sl.bounce+n], r.Buf)
-				r.unpin()
+			if !zc && r.Op == OpWrite && !c.bounceIn(r, sl, reg, hasReg) {
+				return true // abandoned: drop it
 			}
 		}
 		n, err := cmd.Encode(sendBuf)
@@ -130,6 +115,14 @@ func (c *core) start(r *Request, now int64) bool {
 		}
 		iuLen = n
 	}
+	c.stage(si, r, reg, hasReg, iuLen, nsge, now)
+	return true
+}
+
+// stage appends a started request's chain (REG, if any, and the SEND of
+// its iuLen-byte IU with nsge SGEs) to the batch and takes its credit.
+func (c *core) stage(si int, r *Request, reg frmr.Reg, hasReg bool, iuLen, nsge int, now int64) {
+	sl := &c.slots[si]
 	if hasReg {
 		c.acts.send = append(c.acts.send, reg.WR())
 	}
@@ -141,12 +134,47 @@ func (c *core) start(r *Request, now int64) bool {
 	c.avail--
 	c.staged++
 	sl.state, sl.req, sl.reg, sl.hasReg, sl.started, sl.seq = slotStaged, r, reg, hasReg, now, c.staged
+}
+
+// register registers seg for the target to write (in) or read; false if
+// the request must wait (no MR free yet) or the connection failed.
+func (c *core) register(seg frmr.Segment, in bool) (frmr.Reg, bool) {
+	dir := frmr.PeerReads
+	if in {
+		dir = frmr.PeerWrites
+	}
+	reg, err := c.pool.Get(seg, dir)
+	if err != nil {
+		if !errors.Is(err, frmr.ErrExhausted) && !errors.Is(err, frmr.ErrNotDrained) {
+			c.fail(fmt.Errorf("initiator: register %d bytes: %w", seg.Len, err))
+		}
+		return reg, false
+	}
+	return reg, true
+}
+
+// bounceIn copies a write's data into its slot's bounce buffer; false if
+// the caller gave up on r first (its registration is then cancelled).
+// The caller may give up meanwhile; r is pinned so that a returned
+// WriteAt never has its buffer read.
+func (c *core) bounceIn(r *Request, sl *ioSlot, reg frmr.Reg, hasReg bool) bool {
+	if !r.pin() {
+		if hasReg {
+			c.pool.Cancel(reg)
+		}
+		return false
+	}
+	copy(c.p.data[sl.bounce:sl.bounce+len(r.Buf)], r.Buf)
+	r.unpin()
 	return true
 }
 
 // stageInvalidations stages the LOCAL_INVs that did not fit before;
 // false if the send queue is still too full for the oldest.
 func (c *core) stageInvalidations() bool {
+	if c.srp != nil && !c.srpStageAnswers() {
+		return false
+	}
 	k := 0
 	for k < len(c.invPending) && c.up {
 		if !c.stageInvalidate(c.invPending[k]) {
@@ -206,6 +234,10 @@ func (c *core) settle(n int, err error, didPost bool) {
 		c.pool.Posted(batch, n)
 	}
 	for _, b := range c.batch {
+		if b.slot < 0 {
+			c.srpUnposted(b, n)
+			continue
+		}
 		sl := &c.slots[b.slot]
 		if b.end <= n {
 			if !b.localInv {

@@ -162,6 +162,13 @@ type Request struct {
 	replay  bool          // re-issued from the replay ring
 	self    bool          // the session's own flush, for room in the ring
 	sync    chan *Request // the synchronous API's own completion channel
+	// scsi, for a session in ProtocolSRP, is a SCSI command of the
+	// session's own (discovery: REPORT LUNS, INQUIRY, READ CAPACITY)
+	// sent instead of the one Op would make (core_srp.go).
+	scsi *scsiCmd
+	// uaRetried: an SRP command answered UNIT ATTENTION was re-issued
+	// once already (core_srp.go).
+	uaRetried bool
 }
 
 func (r *Request) length() int64 {

@@ -328,6 +328,9 @@ type VolumeInfo struct {
 
 // Volumes lists the volumes this initiator may open.
 func (s *Session) Volumes(ctx context.Context) ([]VolumeInfo, error) {
+	if s.cfg.Protocol == ProtocolSRP {
+		return s.srpVolumes(ctx)
+	}
 	rsp, err := s.control(ctx, s.chans[0], &wire.ControlRequest{Op: wire.ControlList})
 	if err != nil {
 		return nil, fmt.Errorf("initiator: list volumes: %w", err)
@@ -367,6 +370,12 @@ type OpenOptions struct {
 func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Volume, error) {
 	if opts.Exclusive && opts.ReadOnly {
 		return nil, fmt.Errorf("initiator: open %q: an exclusive open must be read-write: %w", name, ErrInvalid)
+	}
+	if s.cfg.Protocol == ProtocolSRP {
+		if opts.Exclusive {
+			return nil, fmt.Errorf("initiator: open %q: exclusive opens are gosrp's, not SRP's: %w", name, ErrInvalid)
+		}
+		return s.srpOpen(ctx, name, opts)
 	}
 	v := &Volume{s: s, name: name, readOnly: opts.ReadOnly, exclusive: opts.Exclusive, onResize: opts.OnResize}
 	v.dur.ovf.OnDone = s.overflowDone

@@ -24,6 +24,7 @@ type Volume struct {
 	// exclusive: opened with OpenOptions.Exclusive (and re-opened so).
 	exclusive bool
 	caps      uint32
+	lun       uint16     // the LUN of a ProtocolSRP session's volume
 	rmw       sync.Mutex // serializes read-modify-write of partial blocks
 	closed    bool
 	dur       durability // Session.dmu

@@ -1,0 +1,185 @@
+package initiator
+
+// Volumes of a ProtocolSRP session: the target's logical units, found and
+// described with SCSI commands the session sends itself (REPORT LUNS,
+// READ CAPACITY(16), MODE SENSE(6), INQUIRY with VPD pages B0 and B2).
+// LUN n is the volume "lun<n>".
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gosrp/gosrp/internal/scsi"
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport"
+)
+
+// srpLUNName is the volume name of LUN n.
+func srpLUNName(n uint16) string { return "lun" + strconv.Itoa(int(n)) }
+
+// parseLUNName reads a name srpLUNName writes.
+func parseLUNName(name string) (uint16, error) {
+	d, ok := strings.CutPrefix(name, "lun")
+	n, err := strconv.ParseUint(d, 10, 16)
+	if !ok || err != nil || n > scsi.MaxLUN || strconv.FormatUint(n, 10) != d {
+		return 0, fmt.Errorf("initiator: %q names no LUN of an SRP target (want lun0, lun1, ...): %w", name, ErrInvalid)
+	}
+	return uint16(n), nil
+}
+
+// scsiIn runs a SCSI command with up to n bytes of data-in for lun on
+// channel c and returns the data the target sent.
+func (s *Session) scsiIn(ctx context.Context, c *channel, lun uint16, cdb []byte, n int) ([]byte, error) {
+	done := make(chan *Request, 1)
+	r := &Request{Op: OpRead, Buf: make([]byte, n), Done: done, scsi: &scsiCmd{lun: lun, cdb: cdb}}
+	if err := c.submit(r); err != nil {
+		return nil, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if r.abandon() {
+			return nil, ctx.Err()
+		}
+		<-done
+	}
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	return r.Buf[:r.scsi.got], nil
+}
+
+// srpVolumes lists the target's LUNs (REPORT LUNS, SPC-4 6.33, sent to
+// LUN 0, which every target answers it for) with their geometry.
+func (s *Session) srpVolumes(ctx context.Context) ([]VolumeInfo, error) {
+	c := s.chans[0]
+	cdb := make([]byte, 12)
+	cdb[0] = scsiReportLUNs
+	const alloc = 8 + 8*512
+	be.PutUint32(cdb[6:], alloc)
+	b, err := s.scsiIn(ctx, c, 0, cdb, alloc)
+	if err != nil {
+		return nil, fmt.Errorf("initiator: list LUNs: %w", err)
+	}
+	if len(b) < 8 {
+		return nil, fmt.Errorf("initiator: REPORT LUNS returned %d bytes: %w", len(b), ErrProtocol)
+	}
+	n := min(int(be.Uint32(b)), len(b)-8) / 8
+	var out []VolumeInfo
+	for i := range n {
+		lun, err := scsi.DecodeLUN([8]byte(b[8+8*i:]))
+		if err != nil {
+			continue // a well-known or hierarchical LUN: no block device for us
+		}
+		u, err := s.srpUnit(ctx, c, lun)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, VolumeInfo{Name: srpLUNName(lun), Size: u.size, BlockSize: u.bs, ReadOnly: u.readOnly})
+	}
+	return out, nil
+}
+
+// srpUnitInfo is what the session learns of a LUN.
+type srpUnitInfo struct {
+	size        int64
+	bs          int
+	readOnly    bool
+	unmap       bool // VPD B2 LBPU: UNMAP is served
+	maxTransfer int  // VPD B0 MAXIMUM TRANSFER LENGTH in bytes, 0 if none
+}
+
+// srpUnit describes LUN lun: READ CAPACITY(16) (SBC-3 5.16) for its
+// size and block size, MODE SENSE(6)'s WP bit (SBC-3 6.5.1) for write
+// protection, and, when it is thin provisioned (LBPME), VPD B2's LBPU
+// (SBC-3 6.6.4) for UNMAP; VPD B0's MAXIMUM TRANSFER LENGTH (SBC-3
+// 6.6.3) bounds commands.
+func (s *Session) srpUnit(ctx context.Context, c *channel, lun uint16) (srpUnitInfo, error) {
+	var u srpUnitInfo
+	cdb := make([]byte, 16)
+	cdb[0], cdb[1] = scsiServiceIn16, 0x10
+	be.PutUint32(cdb[10:], 32)
+	b, err := s.scsiIn(ctx, c, lun, cdb, 32)
+	if err != nil {
+		return u, fmt.Errorf("initiator: READ CAPACITY(16) of LUN %d: %w", lun, err)
+	}
+	if len(b) < 32 {
+		return u, fmt.Errorf("initiator: READ CAPACITY(16) of LUN %d returned %d bytes: %w", lun, len(b), ErrProtocol)
+	}
+	last, bs := be.Uint64(b), be.Uint32(b[8:])
+	if bs < 512 || bs > 1<<16 || bs&(bs-1) != 0 || last >= 1<<62/uint64(bs) {
+		return u, fmt.Errorf("initiator: LUN %d reports %d blocks of %d bytes: %w", lun, last+1, bs, ErrProtocol)
+	}
+	u.bs, u.size = int(bs), int64(last+1)*int64(bs)
+	lbpme := b[14]&0x80 != 0
+
+	cdb = []byte{scsiModeSense6, 0x08, 0x3F, 0, 192, 0} // DBD, all pages
+	if m, err := s.scsiIn(ctx, c, lun, cdb, 192); err == nil && len(m) >= 4 {
+		u.readOnly = m[2]&0x80 != 0
+	} else if err != nil && !isCheckCondition(err) {
+		return u, fmt.Errorf("initiator: MODE SENSE(6) of LUN %d: %w", lun, err)
+	}
+	if p, err := s.vpd(ctx, c, lun, 0xB0, 64); err == nil && len(p) >= 12 {
+		u.maxTransfer = int(min(uint64(be.Uint32(p[8:]))*uint64(bs), 1<<30))
+	}
+	if lbpme {
+		if p, err := s.vpd(ctx, c, lun, 0xB2, 8); err == nil && len(p) >= 6 {
+			u.unmap = p[5]&0x80 != 0
+		}
+	}
+	return u, nil
+}
+
+// vpd reads a VPD page (INQUIRY with EVPD, SPC-4 6.6).
+func (s *Session) vpd(ctx context.Context, c *channel, lun uint16, page byte, n int) ([]byte, error) {
+	cdb := []byte{scsiInquiry, 0x01, page, byte(n >> 8), byte(n), 0}
+	b, err := s.scsiIn(ctx, c, lun, cdb, n)
+	if err == nil && (len(b) < 4 || b[1] != page) {
+		return nil, fmt.Errorf("initiator: INQUIRY VPD %#x of LUN %d: %w", page, lun, ErrProtocol)
+	}
+	return b, err
+}
+
+// isCheckCondition reports whether the target answered a command CHECK
+// CONDITION (an optional command it does not serve, say).
+func isCheckCondition(err error) bool {
+	var se *SCSIError
+	return errors.As(err, &se) && se.Status == scsi.StatusCheckCondition
+}
+
+// srpOpen opens LUN "lun<n>": nothing is opened on the target (a LUN is
+// there for the whole login); the session learns its geometry and every
+// channel addresses it by its number.
+func (s *Session) srpOpen(ctx context.Context, name string, opts OpenOptions) (*Volume, error) {
+	lun, err := parseLUNName(name)
+	if err != nil {
+		return nil, err
+	}
+	u, err := s.srpUnit(ctx, s.chans[0], lun)
+	if err != nil {
+		return nil, fmt.Errorf("initiator: open %q: %w", name, err)
+	}
+	v := &Volume{s: s, name: name, lun: lun, bs: u.bs, readOnly: u.readOnly || opts.ReadOnly, onResize: opts.OnResize,
+		caps: wire.CapFlush | wire.CapFUA}
+	if u.unmap {
+		v.caps |= wire.CapDiscard
+	}
+	v.size.Store(u.size)
+	v.dur.ovf.OnDone = s.overflowDone
+	s.mu.Lock()
+	if u.maxTransfer > 0 {
+		s.maxTransfer = min(s.maxTransfer, max(u.maxTransfer&^(transport.PageSize-1), u.bs))
+	}
+	s.vols[v] = struct{}{}
+	s.mu.Unlock()
+	for _, c := range s.chans {
+		c.mu.Lock()
+		epoch := c.epoch
+		c.mu.Unlock()
+		c.setHandle(v, uint32(lun), epoch)
+	}
+	return v, nil
+}

@@ -1,0 +1,134 @@
+package initiator_test
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// srpPort is the target port identifier the SRP tests' target serves.
+var srpPort = [16]byte{0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
+
+// newSRPRig is a target whose SRP personality serves vol0 (16 MiB, LUN
+// 0) and vol2 (1 MiB, LUN 2) read-write and vol1 (1 MiB, LUN 1)
+// read-only to the initiator named "srp-host" (its ACL key is the port
+// identifier derived from the name).
+func newSRPRig(t *testing.T, cfg emu.Config) *rig {
+	t.Helper()
+	host := initiator.SRPPortID("srp-host")
+	acl := &target.ACL{Rules: []target.ACLRule{{Initiator: hex.EncodeToString(host[:]), Volume: "vol1", Access: target.AccessReadOnly}}}
+	r := newRig(t, cfg, 16<<20, target.Config{SRPTargetPortID: srpPort, ACL: acl})
+	for _, name := range []string{"vol1", "vol2"} {
+		if _, err := r.store.Create(name, 1<<20, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// TestSRPEndToEnd: the initiator speaks T10 SRP to srpd's SRP
+// personality on every emu wire: it logs in, lists the LUNs with their
+// size and write protection, reads and writes (immediate data and
+// registered buffers) with verification at QD1 and QD32, flushes, and
+// sees the target's refusals as the package's sentinels.
+func TestSRPEndToEnd(t *testing.T) {
+	for _, w := range emu.Wires() {
+		t.Run("wire="+w, func(t *testing.T) {
+			seed := testSeed(t)
+			r := newSRPRig(t, emu.Config{Wire: w, Seed: seed, RetryTimeout: 200 * time.Millisecond})
+			s := r.dial(t, initiator.Config{Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort, Credits: 32})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			vols, err := s.Volumes(ctx)
+			want := []initiator.VolumeInfo{{Name: "lun0", Size: 16 << 20, BlockSize: 4096}, {Name: "lun1", Size: 1 << 20, BlockSize: 4096, ReadOnly: true},
+				{Name: "lun2", Size: 1 << 20, BlockSize: 4096}}
+			if err != nil || len(vols) != 3 || vols[0] != want[0] || vols[1] != want[1] || vols[2] != want[2] {
+				t.Fatalf("Volumes = %+v, %v; want %+v", vols, err, want)
+			}
+			v, err := s.Open(ctx, "lun0", initiator.OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v2, err := s.Open(ctx, "lun2", initiator.OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gens := workload(t, v2, seed, 1, 200)
+			verifyAll(t, v2, gens, seed)
+			gens = workload(t, v, seed+1, 32, 2000)
+			if err := v.Flush(ctx); err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+			verifyAll(t, v, gens, seed+1)
+			buf := make([]byte, 64<<10)
+			pattern(buf[:4096], 0, 99, 1)
+			if _, err := v.WriteAtFUA(ctx, buf[:4096], 0); err != nil {
+				t.Fatalf("WriteAtFUA: %v", err)
+			}
+			if _, err := v.ReadAt(buf[:4096], 0); err != nil || check(buf[:4096], 0, 99) != nil {
+				t.Fatalf("read after the FUA write: %v, %v", err, check(buf[:4096], 0, 99))
+			}
+			if err := v.Discard(ctx, 0, 4096); !errors.Is(err, errors.ErrUnsupported) {
+				t.Fatalf("Discard on a LUN without LBPU: %v, want errors.ErrUnsupported", err)
+			}
+			ro, err := s.Open(ctx, "lun1", initiator.OpenOptions{})
+			if err != nil || !ro.ReadOnly() || ro.Size() != 1<<20 {
+				t.Fatalf("open lun1: %v (read-only %v)", err, ro != nil && ro.ReadOnly())
+			}
+			if _, err := ro.ReadAt(buf, 0); err != nil {
+				t.Fatalf("read the write-protected LUN: %v", err)
+			}
+			if _, err := s.Open(ctx, "lun7", initiator.OpenOptions{}); err == nil {
+				t.Fatal("opened lun7, which the target does not have")
+			}
+			// The target itself refuses: lun0 turns read-only under the
+			// open volume.
+			host := initiator.SRPPortID("srp-host")
+			r.tgt.SetACL(&target.ACL{Rules: []target.ACLRule{{Initiator: hex.EncodeToString(host[:]), Volume: "*", Access: target.AccessReadOnly}}})
+			// The policy reaches the session asynchronously.
+			var werr error
+			for start := time.Now(); werr == nil && time.Since(start) < 5*time.Second; time.Sleep(time.Millisecond) {
+				_, werr = v.WriteAt(buf[:8192], 0) // immediate data
+			}
+			if !errors.Is(werr, initiator.ErrReadOnly) {
+				t.Fatalf("write after the ACL narrowed: %v, want ErrReadOnly", werr)
+			}
+			if _, err := v.WriteAt(buf, 0); !errors.Is(err, initiator.ErrReadOnly) {
+				t.Fatalf("registered write after the ACL narrowed: %v, want ErrReadOnly", err)
+			}
+			if err := s.Check(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if st := s.Stats(); st.ConnectionsLost != 0 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// TestSRPLoginRejected: a login naming another target port is refused
+// with a one-line LoginError that names SRP's reason.
+func TestSRPLoginRejected(t *testing.T) {
+	r := newSRPRig(t, emu.Config{Seed: 3})
+	other := srpPort
+	other[15] ^= 1
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := initiator.Dial(ctx, initiator.Config{Provider: r.ip, Addr: r.addr, Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: other})
+	if err == nil {
+		s.Close()
+		t.Fatal("login to the wrong target port succeeded")
+	}
+	var le *initiator.LoginError
+	if !errors.As(err, &le) || !errors.Is(err, initiator.ErrRejected) || !strings.Contains(err.Error(), "unable to associate") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("err = %v, want a one-line LoginError naming 'unable to associate'", err)
+	}
+	t.Log(err)
+}
