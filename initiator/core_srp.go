@@ -242,7 +242,7 @@ func (c *core) onRecvSRP(wc *transport.WC) {
 	b := c.p.msg[idx*recvIU : idx*recvIU+int(wc.ByteLen)]
 	op, err := srp.PeekOpcode(b)
 	if err != nil {
-		c.fail(fmt.Errorf("initiator: %w: %w", ErrProtocol, err))
+		c.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
 		return
 	}
 	switch op {
@@ -272,7 +272,7 @@ func (c *core) onRecvSRP(wc *transport.WC) {
 		err = fmt.Errorf("unexpected %s from the SRP target", op)
 	}
 	if err != nil {
-		c.fail(fmt.Errorf("initiator: %w: %w", ErrProtocol, err))
+		c.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
 	}
 }
 

@@ -69,6 +69,8 @@ type coreHarness struct {
 	tags     map[string]uint64
 	recvFree []int // receive buffers posted and not yet used
 	b        strings.Builder
+	srp      bool            // the core is in SRP mode (core_srp_test.go)
+	invDone  map[uint32]bool // SRP: keys whose LOCAL_INV completed SUCCESS
 }
 
 func newCoreHarness(t testing.TB, td *datadriven.TestData) *coreHarness {
@@ -122,6 +124,10 @@ func newCoreHarness(t testing.TB, td *datadriven.TestData) *coreHarness {
 		data: h.data.Bytes(), dataAddr: h.dataMR.Addr(), dataLKey: h.dataMR.LKey(), dataArena: h.data,
 		zeroCopy: func([]byte) (frmr.Segment, bool) { return frmr.Segment{}, false },
 		recvWRs:  h.recvWRs, pool: pool})
+	if td.HasArg("srp") {
+		h.srp, h.invDone = true, map[uint32]bool{}
+		h.core.srp = newSRPCore(credits, h.rqDepth)
+	}
 	for i := range h.core.slots {
 		h.core.slots[i].bounce = i * maxXfer
 		h.core.slots[i].sendOff = h.rqDepth*recvIU + (i+1)*sendIU
@@ -170,8 +176,11 @@ func (h *coreHarness) run(t testing.TB, td *datadriven.TestData) string {
 		td.ScanArgs(t, "handle", &handle)
 		v := h.vols[name]
 		if v == nil {
-			v = &Volume{name: name}
+			v = &Volume{name: name, bs: 4096}
 			h.vols[name] = v
+		}
+		if td.HasArg("unmap") {
+			v.caps |= wire.CapDiscard
 		}
 		c.setHandle(v, uint32(handle))
 	case "submit":
@@ -241,7 +250,7 @@ func (h *coreHarness) submit(t testing.TB, td *datadriven.TestData) {
 	td.MaybeScanArgs(t, "vol", &vol)
 	v := h.vols[vol]
 	if v == nil {
-		v = &Volume{name: vol}
+		v = &Volume{name: vol, bs: 4096}
 		h.vols[vol] = v
 	}
 	r := &Request{vol: v}
@@ -344,6 +353,9 @@ func (h *coreHarness) describe(wr *transport.SendWR) string {
 	case transport.OpLocalInv:
 		return fmt.Sprintf("LOCAL_INV key=%s%s", wr.InvalidateKey, sig)
 	case transport.OpSend:
+		if h.srp {
+			return h.describeSRP(wr, sig)
+		}
 		si := int(wr.ID & 0xffffff)
 		name := h.names[h.core.slots[si].req]
 		off := int(wr.SGL[0].Addr - h.msgMR.Addr())
@@ -415,6 +427,9 @@ func (h *coreHarness) wc(t testing.TB, td *datadriven.TestData) {
 	if !ok {
 		t.Fatalf("%s: unknown status %q", td.Pos, st)
 	}
+	if h.srp && wr.Opcode == transport.OpLocalInv && status == transport.StatusSuccess {
+		h.invDone[uint32(wr.InvalidateKey)] = true
+	}
 	wcs := []transport.WC{{ID: wr.ID, Status: status}}
 	h.core.completions(wcs)
 }
@@ -423,6 +438,10 @@ func (h *coreHarness) wc(t testing.TB, td *datadriven.TestData) {
 // buffer: a response for the named request (or for a tag that names
 // nothing, or garbage), with or without an invalidation.
 func (h *coreHarness) recv(t testing.TB, td *datadriven.TestData) {
+	if h.srp {
+		h.recvSRP(t, td)
+		return
+	}
 	if len(h.recvFree) == 0 {
 		t.Fatalf("%s: no receive posted", td.Pos)
 	}

@@ -1,0 +1,306 @@
+package initiator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/gosrp/gosrp/internal/scsi"
+	"github.com/gosrp/gosrp/internal/srp"
+	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport"
+)
+
+// describeSRP names a SEND of an SRP core as a trace shows it: an
+// SRP_CMD decoded (its CDB's operation, LUN, LBA and blocks, where its
+// data is), or the answer to a target request.
+func (h *coreHarness) describeSRP(wr *transport.SendWR, sig string) string {
+	off := int(wr.SGL[0].Addr - h.msgMR.Addr())
+	iu := h.msg.Bytes()[off : off+int(wr.SGL[0].Length)]
+	if wr.ID>>56 == idAnswer {
+		var a srp.TargetRsp
+		if err := a.Decode(iu); err != nil {
+			return "SEND " + err.Error()
+		}
+		return fmt.Sprintf("SEND %s tag=%#x recv=%d%s", a.Op, a.Tag, wr.ID&0xffffff, sig)
+	}
+	si := int(wr.ID & 0xffffff)
+	name := h.names[h.core.slots[si].req]
+	if len(wr.SGL) == 2 {
+		doff := int(wr.SGL[1].Addr - h.dataMR.Addr())
+		iu = append(slices.Clip(iu), h.data.Bytes()[doff:doff+int(wr.SGL[1].Length)]...)
+	}
+	var cmd srp.Cmd
+	if err := cmd.Decode(iu, srpImmOffset); err != nil {
+		return fmt.Sprintf("SEND %s slot=%d %v", name, si, err)
+	}
+	h.tags[name] = cmd.Tag
+	lun, _ := scsi.DecodeLUN(cmd.LUN)
+	what := fmt.Sprintf("SRP_CMD %s lun=%d", cdbName(cmd.CDB), lun)
+	delete(h.keys, name)
+	for _, d := range []struct {
+		dir string
+		b   *srp.DataBuffer
+	}{{"out", &cmd.DataOut}, {"in", &cmd.DataIn}} {
+		switch d.b.Format {
+		case srp.FormatDirect:
+			h.keys[name] = transport.Key(d.b.Direct.Key)
+			what += fmt.Sprintf(" %s=direct key=%s len=%d", d.dir, transport.Key(d.b.Direct.Key), d.b.Direct.Len)
+		case srp.FormatImmediate:
+			what += fmt.Sprintf(" %s=immediate len=%d sge=%d", d.dir, len(d.b.Imm), len(wr.SGL))
+		}
+	}
+	return fmt.Sprintf("SEND %s slot=%d %s%s", name, si, what, sig)
+}
+
+// cdbName prints a CDB's operation and its block fields.
+func cdbName(cdb []byte) string {
+	switch cdb[0] {
+	case scsiRead16, scsiWrite16:
+		op := "READ(16)"
+		if cdb[0] == scsiWrite16 {
+			op = "WRITE(16)"
+		}
+		s := fmt.Sprintf("%s lba=%d blocks=%d", op, be.Uint64(cdb[2:]), be.Uint32(cdb[10:]))
+		if cdb[1]&0x08 != 0 {
+			s += " fua"
+		}
+		return s
+	case scsiSyncCache16:
+		return "SYNCHRONIZE_CACHE(16)"
+	case scsiUnmap:
+		return fmt.Sprintf("UNMAP params=%d", be.Uint16(cdb[7:]))
+	}
+	return fmt.Sprintf("CDB(%#x)", cdb[0])
+}
+
+// recvSRP delivers an IU from an SRP target into the oldest posted
+// receive buffer: kind=rsp (the default; status=good|check with
+// sense=medium|protect|ua, resid=N for DIUNDER/DOUNDER of N bytes,
+// over=N for DIOVER), cred-req, aer-req, t-logout, gosrp (a gosrp
+// response, which an SRP target never sends) or garbage; inv=NAME|bogus
+// adds an invalidation, which SRP does not have.
+func (h *coreHarness) recvSRP(t testing.TB, td *datadriven.TestData) {
+	if len(h.recvFree) == 0 {
+		t.Fatalf("%s: no receive posted", td.Pos)
+	}
+	idx := h.recvFree[0]
+	h.recvFree = h.recvFree[1:]
+	buf := h.msg.Bytes()[idx*recvIU : (idx+1)*recvIU]
+	var name string
+	td.MaybeScanArgs(t, "name", &name)
+	tag := h.tags[name]
+	if td.HasArg("tag") {
+		var v string
+		td.ScanArgs(t, "tag", &v)
+		switch v {
+		case "stale":
+			tag -= 1 << 32
+		case "unknown":
+			tag = 0x7fff
+		}
+	}
+	credits := 1
+	td.MaybeScanArgs(t, "credits", &credits)
+	kind, st, sense := "rsp", "good", "medium"
+	td.MaybeScanArgs(t, "kind", &kind)
+	td.MaybeScanArgs(t, "status", &st)
+	td.MaybeScanArgs(t, "sense", &sense)
+	var n int
+	switch kind {
+	case "rsp":
+		rsp := srp.Rsp{Tag: tag, ReqLimDelta: uint32(credits)}
+		if st == "check" {
+			sn := map[string]scsi.Sense{"medium": scsi.SenseReadError, "protect": scsi.SenseWriteProtected, "ua": scsi.SensePowerOn}[sense]
+			rsp.Status, rsp.Flags, rsp.Sense = uint8(scsi.StatusCheckCondition), srp.SnsValid, sn.AppendFixed(nil)
+		} else if st == "busy" {
+			rsp.Status = uint8(scsi.StatusBusy)
+		}
+		var resid, over int
+		td.MaybeScanArgs(t, "resid", &resid)
+		td.MaybeScanArgs(t, "over", &over)
+		switch {
+		case resid > 0:
+			rsp.Flags |= srp.DIUnder
+			rsp.DataInResid = uint32(resid)
+			if r := h.reqs[name]; r != nil && r.Op != OpRead {
+				rsp.Flags ^= srp.DIUnder | srp.DOUnder
+				rsp.DataInResid, rsp.DataOutResid = 0, uint32(resid)
+			}
+		case over > 0:
+			rsp.Flags |= srp.DIOver
+			rsp.DataInResid = uint32(over)
+		}
+		n, _ = rsp.Encode(buf)
+	case "cred-req":
+		q := srp.CredReq{Tag: 0xc0ffee, ReqLimDelta: uint32(credits)}
+		n, _ = q.Encode(buf)
+	case "aer-req":
+		q := srp.AERReq{Tag: 0xae4, ReqLimDelta: uint32(credits), Sense: scsi.SenseCapacityChanged.AppendFixed(nil)}
+		n, _ = q.Encode(buf)
+	case "t-logout":
+		l := srp.TLogout{Reason: 0x1}
+		n, _ = l.Encode(buf)
+	case "gosrp":
+		rsp := wire.Response{Tag: tag, Credits: uint32(credits)}
+		n, _ = rsp.Encode(buf)
+	case "garbage":
+		n = copy(buf, []byte{byte(srp.OpRsp), 1, 2, 3})
+	default:
+		t.Fatalf("%s: unknown kind %q", td.Pos, kind)
+	}
+	wc := transport.WC{ID: recvID(idx), Status: transport.StatusSuccess, ByteLen: uint32(n)}
+	if td.HasArg("inv") {
+		var whose string
+		td.ScanArgs(t, "inv", &whose)
+		wc.Flags |= transport.WCWithInv
+		wc.InvalidatedKey = h.keys[whose]
+		if whose == "bogus" || wc.InvalidatedKey == 0 {
+			wc.InvalidatedKey = 0x00abcd01
+		}
+	}
+	h.core.completions([]transport.WC{wc})
+}
+
+// FuzzSRPCore drives the core in SRP mode with arbitrary events and
+// arbitrary target IUs (responses for any tag with any status, sense and
+// residual, target requests, logouts, gosrp IUs, garbage, invalidations
+// SRP does not have), as FuzzCore does for gosrp. Whatever the order,
+// the core never panics, keeps its invariants after every event (slots
+// and the pool: no slot is free while its key is registered), completes
+// no request twice, and completes a request that had a key only after a
+// LOCAL_INV of that key completed SUCCESS.
+func FuzzSRPCore(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1, 0, 3, 0, 0, 2, 1, 0})
+	f.Add([]byte{1, 0, 1, 1, 0, 0, 2, 1, 3, 1, 1, 2, 0, 0, 5, 1, 0, 2, 3})
+	f.Add([]byte{0, 2, 0, 3, 0, 2, 1, 1, 1, 2, 3, 0, 4, 2, 2, 1, 3, 1, 0, 6, 0, 2, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		next := func() int {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return int(b)
+		}
+		mech := "frmr"
+		if next()%2 == 1 {
+			mech = "mw"
+		}
+		cmd := func(name string, args ...string) *datadriven.TestData {
+			td := &datadriven.TestData{Pos: "fuzz", Cmd: name}
+			for _, a := range args {
+				k, v, _ := strings.Cut(a, "=")
+				arg := datadriven.CmdArg{Key: k}
+				if v != "" {
+					arg.Vals = []string{v}
+				}
+				td.CmdArgs = append(td.CmdArgs, arg)
+			}
+			return td
+		}
+		h := newCoreHarness(t, cmd("init", "credits=3", "mech="+mech, "srp"))
+		done := map[string]bool{}
+		step := func(td *datadriven.TestData) {
+			out := h.run(t, td)
+			if err := h.core.check(); err != nil {
+				t.Fatalf("after %s: %v\n%s", td.String(), err, out)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				name, ok := strings.CutPrefix(line, "done ")
+				if !ok {
+					continue
+				}
+				name, failed, _ := strings.Cut(name, ":")
+				if done[name] {
+					t.Fatalf("after %s: %s completed twice\n%s", td.String(), name, out)
+				}
+				done[name] = true
+				if k, ok := h.keys[name]; ok && failed == "" && !h.invDone[uint32(k)] {
+					t.Fatalf("after %s: %s completed before the LOCAL_INV of its key %s\n%s", td.String(), name, k, out)
+				}
+			}
+		}
+		connect := func() {
+			step(cmd("connect", fmt.Sprintf("credits=%d", 1+next()%3), fmt.Sprintf("imm=%d", 4096*(next()%3))))
+			args := []string{"vol=v0", "handle=1"}
+			if next()%2 == 0 {
+				args = append(args, "unmap")
+			}
+			step(cmd("open", args...))
+		}
+		connect()
+		var names []string
+		pick := func() string { return names[next()%len(names)] }
+		ops := []string{"read", "write", "flush", "discard", "close", "list"}
+		for len(data) > 0 && len(names) < 64 {
+			switch next() % 8 {
+			case 0:
+				name := fmt.Sprintf("r%d", len(names))
+				names = append(names, name)
+				args := []string{"name=" + name, "op=" + ops[next()%len(ops)],
+					fmt.Sprintf("off=%d", 4096*(next()%4)), fmt.Sprintf("len=%d", 4096*(1+next()%3))}
+				if next()%4 == 0 {
+					args = append(args, "fua")
+				}
+				step(cmd("submit", args...))
+			case 1:
+				switch next() % 3 {
+				case 0:
+					step(cmd("dispatch"))
+				case 1:
+					step(cmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=queue-full"))
+				case 2:
+					step(cmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=disconnected"))
+				}
+			case 2:
+				if len(h.labels) == 0 {
+					continue
+				}
+				st := []string{"success", "success", "flush", "rem-access"}[next()%4]
+				step(cmd("wc", fmt.Sprintf("wr=#%d", 1+next()%len(h.labels)), "status="+st))
+			case 3, 4:
+				if len(names) == 0 || len(h.recvFree) == 0 {
+					continue
+				}
+				args := []string{"name=" + pick()}
+				switch next() % 6 {
+				case 0:
+					args = append(args, "tag=stale")
+				case 1:
+					args = append(args, "tag=unknown")
+				}
+				switch next() % 8 {
+				case 0:
+					args = append(args, "inv="+pick())
+				case 1:
+					args = append(args, "inv=bogus")
+				}
+				kinds := []string{"rsp", "rsp", "rsp", "rsp", "cred-req", "aer-req", "t-logout", "gosrp", "garbage"}
+				args = append(args, "kind="+kinds[next()%len(kinds)])
+				args = append(args, "status="+[]string{"good", "good", "check", "busy"}[next()%4])
+				args = append(args, "sense="+[]string{"medium", "protect", "ua"}[next()%3])
+				switch next() % 4 {
+				case 0:
+					args = append(args, fmt.Sprintf("resid=%d", 512*(next()%32)))
+				case 1:
+					args = append(args, fmt.Sprintf("over=%d", 512*(next()%32)))
+				}
+				args = append(args, fmt.Sprintf("credits=%d", next()%3))
+				step(cmd("recv", args...))
+			case 5:
+				step(cmd("tick", fmt.Sprintf("ms=%d", 500*(next()%4))))
+			case 6:
+				step(cmd("teardown"))
+				connect()
+			case 7:
+				if len(names) > 0 {
+					step(cmd("abandon", "name="+pick()))
+				}
+			}
+		}
+	})
+}
