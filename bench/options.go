@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
 )
 
@@ -42,19 +43,25 @@ type Options struct {
 	CPUProfile string
 	Target     string
 	Volume     string
-	Embedded   bool
-	Backend    string // memory, pebble, file
-	Dir        string
-	Provider   string
-	Wire       string
-	Profile    string
-	Mechanism  frmr.Mechanism
-	ProvOpts   []string
-	Name       string
-	SecretFile string
-	Channels   int
-	TargetPID  int
-	Interval   time.Duration
+	// Protocol and SRPTargetPort: --protocol srp benchmarks a standard
+	// SRP target (its LUN --volume lunN) with the initiator's SRP mode.
+	Protocol      string
+	SRPTargetPort string
+	proto         initiator.Protocol
+	srpPort       [16]byte
+	Embedded      bool
+	Backend       string // memory, pebble, file
+	Dir           string
+	Provider      string
+	Wire          string
+	Profile       string
+	Mechanism     frmr.Mechanism
+	ProvOpts      []string
+	Name          string
+	SecretFile    string
+	Channels      int
+	TargetPID     int
+	Interval      time.Duration
 }
 
 // triBool is a bool flag that remembers whether it was given.
@@ -207,6 +214,8 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Plot, "plot", "", "draw IOPS over time and the latency distribution into an SVG `FILE`")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (go tool pprof) to `FILE`; with --embedded it covers the target too")
 	fs.StringVar(&o.Target, "target", "", "benchmark a running target at `HOST:PORT` (for --wire shm: its socket path)")
+	fs.StringVar(&o.Protocol, "protocol", "gosrp", "with --target: `PROTOCOL` gosrp, or srp for a standard SRP target (the kernel's ib_srpt, srpd's SRP personality), whose LUN n --volume names lunN")
+	fs.StringVar(&o.SRPTargetPort, "srp-target-port", "", "with --protocol srp: the target port `ID`, 32 hex digits (id_ext then ioc_guid)")
 	fs.StringVar(&o.Volume, "volume", o.Volume, "volume `NAME` to open on the target (embedded: the name of the volume created)")
 	fs.BoolVar(&o.Embedded, "embedded", false, "run a target in this process (default when --target is not given)")
 	fs.StringVar(&o.Backend, "backend", o.Backend, "embedded target's `BACKEND`: memory, pebble or file")
@@ -325,6 +334,18 @@ func (o *Options) validate() error {
 	}
 	if o.Target == "" {
 		o.Embedded = true
+	}
+	var err error
+	if o.proto, err = initiator.ParseProtocol(o.Protocol); err != nil {
+		return cli.Usagef("--protocol %q: want gosrp or srp", o.Protocol)
+	}
+	if o.proto == initiator.ProtocolSRP && o.Embedded {
+		return cli.Usagef("--protocol srp needs --target (the embedded target is benchmarked with gosrp's protocol)")
+	}
+	if o.SRPTargetPort != "" {
+		if o.srpPort, err = initiator.ParseSRPPortID(o.SRPTargetPort); err != nil || o.proto != initiator.ProtocolSRP {
+			return cli.Usagef("--srp-target-port %q: want 32 hex digits (id_ext then ioc_guid), with --protocol srp", o.SRPTargetPort)
+		}
 	}
 	switch o.Backend {
 	case "memory", "mem", "pebble", "file":

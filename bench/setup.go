@@ -150,6 +150,7 @@ func dialJob(ctx context.Context, o *Options, p transport.Provider, addr string,
 		Provider: p, Addr: addr, Name: o.Name, Secret: secret,
 		Channels: o.Channels, Credits: o.IODepth, Mechanism: o.Mechanism, MaxTransfer: int(max(bsPage, int64(transport.PageSize))),
 		BufferBytes: o.IODepth * int(o.BS), ReplayBuffer: int(o.ReplayBuf), Logger: log,
+		Protocol: o.proto, SRPTargetPortID: o.srpPort,
 	}
 	cfg.BufferBytes = int(pageRound(int64(cfg.BufferBytes)))
 	s, err := initiator.Dial(ctx, cfg)
@@ -168,7 +169,8 @@ func dialJob(ctx context.Context, o *Options, p transport.Provider, addr string,
 // generation 1 with --verify, through a session of its own with large
 // transfers.
 func prefill(ctx context.Context, o *Options, p transport.Provider, addr string, secret []byte, vs *verifyState, log *slog.Logger, msg io.Writer) error {
-	s, err := initiator.Dial(ctx, initiator.Config{Provider: p, Addr: addr, Name: o.Name, Secret: secret, Credits: 32, Logger: log})
+	s, err := initiator.Dial(ctx, initiator.Config{Provider: p, Addr: addr, Name: o.Name, Secret: secret, Credits: 32, Logger: log,
+		Protocol: o.proto, SRPTargetPortID: o.srpPort})
 	if err != nil {
 		return err
 	}

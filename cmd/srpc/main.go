@@ -54,6 +54,7 @@ func envOr(k, def string) string {
 type connFlags struct {
 	target, name, secret, secretFile string
 	provider, profile, wire          string
+	protocol, srpTarget, srpInit     string
 	providerOpts                     []string
 	channels, procs                  int
 	timeout                          time.Duration
@@ -89,6 +90,11 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 		c.providerOpts = append(c.providerOpts, s)
 		return nil
 	})
+	fs.StringVar(&c.protocol, "protocol", "gosrp", "`PROTOCOL`: gosrp (srpd's own), or srp: T10 SRP to a standard SRP target (the kernel's ib_srpt, srpd's SRP personality); "+
+		"volumes are then the target's LUNs, named lun0, lun1, ...")
+	fs.StringVar(&c.srpTarget, "srp-target-port", "", "with --protocol srp: the target port `ID`, 32 hex digits (id_ext then ioc_guid) or ID_EXT,IOC_GUID, as srpd status or the target's configuration names it; "+
+		"default all zeros, which srpd accepts when it sets none")
+	fs.StringVar(&c.srpInit, "srp-initiator-port", "", "with --protocol srp: the initiator port `ID` (32 hex digits) the target's ACL knows; default derived from --name")
 	fs.IntVar(&c.channels, "channels", 1, "`N` connections (queue pairs) to spread I/O over")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up on a lost or unreachable target after `DURATION`")
 	cli.RegisterProcs(fs, &c.procs)
@@ -199,11 +205,17 @@ func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error
 		prov.Close()
 		return nil, cli.Usagef("--replay-buffer %d: want a size of 0 or more", c.replay.N)
 	}
+	proto, srpTarget, srpInit, err := c.srpFlags()
+	if err != nil {
+		prov.Close()
+		return nil, err
+	}
 	cfg := initiator.Config{
 		Provider: prov, Addr: c.target, Name: c.name, Channels: c.channels, Credits: qd,
 		MaxTransfer: 1 << 20, BufferBytes: bufBytes, ReplayBuffer: int(c.replay.N),
 		ConnectTimeout: c.timeout, LossTimeout: c.timeout,
-		Logger: quietLogger(),
+		Logger:   quietLogger(),
+		Protocol: proto, SRPTargetPortID: srpTarget, SRPInitiatorPortID: srpInit,
 	}
 	if secret != "" {
 		cfg.Secret = []byte(secret)
@@ -216,6 +228,30 @@ func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error
 		return nil, dialError(c.target, c.name, secret != "", err)
 	}
 	return &session{Session: s, prov: prov, addr: c.target, name: c.name}, nil
+}
+
+// srpFlags reads --protocol and the SRP port identifiers.
+func (c *connFlags) srpFlags() (proto initiator.Protocol, tgt, ini [16]byte, err error) {
+	if proto, err = initiator.ParseProtocol(c.protocol); err != nil {
+		return proto, tgt, ini, cli.Usagef("--protocol %q: want gosrp or srp", c.protocol)
+	}
+	if proto != initiator.ProtocolSRP {
+		if c.srpTarget != "" || c.srpInit != "" {
+			return proto, tgt, ini, cli.Usagef("--srp-target-port and --srp-initiator-port need --protocol srp")
+		}
+		return proto, tgt, ini, nil
+	}
+	if c.srpTarget != "" {
+		if tgt, err = initiator.ParseSRPPortID(c.srpTarget); err != nil {
+			return proto, tgt, ini, cli.Usagef("--srp-target-port %q: want 32 hex digits (id_ext then ioc_guid) or ID_EXT,IOC_GUID", c.srpTarget)
+		}
+	}
+	if c.srpInit != "" {
+		if ini, err = initiator.ParseSRPPortID(c.srpInit); err != nil {
+			return proto, tgt, ini, cli.Usagef("--srp-initiator-port %q: want 32 hex digits", c.srpInit)
+		}
+	}
+	return proto, tgt, ini, nil
 }
 
 func dialError(target, name string, haveSecret bool, err error) error {
