@@ -75,6 +75,19 @@
 // and what it asked for: hostile answers, flushed invalidations, partial
 // posts, timeouts. FuzzCore drives it with arbitrary event sequences.
 //
+// # Standard SRP
+//
+// With Config.Protocol set to ProtocolSRP a session speaks T10 SRP
+// instead, to a standard SRP target (the kernel's ib_srpt, srpd's SRP
+// personality): the login rides in the connect request
+// (Config.SRPTargetPortID names the target port, SRPInitiatorPortID or
+// SRPPortID(Name) this side), the target's LUNs are the volumes "lun0",
+// "lun1", ... (Session.Volumes, Open), and I/O is SCSI READ(16),
+// WRITE(16), SYNCHRONIZE CACHE(16) and UNMAP through the same core,
+// pool and rules. SRP has no remote invalidation: every registered I/O
+// ends with a signaled LOCAL_INV. A target's refusal of a command is a
+// *SCSIError; docs/srp.md has the details.
+//
 // # Target restarts
 //
 // Re-issuing what had not completed is enough when only the connection
