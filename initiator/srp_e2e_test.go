@@ -132,3 +132,28 @@ func TestSRPLoginRejected(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestSRPSteadyStateAllocs: 4 KiB reads and writes (immediate and
+// registered) of an SRP session allocate nothing per I/O, on the
+// initiator's SRP path and srpd's (loop wire, memory backend).
+func TestSRPSteadyStateAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts are measured in full runs")
+	}
+	r := newSRPRig(t, emu.Config{Seed: 5})
+	for _, imm := range []int{0, -1} {
+		s := r.dial(t, initiator.Config{Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort, Credits: 8, ImmediateData: imm})
+		v, err := s.Open(context.Background(), "lun0", initiator.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
+		for _, op := range []initiator.Op{initiator.OpWrite, initiator.OpRead} {
+			runQD(t, v, op, 4, 64, bufs, nil)
+			a := testing.AllocsPerRun(20, func() { runQD(t, v, op, 4, 64, bufs, nil) })
+			if per := a / 64; per > 0.1 {
+				t.Errorf("SRP %s (immediate data %d): %.2f allocations per I/O (%.0f per run of 64), want 0", op, imm, per, a)
+			}
+		}
+	}
+}
