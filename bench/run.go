@@ -160,7 +160,7 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 		}
 	}()
 	for i := 0; i < o.NumJobs; i++ {
-		s, v, err := dialJob(dctx, o, ip, addr, secret, log)
+		s, v, err := dialJob(dctx, o, i, ip, addr, secret, log)
 		if err != nil {
 			return nil, fmt.Errorf("job %d: connect to %s: %w", i, addr, err)
 		}

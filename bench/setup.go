@@ -143,14 +143,27 @@ func pageRound(n int64) int64 {
 	return (n + p - 1) &^ (p - 1)
 }
 
+// srpSessionPort is the SRP initiator port of one of the run's sessions
+// (a job's, the prefill's): SRP's I_T nexus is the pair of ports, and a
+// session that logs in ends the nexus's other channels (SRP's SINGLE,
+// as initiator's channel 0 asks), so sessions that run side by side
+// need ports of their own. Job 0 has --name's own port (what a target's
+// ACL knows); the others add their role to the name.
+func (o *Options) srpSessionPort(role string) [16]byte {
+	if role == "job0" {
+		return initiator.SRPPortID(o.Name)
+	}
+	return initiator.SRPPortID(o.Name + "/" + role)
+}
+
 // dialJob opens one job's session and volume.
-func dialJob(ctx context.Context, o *Options, p transport.Provider, addr string, secret []byte, log *slog.Logger) (*initiator.Session, *initiator.Volume, error) {
+func dialJob(ctx context.Context, o *Options, job int, p transport.Provider, addr string, secret []byte, log *slog.Logger) (*initiator.Session, *initiator.Volume, error) {
 	bsPage := pageRound(o.BS)
 	cfg := initiator.Config{
 		Provider: p, Addr: addr, Name: o.Name, Secret: secret,
 		Channels: o.Channels, Credits: o.IODepth, Mechanism: o.Mechanism, MaxTransfer: int(max(bsPage, int64(transport.PageSize))),
 		BufferBytes: o.IODepth * int(o.BS), ReplayBuffer: int(o.ReplayBuf), Logger: log,
-		Protocol: o.proto, SRPTargetPortID: o.srpPort,
+		Protocol: o.proto, SRPTargetPortID: o.srpPort, SRPInitiatorPortID: o.srpSessionPort(fmt.Sprintf("job%d", job)),
 	}
 	cfg.BufferBytes = int(pageRound(int64(cfg.BufferBytes)))
 	s, err := initiator.Dial(ctx, cfg)
@@ -170,7 +183,7 @@ func dialJob(ctx context.Context, o *Options, p transport.Provider, addr string,
 // transfers.
 func prefill(ctx context.Context, o *Options, p transport.Provider, addr string, secret []byte, vs *verifyState, log *slog.Logger, msg io.Writer) error {
 	s, err := initiator.Dial(ctx, initiator.Config{Provider: p, Addr: addr, Name: o.Name, Secret: secret, Credits: 32, Logger: log,
-		Protocol: o.proto, SRPTargetPortID: o.srpPort})
+		Protocol: o.proto, SRPTargetPortID: o.srpPort, SRPInitiatorPortID: o.srpSessionPort("prefill")})
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,10 @@ type Config struct {
 	Protocol Protocol
 	// SRPInitiatorPortID is the SRP initiator port identifier (SRP r16a
 	// 5.3) the login names, the key of the target's ACLs. Zero (the
-	// default) derives a stable one from Name (SRPPortID).
+	// default) derives a stable one from Name (SRPPortID). The pair of
+	// ports is SRP's I_T nexus, and a session's first channel logs in
+	// SINGLE, ending the nexus's other channels: two sessions that run
+	// at once against one target port need ports of their own.
 	SRPInitiatorPortID [16]byte
 	// SRPTargetPortID is the target port identifier the login asks for:
 	// id_ext then ioc_guid, as `srpd status` prints them and as an
