@@ -324,6 +324,11 @@ type VolumeInfo struct {
 	Size      int64
 	BlockSize int
 	ReadOnly  bool
+	// ID is the volume's identity where the target reports one that
+	// stays the same across logins and renumbering: for ProtocolSRP the
+	// LUN's device identification (VPD 0x83: "naa.<hex>", "eui.<hex>"
+	// or "t10.<vendor id>"), what udev and multipath name a disk by.
+	ID string
 }
 
 // Volumes lists the volumes this initiator may open.

@@ -7,6 +7,7 @@ package initiator
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -78,7 +79,7 @@ func (s *Session) srpVolumes(ctx context.Context) ([]VolumeInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, VolumeInfo{Name: srpLUNName(lun), Size: u.size, BlockSize: u.bs, ReadOnly: u.readOnly})
+		out = append(out, VolumeInfo{Name: srpLUNName(lun), Size: u.size, BlockSize: u.bs, ReadOnly: u.readOnly, ID: u.id})
 	}
 	return out, nil
 }
@@ -90,6 +91,7 @@ type srpUnitInfo struct {
 	readOnly    bool
 	unmap       bool // VPD B2 LBPU: UNMAP is served
 	maxTransfer int  // VPD B0 MAXIMUM TRANSFER LENGTH in bytes, 0 if none
+	id          string
 }
 
 // srpUnit describes LUN lun: READ CAPACITY(16) (SBC-3 5.16) for its
@@ -130,7 +132,54 @@ func (s *Session) srpUnit(ctx context.Context, c *channel, lun uint16) (srpUnitI
 			u.unmap = p[5]&0x80 != 0
 		}
 	}
+	if p, err := s.vpd(ctx, c, lun, 0x83, 255); err == nil {
+		u.id = designator(p)
+	}
 	return u, nil
+}
+
+// designator picks the logical unit's identifier from a Device
+// Identification page (VPD 0x83, SPC-4 7.8.6): the first designator
+// associated with the logical unit (not its port or target), preferring
+// NAA, then EUI-64, then T10 vendor ID, as udev's scsi_id does; "" if
+// there is none.
+func designator(p []byte) string {
+	n := min(int(be.Uint16(p[2:]))+4, len(p))
+	best, rank := "", 0
+	for off := 4; off+4 <= n; {
+		l := int(p[off+3])
+		if off+4+l > n {
+			break
+		}
+		d := p[off+4 : off+4+l]
+		assoc, typ := p[off+1]>>4&3, p[off+1]&0xf
+		off += 4 + l
+		if assoc != 0 || l == 0 {
+			continue
+		}
+		var id string
+		r := 0
+		switch typ {
+		case 3:
+			id, r = "naa."+hex.EncodeToString(d), 3
+		case 2:
+			id, r = "eui."+hex.EncodeToString(d), 2
+		case 1:
+			id, r = "t10."+strings.Join(strings.Fields(strings.Map(printable, string(d))), "_"), 1
+		}
+		if r > rank {
+			best, rank = id, r
+		}
+	}
+	return best
+}
+
+// printable keeps printable ASCII and blanks the rest.
+func printable(r rune) rune {
+	if r < 0x20 || r > 0x7e {
+		return ' '
+	}
+	return r
 }
 
 // vpd reads a VPD page (INQUIRY with EVPD, SPC-4 6.6).

@@ -49,8 +49,25 @@ func TestSRPEndToEnd(t *testing.T) {
 			vols, err := s.Volumes(ctx)
 			want := []initiator.VolumeInfo{{Name: "lun0", Size: 16 << 20, BlockSize: 4096}, {Name: "lun1", Size: 1 << 20, BlockSize: 4096, ReadOnly: true},
 				{Name: "lun2", Size: 1 << 20, BlockSize: 4096}}
-			if err != nil || len(vols) != 3 || vols[0] != want[0] || vols[1] != want[1] || vols[2] != want[2] {
+			if err != nil || len(vols) != 3 {
 				t.Fatalf("Volumes = %+v, %v; want %+v", vols, err, want)
+			}
+			for i, v := range vols {
+				// The ID is the LUN's VPD 0x83 NAA designator: srpd's
+				// locally assigned NAA 3h, 8 bytes.
+				if id := v.ID; len(id) != len("naa.")+16 || !strings.HasPrefix(id, "naa.3") {
+					t.Errorf("%s: ID %q, want naa.3 and 15 more hex digits", v.Name, id)
+				}
+				if v.ID = ""; v != want[i] {
+					t.Errorf("Volumes[%d] = %+v, want %+v", i, v, want[i])
+				}
+			}
+			if vols[0].ID == vols[2].ID {
+				t.Errorf("lun0 and lun2 have the same ID %q", vols[0].ID)
+			}
+			again, err := s.Volumes(ctx)
+			if err != nil || again[0].ID != vols[0].ID {
+				t.Fatalf("a second listing gives lun0 ID %q (%v), the first %q", again[0].ID, err, vols[0].ID)
 			}
 			v, err := s.Open(ctx, "lun0", initiator.OpenOptions{})
 			if err != nil {

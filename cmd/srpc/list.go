@@ -93,6 +93,9 @@ func infoCommand() *cli.Command {
 				fmt.Fprintf(w, "block size:\t%d\n", v.BlockSize)
 				fmt.Fprintf(w, "access:\t%s\n", access(v.ReadOnly))
 				fmt.Fprintf(w, "max transfer:\t%s\n", cli.FormatSize(int64(s.MaxTransfer())))
+				if v.ID != "" {
+					fmt.Fprintf(w, "id:\t%s\n", v.ID) // an SRP LUN's VPD 0x83 designator
+				}
 				return w.Flush()
 			}
 			return s.noVolume(args[0])

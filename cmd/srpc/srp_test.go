@@ -27,7 +27,7 @@ func TestSRPProtocol(t *testing.T) {
 		t.Fatalf("srpc list --protocol srp:\n%s", r.Stdout)
 	}
 	r = e2etest.MustRun(t, srpc, append([]string{"info", "lun0"}, conn...)...)
-	if !strings.Contains(r.Stdout, "4 MiB") {
+	if !strings.Contains(r.Stdout, "4 MiB") || !strings.Contains(r.Stdout, "id:           naa.3") {
 		t.Fatalf("srpc info lun0 --protocol srp:\n%s", r.Stdout)
 	}
 	img := make([]byte, 3<<20+8192)
