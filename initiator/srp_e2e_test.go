@@ -1,6 +1,7 @@
 package initiator_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -92,8 +93,13 @@ func TestSRPEndToEnd(t *testing.T) {
 			if _, err := v.ReadAt(buf[:4096], 0); err != nil || check(buf[:4096], 0, 99) != nil {
 				t.Fatalf("read after the FUA write: %v, %v", err, check(buf[:4096], 0, 99))
 			}
-			if err := v.Discard(ctx, 0, 4096); !errors.Is(err, errors.ErrUnsupported) {
-				t.Fatalf("Discard on a LUN without LBPU: %v, want errors.ErrUnsupported", err)
+			// The memory store deallocates, so srpd reports LBPU (VPD
+			// 0xB2) and the discard is an UNMAP that reads back zeros.
+			if err := v.Discard(ctx, 0, 4096); err != nil {
+				t.Fatalf("Discard (UNMAP) on a LUN with LBPU: %v", err)
+			}
+			if _, err := v.ReadAt(buf[:4096], 0); err != nil || !bytes.Equal(buf[:4096], make([]byte, 4096)) {
+				t.Fatalf("read after the discard: %v, zeros %v", err, bytes.Equal(buf[:4096], make([]byte, 4096)))
 			}
 			ro, err := s.Open(ctx, "lun1", initiator.OpenOptions{})
 			if err != nil || !ro.ReadOnly() || ro.Size() != 1<<20 {
