@@ -47,6 +47,33 @@ func TestTakenPortLeavesDiskAlone(t *testing.T) {
 	}
 }
 
+// TestBadStateFileLeavesDiskAlone: a reservations file srpd cannot read
+// fails the start in one line naming it, before vol0 is created (srpd
+// used to create vol0, then fail when the target loaded the file): once
+// the file is gone, the next start is the one that creates vol0.
+func TestBadStateFileLeavesDiskAlone(t *testing.T) {
+	srpd, _ := e2etest.Binaries(t)
+	data := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(data, reservationsFile)
+	if err := os.WriteFile(bad, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := e2etest.Run(t, nil, srpd, "--data", data, "--listen", e2etest.FreeAddr(t), "--default-volume-size", "16MiB")
+	if r.Code != 1 || !strings.HasPrefix(r.Stderr, "srpd: reservations: "+bad+": ") || strings.Count(r.Stderr, "\n") != 1 {
+		t.Errorf("exit %d, stderr %q; want 1 and one line naming %s", r.Code, r.Stderr, bad)
+	}
+	if err := os.Remove(bad); err != nil {
+		t.Fatal(err)
+	}
+	d := e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), "", "--default-volume-size", "16MiB")
+	if !strings.Contains(d.Log(), "created default volume") {
+		t.Errorf("the start after the failed one found vol0 already there:\n%s", d.Log())
+	}
+}
+
 // TestAdminMessages: what a user meets in 'srpd' administration names
 // the real cause, on one line, and quotes a name at most once.
 func TestAdminMessages(t *testing.T) {

@@ -272,6 +272,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Read before vol0 is made: a state file that cannot be read fails
+	// the start with the disk as it was.
+	res := openReservations(cfg.Data)
+	if _, err := res.LoadReservations(); err != nil {
+		return fmt.Errorf("reservations: %w", err)
+	}
 	vols, err := store.List()
 	if err != nil {
 		return err
@@ -297,7 +303,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Name: cfg.Name, Catalog: storecatalog.Catalog{Store: store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
-		SRPTargetPortID: srpPort, Logger: log, Reservations: openReservations(cfg.Data),
+		SRPTargetPortID: srpPort, Logger: log, Reservations: res,
 	})
 	if err != nil {
 		return err
