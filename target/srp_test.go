@@ -809,6 +809,12 @@ func TestSRPUnitAttention(t *testing.T) {
 			cs = append(cs, c)
 		}
 		tur := func(c *srpClient, lun uint16) srp.Rsp { return c.do(srpCmd(lun, 0, 0, 0, 0, 0, 0)) }
+		// A command answered means the session's LUNs are open: a
+		// resize between the accept and their opening is no change to
+		// report, since the LUN then opens at the new size.
+		for i, c := range cs {
+			c.good(fmt.Sprintf("session %d: TEST UNIT READY before the resize", i), tur(c, lunVol1), 0)
+		}
 		v, err := r.store.Open("vol1")
 		if err != nil {
 			t.Fatal(err)
@@ -832,15 +838,21 @@ func TestSRPUnitAttention(t *testing.T) {
 		}
 
 		r.tgt.CatalogChanged()
+		// CatalogChanged does not wait for the connections: each
+		// session is polled until its LUN 0 reports the change.
+		reached := func(c *srpClient) func() bool {
+			return func() bool {
+				// Only REPORTED LUNS DATA HAS CHANGED fails this one;
+				// INQUIRY leaves it pending.
+				return c.do(c.in(srpCmd(lunVol0, 0x12, 0, 0, 0, 36, 0), 0, 36)).Status == uint8(scsi.StatusGood) &&
+					tur(c, lunRO).Status == uint8(scsi.StatusCheckCondition)
+			}
+		}
 		c := cs[0]
-		waitFor(t, "the catalog change", func() bool {
-			// Only REPORTED LUNS DATA HAS CHANGED fails this one; INQUIRY
-			// leaves it pending.
-			return c.do(c.in(srpCmd(lunVol0, 0x12, 0, 0, 0, 36, 0), 0, 36)).Status == uint8(scsi.StatusGood) &&
-				tur(c, lunRO).Status == uint8(scsi.StatusCheckCondition)
-		})
+		waitFor(t, "the catalog change", reached(c))
 		c.checkSense("TEST UNIT READY on LUN 1 after the catalog change", tur(c, lunVol0), scsi.SenseLUNsChanged)
 		c.good("TEST UNIT READY on LUN 1 again", tur(c, lunVol0), 0)
+		waitFor(t, "the catalog change in session 2", reached(cs[1]))
 		c.checkSense("session 2: TEST UNIT READY after the catalog change", tur(cs[1], lunVol1), scsi.SenseLUNsChanged)
 		for _, c := range cs {
 			c.logout()
