@@ -212,9 +212,7 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 		c.log.Info("connection rejected: the initiator serves no RDMA READs (responder_resources 0), so no write could fetch its data", "remote", c.remote)
 		var priv []byte
 		if srpReq != nil {
-			priv = make([]byte, srp.LoginRejectLen)
-			rej := srp.LoginReject{Reason: srp.RejectInsufficientResources, Tag: srpReq.Tag, BufFormats: srpFormats}
-			rej.Encode(priv)
+			priv = srpRejectData(srpReq, srp.RejectInsufficientResources)
 		}
 		reject(priv)
 		return false

@@ -115,12 +115,19 @@ func (c *core) srpLogin(req *srp.LoginRequest, list []VolumeInfo, listErr error,
 
 // srpRefuse rejects an SRP login with an SRP_LOGIN_REJ for reason r.
 func (c *core) srpRefuse(req *srp.LoginRequest, r srp.RejectReason, why string) srpLoginResult {
+	c.acts.rejected = true
+	c.close("SRP login rejected: "+why, false)
+	return srpLoginResult{priv: srpRejectData(req, r), reason: fmt.Sprintf("%s: %s", r, why)}
+}
+
+// srpRejectData is the SRP_LOGIN_REJ answering req for reason r, as the
+// reject's private data; it names the buffer formats the target takes, so
+// that an initiator refused for them knows what to ask for.
+func srpRejectData(req *srp.LoginRequest, r srp.RejectReason) []byte {
 	rej := srp.LoginReject{Reason: r, Tag: req.Tag, BufFormats: srpFormats}
 	b := make([]byte, srp.LoginRejectLen)
 	rej.Encode(b)
-	c.acts.rejected = true
-	c.close("SRP login rejected: "+why, false)
-	return srpLoginResult{priv: b, reason: fmt.Sprintf("%s: %s", r, why)}
+	return b
 }
 
 // srpVolume is a LUN's volume as the shell opened it (vol nil: absent).
