@@ -19,30 +19,12 @@ func FuzzCore(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 0, 0, 2, 1, 3, 1, 1, 2, 0, 0, 5, 1, 0})
 	f.Add([]byte{0, 0, 3, 0, 2, 1, 1, 1, 2, 3, 0, 4, 2, 2, 1, 3, 1, 0, 6, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		next := func() int {
-			if len(data) == 0 {
-				return 0
-			}
-			b := data[0]
-			data = data[1:]
-			return int(b)
-		}
+		next := fuzzNext(&data)
 		mech := "frmr"
 		if next()%2 == 1 {
 			mech = "mw"
 		}
-		cmd := func(name string, args ...string) *datadriven.TestData {
-			td := &datadriven.TestData{Pos: "fuzz", Cmd: name}
-			for _, a := range args {
-				k, v, _ := strings.Cut(a, "=")
-				arg := datadriven.CmdArg{Key: k}
-				if v != "" {
-					arg.Vals = []string{v}
-				}
-				td.CmdArgs = append(td.CmdArgs, arg)
-			}
-			return td
-		}
+		cmd := fuzzCmd
 		h := newCoreHarness(t, cmd("init", "credits=3", "mech="+mech))
 		done := map[string]bool{}
 		step := func(td *datadriven.TestData) {
@@ -80,20 +62,12 @@ func FuzzCore(f *testing.F) {
 				step(cmd("submit", "name="+name, "op="+ops[next()%len(ops)],
 					fmt.Sprintf("off=%d", 4096*(next()%4)), fmt.Sprintf("len=%d", 4096*(1+next()%3))))
 			case 1:
-				switch next() % 3 {
-				case 0:
-					step(cmd("dispatch"))
-				case 1:
-					step(cmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=queue-full"))
-				case 2:
-					step(cmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=disconnected"))
-				}
+				step(fuzzDispatch(next))
 			case 2:
 				if len(h.labels) == 0 {
 					continue
 				}
-				st := []string{"success", "success", "flush", "rem-access"}[next()%4]
-				step(cmd("wc", fmt.Sprintf("wr=#%d", 1+next()%len(h.labels)), "status="+st))
+				step(fuzzWC(len(h.labels), next))
 			case 3, 4:
 				if len(names) == 0 || len(h.recvFree) == 0 {
 					continue
@@ -129,4 +103,51 @@ func FuzzCore(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzNext hands out the fuzz input's bytes one choice at a time, taking
+// them off *data; a spent input chooses 0.
+func fuzzNext(data *[]byte) func() int {
+	return func() int {
+		if len(*data) == 0 {
+			return 0
+		}
+		b := (*data)[0]
+		*data = (*data)[1:]
+		return int(b)
+	}
+}
+
+// fuzzCmd is a trace command as a fuzz target issues it: its name, then
+// KEY=VALUE or bare KEY arguments.
+func fuzzCmd(name string, args ...string) *datadriven.TestData {
+	td := &datadriven.TestData{Pos: "fuzz", Cmd: name}
+	for _, a := range args {
+		k, v, _ := strings.Cut(a, "=")
+		arg := datadriven.CmdArg{Key: k}
+		if v != "" {
+			arg.Vals = []string{v}
+		}
+		td.CmdArgs = append(td.CmdArgs, arg)
+	}
+	return td
+}
+
+// fuzzDispatch is a dispatch whose post succeeds, or stops after 0-3 WRs
+// with a full queue or a lost connection.
+func fuzzDispatch(next func() int) *datadriven.TestData {
+	switch next() % 3 {
+	case 1:
+		return fuzzCmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=queue-full")
+	case 2:
+		return fuzzCmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=disconnected")
+	}
+	return fuzzCmd("dispatch")
+}
+
+// fuzzWC completes one of the posted WRs (labels of them) with success
+// (half the time), a flush or a remote access error.
+func fuzzWC(labels int, next func() int) *datadriven.TestData {
+	st := []string{"success", "success", "flush", "rem-access"}[next()%4]
+	return fuzzCmd("wc", fmt.Sprintf("wr=#%d", 1+next()%labels), "status="+st)
 }

@@ -178,30 +178,12 @@ func FuzzSRPCore(f *testing.F) {
 	f.Add([]byte{1, 0, 1, 1, 0, 0, 2, 1, 3, 1, 1, 2, 0, 0, 5, 1, 0, 2, 3})
 	f.Add([]byte{0, 2, 0, 3, 0, 2, 1, 1, 1, 2, 3, 0, 4, 2, 2, 1, 3, 1, 0, 6, 0, 2, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		next := func() int {
-			if len(data) == 0 {
-				return 0
-			}
-			b := data[0]
-			data = data[1:]
-			return int(b)
-		}
+		next := fuzzNext(&data)
 		mech := "frmr"
 		if next()%2 == 1 {
 			mech = "mw"
 		}
-		cmd := func(name string, args ...string) *datadriven.TestData {
-			td := &datadriven.TestData{Pos: "fuzz", Cmd: name}
-			for _, a := range args {
-				k, v, _ := strings.Cut(a, "=")
-				arg := datadriven.CmdArg{Key: k}
-				if v != "" {
-					arg.Vals = []string{v}
-				}
-				td.CmdArgs = append(td.CmdArgs, arg)
-			}
-			return td
-		}
+		cmd := fuzzCmd
 		h := newCoreHarness(t, cmd("init", "credits=3", "mech="+mech, "srp"))
 		done := map[string]bool{}
 		step := func(td *datadriven.TestData) {
@@ -248,20 +230,12 @@ func FuzzSRPCore(f *testing.F) {
 				}
 				step(cmd("submit", args...))
 			case 1:
-				switch next() % 3 {
-				case 0:
-					step(cmd("dispatch"))
-				case 1:
-					step(cmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=queue-full"))
-				case 2:
-					step(cmd("dispatch", fmt.Sprintf("post=%d", next()%4), "post-err=disconnected"))
-				}
+				step(fuzzDispatch(next))
 			case 2:
 				if len(h.labels) == 0 {
 					continue
 				}
-				st := []string{"success", "success", "flush", "rem-access"}[next()%4]
-				step(cmd("wc", fmt.Sprintf("wr=#%d", 1+next()%len(h.labels)), "status="+st))
+				step(fuzzWC(len(h.labels), next))
 			case 3, 4:
 				if len(names) == 0 || len(h.recvFree) == 0 {
 					continue
