@@ -201,9 +201,11 @@ func TestLoginFlood(t *testing.T) {
 // 10 s a silent connection may otherwise hold its descriptor (a generous
 // bound: without shedding it waits 10 s per 32 connections ahead of it
 // in the listen queue), and after it. Over shm a connection also needs
-// descriptors for the memory and doorbells it is handed, which srpd at
-// its limit may not have when the request comes in: the honest client
-// may be dropped and try again, within the same bound.
+// descriptors for its connection region and for the arena the client
+// hands over: srpd sheds silent connections for those too, and if the
+// arena's descriptor was lost all the same (the kernel drops it at the
+// limit), the honest client is dropped and tries again, within the same
+// bound.
 func TestFDExhaustion(t *testing.T) {
 	for _, wire := range []string{"tcp", "shm"} {
 		t.Run(wire, func(t *testing.T) { fdExhaustion(t, wire) })

@@ -157,6 +157,21 @@ func (h *handshakes) done(e *list.Element) bool {
 	return h.conns.Remove(e) != nil
 }
 
+// withRoom runs open, which creates descriptors. Out of descriptors
+// (EMFILE, ENFILE), it sheds the oldest silent connection and tries
+// again while there is one: a connection that has made its request is
+// served before one that has said nothing. Closing a socket in
+// non-blocking mode returns once its descriptor is released
+// (internal/poll's FD.Close), so the retry finds it free.
+func (h *handshakes) withRoom(open func() error) error {
+	for {
+		err := open()
+		if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) || !h.shedOldest() {
+			return err
+		}
+	}
+}
+
 // shedOldest closes the oldest connection waiting for its request, if
 // any (its handshake then fails), and reports whether there was one.
 func (h *handshakes) shedOldest() bool {

@@ -231,3 +231,47 @@ func TestHandshakesShedOldest(t *testing.T) {
 		t.Fatal("a listener without handshakes shed something")
 	}
 }
+
+// TestHandshakesWithRoom: a descriptor that cannot be created for want of
+// descriptors is retried after each shed silent connection, oldest
+// first, until it is created or none is left to shed; other errors are
+// not retried.
+func TestHandshakesWithRoom(t *testing.T) {
+	tests := []struct {
+		name    string
+		fails   []error // what open returns, call by call, then nil
+		waiting int
+		wantErr error
+		shed    int
+	}{
+		{name: "room at once", waiting: 2},
+		{name: "EMFILE twice", fails: []error{syscall.EMFILE, syscall.EMFILE}, waiting: 3, shed: 2},
+		{name: "ENFILE", fails: []error{syscall.ENFILE}, waiting: 1, shed: 1},
+		{name: "nothing left to shed", fails: []error{syscall.EMFILE, syscall.EMFILE, syscall.EMFILE}, waiting: 2, wantErr: syscall.EMFILE, shed: 2},
+		{name: "not a descriptor limit", fails: []error{syscall.EINVAL}, waiting: 2, wantErr: syscall.EINVAL},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var h handshakes
+			for range tc.waiting {
+				a, b := net.Pipe()
+				defer b.Close()
+				h.add(a)
+			}
+			calls := 0
+			err := h.withRoom(func() error {
+				calls++
+				if calls <= len(tc.fails) {
+					return tc.fails[calls-1]
+				}
+				return nil
+			})
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("withRoom: %v, want %v", err, tc.wantErr)
+			}
+			if shed := tc.waiting - h.conns.Len(); shed != tc.shed {
+				t.Errorf("%d silent connections shed, want %d", shed, tc.shed)
+			}
+		})
+	}
+}

@@ -41,6 +41,11 @@ const (
 
 var errBadFrame = errors.New("emu: malformed frame")
 
+// errNoDescriptors marks a connection this process could not go on with
+// for want of file descriptors (EMFILE): its own resource limit, not the
+// peer's fault.
+var errNoDescriptors = errors.New("emu: out of file descriptors")
+
 type header struct {
 	kind   pktKind
 	flags  uint8

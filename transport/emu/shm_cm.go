@@ -216,7 +216,11 @@ func (shmWire) readRequest(p *Provider, nc net.Conn) ([]byte, transport.ReadCred
 // with the accept.
 func (shmWire) accept(ctx context.Context, r *sockReq, q *qp, priv []byte) (transport.Conn, error) {
 	uc := r.nc.(*net.UnixConn)
-	fd, err := unix.MemfdCreate("gosrp-shm-conn", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	var fd int
+	err := r.hs.withRoom(func() (err error) {
+		fd, err = unix.MemfdCreate("gosrp-shm-conn", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		return err
+	})
 	if err != nil {
 		uc.Close()
 		return nil, fmt.Errorf("emu: accept: connection region: %w", err)
@@ -245,7 +249,7 @@ func (shmWire) accept(ctx context.Context, r *sockReq, q *qp, priv []byte) (tran
 		return nil, fmt.Errorf("emu: accept: %w", err)
 	}
 	uc.SetWriteDeadline(time.Time{})
-	return startShm(r.p, q, uc, region, 1, r.priv, r.credit, r.at, r.from)
+	return startShm(r.p, q, uc, region, 1, r.priv, r.credit, r.at, r.from, r.hs)
 }
 
 func (shmWire) writeReject(nc net.Conn, priv []byte) error {
@@ -296,5 +300,5 @@ func (shmWire) readAnswer(ctx context.Context, p *Provider, nc net.Conn, addr st
 func (shmWire) release(a streamAnswer) { unix.Munmap(a.region) }
 
 func (shmWire) start(p *Provider, q *qp, nc net.Conn, a streamAnswer, addr string) (transport.Conn, error) {
-	return startShm(p, q, nc.(*net.UnixConn), a.region, 0, a.priv, a.credit, "shm:pid="+strconv.Itoa(os.Getpid()), addr)
+	return startShm(p, q, nc.(*net.UnixConn), a.region, 0, a.priv, a.credit, "shm:pid="+strconv.Itoa(os.Getpid()), addr, nil)
 }

@@ -145,6 +145,13 @@ func finishCtl(buf, oob []byte, n, oobn, flags int, err error, m *ctlMsg) ([]int
 		closeFDs(fds)
 		return nil, err
 	}
+	if flags&unix.MSG_CTRUNC != 0 && flags&unix.MSG_TRUNC == 0 && len(fds) == 0 {
+		// The peer passed descriptors and not one was installed: the
+		// kernel's scm_detach_fds sets MSG_CTRUNC when receive_fd fails,
+		// that is when this process is out of descriptors (EMFILE). A
+		// peer passing more than the buffer holds gets some installed.
+		return nil, fmt.Errorf("%w: a descriptor the peer passed was dropped by the kernel", errNoDescriptors)
+	}
 	if flags&(unix.MSG_CTRUNC|unix.MSG_TRUNC) != 0 {
 		closeFDs(fds)
 		return nil, fmt.Errorf("%w: truncated control message", errBadFrame)

@@ -28,6 +28,7 @@ type shmLink struct {
 	c      *conn
 	uc     *net.UnixConn
 	region []byte
+	hs     *handshakes // accepted side: the listener's silent connections
 
 	inReq, inResp   ring // consumed by the ring reader
 	outReq          ring // produced by the requester goroutine
@@ -97,9 +98,9 @@ func newShmLink(region []byte, side int) *shmLink {
 	return l
 }
 
-func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, peerPriv []byte, credit transport.ReadCredit, local, remote string) (transport.Conn, error) {
+func startShm(p *Provider, q *qp, uc *net.UnixConn, region []byte, side int, peerPriv []byte, credit transport.ReadCredit, local, remote string, hs *handshakes) (transport.Conn, error) {
 	l := newShmLink(region, side)
-	l.p, l.q, l.uc = p, q, uc
+	l.p, l.q, l.uc, l.hs = p, q, uc, hs
 	l.c = newConn(q, l, peerPriv, credit, local, remote)
 	// Owned before the QP can reach it: disconnect, which disowns, may
 	// run as soon as q.connect returns.

@@ -35,6 +35,15 @@ func (l *shmLink) ctlReader() {
 				l.hostile(err)
 				return
 			}
+			if errors.Is(err, errNoDescriptors) {
+				// The link cannot go on without the arena it was handed.
+				// Shedding a silent connection makes room for the
+				// peer's next attempt.
+				l.hs.shedOldest()
+				l.p.log.Warn("shm: out of descriptors; dropping the connection", "qp", l.q.num, "peer", l.c.remote, "err", err)
+				l.peerDown(fmt.Errorf("emu: shm link to %s: %w (%w): %w", l.c.remote, errLinkLost, transport.ErrDisconnected, err))
+				return
+			}
 			l.peerDown(fmt.Errorf("emu: shm peer %s gone: %w (%w): %w", l.c.remote, errLinkLost, transport.ErrDisconnected, err))
 			return
 		}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/transport"
+	"golang.org/x/sys/unix"
 )
 
 // The two-process tests re-execute the test binary as the target side.
@@ -584,6 +585,46 @@ func TestShmCoalescedACKs(t *testing.T) {
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("published %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCtlTruncatedRights: a control message whose descriptors the kernel
+// could not install (MSG_CTRUNC with none installed, what scm_detach_fds
+// reports when the receiver is at its RLIMIT_NOFILE) is this process's
+// shortage, not a malformed frame; one that overflows the control buffer
+// with some installed, or whose data was cut, is the peer's.
+func TestCtlTruncatedRights(t *testing.T) {
+	var b [ctlMaxLen]byte
+	data := putCtl(b[:], &ctlMsg{kind: ctlMap, id: 5, size: 1 << 20})
+	tests := []struct {
+		name  string
+		oob   []byte // non-empty: one descriptor installed
+		flags int
+		want  error
+	}{
+		{name: "none installed", flags: unix.MSG_CTRUNC, want: errNoDescriptors},
+		{name: "some installed", oob: []byte{1}, flags: unix.MSG_CTRUNC, want: errBadFrame},
+		{name: "data cut", flags: unix.MSG_TRUNC | unix.MSG_CTRUNC, want: errBadFrame},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			buf := append([]byte(nil), data...)
+			oob := append([]byte(nil), tc.oob...)
+			if len(tc.oob) > 0 {
+				// finishCtl closes what it was handed: hand it a copy
+				// of stdin, not stdin.
+				fd, err := unix.Dup(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				oob = unix.UnixRights(fd)
+			}
+			var m ctlMsg
+			fds, err := finishCtl(buf, oob, len(buf), len(oob), tc.flags, nil, &m)
+			if !errors.Is(err, tc.want) || len(fds) != 0 {
+				t.Fatalf("finishCtl: %d descriptors, %v; want none and %v", len(fds), err, tc.want)
 			}
 		})
 	}

@@ -114,7 +114,7 @@ func (l *streamListener[W]) handshake(nc net.Conn) {
 	if !l.hs.done(waiting) { // shed while its request came in
 		return
 	}
-	r := &streamReq[W]{sockReq{p: l.p, nc: nc, priv: priv, credit: offeredCredit(offer), from: w.remote(nc), at: l.addr}}
+	r := &streamReq[W]{sockReq{p: l.p, nc: nc, priv: priv, credit: offeredCredit(offer), from: w.remote(nc), at: l.addr, hs: &l.hs}}
 	select {
 	case l.reqs <- r:
 	case <-l.done:
@@ -145,6 +145,7 @@ type sockReq struct {
 	credit transport.ReadCredit // what the connection gets (offeredCredit)
 	from   string               // the requester's address
 	at     string               // the listener's address
+	hs     *handshakes          // the listener's silent connections, shed for room
 	answerOnce
 }
 
