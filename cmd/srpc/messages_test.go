@@ -193,13 +193,12 @@ func TestMountMessages(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		stacks, _ := exec.Command("sh", "-c", fmt.Sprintf("for f in /proc/%d/task/*/stack; do echo $f; cat $f; done", cmd.Process.Pid)).CombinedOutput()
-		abortFUSE(mnt) // else the deferred Kill and Wait would wait forever
+		e2etest.AbortFUSE(mnt) // else the deferred Kill and Wait would wait forever
 		t.Fatalf("srpc mount did not exit a minute after the loop device was detached; its threads' kernel stacks:\n%s", stacks)
 	}
 
 	m := startMount(t, srpc, addr, "vol0", mnt)
-	m.Cmd.Process.Kill()
-	<-m.Exited()
+	m.Kill(t)
 	r := e2etest.Run(t, nil, srpc, "mount", "--target", addr, "vol0", mnt)
 	want = "srpc: mount point " + mnt + " is a stale FUSE mount (its srpc was killed): clean it up with 'umount -l' first\n"
 	if r.Code != 1 || r.Stderr != want {
@@ -260,20 +259,4 @@ func TestProgress(t *testing.T) {
 			}
 		}
 	}
-}
-
-// abortFUSE aborts the FUSE connection mounted at dir (its entry under
-// /sys/fs/fuse/connections is the mount's device minor), which fails
-// every request waiting on it, and detaches the mount.
-func abortFUSE(dir string) {
-	info, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(info), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == dir {
-			if _, minor, ok := strings.Cut(f[2], ":"); ok {
-				os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0)
-			}
-		}
-	}
-	exec.Command("umount", "-l", dir).Run()
 }

@@ -43,7 +43,7 @@ func (si *streamingImport) feedUntilExit(t *testing.T, d time.Duration) int {
 		default:
 		}
 		if _, err := si.stdin.Write(chunk); err != nil {
-			<-si.Exited()
+			si.Wait(t, time.Minute, "srpc import after its input pipe broke")
 			return si.ExitCode()
 		}
 	}

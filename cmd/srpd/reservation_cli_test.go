@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gosrp/gosrp/internal/e2etest"
 )
@@ -90,7 +91,7 @@ func TestReservationsCLI(t *testing.T) {
 		t.Fatalf("srpc reserve show under an exclusive open:\n%s", show.Stdout)
 	}
 	imp.stdin.Close()
-	<-imp.Exited()
+	imp.Wait(t, time.Minute, "the exclusive import after its input ended")
 	if code := imp.ExitCode(); code != 0 {
 		t.Fatalf("the exclusive import: exit %d\n%s", code, imp.Output())
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/admin"
@@ -103,7 +104,7 @@ func TestResizeUnderSessionCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	imp.stdin.Close()
-	<-imp.Exited()
+	imp.Wait(t, time.Minute, "srpc import after its input ended")
 	if code := imp.ExitCode(); code != 0 {
 		t.Errorf("srpc import across the resizes: exit %d, stderr:\n%s", code, imp.Output())
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -43,8 +44,14 @@ func Cleanup() {
 // package is
 //
 //	func TestMain(m *testing.M) { e2etest.Main(m) }
+//
+// A test that waits for a program that never finishes is reported by a
+// watchdog a minute before go test's -timeout (startWatchdog).
 func Main(m *testing.M) {
+	flag.Parse()
+	stop := startWatchdog()
 	code := m.Run()
+	stop()
 	Cleanup()
 	os.Exit(code)
 }
@@ -207,9 +214,6 @@ func StartDaemon(t testing.TB, srpd, data, addr, metrics string, extra ...string
 	}
 	return d
 }
-
-// Kill sends SIGKILL and waits.
-func (d *Daemon) Kill(t testing.TB) { d.kill() }
 
 // FileSum is the SHA-256 of the file at path, for comparing what a program
 // wrote with what went in.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 // collected together.
 type Proc struct {
 	Cmd     *exec.Cmd
+	fuseDir string // the FUSE mount the program serves, if any (ServesFUSE)
 	out     syncBuffer
 	exited  chan struct{}
 	waitErr error
@@ -55,18 +57,93 @@ func StartPiped(t testing.TB, bin string, args ...string) (*Proc, io.WriteCloser
 func (p *Proc) start(t testing.TB) {
 	t.Helper()
 	p.Cmd.Stdout, p.Cmd.Stderr = &p.out, &p.out
+	// Its own process group, so that Kill ends what it started too; and
+	// Wait returns once it has exited even if something it started
+	// still holds its output pipe.
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.Cmd.WaitDelay = 5 * time.Second
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.waitErr = p.Cmd.Wait(); close(p.exited) }()
-	t.Cleanup(p.kill)
+	live.Store(p, t.Name())
+	go func() {
+		p.waitErr = p.Cmd.Wait()
+		live.Delete(p)
+		close(p.exited)
+	}()
+	t.Cleanup(func() { p.Kill(t) })
 }
 
-// kill sends SIGKILL and waits; on a process already reaped, Kill only
-// returns os.ErrProcessDone.
+// killWait bounds how long a killed program may take to be reaped.
+const killWait = 20 * time.Second
+
+// Kill sends SIGKILL and waits for the program to be reaped; on one
+// already reaped, Kill does nothing. A FUSE server killed while one of
+// its threads waits for an answer from its own mount cannot finish
+// dying: once the server has read a request, the kernel waits for the
+// answer uninterruptibly (request_wait_answer in fs/fuse/dev.c), and the
+// answer can only come from the dying process, whose /dev/fuse stays
+// open while the thread lives. After killWait, Kill fails the test with
+// the kernel stacks of the program's threads, the evidence the cause
+// needs, aborts the FUSE connections of srpc mounts under the temporary
+// directory and waits once more, so that the test ends instead of
+// waiting for go test's timeout.
+func (p *Proc) Kill(t testing.TB) {
+	p.kill()
+	select {
+	case <-p.exited:
+		return
+	case <-time.After(killWait):
+	}
+	stacks := KernelStacks(p.Cmd.Process.Pid)
+	if p.fuseDir != "" {
+		AbortFUSE(p.fuseDir)
+	}
+	select {
+	case <-p.exited:
+		t.Errorf("%s was not reaped %v after SIGKILL until its FUSE connection (%q) was aborted; its threads' kernel stacks:\n%s",
+			filepath.Base(p.Cmd.Path), killWait, p.fuseDir, stacks)
+	case <-time.After(killWait):
+		t.Errorf("%s was not reaped %v after SIGKILL (FUSE mount: %q); its threads' kernel stacks:\n%s",
+			filepath.Base(p.Cmd.Path), killWait, p.fuseDir, stacks)
+	}
+}
+
+// kill sends SIGKILL to the program's process group.
 func (p *Proc) kill() {
+	syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
 	p.Cmd.Process.Kill()
-	<-p.exited
+}
+
+// ServesFUSE records that the program serves the FUSE mount at dir, which
+// Kill and the watchdog abort if the program cannot finish dying.
+func (p *Proc) ServesFUSE(dir string) { p.fuseDir = dir }
+
+// KernelStacks is what each thread of process pid is doing in the kernel
+// (/proc/PID/task/TID/stack, readable by root), for a test that gives up
+// waiting for it.
+func KernelStacks(pid int) string {
+	var b strings.Builder
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	for _, task := range tasks {
+		comm, _ := os.ReadFile(filepath.Join(task, "comm"))
+		st, _ := os.ReadFile(filepath.Join(task, "stat"))
+		stack, err := os.ReadFile(filepath.Join(task, "stack"))
+		if err != nil {
+			stack = []byte(err.Error() + "\n")
+		}
+		fmt.Fprintf(&b, "%s (%s) %s\n%s", filepath.Base(task), strings.TrimSpace(string(comm)), threadState(string(st)), stack)
+	}
+	return b.String()
+}
+
+// threadState is the state letter of a /proc/PID/task/TID/stat line
+// (the field after the command name in parentheses, proc(5)).
+func threadState(stat string) string {
+	if i := strings.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return "state " + stat[i+2:i+3]
+	}
+	return ""
 }
 
 // Output is what the program has written so far.
@@ -131,7 +208,7 @@ func (p *Proc) Wait(t testing.TB, timeout time.Duration, what string) error {
 	case <-p.exited:
 		return p.waitErr
 	case <-time.After(timeout):
-		p.kill()
+		p.Kill(t)
 		t.Fatalf("%s: %s still running %v later:\n%s", what, filepath.Base(p.Cmd.Path), timeout, p.Output())
 		return nil
 	}
