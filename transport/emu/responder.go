@@ -54,6 +54,17 @@ func (q *qp) onRequest(pkt *packet) {
 			return
 		}
 	case pktRead:
+		if q.conn.credit.In == 0 {
+			// The connection agreed to serve no READs (its responder
+			// resources, max_dest_rd_atomic, are 0): IBA 9.7.5.2.8
+			// class C, invalid request, as rxe_resp.c's
+			// check_resource answers it (RESPST_ERR_TOO_MANY_RDMA_ATM_REQ).
+			// The requester, which gates its READs by its own credit
+			// (requester.go), never sends one; a hostile peer does.
+			resp.kind, resp.nak = pktNak, nakInvReq
+			q.responderErrLocked(transport.EventQPReqErr, transport.StatusRemInvReqErr, "RDMA READ on a connection that serves none (READ credit 0)")
+			break
+		}
 		q.readLocked(pkt, resp, false)
 	default:
 		q.unlock()
