@@ -36,6 +36,13 @@ type hostileRig struct {
 
 func newHostileRig(t testing.TB, profile string, script targettest.Script) *hostileRig {
 	t.Helper()
+	return newHostileRigWith(t, profile, script, target.Config{})
+}
+
+// newHostileRigWith is newHostileRig with the target's configuration
+// (its name, catalog and logger are set here).
+func newHostileRigWith(t testing.TB, profile string, script targettest.Script, tcfg target.Config) *hostileRig {
+	t.Helper()
 	cfg := emu.Config{Profile: profile, Wire: emu.WireTCP, Logger: quiet}
 	tp, err := emu.New(cfg)
 	if err != nil {
@@ -49,7 +56,8 @@ func newHostileRig(t testing.TB, profile string, script targettest.Script) *host
 	if _, err := st.Create("vol0", 8<<20, 4096); err != nil {
 		t.Fatal(err)
 	}
-	tgt, err := target.New(target.Config{Name: "hostile", Catalog: storecatalog.Catalog{Store: st}, Logger: quiet})
+	tcfg.Name, tcfg.Catalog, tcfg.Logger = "hostile", storecatalog.Catalog{Store: st}, quiet
+	tgt, err := target.New(tcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,45 +98,67 @@ func TestHostileStaleDescriptors(t *testing.T) {
 	for _, profile := range []string{"strict", "ib", "iwarp", "rxe"} {
 		for _, mech := range mechanisms {
 			t.Run(profile+"/"+mech.String(), func(t *testing.T) {
-				var r *hostileRig
-				var served, probed, live atomic.Int64
-				var firstBad atomic.Value
-				junk := bytes.Repeat([]byte{0xEE}, 64)
-				r = newHostileRig(t, profile, targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
-					ds := rsp.Descriptors
-					if rsp.Login || len(ds) == 0 || rsp.Key == 0 {
-						return targettest.Pass
-					}
-					q := r.victimQP()
-					cur := ds[len(ds)-1]
-					if ok, _, _ := r.ip.Probe(q, transport.OpRDMAWrite, cur.RKey, cur.VA, junk); ok {
-						live.Add(1)
-					}
-					for _, d := range ds[:len(ds)-1] {
-						probed.Add(1)
-						if ok, _, _ := r.ip.Probe(q, transport.OpRDMAWrite, d.RKey, d.VA, junk); ok {
-							served.Add(1)
-							firstBad.CompareAndSwap(nil, fmt.Sprintf("stale %s@%#x served while %s@%#x is live (response %d)", d.RKey, d.VA, cur.RKey, cur.VA, rsp.N))
-						}
+				var p staleProbe
+				p.r = newHostileRig(t, profile, targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
+					if !rsp.Login && rsp.Key != 0 {
+						p.fire(rsp)
 					}
 					return targettest.Pass
 				}})
-				s, v := r.dial(t, initiator.Config{Mechanism: mech, Credits: 4})
+				s, v := p.r.dial(t, initiator.Config{Mechanism: mech, Credits: 4})
 				buf := make([]byte, 4096)
 				for i := 0; i < reads; i++ {
 					if _, err := v.ReadAt(buf, int64(i%64)*4096); err != nil {
 						t.Fatalf("read %d: %v", i, err)
 					}
 				}
-				t.Logf("%d stale probes, %d served; %d of %d live probes served; %d reconnects", probed.Load(), served.Load(), live.Load(), reads, s.Stats().Reconnects)
-				if bad := firstBad.Load(); bad != nil {
-					t.Fatalf("%d stale descriptors served; first: %s", served.Load(), bad)
-				}
-				if live.Load() != reads {
-					t.Fatalf("the live descriptor was served in %d of %d reads: the probe is not reaching the initiator", live.Load(), reads)
-				}
+				p.check(t, s, reads)
 			})
 		}
+	}
+}
+
+// staleProbe fires, while a response is on its way, every descriptor the
+// target was ever handed as an RDMA WRITE at the initiator: the last one
+// (the live I/O's) must be served, no earlier one may be.
+type staleProbe struct {
+	r                    *hostileRig
+	served, probed, live atomic.Int64
+	firstBad             atomic.Value
+}
+
+var staleJunk = bytes.Repeat([]byte{0xEE}, 64)
+
+func (p *staleProbe) fire(rsp *targettest.Response) {
+	ds := rsp.Descriptors
+	if len(ds) == 0 {
+		return
+	}
+	q := p.r.victimQP()
+	cur := ds[len(ds)-1]
+	if ok, _, _ := p.r.ip.Probe(q, transport.OpRDMAWrite, cur.RKey, cur.VA, staleJunk); ok {
+		p.live.Add(1)
+	}
+	for _, d := range ds[:len(ds)-1] {
+		p.probed.Add(1)
+		if ok, _, _ := p.r.ip.Probe(q, transport.OpRDMAWrite, d.RKey, d.VA, staleJunk); ok {
+			p.served.Add(1)
+			p.firstBad.CompareAndSwap(nil, fmt.Sprintf("stale %s@%#x served while %s@%#x is live (response %d)", d.RKey, d.VA, cur.RKey, cur.VA, rsp.N))
+		}
+	}
+}
+
+// check fails the test if a stale descriptor was served, or if the live
+// one was not served for every one of the reads (the probe proves
+// nothing then).
+func (p *staleProbe) check(t *testing.T, s *initiator.Session, reads int64) {
+	t.Helper()
+	t.Logf("%d stale probes, %d served; %d of %d live probes served; %d reconnects", p.probed.Load(), p.served.Load(), p.live.Load(), reads, s.Stats().Reconnects)
+	if bad := p.firstBad.Load(); bad != nil {
+		t.Fatalf("%d stale descriptors served; first: %s", p.served.Load(), bad)
+	}
+	if p.live.Load() != reads {
+		t.Fatalf("the live descriptor was served in %d of %d reads: the probe is not reaching the initiator", p.live.Load(), reads)
 	}
 }
 
