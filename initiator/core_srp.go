@@ -453,9 +453,15 @@ func (e *SCSIError) Error() string {
 // Unwrap maps the sense callers act on to the package's sentinels, as
 // IOError does: WRITE PROTECTED is ErrReadOnly, ACCESS DENIED
 // ErrAccessDenied, SPACE ALLOCATION FAILED ErrNoSpace, INVALID COMMAND
-// OPERATION CODE errors.ErrUnsupported, LBA OUT OF RANGE ErrInvalid.
+// OPERATION CODE errors.ErrUnsupported, LBA OUT OF RANGE ErrInvalid, and
+// a flush's WRITE ERROR ErrWriteCacheLost: a target reports so on the
+// nexus's first SYNCHRONIZE CACHE after it lost acknowledged writes
+// (srpd does after a restart, scsi.WriteCacheLost).
 func (e *SCSIError) Unwrap() error {
 	s := scsi.Sense{Key: scsi.SenseKey(e.Key), ASC: e.ASC, ASCQ: e.ASCQ}
+	if s == scsi.SenseWriteError && e.Op == OpFlush {
+		return ErrWriteCacheLost
+	}
 	switch s {
 	case scsi.SenseWriteProtected:
 		return ErrReadOnly

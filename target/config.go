@@ -246,6 +246,11 @@ type Config struct {
 	// the initiator that asked is answered. nil keeps them in memory,
 	// for the Target's lifetime.
 	Reservations ReservationStore
+	// DirtyMarks, if set, keeps which volumes may hold unflushed writes,
+	// so that after a restart the target tells SRP hosts that their
+	// volume lost its write cache (scsi.WriteCacheLost). Without it an
+	// SRP host is never told.
+	DirtyMarks DirtyMarks
 }
 
 // Limits of the configuration.

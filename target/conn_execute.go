@@ -60,7 +60,9 @@ func (c *conn) execute() {
 	}
 	for _, b := range batches {
 		lead := b.lead
-		if b.ov.batch.Stalled() {
+		if b.ov.batch.Stalled() || b.ov.mark != nil && !b.ov.mark.durable() {
+			// The worker waits for the volume, or for its dirty mark
+			// to reach stable storage (volMark.beforeWrite).
 			c.jobs <- lead
 		} else {
 			// Unless the volume is holding writes back, the batch costs

@@ -49,6 +49,8 @@ func (t *Target) channels(c *conn, key string) int {
 // there, and the failure is logged.
 func (c *conn) srpOpen(names []string) {
 	vols := make([]srpVolume, len(names))
+	s := c.core.srp
+	nexus := srpInitiatorName(s.port) + "\x00" + srpInitiatorName(s.tport)
 	for i, name := range names {
 		if name == "" {
 			continue
@@ -58,7 +60,7 @@ func (c *conn) srpOpen(names []string) {
 			c.log.Warn("SRP LUN left empty: open volume", "volume", name, "lun", i, "conn", c.id, "err", err)
 			continue
 		}
-		vols[i] = srpVolume{vol: v, info: info}
+		vols[i] = srpVolume{vol: v, info: info, mark: c.t.dirty.mark(name), lost: c.t.dirty.lostFor(name, nexus)}
 	}
 	c.core.srpAttach(vols)
 }

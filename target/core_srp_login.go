@@ -134,6 +134,11 @@ func srpRejectData(req *srp.LoginRequest, r srp.RejectReason) []byte {
 type srpVolume struct {
 	vol  Volume
 	info VolumeInfo
+	// mark is the volume's dirty mark (nil when the target keeps none);
+	// lost says the volume lost its write cache in the target's
+	// previous life and this I_T nexus has not been told.
+	mark *volMark
+	lost bool
 }
 
 // srpAttach takes the volumes the shell opened for the login's LUNs, in
@@ -152,6 +157,11 @@ func (c *core) srpAttach(vols []srpVolume) {
 		if im, ok := v.vol.(Immediate); ok {
 			ov.now = im.Immediate()
 		}
+		if !ov.now && !ov.ro {
+			// A volume whose I/O is immediate lives in memory: a
+			// restart loses all of it, not a cache.
+			ov.mark = v.mark
+		}
 		if bw, ok := v.vol.(BatchWriter); ok && !ov.now && !ov.ro {
 			ov.batch = bw
 		}
@@ -166,5 +176,11 @@ func (c *core) srpAttach(vols []srpVolume) {
 		s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: uint64(ov.size / ov.bs),
 			ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
 			Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs)}}
+		if v.lost {
+			s.luns[i].nexus.Raise(scsi.WriteCacheLost)
+			if c.p.trace != nil {
+				c.p.trace(fmt.Sprintf("LUN %d %s: unit attention %s", i, ov.name, s.luns[i].nexus.Pending()))
+			}
+		}
 	}
 }

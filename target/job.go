@@ -23,6 +23,22 @@ func runJob(s *slot, cat Catalog) {
 	}()
 	s.err = nil
 	off, n := int64(s.cmd.Offset), int64(s.cmd.Length)
+	if m := s.ov.markOf(); m != nil {
+		switch s.job {
+		case jobWrite, jobWriteFUA, jobDiscard, jobWriteZeroes, jobUnmap:
+			if s.err = m.beforeWrite(); s.err != nil {
+				return
+			}
+			defer m.afterWrite()
+		case jobFlush:
+			f := m.flushStart()
+			defer func() {
+				if s.err == nil {
+					m.flushed(f)
+				}
+			}()
+		}
+	}
 	switch s.job {
 	case jobRead:
 		s.err = full(s.ov.vol.ReadAt(s.data[:n], off))
@@ -70,7 +86,15 @@ func runBatch(slots []slot, lead int32, bufs [][]byte, offs []int64) ([][]byte, 
 		bufs = append(bufs, s.data[:s.cmd.Length])
 		offs = append(offs, int64(s.cmd.Offset))
 	}
-	err := writeBatch(slots[lead].ov.batch, bufs, offs)
+	var err error
+	if m := slots[lead].ov.markOf(); m != nil {
+		if err = m.beforeWrite(); err == nil {
+			defer m.afterWrite()
+		}
+	}
+	if err == nil {
+		err = writeBatch(slots[lead].ov.batch, bufs, offs)
+	}
 	for i := lead; i >= 0; i = slots[i].next {
 		if s := &slots[i]; err != nil {
 			runJob(s, nil)

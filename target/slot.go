@@ -175,6 +175,18 @@ type openVol struct {
 	writes atomic.Int32
 	// inflight counts backend operations on vol; a close waits for them.
 	inflight sync.WaitGroup
+	// mark is the volume's dirty mark, for an SRP session's volume when
+	// the target keeps marks (DirtyMarks).
+	mark *volMark
+}
+
+// markOf returns the volume's dirty mark, nil if it keeps none (a nil
+// openVol, as a control job has, keeps none).
+func (ov *openVol) markOf() *volMark {
+	if ov == nil {
+		return nil
+	}
+	return ov.mark
 }
 
 // slot is a request slot. The core owns it; while it is in BACKEND a

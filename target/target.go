@@ -59,6 +59,8 @@ type Target struct {
 	acl                            atomic.Pointer[ACL]
 	// pr holds the volumes' reservations (reservation.go).
 	pr *prTable
+	// dirty holds the volumes' dirty marks (dirty.go).
+	dirty dirtyTable
 	// refusals since the last log line about them, and when that was
 	// (Unix nanoseconds); see refused.
 	refusals      atomic.Int64
@@ -80,6 +82,9 @@ func New(cfg Config) (*Target, error) {
 	}
 	t.acl.Store(cfg.ACL)
 	if err := t.pr.load(cfg.Reservations); err != nil {
+		return nil, err
+	}
+	if err := t.dirty.load(cfg.DirtyMarks); err != nil {
 		return nil, err
 	}
 	t.instance = newInstance()

@@ -278,6 +278,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if _, err := res.LoadReservations(); err != nil {
 		return fmt.Errorf("reservations: %w", err)
 	}
+	marks, err := openDirtyMarks(cfg.Data)
+	if err != nil {
+		return err
+	}
 	vols, err := store.List()
 	if err != nil {
 		return err
@@ -303,7 +307,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Name: cfg.Name, Catalog: storecatalog.Catalog{Store: store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
-		SRPTargetPortID: srpPort, Logger: log, Reservations: res,
+		SRPTargetPortID: srpPort, Logger: log, Reservations: res, DirtyMarks: marks,
 	})
 	if err != nil {
 		return err
@@ -396,6 +400,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			runErr = err
 		}
 	} else {
+		if err := marks.clearAll(); err != nil {
+			log.Warn("clearing the dirty marks after a clean stop; the next start reports a lost write cache to SRP hosts", "err", err)
+		}
 		log.Info("stopped; the store is flushed", "data", cfg.Data)
 	}
 	return runErr
