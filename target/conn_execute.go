@@ -88,6 +88,9 @@ func (c *conn) execute() {
 	for _, ov := range a.closeVols {
 		c.closeRevoked(ov)
 	}
+	for _, name := range a.lossTold {
+		c.t.dirty.told(name, c.srpNexus())
+	}
 	if a.loggedIn {
 		c.t.loginDone(c)
 		ini := c.core.initiator

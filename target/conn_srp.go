@@ -49,8 +49,7 @@ func (t *Target) channels(c *conn, key string) int {
 // there, and the failure is logged.
 func (c *conn) srpOpen(names []string) {
 	vols := make([]srpVolume, len(names))
-	s := c.core.srp
-	nexus := srpInitiatorName(s.port) + "\x00" + srpInitiatorName(s.tport)
+	nexus := c.srpNexus()
 	for i, name := range names {
 		if name == "" {
 			continue
@@ -63,6 +62,13 @@ func (c *conn) srpOpen(names []string) {
 		vols[i] = srpVolume{vol: v, info: info, mark: c.t.dirty.mark(name), lost: c.t.dirty.lostFor(name, nexus)}
 	}
 	c.core.srpAttach(vols)
+}
+
+// srpNexus names the session's I_T nexus: its initiator and target port
+// identifiers.
+func (c *conn) srpNexus() string {
+	s := c.core.srp
+	return srpInitiatorName(s.port) + "\x00" + srpInitiatorName(s.tport)
 }
 
 // catalogChanged asks the run loop to tell an SRP session that the

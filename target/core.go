@@ -63,6 +63,9 @@ type actions struct {
 	// policy says what a policy change did to the session, for the
 	// shell to log.
 	policy []policyEffect
+	// lossTold are volumes whose lost write cache an SRP flush reported
+	// to this session's I_T nexus in this step (scsi.WriteCacheLost).
+	lossTold []string
 }
 
 // policyEffect is one consequence of a policy change on a session.
@@ -80,6 +83,7 @@ func (a *actions) reset() {
 	a.loggedIn = false
 	a.closeVols = nil
 	a.policy = nil
+	a.lossTold = a.lossTold[:0]
 }
 
 type pendingIU struct {

@@ -240,7 +240,11 @@ func (c *core) srpExecute(s *slot, cmd *srp.Cmd) {
 		a = scsi.NoUnit(cmd.CDB, c.srpLUNList(cmd.CDB))
 	} else {
 		lu.dev.ReadOnly = lu.ov.ro // a policy change may have narrowed it
+		owed := lu.nexus.OwesLoss()
 		a = lu.dev.Execute(&lu.nexus, cmd.CDB, c.srpLUNList(cmd.CDB))
+		if owed && !lu.nexus.OwesLoss() {
+			c.acts.lossTold = append(c.acts.lossTold, lu.ov.name)
+		}
 	}
 	s.srp.op = a.Op
 	if a.Status != scsi.StatusGood {

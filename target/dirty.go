@@ -161,15 +161,22 @@ func (d *dirtyTable) mark(volume string) *volMark {
 }
 
 // lostFor reports whether volume lost its write cache in the target's
-// previous life and the I_T nexus key has not been told yet; it counts
-// the nexus as told.
+// previous life and the I_T nexus has not been told yet. Every channel
+// of the nexus that opens the volume until then is told, since the host
+// may flush through any of them.
 func (d *dirtyTable) lostFor(volume, nexus string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	told, ok := d.lost[volume]
-	if !ok || told[nexus] {
-		return false
+	return ok && !told[nexus]
+}
+
+// told records that a flush reported volume's lost write cache to the
+// I_T nexus: its later logins are not told again.
+func (d *dirtyTable) told(volume, nexus string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t, ok := d.lost[volume]; ok {
+		t[nexus] = true
 	}
-	told[nexus] = true
-	return true
 }

@@ -129,7 +129,8 @@ func TestVolMark(t *testing.T) {
 // clears the mark; a target started with the volume marked tells each
 // I_T nexus once: POWER ON OCCURRED on its first command, then WRITE
 // ERROR on its next SYNCHRONIZE CACHE, so the host's fsync sees the
-// loss. Another nexus is told too; the same one logging in again is not.
+// loss; on every channel it had logged in before that. Another nexus is
+// told too; the same one logging in after it was told is not.
 func TestSRPWriteCacheLost(t *testing.T) {
 	e := srpEnvs[0]
 	lun := scsi.EncodeLUN(lunVol0)
@@ -168,10 +169,21 @@ func TestSRPWriteCacheLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A second channel of the same nexus, logged in before the host
+	// was told, is told too: the host may flush through either.
+	multi := srpLoginReq(1)
+	multi.Flags = srp.MultiChanMulti | srp.ImmediateRequested
+	c2b, err := r2.srpDial(t, multi)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c2.checkSense("first command after the restart", c2.do(tur), scsi.SensePowerOn)
 	c2.good("TEST UNIT READY after the unit attention", c2.do(tur), 0)
 	c2.checkSense("SYNCHRONIZE CACHE after the loss", c2.do(syncCache), scsi.SenseWriteError)
 	c2.good("SYNCHRONIZE CACHE, the loss reported", c2.do(syncCache), 0)
+	c2b.checkSense("the second channel's first command", c2b.do(tur), scsi.SensePowerOn)
+	c2b.checkSense("the second channel's SYNCHRONIZE CACHE", c2b.do(syncCache), scsi.SenseWriteError)
+	c2b.logout()
 	c2.logout()
 
 	c3, err := r2.srpDial(t, srpLoginReq(1))

@@ -14,7 +14,7 @@ import (
 // name is refused rather than trusted; clearAll forgets all.
 func TestDirtyMarks(t *testing.T) {
 	data := t.TempDir()
-	d, err := openDirtyMarks(data)
+	d, err := openDirtyMarks(data, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestDirtyMarks(t *testing.T) {
 		t.Fatalf("clearing a volume never marked: %v", err)
 	}
 	os.WriteFile(filepath.Join(data, dirtyDir, "abc.tmp"), []byte("half"), 0o600)
-	d, err = openDirtyMarks(data)
+	d, err = openDirtyMarks(data, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +45,25 @@ func TestDirtyMarks(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data, dirtyDir, "abc.tmp")); err == nil {
 		t.Error("the leftover of an interrupted mark is still there")
+	}
+
+	// Under a backend that loses nothing when srpd is killed, a mark of
+	// this boot is no loss; one of another boot is.
+	safe, err := openDirtyMarks(data, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(d.path("vol0"), []byte("vol0\nan-earlier-boot"), 0o600)
+	if safe.boot == "" {
+		t.Logf("no %s: every mark is reported", bootIDFile)
+	} else {
+		got, err := safe.DirtyVolumes()
+		if err != nil || !reflect.DeepEqual(got, []string{"vol0"}) {
+			t.Fatalf("process-safe: %q, %v; want only vol0, marked under another boot", got, err)
+		}
+		if _, err := os.Stat(d.path(long)); err == nil {
+			t.Error("a mark of this boot, dropped unreported, is still on disk")
+		}
 	}
 
 	os.WriteFile(d.path("vol2"), []byte("vol3"), 0o600)

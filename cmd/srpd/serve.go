@@ -278,7 +278,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if _, err := res.LoadReservations(); err != nil {
 		return fmt.Errorf("reservations: %w", err)
 	}
-	marks, err := openDirtyMarks(cfg.Data)
+	marks, err := openDirtyMarks(cfg.Data, cfg.Backend == "file")
 	if err != nil {
 		return err
 	}

@@ -85,6 +85,11 @@ func (n *Nexus) takeUA() (Sense, bool) {
 	return SenseNone, false
 }
 
+// OwesLoss reports whether the nexus's next flush is still to report a
+// write cache loss (the target learns from it going false that the host
+// was told).
+func (n *Nexus) OwesLoss() bool { return n.lostFlush }
+
 // takeLostFlush reports, once, that a flush owes a write cache loss.
 func (n *Nexus) takeLostFlush() bool {
 	l := n.lostFlush
