@@ -47,6 +47,10 @@ type coreHarness struct {
 	cat  Catalog
 	recv []byte
 	wc   transport.WC
+	// remote is the initiator's memory from VA 0, as far as the tests
+	// give it: an RDMA READ within it copies its bytes into the slot's
+	// data buffer (an indirect table); one beyond leaves the buffer be.
+	remote []byte
 }
 
 func newCoreHarness(tb testing.TB, credits int) *coreHarness {
@@ -97,6 +101,9 @@ func (h *coreHarness) step1() {
 	if len(jobs) > 0 {
 		jobIdx = jobs[0]
 	}
+	for i := range sends {
+		h.readRemote(&sends[i])
+	}
 	h.c.acts.reset()
 	if jobIdx >= 0 {
 		runJob(&h.c.slots[jobIdx], h.cat)
@@ -107,6 +114,16 @@ func (h *coreHarness) step1() {
 		h.wc = transport.WC{ID: sig}
 		h.c.completion(&h.wc, 3)
 	}
+}
+
+// readRemote plays the initiator's memory for an RDMA READ within
+// h.remote.
+func (h *coreHarness) readRemote(wr *transport.SendWR) {
+	if wr.Opcode != transport.OpRDMARead || wr.RemoteAddr+uint64(wr.SGL[0].Length) > uint64(len(h.remote)) {
+		return
+	}
+	off := wr.SGL[0].Addr - h.c.p.dataAddr
+	copy(h.c.p.data[off:off+uint64(wr.SGL[0].Length)], h.remote[wr.RemoteAddr:])
 }
 
 // loginOpen logs initiator "i" in (with 4096 bytes of immediate data)

@@ -328,6 +328,11 @@ func (c *core) completion(wc *transport.WC, now int64) {
 		c.onRecv(int32(idx), wc.ByteLen)
 	case kindRead:
 		s := &c.slots[idx]
+		if s.state == slotFetchingTable { // an SRP command's indirect table
+			c.reclaim(s.sigSeq)
+			c.srpTableFetched(s)
+			return
+		}
 		if s.state != slotReadingData {
 			c.close(fmt.Sprintf("RDMA READ completion for slot %d in %s", idx, s.state), false)
 			return

@@ -97,6 +97,18 @@ type srpSlot struct {
 	lu  *srpLUN
 	act scsi.Action
 	ext []scsi.Extent
+	// For an indirect table not wholly inline, fetched by RDMA READ
+	// into the slot's data buffer before the command runs (the receive
+	// buffer is reposted meanwhile, so the LUN and CDB are kept here):
+	// where the table is, how many descriptors it holds, and how many
+	// of them rode inline (in slot.cmd.Desc, to check the fetched copy
+	// against).
+	table  srp.Descriptor
+	tableN int
+	inline int
+	lunRaw srp.LUN
+	cdb    [srp.CDBLen + srp.MaxAddCDBLen]byte
+	cdbLen int
 }
 
 // srpClassify says what an IU of an SRP session is: a request that costs
@@ -152,16 +164,21 @@ func (c *core) srpAssign(s *slot, idx int32, n uint32, at int64) {
 		c.srpAnswer(s, scsi.StatusBusy, scsi.SenseNone)
 		return
 	}
-	c.srpExecute(s, cmd)
+	if s.srp.tableN > 0 {
+		c.srpFetchTable(s, cmd)
+		return
+	}
+	c.srpExecute(s, cmd.LUN, cmd.CDB)
 }
 
 // srpDescriptors takes the command's data buffer into the slot: direct
 // and indirect descriptors become slot.cmd's descriptors, bounded by the
 // negotiated descriptor count; immediate data is copied to the slot's
 // data buffer, bounded by what the login granted. A command moving data
-// both ways, or an indirect table not wholly inline (ib_srp sends the
-// rest only with allow_ext_sg, fetched by RDMA READ: not implemented),
-// is refused.
+// both ways is refused. An indirect table not wholly inline (ib_srp
+// sends one beyond cmd_sg_entries descriptors, with allow_ext_sg) is
+// marked for srpFetchTable: its inline part is taken, its total
+// trusted only once the whole table is fetched and checked.
 func (c *core) srpDescriptors(s *slot, cmd *srp.Cmd) bool {
 	out, in := &cmd.DataOut, &cmd.DataIn
 	if out.Format != srp.FormatNone && in.Format != srp.FormatNone {
@@ -180,7 +197,13 @@ func (c *core) srpDescriptors(s *slot, cmd *srp.Cmd) bool {
 		s.cmd.NDesc = 1
 		total = uint64(d.Direct.Len)
 	case srp.FormatIndirect:
-		if int(d.Count)*srp.DescriptorLen != int(d.Table.Len) || int(d.Count) > c.maxDesc {
+		// Each descriptor becomes one RDMA READ or WRITE, and the send
+		// queue holds maxDesc of them per slot: a table of more is
+		// refused, inline or not (ib_srpt takes no table it would have
+		// to fetch at all, srpt_get_desc_tbl). Decode checked that
+		// Count fits the table.
+		n := int(d.Table.Len / srp.DescriptorLen)
+		if n > c.maxDesc {
 			return false
 		}
 		for i := 0; i < int(d.Count); i++ {
@@ -189,7 +212,10 @@ func (c *core) srpDescriptors(s *slot, cmd *srp.Cmd) bool {
 			total += uint64(x.Len)
 		}
 		s.cmd.NDesc = int(d.Count)
-		if total != uint64(d.Total) {
+		if n > int(d.Count) { // SRP r16a 5.5.2: the rest is in the initiator's memory
+			s.srp.table, s.srp.tableN, s.srp.inline = d.Table, n, int(d.Count)
+			total = uint64(d.Total)
+		} else if total != uint64(d.Total) {
 			return false
 		}
 	case srp.FormatImmediate:
@@ -223,11 +249,81 @@ func (c *core) srpLUNList(cdb []byte) []uint16 {
 	return l
 }
 
-// srpExecute runs the CDB through the LUN's model and carries out its
-// Action.
-func (c *core) srpExecute(s *slot, cmd *srp.Cmd) {
-	var lu *srpLUN
+// srpFetchTable reads the whole indirect table of slot s's command
+// from the initiator's memory into the slot's data buffer (one RDMA READ
+// with the table descriptor's key; maxDesc × 16 bytes at most, well
+// inside the buffer), keeping the LUN and CDB of cmd, which aliases the
+// receive buffer, for srpTableFetched. A WRITE's data lands in the same
+// buffer afterwards.
+func (c *core) srpFetchTable(s *slot, cmd *srp.Cmd) {
+	x := &s.srp
+	x.lunRaw = cmd.LUN
+	x.cdbLen = copy(x.cdb[:], cmd.CDB)
 	if lun, err := scsi.DecodeLUN(cmd.LUN); err == nil {
+		x.lun = lun // for task management while the table is on its way
+	}
+	if !c.sqReserve(1) {
+		return
+	}
+	s.sges[0] = transport.SGE{Addr: s.dataAddr, Length: x.table.Len, LKey: c.p.dataLKey}
+	c.acts.send = append(c.acts.send, transport.SendWR{
+		ID: makeWRID(c.p.gen, kindRead, int(s.idx)), Opcode: transport.OpRDMARead, Flags: transport.FlagSignaled,
+		SGL: s.sges[:1], RemoteAddr: x.table.VA, RKey: transport.Key(x.table.Key),
+	})
+	s.sigSeq = c.sqPosted
+	c.setSlot(s, slotFetchingTable)
+}
+
+// srpTableFetched goes on with a command whose indirect table is in the
+// slot's data buffer. The table is hostile input like the IU: it must
+// decode within the bound, sum to the command's total, and begin with
+// the descriptors that rode inline (the partial table is a copy of the
+// table's first entries, SRP r16a 5.5.2); else CHECK CONDITION, INVALID
+// FIELD IN CDB, with nothing moved. A command aborted meanwhile stops
+// here; one that met a drain is answered BUSY.
+func (c *core) srpTableFetched(s *slot) {
+	x := &s.srp
+	if x.aborted {
+		c.srpAbortDone(s)
+		return
+	}
+	total := x.inLen
+	if total == 0 {
+		total = x.outLen
+	}
+	var tbl [wire.MaxDescriptors]srp.Descriptor
+	n, err := srp.DecodeTable(s.data[:x.table.Len], total, tbl[:c.maxDesc])
+	if err == nil {
+		for i := range x.inline {
+			if d := &s.cmd.Desc[i]; tbl[i].VA != d.VA || tbl[i].Key != d.RKey || tbl[i].Len != d.Len {
+				err = fmt.Errorf("descriptor %d differs from its inline copy", i)
+			}
+		}
+	}
+	if err != nil {
+		if c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("slot %d tag=%d: fetched indirect table refused: %v", s.idx, x.tag, err))
+		}
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
+		return
+	}
+	for i, d := range tbl[:n] {
+		s.cmd.Desc[i] = wire.Descriptor{VA: d.VA, RKey: d.Key, Len: d.Len}
+	}
+	s.cmd.NDesc = n
+	if c.state == connDraining {
+		s.busy = true
+		c.srpAnswer(s, scsi.StatusBusy, scsi.SenseNone)
+		return
+	}
+	c.srpExecute(s, x.lunRaw, x.cdb[:x.cdbLen])
+}
+
+// srpExecute runs the CDB for the LUN through the LUN's model and
+// carries out its Action.
+func (c *core) srpExecute(s *slot, rawLUN srp.LUN, cdb []byte) {
+	var lu *srpLUN
+	if lun, err := scsi.DecodeLUN(rawLUN); err == nil {
 		s.srp.lun = lun
 		if int(lun) < len(c.srp.luns) {
 			if x := &c.srp.luns[lun]; x.ov != nil && !x.ov.revoked {
@@ -237,11 +333,11 @@ func (c *core) srpExecute(s *slot, cmd *srp.Cmd) {
 	}
 	var a scsi.Action
 	if lu == nil {
-		a = scsi.NoUnit(cmd.CDB, c.srpLUNList(cmd.CDB))
+		a = scsi.NoUnit(cdb, c.srpLUNList(cdb))
 	} else {
 		lu.dev.ReadOnly = lu.ov.ro // a policy change may have narrowed it
 		owed := lu.nexus.OwesLoss()
-		a = lu.dev.Execute(&lu.nexus, cmd.CDB, c.srpLUNList(cmd.CDB))
+		a = lu.dev.Execute(&lu.nexus, cdb, c.srpLUNList(cdb))
 		if owed && !lu.nexus.OwesLoss() {
 			c.acts.lossTold = append(c.acts.lossTold, lu.ov.name)
 		}

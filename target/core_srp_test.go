@@ -3,6 +3,8 @@ package target
 import (
 	"encoding/hex"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
@@ -107,10 +109,21 @@ func TestSRPCoreCredits(t *testing.T) {
 
 // FuzzSRPCore feeds arbitrary IUs into a core in an SRP session, after
 // an optional well-formed READ: it must never panic or refuse its own
-// move, and its accounting must stay sane.
+// move, and its accounting must stay sane. mem is the initiator's memory
+// at srpTableVA: an indirect table the IU does not carry whole is
+// fetched from there, so fetched tables are fuzzed too.
 func FuzzSRPCore(f *testing.F) {
 	d := srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 8192}}
+	tbl := make([]byte, 3*srp.DescriptorLen)
+	var partial [srp.DescriptorLen]byte
+	for i, x := range []srp.Descriptor{{VA: 0x9000, Key: 1, Len: 4096}, {VA: 0xa000, Key: 1}, {VA: 0xb000, Key: 1, Len: 4096}} {
+		x.Encode(tbl[i*srp.DescriptorLen:])
+	}
+	ind := srp.DataBuffer{Format: srp.FormatIndirect, Total: 8192, Table: srp.Descriptor{VA: srpTableVA, Key: srpTableKey, Len: uint32(len(tbl))}}
+	ind.SetPartial([]srp.Descriptor{{VA: 0x9000, Key: 1, Len: 4096}}, partial[:])
 	for _, cmd := range []srp.Cmd{
+		{Tag: 10, CDB: rw10(0x2A, 2, 2, false), DataOut: ind},
+		{Tag: 11, CDB: rw10(0x28, 2, 2, false), DataIn: ind},
 		{Tag: 1, CDB: rw10(0x2A, 2, 2, true), DataOut: d},
 		{Tag: 2, CDB: rw16(0x88, 0, 2), DataIn: d},
 		{Tag: 3, CDB: []byte{0x12, 1, 0x83, 0, 255, 0}, DataIn: d},
@@ -126,19 +139,20 @@ func FuzzSRPCore(f *testing.F) {
 		if cmd.DataOut.Format == srp.FormatImmediate {
 			b = append(append(b, make([]byte, srpImmOffset-len(b))...), cmd.DataOut.Imm...)
 		}
-		f.Add(false, b)
-		f.Add(true, b)
+		f.Add(false, b, tbl)
+		f.Add(true, b, tbl[:32])
 	}
 	var tm [srp.TaskMgmtLen]byte
 	(&srp.TaskMgmt{Tag: 9, Function: srp.TaskAbortTask}).Encode(tm[:])
-	f.Add(false, tm[:])
-	f.Add(true, []byte{byte(srp.OpILogout), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})
-	f.Add(false, []byte{byte(srp.OpCmd), 0, 0, 0, 0, 0x21, 0xff, 0xff})
-	f.Fuzz(func(t *testing.T, first bool, iu []byte) {
+	f.Add(false, tm[:], []byte(nil))
+	f.Add(true, []byte{byte(srp.OpILogout), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, []byte(nil))
+	f.Add(false, []byte{byte(srp.OpCmd), 0, 0, 0, 0, 0x21, 0xff, 0xff}, []byte(nil))
+	f.Fuzz(func(t *testing.T, first bool, iu, mem []byte) {
 		if len(iu) == 0 || len(iu) > recvSize {
 			return
 		}
 		h := newSRPCoreHarness(t, 4)
+		h.remote = append(make([]byte, srpTableVA, srpTableVA+len(mem)), mem...)
 		if first {
 			h.deliver(0, srpIU(t, srp.Cmd{Tag: 1, CDB: rw16(0x88, 0, 1), DataIn: srp.DataBuffer{Format: srp.FormatDirect,
 				Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 4096}}}))
@@ -180,10 +194,75 @@ func (h *traceHarness) srpLogin(t *testing.T, td *datadriven.TestData) {
 	h.c.srpAttach([]srpVolume{{vol: v, info: info}})
 }
 
+// srpTableVA is where trace and fuzz commands put an indirect table in
+// the initiator's memory (coreHarness.remote); its key is srpTableKey.
+const (
+	srpTableVA  = 0x100
+	srpTableKey = 0x5678
+)
+
+// srpTable (srp-cmd's table-in and table-out) is an indirect table of
+// descriptors of the given lengths, one after the other at 0x100000 with
+// key 0x1234, of which the first inline ride in the IU. The table itself
+// is put in the initiator's memory at srpTableVA, with the lengths of
+// mem instead when given (a table that changed under the command), and
+// total overrides the data length the IU announces when not negative.
+func (h *traceHarness) srpTable(lens, mem []uint32, inline, total int) srp.DataBuffer {
+	descs := func(lens []uint32) []srp.Descriptor {
+		var d []srp.Descriptor
+		va := uint64(0x100000)
+		for _, n := range lens {
+			d = append(d, srp.Descriptor{VA: va, Key: 0x1234, Len: n})
+			va += uint64(n)
+		}
+		return d
+	}
+	d := descs(lens)
+	var sum uint32
+	for _, n := range lens {
+		sum += n
+	}
+	if total >= 0 {
+		sum = uint32(total)
+	}
+	if mem == nil {
+		mem = lens
+	}
+	h.remote = make([]byte, srpTableVA+len(mem)*srp.DescriptorLen)
+	for i, x := range descs(mem) {
+		x.Encode(h.remote[srpTableVA+i*srp.DescriptorLen:])
+	}
+	b := srp.DataBuffer{Format: srp.FormatIndirect, Total: sum,
+		Table: srp.Descriptor{VA: srpTableVA, Key: srpTableKey, Len: uint32(len(d) * srp.DescriptorLen)}}
+	if err := b.SetPartial(d[:inline], make([]byte, inline*srp.DescriptorLen)); err != nil {
+		h.tb.Fatal(err)
+	}
+	return b
+}
+
+// lengths parses a comma-separated list of byte counts.
+func lengths(t *testing.T, td *datadriven.TestData, key string) []uint32 {
+	var x string
+	if !td.MaybeScanArgs(t, key, &x) {
+		return nil
+	}
+	var l []uint32
+	for _, f := range strings.Split(x, ",") {
+		n, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", td.Pos, key, err)
+		}
+		l = append(l, uint32(n))
+	}
+	return l
+}
+
 // srpCmd (trace command srp-cmd) sends an SRP_CMD: args cdb (hex), lun,
 // tag, and one data buffer: in=N or out=N (a direct descriptor of N
 // bytes), imm=N (N bytes of immediate data, zeros unless data gives
-// their first bytes in hex).
+// their first bytes in hex), table-in=N,M,... or table-out=N,M,... (an
+// indirect table of descriptors of those lengths, srpTable: inline=K of
+// them in the IU, mem=... and total=N to make it lie).
 func (h *traceHarness) srpCmd(t *testing.T, td *datadriven.TestData) {
 	var cdb string
 	td.ScanArgs(t, "cdb", &cdb)
@@ -198,6 +277,15 @@ func (h *traceHarness) srpCmd(t *testing.T, td *datadriven.TestData) {
 	td.MaybeScanArgs(t, "tag", &cmd.Tag)
 	desc := func(n int) srp.DataBuffer {
 		return srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x100000, Key: 0x1234, Len: uint32(n)}}
+	}
+	inline, total := 0, -1
+	td.MaybeScanArgs(t, "inline", &inline)
+	td.MaybeScanArgs(t, "total", &total)
+	if l := lengths(t, td, "table-in"); l != nil {
+		cmd.DataIn = h.srpTable(l, lengths(t, td, "mem"), inline, total)
+	}
+	if l := lengths(t, td, "table-out"); l != nil {
+		cmd.DataOut = h.srpTable(l, lengths(t, td, "mem"), inline, total)
 	}
 	switch {
 	case td.MaybeScanArgs(t, "in", &n):

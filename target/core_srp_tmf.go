@@ -3,8 +3,9 @@ package target
 // SRP task management (SRP r16a 6.7, SAM-5 7): what an SRP_TSK_MGMT
 // does to the channel's commands, in the pure core.
 //
-// A command is aborted in one of two places: waiting for the RDMA READs
-// of its data-out (not started: its volume job never runs), or with its
+// A command is aborted in one of three places: waiting for the RDMA READ
+// of its indirect table or of its data-out (not started: its volume job
+// never runs), or with its
 // volume job running (it finishes; a job cannot be called back). Either
 // way the aborted command gets no SRP_RSP, as LIO sends none for an
 // aborted task without TAS, and ib_srp, which claimed the request before
@@ -72,7 +73,7 @@ func (c *core) srpTaskMgmt(s *slot, tm *srp.TaskMgmt) {
 // its volume job running.
 func (c *core) srpAbortable(x *slot, lun uint16) bool {
 	return !x.srp.tmf && !x.srp.aborted && !x.busy && x.srp.lun == lun &&
-		(x.state == slotReadingData || x.state == slotBackend)
+		(x.state == slotFetchingTable || x.state == slotReadingData || x.state == slotBackend)
 }
 
 // srpAbortDone retires an aborted command whose RDMA READs or volume job

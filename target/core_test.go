@@ -9,7 +9,7 @@ import (
 )
 
 func TestStateNames(t *testing.T) {
-	for s := slotFree; s <= slotResponding; s++ {
+	for s := slotFree; s <= slotFetchingTable; s++ {
 		if n := s.String(); n == "" || strings.HasPrefix(n, "slotState(") {
 			t.Errorf("slot state %d has no name", s)
 		}

@@ -202,6 +202,9 @@ func (h *traceHarness) wc(t *testing.T, td *datadriven.TestData) {
 	if !ok {
 		t.Fatalf("%s: unknown status %q", td.Pos, st)
 	}
+	if status == transport.StatusSuccess {
+		h.readRemote(&h.sent[l-1])
+	}
 	h.wcBuf = transport.WC{ID: h.sent[l-1].ID, Status: status}
 	h.c.completion(&h.wcBuf, 3)
 }

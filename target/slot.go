@@ -14,6 +14,10 @@ import (
 // SEND:
 //
 //	FREE → RECEIVED → READING_DATA (WRITE: RDMA READs outstanding)
+//	                → FETCHING_TABLE (an SRP command's indirect table
+//	                                  not wholly inline: its RDMA READ
+//	                                  outstanding; then on as from
+//	                                  RECEIVED)
 //	                → BACKEND      (volume or catalog work on a worker)
 //	                → WRITING_DATA (READ, or SRP data-in the model answered
 //	                                at once: RDMA WRITEs + response posted)
@@ -30,19 +34,22 @@ const (
 	slotBackend
 	slotWritingData
 	slotResponding
+	slotFetchingTable
 )
 
-var slotStateNames = [...]string{"FREE", "RECEIVED", "READING_DATA", "BACKEND", "WRITING_DATA", "RESPONDING"}
+var slotStateNames = [...]string{"FREE", "RECEIVED", "READING_DATA", "BACKEND", "WRITING_DATA", "RESPONDING", "FETCHING_TABLE"}
 
 // slotNext says which states a slot may move to from each state; the
 // core's setSlot checks every move against it.
 var slotNext = [...][]slotState{
 	slotFree:        {slotReceived},
-	slotReceived:    {slotReadingData, slotBackend, slotWritingData, slotResponding},
+	slotReceived:    {slotReadingData, slotBackend, slotWritingData, slotResponding, slotFetchingTable},
 	slotReadingData: {slotBackend, slotResponding, slotFree}, // FREE: an aborted SRP command
 	slotBackend:     {slotWritingData, slotResponding, slotFree},
 	slotWritingData: {slotFree},
 	slotResponding:  {slotFree},
+	// FREE: an aborted SRP command, whose table came after the abort.
+	slotFetchingTable: {slotReadingData, slotBackend, slotWritingData, slotResponding, slotFree},
 }
 
 func (s slotState) String() string {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/gosrp/gosrp/internal/scsi"
@@ -68,6 +69,18 @@ func (r *rig) srpDial(tb testing.TB, req srp.LoginRequest) (*srpClient, error) {
 		tb.Fatalf("login response: %v", err)
 	}
 	return sc, nil
+}
+
+// srpLoggedIn starts a rig with cfg and logs a client in as ib_srp
+// does (srpLoginReq).
+func srpLoggedIn(t *testing.T, e env, cfg Config) (*rig, *srpClient) {
+	t.Helper()
+	r := newRig(t, e, cfg)
+	c, err := r.srpDial(t, srpLoginReq(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, c
 }
 
 // srpReject dials with req and returns the SRP_LOGIN_REJ it must get.
@@ -174,9 +187,8 @@ func (c *srpClient) out(cmd srp.Cmd, off, n int) srp.Cmd {
 	return cmd
 }
 
-// indirect describes client data [off, off+n) in k pieces, as an
-// indirect table wholly inline (ib_srp's form for a scatterlist).
-func (c *srpClient) indirect(off, n, k int) srp.DataBuffer {
+// pieces describes client data [off, off+n) in k pieces, in order.
+func (c *srpClient) pieces(off, n, k int) []srp.Descriptor {
 	descs := make([]srp.Descriptor, k)
 	per := n / k
 	for i := range descs {
@@ -187,9 +199,39 @@ func (c *srpClient) indirect(off, n, k int) srp.DataBuffer {
 		d := c.desc(off+i*per, l)
 		descs[i] = srp.Descriptor{VA: d.VA, Key: d.RKey, Len: d.Len}
 	}
+	return descs
+}
+
+// indirect describes client data [off, off+n) in k pieces, as an
+// indirect table wholly inline (ib_srp's form for a scatterlist).
+func (c *srpClient) indirect(off, n, k int) srp.DataBuffer {
 	b := srp.DataBuffer{Format: srp.FormatIndirect, Total: uint32(n),
 		Table: srp.Descriptor{VA: 0x1000, Key: 1, Len: uint32(k * srp.DescriptorLen)}}
-	if err := b.SetPartial(descs, make([]byte, k*srp.DescriptorLen)); err != nil {
+	if err := b.SetPartial(c.pieces(off, n, k), make([]byte, k*srp.DescriptorLen)); err != nil {
+		c.tb.Fatal(err)
+	}
+	return b
+}
+
+// srpTableOff is where in the client's data the tests put indirect
+// tables for the target to fetch, away from the data they move.
+const srpTableOff = 1 << 20
+
+// fetched is an indirect table of descs of which only the first inline
+// ride in the IU, as ib_srp sends one longer than cmd_sg_entries
+// (srp_map_data with allow_ext_sg): the whole table is written to client
+// memory at srpTableOff, where the target must RDMA READ it with the
+// table descriptor's key.
+func (c *srpClient) fetched(descs []srp.Descriptor, inline int) srp.DataBuffer {
+	tbl := c.data(srpTableOff, len(descs)*srp.DescriptorLen)
+	var total uint32
+	for i, d := range descs {
+		d.Encode(tbl[i*srp.DescriptorLen:])
+		total += d.Len
+	}
+	t := c.desc(srpTableOff, len(tbl))
+	b := srp.DataBuffer{Format: srp.FormatIndirect, Total: total, Table: srp.Descriptor{VA: t.VA, Key: t.RKey, Len: t.Len}}
+	if err := b.SetPartial(descs[:inline], make([]byte, inline*srp.DescriptorLen)); err != nil {
 		c.tb.Fatal(err)
 	}
 	return b
@@ -432,8 +474,6 @@ func TestSRPHostile(t *testing.T) {
 		copy(c.data(0, 4*bs), sentinel)
 		badTable := c.indirect(0, 2*bs, 2)
 		badTable.Table.Len = 24 // not whole descriptors
-		partTable := c.indirect(0, 2*bs, 2)
-		partTable.Table.Len = 3 * srp.DescriptorLen // a third descriptor not inline
 		badTotal := c.indirect(0, 2*bs, 2)
 		badTotal.Total = bs // the table says 8 KiB
 		for _, tc := range []struct {
@@ -444,7 +484,9 @@ func TestSRPHostile(t *testing.T) {
 			{"WRITE(10) of 4 blocks from a 1-block descriptor", c.out(srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 4, false)}, 0, bs)},
 			{"READ(10) with a data-out descriptor", c.out(srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false)}, 0, bs)},
 			{"indirect table of 24 bytes", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 2, false), DataOut: badTable}},
-			{"indirect table not wholly inline", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 2, false), DataOut: partTable}},
+			{"fetched table summing short of its total", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 2, false), DataOut: c.fetchedShort()}},
+			{"fetched table unlike its inline part", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 2, false), DataOut: c.fetchedChanged()}},
+			{"table of 17 descriptors", srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false), DataIn: c.fetched(c.pieces(0, 4*bs, 17), 4)}},
 			{"indirect total unlike its descriptors", srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false), DataIn: badTotal}},
 			{"both directions", c.in(c.out(srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false)}, 0, bs), bs, bs)},
 			{"immediate data the login did not accept", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 1, false),
@@ -481,6 +523,72 @@ func TestSRPHostile(t *testing.T) {
 			c.expectDisconnect()
 			waitFor(t, "the violation counted", func() bool { return r.tgt.Stats().Violations == uint64(i+1) })
 		}
+	})
+}
+
+// fetchedShort is a table not wholly inline whose descriptors, once
+// fetched, sum to a block less than the IU announces.
+func (c *srpClient) fetchedShort() srp.DataBuffer {
+	b := c.fetched(c.pieces(0, 2*bs, 2), 1)
+	b.Total += bs
+	return b
+}
+
+// fetchedChanged is a table not wholly inline whose memory copy differs
+// from what rode inline (the sum still right).
+func (c *srpClient) fetchedChanged() srp.DataBuffer {
+	d := c.pieces(0, 2*bs, 2)
+	b := c.fetched(d, 1)
+	d[0].VA += bs
+	d[1].VA -= bs
+	c.fetched(d, 0) // the table in memory now lists the pieces swapped
+	return b
+}
+
+// TestSRPFetchedTable: an indirect table of which only part rides in
+// the SRP_CMD is fetched by RDMA READ with its own key and drives the
+// transfer: a WRITE(16) through five descriptors listing the client's
+// blocks last first, two inline, lands them in that order in the
+// volume; a READ(10) through a table with none inline returns them to
+// the pieces it lists; INQUIRY's data-in goes through one too.
+func TestSRPFetchedTable(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r, c := srpLoggedIn(t, e, Config{})
+		const k = 5
+		src := pattern(k*bs, 0x31)
+		copy(c.data(0, k*bs), src)
+		rev := c.pieces(0, k*bs, k)
+		slices.Reverse(rev)
+		c.good("WRITE(16) through a fetched table", c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw16(0x8A, 8, k), DataOut: c.fetched(rev, 2)}), 0)
+		want := make([]byte, 0, k*bs) // the client's blocks, last first
+		for i := k - 1; i >= 0; i-- {
+			want = append(want, src[i*bs:(i+1)*bs]...)
+		}
+		v, err := r.store.Open("vol0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, k*bs)
+		v.ReadAt(got, 8*bs)
+		v.Close()
+		if !bytes.Equal(got, want) {
+			t.Fatal("the volume does not hold the blocks in the fetched table's order")
+		}
+
+		clear(c.data(2*k*bs, k*bs))
+		c.good("READ(10) through a fetched table", c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw10(0x28, 8, k, false),
+			DataIn: c.fetched(c.pieces(2*k*bs, k*bs, k), 0)}), 0)
+		if !bytes.Equal(c.data(2*k*bs, k*bs), want) {
+			t.Fatal("READ(10) through a fetched table returned other bytes than were written")
+		}
+
+		clear(c.data(0, 64))
+		rsp := c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: []byte{0x12, 0, 0, 0, 96, 0}, DataIn: c.fetched(c.pieces(0, 64, 4), 1)})
+		c.good("INQUIRY through a fetched table", rsp, srp.DIUnder)
+		if inq := c.data(0, 36); string(inq[8:13]) != "GOSRP" || rsp.DataInResid != 64-36 {
+			t.Errorf("INQUIRY data % x, residual %d", inq, rsp.DataInResid)
+		}
+		c.logout()
 	})
 }
 
