@@ -313,8 +313,8 @@ const (
 )
 
 // TestSRPCommands: SCSI commands without block data through an SRP
-// session: INQUIRY, REPORT LUNS, TEST UNIT READY, READ CAPACITY 10/16
-// and SYNCHRONIZE CACHE answer GOOD with their data by RDMA WRITE and
+// session: INQUIRY, REPORT LUNS, TEST UNIT READY, READ CAPACITY 10/16,
+// SYNCHRONIZE CACHE and REPORT SUPPORTED OPERATION CODES answer GOOD with their data by RDMA WRITE and
 // the residuals of SAM-5; an unknown opcode and a LUN with no volume
 // get the standard refusals; a LOGICAL UNIT RESET with nothing in flight
 // completes.
@@ -358,6 +358,13 @@ func TestSRPCommands(t *testing.T) {
 		}
 
 		c.good("SYNCHRONIZE CACHE(10)", c.do(srpCmd(lunVol0, 0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0)), 0)
+		// REPORT SUPPORTED OPERATION CODES, one command, as Linux's
+		// sd_read_write_same asks it: WRITE SAME(16) is supported.
+		clear(c.data(0, 64))
+		c.good("REPORT SUPPORTED OPERATION CODES", c.do(c.in(srpCmd(lunVol0, 0xA3, 0x0C, 1, 0x93, 0, 0, 0, 0, 0, 64, 0, 0), 0, 64)), srp.DIUnder)
+		if got := c.data(0, 5); got[1]&7 != 3 || got[3] != 16 || got[4] != 0x93 {
+			t.Errorf("REPORT SUPPORTED OPERATION CODES data % x, want WRITE SAME(16) supported", got)
+		}
 		c.checkSense("opcode 0xC0", c.do(srpCmd(lunVol0, 0xC0, 0, 0, 0, 0, 0)), scsi.SenseInvalidOpcode)
 		c.checkSense("TEST UNIT READY on LUN 9", c.do(srpCmd(9, 0, 0, 0, 0, 0, 0)), scsi.SenseLUNotSupported)
 

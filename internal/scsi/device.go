@@ -270,6 +270,11 @@ func (d *Device) Execute(n *Nexus, cdb []byte, luns []uint16) Action {
 		return d.writeSame(cdb)
 	case opUnmap:
 		return d.unmap(cdb)
+	case opMaintenanceIn:
+		if cdb[1]&0x1f == saReportOpcodes {
+			return d.reportOpcodes(cdb)
+		}
+		return check(SenseInvalidField)
 	}
 	return check(SenseInvalidOpcode)
 }

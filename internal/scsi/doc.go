@@ -38,6 +38,8 @@
 //	MODE SENSE(6) page 0x3F  → WP for a read-only unit, DPOFUA
 //	MODE SENSE(6) page 0x08  → WCE when the volume caches writes
 //	INQUIRY VPD 0xB0/B1/B2   → limits, non-rotating, UNMAP and WRITE SAME
+//	REPORT SUPPORTED OPERATION CODES for INQUIRY, WRITE SAME(16), (10)
+//	                         → supported: sd may zero with WRITE SAME
 //	INQUIRY VPD 0x83         → the NAA identifier udev names the disk by
 //
 // # Unit attention

@@ -228,7 +228,7 @@ func TestBlockActions(t *testing.T) {
 		{"UNMAP without discard", nodiscard, cdb(0x42, 0, 0, 0, 0, 0, 0, 0, 24), check(SenseInvalidOpcode)},
 		{"UNMAP read-only", ro, cdb(0x42, 0, 0, 0, 0, 0, 0, 0, 24), check(SenseWriteProtected)},
 		{"TEST UNIT READY", disk(), cdb(0x00), good()},
-		{"unknown opcode", disk(), cdb(0xa3, 0x0c), check(SenseInvalidOpcode)},
+		{"unknown opcode", disk(), cdb(0xc0), check(SenseInvalidOpcode)},
 		{"READ(6) is not offered", disk(), cdb(0x08, 0, 0, 1, 1), check(SenseInvalidOpcode)},
 		{"vendor-specific group", disk(), cdb(0xc0), check(SenseInvalidOpcode)},
 		{"SERVICE ACTION IN other than READ CAPACITY", disk(), cdb(0x9e, 0x12), check(SenseInvalidField)},
