@@ -34,16 +34,27 @@ func newSRPRig(t *testing.T, cfg emu.Config) *rig {
 	return r
 }
 
+// profileWires is every emu profile on every wire.
+func profileWires() []emu.Config {
+	var l []emu.Config
+	for _, p := range emu.Profiles() {
+		for _, w := range emu.Wires() {
+			l = append(l, emu.Config{Profile: p, Wire: w})
+		}
+	}
+	return l
+}
+
 // TestSRPEndToEnd: the initiator speaks T10 SRP to srpd's SRP
-// personality on every emu wire: it logs in, lists the LUNs with their
-// size and write protection, reads and writes (immediate data and
-// registered buffers) with verification at QD1 and QD32, flushes, and
-// sees the target's refusals as the package's sentinels.
+// personality on every emu profile and wire: it logs in, lists the LUNs
+// with their size and write protection, reads and writes (immediate data
+// and registered buffers) with verification at QD1 and QD32, flushes,
+// and sees the target's refusals as the package's sentinels.
 func TestSRPEndToEnd(t *testing.T) {
-	for _, w := range emu.Wires() {
-		t.Run("wire="+w, func(t *testing.T) {
+	for _, pw := range profileWires() {
+		t.Run("profile="+pw.Profile+"/wire="+pw.Wire, func(t *testing.T) {
 			seed := testSeed(t)
-			r := newSRPRig(t, emu.Config{Wire: w, Seed: seed, RetryTimeout: 200 * time.Millisecond})
+			r := newSRPRig(t, emu.Config{Profile: pw.Profile, Wire: pw.Wire, Seed: seed, RetryTimeout: 200 * time.Millisecond})
 			s := r.dial(t, initiator.Config{Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort, Credits: 32})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -137,9 +148,16 @@ func TestSRPEndToEnd(t *testing.T) {
 }
 
 // TestSRPLoginRejected: a login naming another target port is refused
-// with a one-line LoginError that names SRP's reason.
+// with a one-line LoginError that names SRP's reason, on every profile.
 func TestSRPLoginRejected(t *testing.T) {
-	r := newSRPRig(t, emu.Config{Seed: 3})
+	for _, prof := range emu.Profiles() {
+		t.Run("profile="+prof, func(t *testing.T) { testSRPLoginRejected(t, prof) })
+	}
+}
+
+// testSRPLoginRejected is TestSRPLoginRejected on one profile.
+func testSRPLoginRejected(t *testing.T, prof string) {
+	r := newSRPRig(t, emu.Config{Profile: prof, Seed: 3})
 	other := srpPort
 	other[15] ^= 1
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -158,12 +176,20 @@ func TestSRPLoginRejected(t *testing.T) {
 
 // TestSRPSteadyStateAllocs: 4 KiB reads and writes (immediate and
 // registered) of an SRP session allocate nothing per I/O, on the
-// initiator's SRP path and srpd's (loop wire, memory backend).
+// initiator's SRP path and srpd's (loop wire, memory backend), on every
+// profile.
 func TestSRPSteadyStateAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts are measured in full runs")
 	}
-	r := newSRPRig(t, emu.Config{Seed: 5})
+	for _, prof := range emu.Profiles() {
+		t.Run("profile="+prof, func(t *testing.T) { testSRPSteadyStateAllocs(t, prof) })
+	}
+}
+
+// testSRPSteadyStateAllocs is TestSRPSteadyStateAllocs on one profile.
+func testSRPSteadyStateAllocs(t *testing.T, prof string) {
+	r := newSRPRig(t, emu.Config{Profile: prof, Seed: 5})
 	for _, imm := range []int{0, -1} {
 		s := r.dial(t, initiator.Config{Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort, Credits: 8, ImmediateData: imm})
 		v, err := s.Open(context.Background(), "lun0", initiator.OpenOptions{})
@@ -177,6 +203,13 @@ func TestSRPSteadyStateAllocs(t *testing.T) {
 			if per := a / 64; per > 0.1 {
 				t.Errorf("SRP %s (immediate data %d): %.2f allocations per I/O (%.0f per run of 64), want 0", op, imm, per, a)
 			}
+		}
+		// The next session logs in with the same initiator port, SINGLE:
+		// while this one lived, each would end the other's channel in
+		// turn (SRP's I_T nexus is the pair of ports), and the reconnects
+		// allocate.
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

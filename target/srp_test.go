@@ -16,10 +16,16 @@ import (
 )
 
 // The SRP personality is tested with a minimal SRP initiator written
-// here from the internal/srp codecs, on one profile over the tcp and shm
-// wires (the data path under it is the gosrp one, tested on every
-// profile).
-var srpEnvs = []env{{emu.WireTCP, "rxe"}, {emu.WireShm, "rxe"}}
+// here from the internal/srp codecs, on every emu profile over the loop
+// wire, and on rxe, the profile of the kernel's peers, over the tcp and
+// shm wires too.
+var srpEnvs = func() []env {
+	var l []env
+	for _, p := range emu.Profiles() {
+		l = append(l, env{emu.WireLoop, p})
+	}
+	return append(l, env{emu.WireTCP, "rxe"}, env{emu.WireShm, "rxe"})
+}()
 
 func forSRPEnvs(t *testing.T, f func(t *testing.T, e env)) {
 	for _, e := range srpEnvs {
