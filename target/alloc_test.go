@@ -128,7 +128,7 @@ func (h *coreHarness) readRemote(wr *transport.SendWR) {
 
 // loginOpen logs initiator "i" in (with 4096 bytes of immediate data)
 // and opens "mem" as handle 1.
-func (h *coreHarness) loginOpen(t *testing.T) {
+func (h *coreHarness) loginOpen(t testing.TB) {
 	req := wire.LoginRequest{Version: wire.Version, Initiator: "i", Credits: 4, MaxIU: 296, MaxRecvIU: 4096, MaxImmediate: 4096}
 	iu, _ := wire.EncodeControl(nil, wire.OpLogin, &req)
 	h.deliver(0, iu)
