@@ -17,13 +17,44 @@ busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 JOBS="rr32:randread:4k:32 rr1:randread:4k:1 rw32:randwrite:4k:32 rw1:randwrite:4k:1 sr128:read:128k:8"
 
 # measure ROUND PEER JOB CMD...: run one job with the CPU it cost.
+# With a target process (TPID), its own CPU time over the job goes to
+# ROUND-PEER-JOB.tcpu (jiffies, user + system).
+pcpu() { [ -n "$1" ] && awk '{print $14 + $15}' /proc/$1/stat 2>/dev/null || echo 0; }
 measure() {
   tag=$1-$2-$3; shift 3
-  b0=$(busy)
+  b0=$(busy) t0=$(pcpu "${TPID:-}")
   timeout 120 "$@" > $O/$tag.log 2>&1
   rc=$?
   echo $(( $(busy) - b0 )) > $O/$tag.cpu
+  [ -n "${TPID:-}" ] && echo $(( $(pcpu $TPID) - t0 )) > $O/$tag.tcpu
   [ $rc = 0 ] || say "$tag exited $rc: $(tail -2 $O/$tag.log | tr '\n' ' ')"
+}
+
+# new_disk BEFORE: waits up to 30 s for an sd disk not in the list BEFORE
+# (both SRP peers go through ib_srp, so each takes the disk its own
+# add_target made) and prints its name.
+new_disk() {
+  i=0
+  while [ $i -lt 60 ]; do
+    for d in $(ls /sys/block | grep '^sd'); do
+      case " $1 " in *" $d "*) ;; *) echo $d; return ;; esac
+    done
+    i=$((i + 1)); sleep 0.5
+  done
+}
+sd_disks() { ls /sys/block | grep '^sd' | tr '\n' ' '; }
+
+# srp_attach PEER LINE WHAT: logs ib_srp in with the add_target LINE; the
+# disk that appears is PEER's (DEV_<PEER>), written once as the other
+# peers' regions are.
+srp_attach() {
+  before=$(sd_disks)
+  echo "$2" > /sys/class/infiniband_srp/srp-rxe0-1/add_target
+  D=$(new_disk "$before")
+  if [ -n "$D" ]; then
+    eval "DEV_$1=/dev/$D"; live="$live $1"; say "$1: /dev/$D over ib_srp ($3)"
+    fio --name=fill --filename=/dev/$D --ioengine=libaio --direct=1 --rw=write --bs=1m --iodepth=8 --size=256m > $O/$1-fill.log 2>&1
+  else say "$1: no disk appeared: $(dmesg | grep -i srp | tail -3 | tr '\n' ' ')"; fi
 }
 
 say "kernel $(uname -r), $(nproc) CPUs; peers: $PEERS; $ROUNDS rounds of ${RT}s + ${RAMP}s"
@@ -95,14 +126,32 @@ for p in $PEERS; do
     ln -s $C/core/rd_mcp_0/rd0 $PORT/tpgt_1/lun/lun_0/rd0
     ln -s $PORT/tpgt_1/lun/lun_0 $PORT/tpgt_1/acls/$IP/lun_0/lun0
     echo 1 > $PORT/tpgt_1/enable
-    echo "id_ext=$GUID,ioc_guid=$GUID,dest=$IP:5000" > /sys/class/infiniband_srp/srp-rxe0-1/add_target
+    srp_attach srp "id_ext=$GUID,ioc_guid=$GUID,dest=$IP:5000" "ib_srpt, LIO rd_mcp"
+    ;;
+  srpd*)
+    # srpd's SRP personality (memory backend: a RAM volume, as LIO's
+    # rd_mcp is for the srp peer) reached by the same kernel ib_srp, so
+    # that ib_srp -> srpd and ib_srp -> ib_srpt differ by the target
+    # only. Each PEERS word starting with srpd is its own srpd, with the
+    # extra srpd flags SRPD_FLAGS_<peer> and the binary SRPD_BIN_<peer>
+    # (a file PEERS_FILES brought in; peers.sh). ib_srp refuses a
+    # second target port with another's id_ext and ioc_guid
+    # (srp_conn_unique), so each srpd has an id_ext of its own.
+    modprobe ib_srp && modprobe sd_mod
+    n=${nsrpd:-0}; nsrpd=$((n + 1))
+    port=$((4440 + n)) idext=$(printf %016x $((0x5d00 + n)))
+    eval "sflags=\${SRPD_FLAGS_$p:-} sbin=\${SRPD_BIN_$p:-srpd}"
+    [ -n "${PPROF:-}" ] && sflags="$sflags --metrics 127.0.0.1:$((9100 + n)) --pprof" && eval "PPROF_$p=127.0.0.1:$((9100 + n))"
+    mkdir -m 700 -p /tmp/srpd-$p
+    $sbin --provider ibverbs --listen $IP:$port --backend memory --data /tmp/srpd-$p \
+      --srp-id-ext $idext --srp-ioc-guid $GUID $sflags > $O/srpd-$p.log 2>&1 &
+    SRPDS="${SRPDS:-} $!"
+    eval "TPID_$p=$!"
     i=0
-    while ! ls /sys/block | grep -q '^sd' && [ $i -lt 60 ]; do i=$((i + 1)); sleep 0.5; done
-    D=$(ls /sys/block | grep '^sd' | head -1)
-    if [ -n "$D" ]; then
-      SRP=/dev/$D; live="$live srp"; say "srp: $SRP over ib_srp"
-      fio --name=fill --filename=$SRP --ioengine=libaio --direct=1 --rw=write --bs=1m --iodepth=8 --size=256m > $O/srp-fill.log 2>&1
-    else say "srp: no disk appeared: $(dmesg | grep -i srp | tail -3 | tr '\n' ' ')"; fi
+    until grep -q msg=serving $O/srpd-$p.log; do
+      i=$((i + 1)); [ $i -gt 200 ] && break; sleep 0.3
+    done
+    srp_attach $p "id_ext=$idext,ioc_guid=$GUID,dest=$IP:$port" "$sbin's SRP personality, memory backend, flags '$sflags'"
     ;;
   esac
 done
@@ -114,13 +163,20 @@ while [ $r -le ${ROUNDS:-2} ]; do
       IFS=: read name rw bs qd <<JOB
 $j
 JOB
+      TPID=
       case $p in
       gosrp*)
         eval "port=\$PORT_$p pflags=\$FLAGS_$p"
         measure $r $p $name bench --provider ibverbs $pflags --target $IP:$port --rw $rw --bs $bs --iodepth $qd --size 256m \
           --runtime ${RT}s --ramp ${RAMP}s --output-format json --output $O/$r-$p-$name.json ;;
-      nvme|srp)
-        [ $p = nvme ] && dev=$NVME || dev=$SRP
+      nvme|srp|srpd*)
+        [ $p = nvme ] && dev=$NVME || eval "dev=\$DEV_$p"
+        eval "pp=\${PPROF_$p:-} TPID=\${TPID_$p:-}"
+        if [ -n "$pp" ] && [ $r = 1 ]; then
+          # With PPROF set, srpd's CPU profile over each job of round 1.
+          python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' \
+            "http://$pp/debug/pprof/profile?seconds=$((RT + RAMP))" $O/$r-$p-$name.pprof > /dev/null 2>&1 &
+        fi
         measure $r $p $name fio --name=$p-$name --filename=$dev --ioengine=libaio --direct=1 --rw=$rw --bs=$bs \
           --iodepth=$qd --size=256m --runtime=$RT --ramp_time=$RAMP --time_based --output-format=json --output=$O/$r-$p-$name.json ;;
       esac

@@ -6,7 +6,8 @@ OUT/ROUND-PEER-JOB.cpu (guest busy jiffies over the job) and
 OUT/raw-ib_*_bw.log (perftest), and prints, per peer and job, the median
 over rounds with its spread, then the ratios of each gosrp peer (every peer
 whose name starts with gosrp) against the better kernel peer and against the
-raw device. Exit status 1 if no job produced a figure.
+raw device, and of srpd behind ib_srp against ib_srpt behind the same
+ib_srp. Exit status 1 if no job produced a figure.
 """
 import glob
 import json
@@ -19,6 +20,10 @@ HZ = 100  # USER_HZ: /proc/stat counts in 1/100 s
 JOBS = [("rr32", "4K randread QD32"), ("rr1", "4K randread QD1"), ("rw32", "4K randwrite QD32"),
         ("rw1", "4K randwrite QD1"), ("sr128", "128K read QD8")]
 KERNEL = ["nvme", "srp"]
+# Peers whose name starts with srpd are srpd's SRP personality behind the
+# kernel's ib_srp, compared with ib_srpt behind the same ib_srp (the srp
+# peer; issue 25's goal: IOPS >= 1.0x).
+SRPD_BASE = "srp"
 
 
 def job_figures(path):
@@ -57,7 +62,7 @@ def kfmt(x):
 def main(out):
     cells = {}
     for path in glob.glob(os.path.join(out, "*-*-*.json")):
-        m = re.match(r"(\d+)-([a-z]+)-([a-z0-9]+)\.json$", os.path.basename(path))
+        m = re.match(r"(\d+)-([a-z0-9]+)-([a-z0-9]+)\.json$", os.path.basename(path))
         if not m:
             continue
         _, peer, job = m.groups()
@@ -71,7 +76,13 @@ def main(out):
                 cpu = int(f.read().split()[0]) / HZ
         except (OSError, ValueError, IndexError):
             pass
-        c = cells.setdefault((peer, job), {"iops": [], "p50": [], "cpu": [], "bw": []})
+        c = cells.setdefault((peer, job), {"iops": [], "p50": [], "cpu": [], "bw": [], "tcpu": []})
+        try:
+            with open(path[:-5] + ".tcpu") as f:
+                if ios:
+                    c["tcpu"].append(int(f.read().split()[0]) / HZ / ios * 1e6)
+        except (OSError, ValueError, IndexError):
+            pass
         c["iops"].append(iops)
         c["bw"].append(bw)
         if p50 is not None:
@@ -93,7 +104,8 @@ def main(out):
     gosrps = sorted({p for p, _ in cells if p.startswith("gosrp")})
     width = max([6] + [len(p) for p in gosrps])
     print(f"{'peer':{width}} {'job':18} {'IOPS median [min-max]':26} {'p50 us':22} {'MiB/s':18} {'CPU us/IO':18}")
-    for peer in gosrps + KERNEL:
+    srpds = sorted({p for p, _ in cells if p.startswith("srpd")})
+    for peer in gosrps + srpds + KERNEL:
         for job, label in JOBS:
             c = cells.get((peer, job))
             if not c:
@@ -118,6 +130,23 @@ def main(out):
             rr = raw.get("ib_read_bw" if "read" in label else "ib_write_bw")
             if rr and label.startswith("4K"):
                 line += f", {statistics.median(g['iops']) / rr:.0%} of raw"
+            print(line)
+    base = SRPD_BASE
+    for peer in srpds:
+        if not any((peer, job) in cells and (base, job) in cells for job, _ in JOBS):
+            continue
+        print(f"\nib_srp -> {peer} against ib_srp -> ib_srpt (the same kernel initiator and fio job), medians of this boot:")
+        for job, label in JOBS:
+            g, k = cells.get((peer, job)), cells.get((base, job))
+            if not g or not k:
+                continue
+            line = f"  {label:18} IOPS {statistics.median(g['iops']) / statistics.median(k['iops']):.2f}x"
+            if g["p50"] and k["p50"]:
+                line += f", p50 {statistics.median(g['p50']) / statistics.median(k['p50']):.2f}x"
+            if g["cpu"] and k["cpu"]:
+                line += f", CPU/IO {statistics.median(g['cpu']) / statistics.median(k['cpu']):.2f}x"
+            if g["tcpu"]:
+                line += f" (srpd itself {statistics.median(g['tcpu']):.0f} us/IO)"
             print(line)
     return 0
 
