@@ -19,66 +19,18 @@ func FuzzCore(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 0, 0, 2, 1, 3, 1, 1, 2, 0, 0, 5, 1, 0})
 	f.Add([]byte{0, 0, 3, 0, 2, 1, 1, 1, 2, 3, 0, 4, 2, 2, 1, 3, 1, 0, 6, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		next := fuzzNext(&data)
-		mech := "frmr"
-		if next()%2 == 1 {
-			mech = "mw"
-		}
-		cmd := fuzzCmd
-		h := newCoreHarness(t, cmd("init", "credits=3", "mech="+mech))
-		done := map[string]bool{}
-		step := func(td *datadriven.TestData) {
-			out := h.run(t, td)
-			if err := h.core.check(); err != nil {
-				t.Fatalf("after %s: %v\n%s", td.String(), err, out)
-			}
-			for _, line := range strings.Split(out, "\n") {
-				if name, ok := strings.CutPrefix(line, "done "); ok {
-					name, _, _ = strings.Cut(name, ":")
-					if done[name] {
-						t.Fatalf("after %s: %s completed twice\n%s", td.String(), name, out)
-					}
-					done[name] = true
+		fuzzCore(t, data, fuzzDialect{
+			ops: []string{"read", "write", "flush", "discard", "list", "close"},
+			connect: func(next func() int) []string {
+				if next()%2 == 0 {
+					return []string{"remote-inv"}
 				}
-			}
-		}
-		connect := func() {
-			args := []string{fmt.Sprintf("credits=%d", 1+next()%3), fmt.Sprintf("imm=%d", 4096*(next()%3))}
-			if next()%2 == 0 {
-				args = append(args, "remote-inv")
-			}
-			step(cmd("connect", args...))
-			step(cmd("open", "vol=v0", "handle=1"))
-		}
-		connect()
-		var names []string
-		pick := func() string { return names[next()%len(names)] }
-		ops := []string{"read", "write", "flush", "discard", "list", "close"}
-		for len(data) > 0 && len(names) < 64 {
-			switch next() % 8 {
-			case 0:
-				name := fmt.Sprintf("r%d", len(names))
-				names = append(names, name)
-				step(cmd("submit", "name="+name, "op="+ops[next()%len(ops)],
-					fmt.Sprintf("off=%d", 4096*(next()%4)), fmt.Sprintf("len=%d", 4096*(1+next()%3))))
-			case 1:
-				step(fuzzDispatch(next))
-			case 2:
-				if len(h.labels) == 0 {
-					continue
-				}
-				step(fuzzWC(len(h.labels), next))
-			case 3, 4:
-				if len(names) == 0 || len(h.recvFree) == 0 {
-					continue
-				}
-				args := []string{"name=" + pick()}
-				switch next() % 6 {
-				case 0:
-					args = append(args, "tag=stale")
-				case 1:
-					args = append(args, "tag=unknown")
-				}
+				return nil
+			},
+			open:   func(func() int) []string { return nil },
+			submit: func(func() int) []string { return nil },
+			recv: func(h *coreHarness, next func() int, pick func() string) []string {
+				var args []string
 				switch next() % 4 {
 				case 0:
 					if k := pick(); h.keys[k] != 0 {
@@ -88,21 +40,117 @@ func FuzzCore(f *testing.F) {
 					args = append(args, "inv=bogus")
 				}
 				args = append(args, "kind="+[]string{"response", "response", "control", "garbage"}[next()%4])
-				args = append(args, "status="+[]string{"good", "good", "error"}[next()%3])
-				args = append(args, fmt.Sprintf("credits=%d", next()%3))
-				step(cmd("recv", args...))
-			case 5:
-				step(cmd("tick", fmt.Sprintf("ms=%d", 500*(next()%4))))
-			case 6:
-				step(cmd("teardown"))
-				connect()
-			case 7:
-				if len(names) > 0 {
-					step(cmd("abandon", "name="+pick()))
-				}
+				return append(args, "status="+[]string{"good", "good", "error"}[next()%3])
+			},
+		})
+	})
+}
+
+// fuzzDialect is what a protocol personality's fuzz target adds to the
+// events fuzzCore draws: each function draws its own choices and returns
+// more arguments for one trace command.
+type fuzzDialect struct {
+	// srp puts the harness's core in SRP mode.
+	srp bool
+	// ops are the operations a submit picks from.
+	ops []string
+	// connect, open and submit add to those commands' arguments.
+	connect, open, submit func(next func() int) []string
+	// recv adds what comes between a receive's tag and its credits.
+	recv func(h *coreHarness, next func() int, pick func() string) []string
+	// done, when set, checks a request the core completed (failed is the
+	// text after "done NAME:", empty for a success) and says what is wrong.
+	done func(h *coreHarness, name, failed string) string
+}
+
+// fuzzCore is the driver both fuzz targets share: it reads the input as
+// a series of choices (fuzzNext), turns them into trace commands for the
+// traces' harness, one event per command, and after each step checks
+// the core's invariants and that no request completed twice.
+func fuzzCore(t *testing.T, data []byte, d fuzzDialect) {
+	next := fuzzNext(&data)
+	mech := "frmr"
+	if next()%2 == 1 {
+		mech = "mw"
+	}
+	cmd := fuzzCmd
+	initArgs := []string{"credits=3", "mech=" + mech}
+	if d.srp {
+		initArgs = append(initArgs, "srp")
+	}
+	h := newCoreHarness(t, cmd("init", initArgs...))
+	done := map[string]bool{}
+	step := func(td *datadriven.TestData) {
+		out := h.run(t, td)
+		if err := h.core.check(); err != nil {
+			t.Fatalf("after %s: %v\n%s", td.String(), err, out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			name, ok := strings.CutPrefix(line, "done ")
+			if !ok {
+				continue
+			}
+			name, failed, _ := strings.Cut(name, ":")
+			if done[name] {
+				t.Fatalf("after %s: %s completed twice\n%s", td.String(), name, out)
+			}
+			done[name] = true
+			if d.done == nil {
+				continue
+			}
+			if bad := d.done(h, name, failed); bad != "" {
+				t.Fatalf("after %s: %s\n%s", td.String(), bad, out)
 			}
 		}
-	})
+	}
+	connect := func() {
+		args := []string{fmt.Sprintf("credits=%d", 1+next()%3), fmt.Sprintf("imm=%d", 4096*(next()%3))}
+		step(cmd("connect", append(args, d.connect(next)...)...))
+		step(cmd("open", append([]string{"vol=v0", "handle=1"}, d.open(next)...)...))
+	}
+	connect()
+	var names []string
+	pick := func() string { return names[next()%len(names)] }
+	for len(data) > 0 && len(names) < 64 {
+		switch next() % 8 {
+		case 0:
+			name := fmt.Sprintf("r%d", len(names))
+			names = append(names, name)
+			args := []string{"name=" + name, "op=" + d.ops[next()%len(d.ops)],
+				fmt.Sprintf("off=%d", 4096*(next()%4)), fmt.Sprintf("len=%d", 4096*(1+next()%3))}
+			step(cmd("submit", append(args, d.submit(next)...)...))
+		case 1:
+			step(fuzzDispatch(next))
+		case 2:
+			if len(h.labels) == 0 {
+				continue
+			}
+			step(fuzzWC(len(h.labels), next))
+		case 3, 4:
+			if len(names) == 0 || len(h.recvFree) == 0 {
+				continue
+			}
+			args := []string{"name=" + pick()}
+			switch next() % 6 {
+			case 0:
+				args = append(args, "tag=stale")
+			case 1:
+				args = append(args, "tag=unknown")
+			}
+			args = append(args, d.recv(h, next, pick)...)
+			args = append(args, fmt.Sprintf("credits=%d", next()%3))
+			step(cmd("recv", args...))
+		case 5:
+			step(cmd("tick", fmt.Sprintf("ms=%d", 500*(next()%4))))
+		case 6:
+			step(cmd("teardown"))
+			connect()
+		case 7:
+			if len(names) > 0 {
+				step(cmd("abandon", "name="+pick()))
+			}
+		}
+	}
 }
 
 // fuzzNext hands out the fuzz input's bytes one choice at a time, taking

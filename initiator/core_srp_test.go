@@ -3,7 +3,6 @@ package initiator
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
@@ -84,27 +83,7 @@ func cdbName(cdb []byte) string {
 // response, which an SRP target never sends) or garbage; inv=NAME|bogus
 // adds an invalidation, which SRP does not have.
 func (h *coreHarness) recvSRP(t testing.TB, td *datadriven.TestData) {
-	if len(h.recvFree) == 0 {
-		t.Fatalf("%s: no receive posted", td.Pos)
-	}
-	idx := h.recvFree[0]
-	h.recvFree = h.recvFree[1:]
-	buf := h.msg.Bytes()[idx*recvIU : (idx+1)*recvIU]
-	var name string
-	td.MaybeScanArgs(t, "name", &name)
-	tag := h.tags[name]
-	if td.HasArg("tag") {
-		var v string
-		td.ScanArgs(t, "tag", &v)
-		switch v {
-		case "stale":
-			tag -= 1 << 32
-		case "unknown":
-			tag = 0x7fff
-		}
-	}
-	credits := 1
-	td.MaybeScanArgs(t, "credits", &credits)
+	idx, buf, name, tag, credits := h.nextRecv(t, td)
 	kind, st, sense := "rsp", "good", "medium"
 	td.MaybeScanArgs(t, "kind", &kind)
 	td.MaybeScanArgs(t, "status", &st)
@@ -178,75 +157,24 @@ func FuzzSRPCore(f *testing.F) {
 	f.Add([]byte{1, 0, 1, 1, 0, 0, 2, 1, 3, 1, 1, 2, 0, 0, 5, 1, 0, 2, 3})
 	f.Add([]byte{0, 2, 0, 3, 0, 2, 1, 1, 1, 2, 3, 0, 4, 2, 2, 1, 3, 1, 0, 6, 0, 2, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		next := fuzzNext(&data)
-		mech := "frmr"
-		if next()%2 == 1 {
-			mech = "mw"
-		}
-		cmd := fuzzCmd
-		h := newCoreHarness(t, cmd("init", "credits=3", "mech="+mech, "srp"))
-		done := map[string]bool{}
-		step := func(td *datadriven.TestData) {
-			out := h.run(t, td)
-			if err := h.core.check(); err != nil {
-				t.Fatalf("after %s: %v\n%s", td.String(), err, out)
-			}
-			for _, line := range strings.Split(out, "\n") {
-				name, ok := strings.CutPrefix(line, "done ")
-				if !ok {
-					continue
+		fuzzCore(t, data, fuzzDialect{
+			srp:     true,
+			ops:     []string{"read", "write", "flush", "discard", "close", "list"},
+			connect: func(func() int) []string { return nil },
+			open: func(next func() int) []string {
+				if next()%2 == 0 {
+					return []string{"unmap"}
 				}
-				name, failed, _ := strings.Cut(name, ":")
-				if done[name] {
-					t.Fatalf("after %s: %s completed twice\n%s", td.String(), name, out)
-				}
-				done[name] = true
-				if k, ok := h.keys[name]; ok && failed == "" && !h.invDone[uint32(k)] {
-					t.Fatalf("after %s: %s completed before the LOCAL_INV of its key %s\n%s", td.String(), name, k, out)
-				}
-			}
-		}
-		connect := func() {
-			step(cmd("connect", fmt.Sprintf("credits=%d", 1+next()%3), fmt.Sprintf("imm=%d", 4096*(next()%3))))
-			args := []string{"vol=v0", "handle=1"}
-			if next()%2 == 0 {
-				args = append(args, "unmap")
-			}
-			step(cmd("open", args...))
-		}
-		connect()
-		var names []string
-		pick := func() string { return names[next()%len(names)] }
-		ops := []string{"read", "write", "flush", "discard", "close", "list"}
-		for len(data) > 0 && len(names) < 64 {
-			switch next() % 8 {
-			case 0:
-				name := fmt.Sprintf("r%d", len(names))
-				names = append(names, name)
-				args := []string{"name=" + name, "op=" + ops[next()%len(ops)],
-					fmt.Sprintf("off=%d", 4096*(next()%4)), fmt.Sprintf("len=%d", 4096*(1+next()%3))}
+				return nil
+			},
+			submit: func(next func() int) []string {
 				if next()%4 == 0 {
-					args = append(args, "fua")
+					return []string{"fua"}
 				}
-				step(cmd("submit", args...))
-			case 1:
-				step(fuzzDispatch(next))
-			case 2:
-				if len(h.labels) == 0 {
-					continue
-				}
-				step(fuzzWC(len(h.labels), next))
-			case 3, 4:
-				if len(names) == 0 || len(h.recvFree) == 0 {
-					continue
-				}
-				args := []string{"name=" + pick()}
-				switch next() % 6 {
-				case 0:
-					args = append(args, "tag=stale")
-				case 1:
-					args = append(args, "tag=unknown")
-				}
+				return nil
+			},
+			recv: func(_ *coreHarness, next func() int, pick func() string) []string {
+				var args []string
 				switch next() % 8 {
 				case 0:
 					args = append(args, "inv="+pick())
@@ -263,18 +191,14 @@ func FuzzSRPCore(f *testing.F) {
 				case 1:
 					args = append(args, fmt.Sprintf("over=%d", 512*(next()%32)))
 				}
-				args = append(args, fmt.Sprintf("credits=%d", next()%3))
-				step(cmd("recv", args...))
-			case 5:
-				step(cmd("tick", fmt.Sprintf("ms=%d", 500*(next()%4))))
-			case 6:
-				step(cmd("teardown"))
-				connect()
-			case 7:
-				if len(names) > 0 {
-					step(cmd("abandon", "name="+pick()))
+				return args
+			},
+			done: func(h *coreHarness, name, failed string) string {
+				if k, ok := h.keys[name]; ok && failed == "" && !h.invDone[uint32(k)] {
+					return fmt.Sprintf("%s completed before the LOCAL_INV of its key %s", name, k)
 				}
-			}
-		}
+				return ""
+			},
+		})
 	})
 }

@@ -434,23 +434,19 @@ func (h *coreHarness) wc(t testing.TB, td *datadriven.TestData) {
 	h.core.completions(wcs)
 }
 
-// recv delivers an IU from the target into the oldest posted receive
-// buffer: a response for the named request (or for a tag that names
-// nothing, or garbage), with or without an invalidation.
-func (h *coreHarness) recv(t testing.TB, td *datadriven.TestData) {
-	if h.srp {
-		h.recvSRP(t, td)
-		return
-	}
+// nextRecv takes the oldest posted receive buffer for an IU from the
+// target and reads the arguments every kind of IU shares: name=NAME of
+// the request it answers, tag=stale|unknown to answer with the slot's
+// previous generation or a tag that names nothing, credits=N (1).
+func (h *coreHarness) nextRecv(t testing.TB, td *datadriven.TestData) (idx int, buf []byte, name string, tag uint64, credits int) {
 	if len(h.recvFree) == 0 {
 		t.Fatalf("%s: no receive posted", td.Pos)
 	}
-	idx := h.recvFree[0]
+	idx = h.recvFree[0]
 	h.recvFree = h.recvFree[1:]
-	buf := h.msg.Bytes()[idx*recvIU : (idx+1)*recvIU]
-	var name string
+	buf = h.msg.Bytes()[idx*recvIU : (idx+1)*recvIU]
 	td.MaybeScanArgs(t, "name", &name)
-	tag := h.tags[name]
+	tag = h.tags[name]
 	if td.HasArg("tag") {
 		var v string
 		td.ScanArgs(t, "tag", &v)
@@ -461,8 +457,20 @@ func (h *coreHarness) recv(t testing.TB, td *datadriven.TestData) {
 			tag = 0x7fff
 		}
 	}
-	credits := 1
+	credits = 1
 	td.MaybeScanArgs(t, "credits", &credits)
+	return idx, buf, name, tag, credits
+}
+
+// recv delivers an IU from the target into the oldest posted receive
+// buffer: a response for the named request (or for a tag that names
+// nothing, or garbage), with or without an invalidation.
+func (h *coreHarness) recv(t testing.TB, td *datadriven.TestData) {
+	if h.srp {
+		h.recvSRP(t, td)
+		return
+	}
+	idx, buf, _, tag, credits := h.nextRecv(t, td)
 	st := "good"
 	td.MaybeScanArgs(t, "status", &st)
 	kind := "response"
