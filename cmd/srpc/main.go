@@ -113,6 +113,40 @@ func (c *connFlags) registerReplay(fs *flag.FlagSet) {
 		"and lost them (when full, writes wait for a flush); 0: none, and such a restart fails the next flush")
 }
 
+// serveFlags are the flags of the commands that serve a volume on to
+// another client, the kernel's FUSE (mount) or an NBD client (nbd): the
+// connection's with --replay-buffer and --exclusive, then --read-only
+// and --qd, the requests in flight to the target.
+type serveFlags struct {
+	connFlags
+	ro bool
+	qd int
+}
+
+// register adds the flags; roUsage says what --read-only does for the
+// command.
+func (f *serveFlags) register(fs *flag.FlagSet, roUsage string) {
+	f.connFlags.register(fs)
+	f.registerReplay(fs)
+	f.registerExclusive(fs)
+	fs.BoolVar(&f.ro, "read-only", false, roUsage)
+	fs.IntVar(&f.qd, "qd", 64, "`N` requests in flight to the target")
+}
+
+// check is the usage check of the flags' values.
+func (f *serveFlags) check() error {
+	if f.qd < 1 || f.qd > 1024 {
+		return cli.Usagef("--qd %d: want 1..1024", f.qd)
+	}
+	return nil
+}
+
+// open dials the target and opens volume name as the flags say, with
+// bufBytes of data buffers; the caller closes both.
+func (f *serveFlags) open(ctx context.Context, name string, bufBytes int) (*session, *initiator.Volume, error) {
+	return f.connFlags.open(ctx, name, f.ro, f.qd, bufBytes)
+}
+
 // session is a logged-in session and its provider, with the target
 // address and initiator name it was dialled with, for messages.
 type session struct {

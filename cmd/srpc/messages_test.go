@@ -53,7 +53,8 @@ func startTarget(t *testing.T, size string, flags ...string) (srpc, dir, addr st
 // TestClientMessages: what a user meets in srpc names the real cause on
 // one line: a missing volume through every command that opens one, a
 // secret the target does not know, an empty --length, an input too large
-// for the volume (up front when its size is known).
+// for the volume (up front when its size is known), a queue depth out of
+// range.
 func TestClientMessages(t *testing.T) {
 	srpc, dir, addr := startTarget(t, "1MiB")
 	conn := []string{"--target", addr, "--name", "h"}
@@ -96,6 +97,8 @@ func TestClientMessages(t *testing.T) {
 		{"mount point missing", nil, []string{"mount", "vol0", filepath.Join(dir, "nodir")}, 1,
 			"srpc: mount point: stat " + filepath.Join(dir, "nodir") + ": no such file or directory\n"},
 		{"mount point a file", nil, []string{"mount", "vol0", big}, 1, "srpc: mount point " + big + " is not a directory\n"},
+		{"mount qd 0", nil, []string{"mount", "--qd", "0", "vol0", mnt}, 2,
+			"srpc mount: --qd 0: want 1..1024\nRun 'srpc mount --help' for usage.\n"},
 	} {
 		r := runStdin(t, srpc, tc.in, append(tc.args, conn...)...)
 		if r.Code != tc.code || r.Stderr != tc.stderr {

@@ -56,29 +56,27 @@ once). Needs root (or fusermount3). If srpc is killed, clean up with
 'umount -l DIR'.`
 
 func mountCommand() *cli.Command {
-	var cf connFlags
-	var ro, debug bool
-	var qd int
+	var cf serveFlags
+	var debug bool
 	return &cli.Command{
 		Name: "mount", Args: "VOLUME DIR", Short: "mount a volume as DIR/disk through FUSE (for losetup)",
 		Long: mountLong,
 		SetFlags: func(fs *flag.FlagSet) {
-			cf.register(fs)
-			cf.registerReplay(fs)
-			cf.registerExclusive(fs)
-			fs.BoolVar(&ro, "read-only", false, "open the volume read-only")
-			fs.IntVar(&qd, "qd", 64, "`N` requests in flight to the target")
+			cf.register(fs, "open the volume read-only")
 			fs.BoolVar(&debug, "fuse-debug", false, "log every FUSE request")
 		},
 		Run: func(ctx context.Context, args []string) error {
 			if err := cli.NArgs(args, 2, 2, "VOLUME DIR"); err != nil {
 				return err
 			}
+			if err := cf.check(); err != nil {
+				return err
+			}
 			dir := args[1]
 			if err := mountPoint(dir); err != nil {
 				return err
 			}
-			s, v, err := cf.open(ctx, args[0], ro, qd, 0)
+			s, v, err := cf.open(ctx, args[0], 0)
 			if err != nil {
 				return err
 			}

@@ -69,24 +69,19 @@ TLS with pre-shared keys (nbdkit's --tls-psk) is not offered: Go's
 crypto/tls has no TLS-PSK.`
 
 func nbdCommand() *cli.Command {
-	var cf connFlags
+	var cf serveFlags
 	var socket, listen, tlsCert, tlsKey, tlsCA string
-	var ro, debug bool
-	var qd int
+	var debug bool
 	return &cli.Command{
 		Name: "nbd", Args: "VOLUME", Short: "serve a volume over the NBD protocol (qemu, nbdcopy, nbdinfo, fio)",
 		Long: nbdLong,
 		SetFlags: func(fs *flag.FlagSet) {
-			cf.register(fs)
-			cf.registerReplay(fs)
-			cf.registerExclusive(fs)
+			cf.register(fs, "open the volume read-only and export it read-only")
 			fs.StringVar(&socket, "socket", "", "serve on the unix socket `PATH`")
 			fs.StringVar(&listen, "listen", "", "serve on TCP `HOST:PORT` (no authentication without TLS: keep it on loopback)")
 			fs.StringVar(&tlsCert, "tls-cert", "", "require TLS, with the server certificate in PEM `FILE` (and --tls-key)")
 			fs.StringVar(&tlsKey, "tls-key", "", "the private key of --tls-cert, in PEM `FILE`")
 			fs.StringVar(&tlsCA, "tls-client-ca", "", "admit only clients with a certificate signed by the CA in PEM `FILE` (needs --tls-cert)")
-			fs.BoolVar(&ro, "read-only", false, "open the volume read-only and export it read-only")
-			fs.IntVar(&qd, "qd", 64, "`N` requests in flight to the target")
 			fs.BoolVar(&debug, "debug", false, "log every connection and refused option")
 		},
 		Run: func(ctx context.Context, args []string) error {
@@ -96,8 +91,8 @@ func nbdCommand() *cli.Command {
 			if (socket == "") == (listen == "") {
 				return cli.Usagef("give exactly one of --socket PATH and --listen HOST:PORT")
 			}
-			if qd < 1 || qd > 1024 {
-				return cli.Usagef("--qd %d: want 1..1024", qd)
+			if err := cf.check(); err != nil {
+				return err
 			}
 			tlsConfig, err := nbdTLS(tlsCert, tlsKey, tlsCA)
 			if err != nil {
@@ -115,7 +110,7 @@ func nbdCommand() *cli.Command {
 			}
 			defer ln.Close()
 
-			s, v, err := cf.open(ctx, args[0], ro, qd, min(qd, 256)<<20)
+			s, v, err := cf.open(ctx, args[0], min(cf.qd, 256)<<20)
 			if err != nil {
 				return err
 			}
