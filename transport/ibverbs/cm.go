@@ -289,6 +289,66 @@ func sa(ss *C.struct_sockaddr_storage) *C.struct_sockaddr {
 	return (*C.struct_sockaddr)(unsafe.Pointer(ss))
 }
 
+// newIDAt parses addr (sockaddr) and creates an id to resolve or bind
+// it with; the caller destroys the id.
+func (c *cmChannel) newIDAt(addr string) (*cmID, C.struct_sockaddr_storage, error) {
+	ss, err := sockaddr(addr)
+	if err != nil {
+		return nil, ss, err
+	}
+	cid, err := c.newID()
+	return cid, ss, err
+}
+
+// connQP is the check Connect and Accept (op) make of the QP they are
+// handed: one of this package's on dev, in RESET or INIT (manual-QP mode
+// moves it on from there), with at most max bytes of private data.
+func connQP(op string, qp transport.QP, dev *Device, privateData []byte, max int) (*QP, error) {
+	q, ok := qp.(*QP)
+	if !ok || q.d != dev {
+		return nil, fmt.Errorf("ibverbs: %s: QP must be on device %s: %w", op, dev.name, transport.ErrInvalidArgument)
+	}
+	if len(privateData) > max {
+		return nil, fmt.Errorf("ibverbs: %s: %d bytes of private data (max %d): %w", op, len(privateData), max, transport.ErrInvalidArgument)
+	}
+	if st := q.State(); st != transport.QPReset && st != transport.QPInit {
+		return nil, fmt.Errorf("ibverbs: %s: QP %d in %s: %w", op, q.num, st, transport.ErrInvalidState)
+	}
+	return q, nil
+}
+
+// toRTS moves q INIT -> RTR -> RTS with the attributes rdma_cm has for
+// the connection of id, as librdmacm's ucma_modify_qp_rtr and
+// ucma_modify_qp_rts do: resp READs the peer may have outstanding at us
+// (RTR), out ours at the peer (RTS).
+func (q *QP) toRTS(id *C.struct_rdma_cm_id, resp, out int) error {
+	if err := q.cmModify(id, transport.QPInit, -1); err != nil {
+		return err
+	}
+	if err := q.cmModify(id, transport.QPRTR, resp); err != nil {
+		return err
+	}
+	return q.cmModify(id, transport.QPRTS, out)
+}
+
+// connParam fills param for rdma_connect or rdma_accept of q with
+// privateData and the READ figures (responder_resources, initiator_depth);
+// the caller frees the returned copy of privateData once the call is made.
+func (cid *cmID) connParam(param *C.struct_rdma_conn_param, q *QP, privateData []byte, respRes, initDepth int) unsafe.Pointer {
+	cpd := cBytes(privateData)
+	C.gosrp_conn_param(param, cpd, C.int(len(privateData)), C.int(respRes), C.int(initDepth), C.uint32_t(q.num), C.int(cid.c.p.retry), C.int(cid.c.p.rnrRetry))
+	return cpd
+}
+
+// refuse gives up on a connection the CM has begun, QP included: it
+// rejects, destroys the id and moves q to ERR.
+func (cid *cmID) refuse(q *QP, err error) (transport.Conn, error) {
+	C.rdma_reject(cid.id, nil, 0)
+	cid.destroy()
+	q.toErr()
+	return nil, err
+}
+
 // timeoutMS is the rdma_resolve_* timeout: the context's remaining time,
 // clamped to [100 ms, 10 s], 2 s without a deadline.
 func timeoutMS(ctx context.Context) C.int {

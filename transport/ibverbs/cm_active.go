@@ -32,11 +32,7 @@ type Endpoint struct {
 var _ transport.Endpoint = (*Endpoint)(nil)
 
 func (c *cmChannel) resolve(ctx context.Context, addr string) (*Endpoint, error) {
-	ss, err := sockaddr(addr)
-	if err != nil {
-		return nil, err
-	}
-	cid, err := c.newID()
+	cid, ss, err := c.newIDAt(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -95,15 +91,9 @@ const rejConsumer = 28
 // rdma_connect with qp_num; on CONNECT_RESPONSE, RTR and RTS with
 // rdma_cm's attributes and rdma_establish.
 func (ep *Endpoint) Connect(ctx context.Context, qp transport.QP, privateData []byte) (transport.Conn, error) {
-	q, ok := qp.(*QP)
-	if !ok || q.d != ep.dev {
-		return nil, fmt.Errorf("ibverbs: connect: QP must be on device %s: %w", ep.dev.name, transport.ErrInvalidArgument)
-	}
-	if len(privateData) > transport.MaxConnectPrivateData {
-		return nil, fmt.Errorf("ibverbs: connect: %d bytes of private data (max %d): %w", len(privateData), transport.MaxConnectPrivateData, transport.ErrInvalidArgument)
-	}
-	if st := q.State(); st != transport.QPReset && st != transport.QPInit {
-		return nil, fmt.Errorf("ibverbs: connect: QP %d in %s: %w", q.num, st, transport.ErrInvalidState)
+	q, err := connQP("connect", qp, ep.dev, privateData, transport.MaxConnectPrivateData)
+	if err != nil {
+		return nil, err
 	}
 	ep.mu.Lock()
 	if ep.used {
@@ -123,9 +113,7 @@ func (ep *Endpoint) Connect(ctx context.Context, qp transport.QP, privateData []
 	}
 	respRes, initDepth := ep.offer.In, ep.offer.Out
 	var param C.struct_rdma_conn_param
-	cpd := cBytes(privateData)
-	defer C.free(cpd)
-	C.gosrp_conn_param(&param, cpd, C.int(len(privateData)), C.int(respRes), C.int(initDepth), C.uint32_t(q.num), C.int(cid.c.p.retry), C.int(cid.c.p.rnrRetry))
+	defer C.free(cid.connParam(&param, q, privateData, respRes, initDepth))
 	if rc, err := C.rdma_connect(cid.id, &param); rc != 0 {
 		return fail(mapErrno("rdma_connect "+ep.remote, kindCM, errnoOf(err)))
 	}
@@ -144,18 +132,11 @@ func (ep *Endpoint) Connect(ctx context.Context, qp transport.QP, privateData []
 			// responder_resources bounds the READs the peer will have
 			// outstanding at us, initiator_depth ours at the peer.
 			credit := transport.ReadCredit{Out: min(initDepth, max(e.initDepth, 0)), In: min(respRes, max(e.respRes, 0))}
-			resp := credit.In
-			if err := q.cmModify(cid.id, transport.QPInit, -1); err != nil {
-				return ep.abort(q, err)
-			}
-			if err := q.cmModify(cid.id, transport.QPRTR, resp); err != nil {
-				return ep.abort(q, err)
-			}
-			if err := q.cmModify(cid.id, transport.QPRTS, credit.Out); err != nil {
-				return ep.abort(q, err)
+			if err := q.toRTS(cid.id, credit.In, credit.Out); err != nil {
+				return cid.refuse(q, err)
 			}
 			if rc, err := C.rdma_establish(cid.id); rc != 0 {
-				return ep.abort(q, mapErrno("rdma_establish", kindCM, errnoOf(err)))
+				return cid.refuse(q, mapErrno("rdma_establish", kindCM, errnoOf(err)))
 			}
 			return cid.attach(q, e.pd, credit, localAddr(cid.id), peerAddr(cid.id)), nil
 		case C.RDMA_CM_EVENT_ESTABLISHED:
@@ -173,13 +154,6 @@ func (ep *Endpoint) Connect(ctx context.Context, qp transport.QP, privateData []
 			return fail(fmt.Errorf("ibverbs: connect %s: %s: %w", ep.remote, eventName(e.typ), transport.ErrDisconnected))
 		}
 	}
-}
-
-func (ep *Endpoint) abort(q *QP, err error) (transport.Conn, error) {
-	C.rdma_reject(ep.cid.id, nil, 0)
-	ep.cid.destroy()
-	q.toErr()
-	return nil, err
 }
 
 // Close releases the endpoint if it never connected.

@@ -32,11 +32,7 @@ type Listener struct {
 var _ transport.Listener = (*Listener)(nil)
 
 func (c *cmChannel) listen(ctx context.Context, addr string) (*Listener, error) {
-	ss, err := sockaddr(addr)
-	if err != nil {
-		return nil, err
-	}
-	cid, err := c.newID()
+	cid, ss, err := c.newIDAt(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -150,42 +146,22 @@ func (r *ConnRequest) answer() error {
 // Accept moves qp INIT -> RTR -> RTS with rdma_cm's attributes and accepts
 // with private data; it returns when the connection is ESTABLISHED.
 func (r *ConnRequest) Accept(ctx context.Context, qp transport.QP, privateData []byte) (transport.Conn, error) {
-	q, ok := qp.(*QP)
-	if !ok || q.d != r.dev {
-		return nil, fmt.Errorf("ibverbs: accept: QP must be on device %s: %w", r.dev.name, transport.ErrInvalidArgument)
-	}
-	if len(privateData) > transport.MaxAcceptPrivateData {
-		return nil, fmt.Errorf("ibverbs: accept: %d bytes of private data (max %d): %w", len(privateData), transport.MaxAcceptPrivateData, transport.ErrInvalidArgument)
-	}
-	if st := q.State(); st != transport.QPReset && st != transport.QPInit {
-		return nil, fmt.Errorf("ibverbs: accept: QP %d in %s: %w", q.num, st, transport.ErrInvalidState)
+	q, err := connQP("accept", qp, r.dev, privateData, transport.MaxAcceptPrivateData)
+	if err != nil {
+		return nil, err
 	}
 	if err := r.answer(); err != nil {
 		return nil, err
 	}
 	credit := r.ReadCredit()
 	respRes, initDepth := credit.In, credit.Out
-	fail := func(err error) (transport.Conn, error) {
-		C.rdma_reject(r.cid.id, nil, 0)
-		r.cid.destroy()
-		q.toErr()
-		return nil, err
-	}
-	if err := q.cmModify(r.cid.id, transport.QPInit, -1); err != nil {
-		return fail(err)
-	}
-	if err := q.cmModify(r.cid.id, transport.QPRTR, respRes); err != nil {
-		return fail(err)
-	}
-	if err := q.cmModify(r.cid.id, transport.QPRTS, initDepth); err != nil {
-		return fail(err)
+	if err := q.toRTS(r.cid.id, respRes, initDepth); err != nil {
+		return r.cid.refuse(q, err)
 	}
 	var param C.struct_rdma_conn_param
-	cpd := cBytes(privateData)
-	defer C.free(cpd)
-	C.gosrp_conn_param(&param, cpd, C.int(len(privateData)), C.int(respRes), C.int(initDepth), C.uint32_t(q.num), C.int(r.cid.c.p.retry), C.int(r.cid.c.p.rnrRetry))
+	defer C.free(r.cid.connParam(&param, q, privateData, respRes, initDepth))
 	if rc, err := C.rdma_accept(r.cid.id, &param); rc != 0 {
-		return fail(mapErrno("rdma_accept", kindCM, errnoOf(err)))
+		return r.cid.refuse(q, mapErrno("rdma_accept", kindCM, errnoOf(err)))
 	}
 	for {
 		e, err := r.cid.wait(ctx)
