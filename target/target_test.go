@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/internal/logsink"
 	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
@@ -691,24 +692,6 @@ func TestInstance(t *testing.T) {
 	}
 }
 
-// syncBuf is a log sink tests read while the target writes to it.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // revokeWithin is how soon a policy change must reach an open session.
 const revokeWithin = time.Second
 
@@ -734,7 +717,7 @@ func within(tb testing.TB, what string, cond func() bool) {
 // change is logged; another host's session is untouched.
 func TestRevocation(t *testing.T) {
 	forEnvs(t, func(t *testing.T, e env) {
-		var logs syncBuf
+		var logs logsink.Buffer
 		r := newRig(t, e, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		c := r.dial(t)
 		c.login("host-b")
@@ -817,7 +800,7 @@ func TestSecretChangeEndsSession(t *testing.T) {
 			keys[ini] = k
 		}
 	}
-	var logs syncBuf
+	var logs logsink.Buffer
 	r := newRig(t, envs[0], Config{Name: "tgt", Secrets: secrets, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	login := func(c *client, secret string) wire.Opcode {
 		op, _ := c.loginWith(c.loginRequest("alice"), []byte(secret))

@@ -1,17 +1,17 @@
 package e2etest
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gosrp/gosrp/internal/logsink"
 )
 
 // Proc is a program running in the background, its stdout and stderr
@@ -19,7 +19,7 @@ import (
 type Proc struct {
 	Cmd     *exec.Cmd
 	fuseDir string // the FUSE mount the program serves, if any (ServesFUSE)
-	out     syncBuffer
+	out     logsink.Buffer
 	exited  chan struct{}
 	waitErr error
 }
@@ -212,21 +212,4 @@ func (p *Proc) Wait(t testing.TB, timeout time.Duration, what string) error {
 		t.Fatalf("%s: %s still running %v later:\n%s", what, filepath.Base(p.Cmd.Path), timeout, p.Output())
 		return nil
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -2,7 +2,6 @@ package nbd
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gosrp/gosrp/internal/logsink"
 )
 
 // A hand-written NBD client for the tests: it speaks the protocol byte by
@@ -190,29 +191,11 @@ func (tc *testClient) expectClosed() {
 	}
 }
 
-// logBuffer collects the server log for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type testServer struct {
 	*Server
 	addr  string
 	mem   *Memory
-	log   *logBuffer
+	log   *logsink.Buffer
 	serve chan error
 }
 
@@ -223,7 +206,7 @@ func startServer(t testing.TB, mem *Memory, tweak ...func(*Server)) *testServer 
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb := &logBuffer{}
+	lb := &logsink.Buffer{}
 	s := &Server{
 		Export: Export{Name: "vol0", Description: "test volume", Backend: mem},
 		Logger: slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})),
