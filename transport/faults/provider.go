@@ -131,57 +131,42 @@ func (p *Provider) ours(q transport.QP) (*qp, error) {
 	return w, nil
 }
 
-// InjectPostFailure makes the next PostSend on q hand the device wrs[:atWR]
-// and fail wrs[atWR] with an error wrapping transport.ErrQueueFull.
-func (p *Provider) InjectPostFailure(q transport.QP, atWR int) error {
+// arm sets a fault on q, one of this provider's QPs, under the QP's
+// lock: the post and completion paths read it there.
+func (p *Provider) arm(q transport.QP, set func(w *qp)) error {
 	w, err := p.ours(q)
 	if err != nil {
 		return err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.failAt = atWR
+	set(w)
 	return nil
+}
+
+// InjectPostFailure makes the next PostSend on q hand the device wrs[:atWR]
+// and fail wrs[atWR] with an error wrapping transport.ErrQueueFull.
+func (p *Provider) InjectPostFailure(q transport.QP, atWR int) error {
+	return p.arm(q, func(w *qp) { w.failAt = atWR })
 }
 
 // InjectQPError moves q to ERR just before the afterWRs-th next send WR (0
 // is the next one) is handed to the device.
 func (p *Provider) InjectQPError(q transport.QP, afterWRs int) error {
-	w, err := p.ours(q)
-	if err != nil {
-		return err
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.errIn = afterWRs
-	return nil
+	return p.arm(q, func(w *qp) { w.errIn = afterWRs })
 }
 
 // InjectDropCQE loses the nth next successful send completion of q (0 is
 // the next one).
 func (p *Provider) InjectDropCQE(q transport.QP, nth int) error {
-	w, err := p.ours(q)
-	if err != nil {
-		return err
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.dropIn = nth
-	return nil
+	return p.arm(q, func(w *qp) { w.dropIn = nth })
 }
 
 // InjectCQEStatus makes the nth next successful send completion of q report
 // s instead; q then goes to ERR and its later completions report
 // WR_FLUSH_ERR, as after a real error.
 func (p *Provider) InjectCQEStatus(q transport.QP, nth int, s transport.Status) error {
-	w, err := p.ours(q)
-	if err != nil {
-		return err
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.statusIn, w.status = nth, s
-	return nil
+	return p.arm(q, func(w *qp) { w.statusIn, w.status = nth, s })
 }
 
 // CutLink disconnects the connection under q.
