@@ -135,11 +135,8 @@ func (q *qp) progress() (sent link) {
 			w := q.slot(q.inflight[0])
 			if now.Sub(w.sentAt) >= p.cfg.RetryTimeout {
 				if w.retries >= p.cfg.RetryCount {
-					w.state = wqeDone
-					w.status = transport.StatusRetryExcErr
-					w.reason = fmt.Sprintf("no answer from the peer after %d retries", w.retries)
 					q.inflight = q.inflight[:0]
-					q.blocked = true
+					q.endLocked(w, transport.StatusRetryExcErr, fmt.Sprintf("no answer from the peer after %d retries", w.retries))
 					q.retireLocked()
 					q.unlock()
 					continue
@@ -215,11 +212,10 @@ func (q *qp) progress() (sent link) {
 			err := q.execLocal(w)
 			q.mu.Lock()
 			if idx >= q.sqDone && w.state != wqeDone {
-				w.state = wqeDone
 				if err != nil {
-					w.status = err.status
-					w.reason = err.reason
-					q.blocked = true
+					q.endLocked(w, err.status, err.reason)
+				} else {
+					w.state = wqeDone
 				}
 				q.retireLocked()
 			}
@@ -232,10 +228,7 @@ func (q *qp) progress() (sent link) {
 		}
 		pkt, bad := q.buildRequestLocked(w)
 		if bad != nil {
-			w.state = wqeDone
-			w.status = bad.status
-			w.reason = bad.reason
-			q.blocked = true
+			q.endLocked(w, bad.status, bad.reason)
 			q.retireLocked()
 			q.unlock()
 			continue
@@ -492,18 +485,26 @@ func (q *qp) retireUnlock() {
 	}
 }
 
-// ackedLocked ends the oldest request in flight, w, with status. A failed
-// one blocks the send queue: nothing after it is sent or completed but by
-// the flush. REQUIRES: q.mu.
+// ackedLocked ends the oldest request in flight, w, with status; a
+// failed one takes the rest of the window with it. REQUIRES: q.mu.
 func (q *qp) ackedLocked(w *wqe, status transport.Status, reason string) {
 	copy(q.inflight, q.inflight[1:])
 	q.inflight = q.inflight[:len(q.inflight)-1]
+	q.endLocked(w, status, reason)
+	if status != transport.StatusSuccess {
+		q.inflight = q.inflight[:0]
+	}
+}
+
+// endLocked ends w with status. A failed WQE blocks the send queue:
+// nothing after it is sent or completed but by the flush, as a send
+// queue error stops a real QP's send queue at the failed WR.
+// REQUIRES: q.mu.
+func (q *qp) endLocked(w *wqe, status transport.Status, reason string) {
 	w.state = wqeDone
-	w.status = status
-	w.reason = reason
+	w.status, w.reason = status, reason
 	if status != transport.StatusSuccess {
 		q.blocked = true
-		q.inflight = q.inflight[:0]
 	}
 }
 
