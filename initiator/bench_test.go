@@ -2,6 +2,7 @@ package initiator_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -107,6 +108,22 @@ func itoa(n int) string {
 	return itoa(n/10) + string(rune('0'+n%10))
 }
 
+// checkSteadyAllocs fails the test if 4 KiB writes, then reads, at
+// queue depth 4 on v allocate more than 0.1 times per I/O once warmed
+// up; what names the session in the failure.
+func checkSteadyAllocs(t *testing.T, v *initiator.Volume, what string) {
+	t.Helper()
+	bufs := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
+	for _, op := range []initiator.Op{initiator.OpWrite, initiator.OpRead} {
+		runQD(t, v, op, 4, 64, bufs, nil)
+		a := testing.AllocsPerRun(20, func() { runQD(t, v, op, 4, 64, bufs, nil) })
+		// runQD itself allocates its channel and request array once per call.
+		if per := a / 64; per > 0.1 {
+			t.Errorf("%s (%s): %.2f allocations per I/O (%.0f per run of 64), want 0", op, what, per, a)
+		}
+	}
+}
+
 // TestSteadyStateAllocs asserts that 4 KiB reads and writes through the
 // asynchronous API allocate nothing per I/O on the initiator and target
 // hot paths (loop wire, memory backend).
@@ -119,16 +136,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 	// registration and the target's RDMA READ.
 	for _, imm := range []int{0, -1} {
 		s := r.dial(t, initiator.Config{Credits: 8, ImmediateData: imm})
-		v := openVol0(t, context.Background(), s)
-		bufs := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
-		for _, op := range []initiator.Op{initiator.OpWrite, initiator.OpRead} {
-			runQD(t, v, op, 4, 64, bufs, nil)
-			a := testing.AllocsPerRun(20, func() { runQD(t, v, op, 4, 64, bufs, nil) })
-			// runQD itself allocates its channel and request array once per call.
-			if per := a / 64; per > 0.1 {
-				t.Errorf("%s (immediate data %d): %.2f allocations per I/O (%.0f per run of 64), want 0", op, imm, per, a)
-			}
-		}
+		checkSteadyAllocs(t, openVol0(t, context.Background(), s), fmt.Sprintf("immediate data %d", imm))
 	}
 	// With a replay buffer every write is copied into it, and one of
 	// 1 MiB fills up every 256 writes of 4 KiB: the copies and the

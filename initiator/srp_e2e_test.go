@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -196,14 +197,7 @@ func testSRPSteadyStateAllocs(t *testing.T, prof string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bufs := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
-		for _, op := range []initiator.Op{initiator.OpWrite, initiator.OpRead} {
-			runQD(t, v, op, 4, 64, bufs, nil)
-			a := testing.AllocsPerRun(20, func() { runQD(t, v, op, 4, 64, bufs, nil) })
-			if per := a / 64; per > 0.1 {
-				t.Errorf("SRP %s (immediate data %d): %.2f allocations per I/O (%.0f per run of 64), want 0", op, imm, per, a)
-			}
-		}
+		checkSteadyAllocs(t, v, fmt.Sprintf("SRP, immediate data %d", imm))
 		// The next session logs in with the same initiator port, SINGLE:
 		// while this one lived, each would end the other's channel in
 		// turn (SRP's I_T nexus is the pair of ports), and the reconnects
