@@ -31,6 +31,13 @@ func writes(n int, src, target buf) []transport.SendWR {
 	return wrs
 }
 
+// writeSlots connects a pair with n 512-byte slots for writes: src on A
+// (local only) and target on B (remote read and write).
+func writeSlots(t *testing.T, p transport.Provider, n int) (pr *pair, src, target buf) {
+	pr = connectPair(t, p, pairConfig{})
+	return pr, newBuf(t, p, pr.a.pd, n*512, 0), newBuf(t, p, pr.b.pd, n*512, accRW)
+}
+
 // QP error mid burst (docs/registration.md#qp-error-mid-burst) with a
 // deterministic error point: the QP goes to ERR just before WR k executes.
 // Every WR yields exactly one completion, in posting order. WR k and every
@@ -41,10 +48,8 @@ func writes(n int, src, target buf) []transport.SendWR {
 // Receives flush too.
 func testInjectQPError(t *testing.T, p transport.Provider) {
 	inj := hook[QPErrorInjector](t, p, "InjectQPError")
-	pr := connectPair(t, p, pairConfig{})
-	a, b := pr.a, pr.b
-	src := newBuf(t, p, a.pd, 8*512, 0)
-	target := newBuf(t, p, b.pd, 8*512, accRW)
+	pr, src, target := writeSlots(t, p, 8)
+	a := pr.a
 	rb := newBuf(t, p, a.pd, transport.PageSize, transport.AccessLocalWrite)
 	fill(src.a.Bytes(), 50)
 	postRecv(t, a.qp, recvWR(100, rb.sge(0, 64)))
@@ -88,10 +93,8 @@ func testInjectQPError(t *testing.T, p transport.Provider) {
 // none from k on ever does.
 func testInjectPostFailure(t *testing.T, p transport.Provider) {
 	inj := hook[PostFailureInjector](t, p, "InjectPostFailure")
-	pr := connectPair(t, p, pairConfig{})
-	a, b := pr.a, pr.b
-	src := newBuf(t, p, a.pd, 8*512, 0)
-	target := newBuf(t, p, b.pd, 8*512, accRW)
+	pr, src, target := writeSlots(t, p, 8)
+	a := pr.a
 	fill(src.a.Bytes(), 51)
 	if err := inj.InjectPostFailure(a.qp, 2); err != nil {
 		t.Fatal(err)
@@ -163,9 +166,7 @@ func testFRPostFailureMidChain(t *testing.T, p transport.Provider, m mechanism) 
 // A dropped completion is lost; the others arrive in order.
 func testInjectDropCQE(t *testing.T, p transport.Provider) {
 	inj := hook[CQEDropInjector](t, p, "InjectDropCQE")
-	pr := connectPair(t, p, pairConfig{})
-	src := newBuf(t, p, pr.a.pd, 4*512, 0)
-	target := newBuf(t, p, pr.b.pd, 4*512, accRW)
+	pr, src, target := writeSlots(t, p, 4)
 	if err := inj.InjectDropCQE(pr.a.qp, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -181,9 +182,7 @@ func testInjectDropCQE(t *testing.T, p transport.Provider) {
 // later WRs flush.
 func testInjectCQEStatus(t *testing.T, p transport.Provider) {
 	inj := hook[CQEStatusInjector](t, p, "InjectCQEStatus")
-	pr := connectPair(t, p, pairConfig{})
-	src := newBuf(t, p, pr.a.pd, 4*512, 0)
-	target := newBuf(t, p, pr.b.pd, 4*512, accRW)
+	pr, src, target := writeSlots(t, p, 4)
 	if err := inj.InjectCQEStatus(pr.a.qp, 1, transport.StatusGeneralErr); err != nil {
 		t.Fatal(err)
 	}

@@ -429,10 +429,8 @@ func testRecvQueueWrap(t *testing.T, p transport.Provider) {
 // (event.go); WRs not yet started stay queued and run after SQD -> RTS. The
 // completions before and after are one in-order sequence.
 func testSQDrained(t *testing.T, p transport.Provider) {
-	pr := connectPair(t, p, pairConfig{})
-	a, b := pr.a, pr.b
-	target := newBuf(t, p, b.pd, 8*512, accRW)
-	src := newBuf(t, p, a.pd, 8*512, 0)
+	pr, src, target := writeSlots(t, p, 8)
+	a := pr.a
 	fill(src.a.Bytes(), 81)
 	postSend(t, a.qp, writes(6, src, target)...)
 	if err := a.qp.Modify(transport.QPSQD); err != nil {
