@@ -76,14 +76,12 @@ func cdbName(cdb []byte) string {
 	return fmt.Sprintf("CDB(%#x)", cdb[0])
 }
 
-// recvSRP delivers an IU from an SRP target into the oldest posted
-// receive buffer: kind=rsp (the default; status=good|check with
+// recvSRP writes an IU from an SRP target into buf and returns its
+// length: kind=rsp (the default; status=good|check with
 // sense=medium|protect|ua, resid=N for DIUNDER/DOUNDER of N bytes,
 // over=N for DIOVER), cred-req, aer-req, t-logout, gosrp (a gosrp
-// response, which an SRP target never sends) or garbage; inv=NAME|bogus
-// adds an invalidation, which SRP does not have.
-func (h *coreHarness) recvSRP(t testing.TB, td *datadriven.TestData) {
-	idx, buf, name, tag, credits := h.nextRecv(t, td)
+// response, which an SRP target never sends) or garbage.
+func (h *coreHarness) recvSRP(t testing.TB, td *datadriven.TestData, buf []byte, name string, tag uint64, credits int) int {
 	kind, st, sense := "rsp", "good", "medium"
 	td.MaybeScanArgs(t, "kind", &kind)
 	td.MaybeScanArgs(t, "status", &st)
@@ -131,17 +129,7 @@ func (h *coreHarness) recvSRP(t testing.TB, td *datadriven.TestData) {
 	default:
 		t.Fatalf("%s: unknown kind %q", td.Pos, kind)
 	}
-	wc := transport.WC{ID: recvID(idx), Status: transport.StatusSuccess, ByteLen: uint32(n)}
-	if td.HasArg("inv") {
-		var whose string
-		td.ScanArgs(t, "inv", &whose)
-		wc.Flags |= transport.WCWithInv
-		wc.InvalidatedKey = h.keys[whose]
-		if whose == "bogus" || wc.InvalidatedKey == 0 {
-			wc.InvalidatedKey = 0x00abcd01
-		}
-	}
-	h.core.completions([]transport.WC{wc})
+	return n
 }
 
 // FuzzSRPCore drives the core in SRP mode with arbitrary events and
