@@ -182,6 +182,11 @@ type ControlRequest struct {
 	// implicit write-exclusive reservation held by this session until it
 	// closes the volume or ends. A target that predates it ignores it.
 	Exclusive bool `msgpack:"excl,omitempty"`
+	// Takeover, on an open, asks a standby gateway to become the active
+	// one (pathstate.go): it fences the old owner and takes the volume
+	// before it answers, and before it serves any I/O. A target that
+	// predates it ignores it and answers as for a plain open.
+	Takeover bool `msgpack:"tko,omitempty"`
 	// Action, Key, NewKey and Type are a ControlReserveOut's service
 	// action, reservation key, service action key and type.
 	Action ReserveAction   `msgpack:"pra,omitempty"`
@@ -212,6 +217,10 @@ type ControlResponse struct {
 	BlockSize uint32 `msgpack:"bs,omitempty"`
 	ReadOnly  bool   `msgpack:"ro,omitempty"`
 	Caps      uint32 `msgpack:"caps,omitempty"`
+	// PathState, on an open, says whether this target serves the volume
+	// now (PathActive, the zero value, which an older target's answer
+	// reads as) or is a standby gateway for it (pathstate.go).
+	PathState PathState `msgpack:"ps,omitempty"`
 	// extents: consecutive runs from the request's Offset, at least one
 	// and at most MaxExtents, covering a prefix of the range asked (the
 	// initiator asks again for the rest).

@@ -318,11 +318,18 @@ const (
 	// initiator refuses an unknown status as malformed and drops the
 	// connection, while it reads an unknown sense as a failed command.
 	SenseReservationConflict
+	// SenseNotActive: this target is a standby gateway for the volume
+	// (PathStandby), or stopped being the active one (another gateway
+	// fenced it): the command was not run. The initiator retries it on
+	// the active path, or asks this one to take over (ALUA's NOT READY,
+	// ASC/ASCQ 04h/0Bh LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN
+	// STANDBY STATE; NVMe's ANA Inaccessible).
+	SenseNotActive
 )
 
 var senseNames = [...]string{"none", "invalid field", "out of range", "misaligned", "write protected",
 	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error", "access denied",
-	"space allocation failed", "reservation conflict"}
+	"space allocation failed", "reservation conflict", "path not active"}
 
 func (s Sense) String() string {
 	if int(s) < len(senseNames) {
