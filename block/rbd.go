@@ -63,6 +63,10 @@ type rbdCore struct {
 	// fenced is set once a request failed with ErrFenced: this client
 	// was blocklisted, and every later flush fails too.
 	fenced atomic.Bool
+	// locked is set once AcquireLock was asked for the image's lock
+	// (SharedOpener): its flushes then check that it still owns it, as
+	// an Exclusive store's do.
+	locked atomic.Bool
 
 	// Guarded by mu:
 	sz  int64
@@ -290,7 +294,12 @@ func rbdImageMeta(img *rbd.Image, size int64) (bs int, gen uint64) {
 }
 
 // Open implements Store.
-func (s *RBDStore) Open(name string) (Volume, error) {
+func (s *RBDStore) Open(name string) (Volume, error) { return s.openVolume(name, true) }
+
+// openVolume returns a new handle to a volume, opening its image unless
+// it is open already; a new image takes the lock an Exclusive store
+// wants if lock is set (not for SharedOpener.OpenShared).
+func (s *RBDStore) openVolume(name string, lock bool) (Volume, error) {
 	if err := s.lock("open " + name); err != nil {
 		return nil, err
 	}
@@ -305,9 +314,11 @@ func (s *RBDStore) Open(name string) (Volume, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.lockExclusive(c); err != nil {
-		_ = c.img.Close()
-		return nil, err
+	if lock {
+		if err := s.lockExclusive(c); err != nil {
+			_ = c.img.Close()
+			return nil, err
+		}
 	}
 	return openNamedLocked(&s.storeState, s.open, c), nil
 }

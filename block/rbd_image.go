@@ -87,7 +87,7 @@ func (c *rbdCore) flush() error {
 	if err == nil && c.fenced.Load() {
 		err = ErrFenced
 	}
-	if err == nil && c.st.o.Exclusive {
+	if err == nil && (c.st.o.Exclusive || c.locked.Load()) {
 		// With librbd's cache off a flush has nothing to wait for and
 		// succeeds on a blocklisted client; a gateway must learn here
 		// that it no longer owns the image.

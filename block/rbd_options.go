@@ -35,3 +35,20 @@ type LockBreaker interface {
 	// else holds the lock.
 	BreakLock(volume string) error
 }
+
+// SharedOpener is implemented by stores whose volumes several processes
+// open at once, one of them holding the volume's exclusive lock (rbd): a
+// gateway opens the volumes it exports shared, and takes a volume's lock
+// only when it is to serve it, after LockBreaker.BreakLock has fenced
+// the old owner if there was one.
+type SharedOpener interface {
+	// OpenShared opens a volume without taking its exclusive lock. Until
+	// AcquireLock succeeds, its writes may fail with ErrFenced (another
+	// client holds the lock and refuses to hand it over).
+	OpenShared(name string) (Volume, error)
+	// AcquireLock takes the exclusive lock of a volume this store has
+	// open, and keeps it until the volume's last handle closes; ErrBusy
+	// when another client holds it. From then on a flush that finds the
+	// lock gone (broken by another gateway) fails with ErrFenced.
+	AcquireLock(name string) error
+}

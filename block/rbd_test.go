@@ -165,3 +165,51 @@ func TestRBDAllocated(t *testing.T) {
 	defer c.Close()
 	require.Equal(t, [][2]int64{{obj, obj}, {3 * obj, obj}}, runs(c), "a clone holds its parent's data")
 }
+
+// TestRBDSharedOpen: what a gateway does (SharedOpener). Two clients open
+// one image shared; the first takes its lock, the second's AcquireLock
+// is refused (ErrBusy) until it breaks the lock, and then the first's
+// writes and flushes fail with ErrFenced, it can never lock the image
+// again, and the data is the second's.
+func TestRBDSharedOpen(t *testing.T) {
+	dir := t.TempDir()
+	a := openTestRBDStore(t, dir)
+	defer a.Close()
+	b := openTestRBDStore(t, dir)
+	defer b.Close()
+	v, err := a.Create("v", 1<<20, 4096)
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	blk := func(x byte) []byte { return bytes.Repeat([]byte{x}, 4096) }
+
+	va, err := a.(SharedOpener).OpenShared("v")
+	require.NoError(t, err)
+	defer va.Close()
+	require.NoError(t, a.(SharedOpener).AcquireLock("v"))
+	require.NoError(t, a.(SharedOpener).AcquireLock("v"), "a second AcquireLock by the owner")
+	_, err = va.WriteAtFUA(blk(1), 0)
+	require.NoError(t, err)
+
+	vb, err := b.(SharedOpener).OpenShared("v")
+	require.NoError(t, err)
+	defer vb.Close()
+	start := time.Now()
+	require.ErrorIs(t, b.(SharedOpener).AcquireLock("v"), ErrBusy)
+	t.Logf("a refused AcquireLock took %v", time.Since(start))
+	start = time.Now()
+	require.NoError(t, b.(LockBreaker).BreakLock("v"))
+	require.NoError(t, b.(SharedOpener).AcquireLock("v"))
+	t.Logf("BreakLock + AcquireLock took %v", time.Since(start))
+	_, err = vb.WriteAtFUA(blk(2), 0)
+	require.NoError(t, err)
+
+	_, err = va.WriteAt(blk(0xee), 0)
+	require.ErrorIs(t, err, ErrFenced, "the old owner's write")
+	require.ErrorIs(t, va.Flush(), ErrFenced)
+	require.ErrorIs(t, a.(SharedOpener).AcquireLock("v"), ErrFenced, "a fenced client locks again")
+	got := make([]byte, 4096)
+	_, err = vb.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, blk(2), got)
+	require.NoError(t, vb.Flush())
+}
