@@ -83,6 +83,9 @@ type VolumeInfo struct {
 	// initiator asks: writes are answered WriteProtected by the target
 	// itself, before the volume sees them.
 	ReadOnly bool
+	// Standby, in what an OPEN learned, says the volume is a
+	// PathStater on standby here; the answer says so (wire.PathStandby).
+	Standby bool
 }
 
 // Catalog finds volumes by name. cmd/srpd adapts a block.Store to it.

@@ -4,6 +4,7 @@ package target
 // run as a backend job, answered with a control response.
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -93,6 +94,9 @@ func (c *core) finishControl(s *slot) {
 	case jobOpen:
 		if s.err != nil {
 			rsp := &wire.ControlResponse{Sense: wire.SenseNoSuchVolume, Error: fmt.Sprintf("open volume %q: %v", req.Volume, s.err)}
+			if errors.Is(s.err, ErrStandby) {
+				rsp.Sense = wire.SenseNotActive
+			}
 			if s.prOut.sense != wire.SenseNone {
 				rsp.Sense, rsp.Error = s.prOut.sense, fmt.Sprintf("open volume %q: %s", req.Volume, s.prOut.msg)
 			}
@@ -148,8 +152,12 @@ func (c *core) finishControl(s *slot) {
 		if !ov.ro {
 			caps |= wire.CapFUA | wire.CapDiscard | wire.CapWriteZeroes
 		}
-		c.controlRespond(s, &wire.ControlResponse{Handle: ov.handle, Size: uint64(ov.size),
-			BlockSize: uint32(ov.bs), ReadOnly: ov.ro, Caps: caps})
+		rsp := &wire.ControlResponse{Handle: ov.handle, Size: uint64(ov.size),
+			BlockSize: uint32(ov.bs), ReadOnly: ov.ro, Caps: caps}
+		if info.Standby {
+			rsp.PathState = wire.PathStandby
+		}
+		c.controlRespond(s, rsp)
 	case jobExtents:
 		c.finishExtents(s)
 	case jobReserve, jobReport:

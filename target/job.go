@@ -57,6 +57,9 @@ func runJob(s *slot, cat Catalog) {
 	case jobOpen:
 		s.opened, s.openInfo, s.err = openVolume(cat, s.ctl.Volume)
 		if s.err == nil {
+			s.err = takeOver(s)
+		}
+		if s.err == nil {
 			s.err = openWriter(s)
 		}
 	case jobClose:
@@ -197,13 +200,17 @@ func jobName(j jobKind) string {
 	return fmt.Sprintf("job(%d)", uint8(j))
 }
 
-// senseOf is the sense a failed backend job is answered with. A volume out
+// senseOf is the sense a failed backend job is answered with. A volume
+// this gateway does not serve (ErrStandby) is SenseNotActive. A volume out
 // of space (an error matching syscall.ENOSPC, as block.ErrNoSpace does) is
 // SenseSpaceAllocFailed, SBC-4's DATA PROTECT / 27h/07h SPACE ALLOCATION
 // FAILED WRITE PROTECT: the initiator must not treat it as a bad medium,
 // the write may succeed once space is freed. Anything else is a medium
 // error.
 func senseOf(err error) wire.Sense {
+	if errors.Is(err, ErrStandby) {
+		return wire.SenseNotActive
+	}
 	if errors.Is(err, syscall.ENOSPC) {
 		return wire.SenseSpaceAllocFailed
 	}
