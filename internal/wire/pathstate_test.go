@@ -50,19 +50,10 @@ func FuzzPathStateDecode(f *testing.F) {
 		f.Add(b[1:])
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if len(body) > 4096 {
-			return
-		}
-		iu := append([]byte{byte(OpControl)}, body...)
-		var req ControlRequest
-		if DecodeControl(iu, OpControl, &req) == nil {
-			roundTrip(t, &req, &ControlRequest{})
-		}
-		var rsp ControlResponse
-		if DecodeControl(iu, OpControl, &rsp) == nil {
-			_ = rsp.PathState.String()
-			_ = rsp.PathState.Valid()
-			roundTrip(t, &rsp, &ControlResponse{})
-		}
+		controlRoundTrip(t, body, func(*ControlRequest) {}, func(rsp *ControlResponse) {
+			if rsp.PathState.Valid() != (rsp.PathState <= PathStandby) || rsp.PathState.String() == "" {
+				t.Fatalf("state %d: Valid %v, String %q", rsp.PathState, rsp.PathState.Valid(), rsp.PathState)
+			}
+		})
 	})
 }

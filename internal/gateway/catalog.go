@@ -1,0 +1,159 @@
+package gateway
+
+// The shell: a target.Catalog that runs the core's lock steps against a
+// store and gates each handle's I/O on the volume's state.
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/storecatalog"
+)
+
+// Catalog serves a store's volumes as one gateway of several (see the
+// package doc). It is safe for concurrent use.
+type Catalog struct {
+	inner storecatalog.Catalog
+	so    block.SharedOpener // nil: the store has no locks
+	lb    block.LockBreaker
+
+	mu   sync.Mutex
+	vols map[string]*entry
+}
+
+var _ target.Catalog = (*Catalog)(nil)
+
+// New returns the gateway catalog of st. A store that is not both a
+// block.SharedOpener and a block.LockBreaker serves every volume active.
+func New(st block.Store) *Catalog {
+	c := &Catalog{inner: storecatalog.Catalog{Store: st}, vols: map[string]*entry{}}
+	so, ok1 := st.(block.SharedOpener)
+	lb, ok2 := st.(block.LockBreaker)
+	if ok1 && ok2 {
+		c.so, c.lb = so, lb
+	}
+	return c
+}
+
+// entry is one volume this gateway has open: its core and its handles.
+type entry struct {
+	name string
+	refs int // guarded by Catalog.mu
+
+	// mu serializes the lock steps (an open, a takeover, a fencing);
+	// state mirrors core.state for the I/O path, which reads it
+	// without a lock.
+	mu    sync.Mutex
+	core  core
+	state atomicState
+}
+
+// List implements target.Catalog.
+func (c *Catalog) List() ([]target.VolumeInfo, error) { return c.inner.List() }
+
+// OpenVolume implements target.Catalog: a volume of a shared store is
+// opened shared and its lock tried; the handle reports the state
+// (target.PathStater) and refuses I/O unless active.
+func (c *Catalog) OpenVolume(name string) (target.Volume, error) {
+	if c.so == nil || strings.Contains(name, "@") {
+		// Snapshots are read-only: every gateway serves them.
+		return c.inner.OpenVolume(name)
+	}
+	v, err := c.so.OpenShared(name)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	e := c.vols[name]
+	if e == nil {
+		e = &entry{name: name}
+		c.vols[name] = e
+	}
+	e.refs++
+	c.mu.Unlock()
+	// A lock refused, or failing otherwise, is not the open's failure:
+	// the handle is standby, and says so.
+	c.run(e, EvOpen)
+	return &handle{Volume: v, c: c, e: e}, nil
+}
+
+// run feeds an event to a volume's core and runs the lock steps it asks
+// for, feeding back their outcomes, until it settles; it returns the
+// state it settled in and the error of the last failed step.
+func (c *Catalog) run(e *entry, ev Event) (State, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var last error
+	for a := e.core.step(ev); a != ActNone; a = e.core.step(ev) {
+		switch a {
+		case ActLock:
+			last = c.so.AcquireLock(e.name)
+			switch {
+			case last == nil:
+				ev = EvLocked
+			case errors.Is(last, block.ErrFenced):
+				ev = EvFenced
+			case errors.Is(last, block.ErrBusy):
+				ev = EvBusy
+			default:
+				ev = EvFailed
+			}
+		case ActBreak:
+			last = c.lb.BreakLock(e.name)
+			ev = EvBroken
+			if last != nil {
+				ev = EvFailed
+			}
+		}
+	}
+	e.state.store(e.core.state)
+	if e.core.state == Active {
+		last = nil
+	}
+	return e.core.state, last
+}
+
+// fenced records that the volume's I/O found this gateway fenced.
+func (c *Catalog) fenced(e *entry) {
+	c.run(e, EvFenced)
+}
+
+// release drops a handle of e; the last one closes the entry (the store
+// released the lock when the volume's last handle closed).
+func (c *Catalog) release(e *entry) {
+	c.mu.Lock()
+	e.refs--
+	last := e.refs == 0
+	if last && c.vols[e.name] == e {
+		delete(c.vols, e.name)
+	}
+	c.mu.Unlock()
+	if last {
+		c.run(e, EvClosed)
+	}
+}
+
+// State reports a volume's state at this gateway (Closed when no handle
+// has it open here).
+func (c *Catalog) State(name string) State {
+	c.mu.Lock()
+	e := c.vols[name]
+	c.mu.Unlock()
+	if e == nil {
+		return Closed
+	}
+	return e.state.load()
+}
+
+// errTakeover wraps a takeover's failure so that the target answers it
+// as a path that is not active.
+func errTakeover(name string, s State, err error) error {
+	if err == nil {
+		err = errors.New("another gateway holds the lock")
+	}
+	return fmt.Errorf("gateway: volume %q: still %s after the takeover: %w: %w", name, s, target.ErrStandby, err)
+}

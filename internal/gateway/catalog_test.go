@@ -1,0 +1,117 @@
+package gateway_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/internal/gateway"
+	"github.com/gosrp/gosrp/internal/gateway/gatewaytest"
+	"github.com/gosrp/gosrp/target"
+)
+
+// TestCatalogTakeover: two gateways over one volume. The first to open
+// it is active, the second standby and refuses I/O (target.ErrStandby)
+// without touching the store; a takeover fences the first (its next I/O
+// fails with ErrStandby and it is fenced for good) and then serves; the
+// data is the new owner's. A memory store is passed through, active.
+func TestCatalogTakeover(t *testing.T) {
+	cl := gatewaytest.NewCluster()
+	a, b := cl.Client(), cl.Client()
+	v, err := a.Create("v", 1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	ga, gb := gateway.New(a), gateway.New(b)
+
+	va, err := ga.OpenVolume("v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer va.(interface{ Close() error }).Close()
+	vb, err := gb.OpenVolume("v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vb.(interface{ Close() error }).Close()
+	pa, pb := va.(target.PathStater), vb.(target.PathStater)
+	if pa.Standby() || !pb.Standby() || ga.State("v") != gateway.Active || gb.State("v") != gateway.Standby {
+		t.Fatalf("states after the opens: a %v, b %v; want active, standby", ga.State("v"), gb.State("v"))
+	}
+	if cl.Owner("v") != a.ID() {
+		t.Fatalf("lock owner %d, want a (%d)", cl.Owner("v"), a.ID())
+	}
+	blk := make([]byte, 4096)
+	if _, err := vb.WriteAt(blk, 0); !errors.Is(err, target.ErrStandby) {
+		t.Fatalf("standby write: %v, want ErrStandby", err)
+	}
+	blk[0] = 1
+	if _, err := va.WriteAt(blk, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := pb.TakeOver(); err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	if pb.Standby() || cl.Owner("v") != b.ID() {
+		t.Fatalf("after the takeover b is %v, owner %d", gb.State("v"), cl.Owner("v"))
+	}
+	blk[0] = 2
+	if _, err := vb.WriteAt(blk, 0); err != nil {
+		t.Fatal(err)
+	}
+	blk[0] = 3
+	if _, err := va.WriteAt(blk, 0); !errors.Is(err, target.ErrStandby) || !errors.Is(err, block.ErrFenced) {
+		t.Fatalf("the old owner's write: %v, want ErrStandby and ErrFenced", err)
+	}
+	if ga.State("v") != gateway.Fenced || !pa.Standby() {
+		t.Fatalf("old owner is %v, want fenced", ga.State("v"))
+	}
+	if err := pa.TakeOver(); !errors.Is(err, target.ErrStandby) {
+		t.Fatalf("a fenced gateway's takeover: %v, want ErrStandby", err)
+	}
+	got := make([]byte, 4096)
+	if _, err := vb.ReadAt(got, 0); err != nil || got[0] != 2 {
+		t.Fatalf("read %d (%v), want the new owner's 2", got[0], err)
+	}
+
+	// A store without locks: always active, not a PathStater.
+	mem := block.NewMemStore()
+	defer mem.Close()
+	mv, _ := mem.Create("m", 1<<20, 4096)
+	mv.Close()
+	h, err := gateway.New(mem).OpenVolume("m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.(interface{ Close() error }).Close()
+	if _, ok := h.(target.PathStater); ok {
+		t.Error("a memory volume is a PathStater")
+	}
+}
+
+// TestCatalogReleaseOnClose: the lock goes with the volume's last handle,
+// and the next gateway to open it is active without fencing anyone.
+func TestCatalogReleaseOnClose(t *testing.T) {
+	cl := gatewaytest.NewCluster()
+	a, b := cl.Client(), cl.Client()
+	v, _ := a.Create("v", 1<<20, 4096)
+	v.Close()
+	ga, gb := gateway.New(a), gateway.New(b)
+	h1, _ := ga.OpenVolume("v")
+	h2, _ := ga.OpenVolume("v")
+	h1.(interface{ Close() error }).Close()
+	if ga.State("v") != gateway.Active {
+		t.Fatalf("one handle left: %v", ga.State("v"))
+	}
+	h2.(interface{ Close() error }).Close()
+	if ga.State("v") != gateway.Closed || cl.Owner("v") != 0 {
+		t.Fatalf("after the last close: %v, owner %d", ga.State("v"), cl.Owner("v"))
+	}
+	hb, err := gb.OpenVolume("v")
+	if err != nil || hb.(target.PathStater).Standby() {
+		t.Fatalf("b's open after a closed: standby %v, %v", hb.(target.PathStater).Standby(), err)
+	}
+	hb.(interface{ Close() error }).Close()
+}

@@ -1,0 +1,149 @@
+package gateway
+
+// The pure core: one volume's path state at this gateway. Events in,
+// actions out; no goroutines, no clock, no store calls.
+
+import "fmt"
+
+// State is a volume's path state at this gateway.
+type State uint8
+
+// States.
+const (
+	// Closed: no handle has the volume open here; the gateway holds
+	// nothing of it.
+	Closed State = iota
+	// Standby: open here, but another gateway holds the lock (or a lock
+	// step is under way): I/O is refused.
+	Standby
+	// Active: this gateway holds the volume's lock and serves its I/O.
+	Active
+	// Fenced: another gateway broke this one's lock and the cluster
+	// blocklisted this client; it can never serve the volume again
+	// (until the process reconnects to the cluster), so it stays
+	// standby for good.
+	Fenced
+)
+
+var stateNames = [...]string{"closed", "standby", "active", "fenced"}
+
+func (s State) String() string { return nameOf(stateNames[:], s, "State") }
+
+// nameOf names v from names, or kind(v) past them.
+func nameOf[T ~uint8](names []string, v T, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", kind, uint8(v))
+}
+
+// Event is what happened to a volume.
+type Event uint8
+
+// Events.
+const (
+	// EvOpen: a handle opened the volume (a plain open).
+	EvOpen Event = iota
+	// EvTakeover: an open asked this gateway to take the volume over.
+	EvTakeover
+	// EvLocked: the store's AcquireLock succeeded.
+	EvLocked
+	// EvBusy: AcquireLock was refused, another client holds the lock.
+	EvBusy
+	// EvBroken: BreakLock returned: the old owner is blocklisted.
+	EvBroken
+	// EvFailed: a lock step failed for another reason.
+	EvFailed
+	// EvFenced: I/O, a flush or AcquireLock failed with block.ErrFenced:
+	// this client's lock was broken.
+	EvFenced
+	// EvClosed: the volume's last handle here closed (the store
+	// released the lock with it).
+	EvClosed
+)
+
+var eventNames = [...]string{"open", "takeover", "locked", "busy", "broken", "failed", "fenced", "closed"}
+
+func (e Event) String() string { return nameOf(eventNames[:], e, "Event") }
+
+// Action is what the shell must do next; it feeds the outcome back as
+// an event (EvLocked, EvBusy, EvBroken, EvFailed, EvFenced).
+type Action uint8
+
+// Actions.
+const (
+	// ActNone: nothing to do; the state is settled.
+	ActNone Action = iota
+	// ActLock: try the store's AcquireLock.
+	ActLock
+	// ActBreak: break the lock another gateway holds (LockBreaker),
+	// which blocklists it; then the core asks for ActLock.
+	ActBreak
+)
+
+var actionNames = [...]string{"none", "lock", "break"}
+
+func (a Action) String() string { return nameOf(actionNames[:], a, "Action") }
+
+// core is one volume's state machine. Its rules:
+//
+//   - Every open tries the lock without breaking it: a lock nobody holds
+//     (the old owner closed the volume, or never opened it) is simply
+//     taken, so the first gateway to open a volume serves it.
+//   - Only a takeover breaks a lock, and only after a plain attempt was
+//     refused (ActLock, EvBusy, then ActBreak): the gateway never fences
+//     an owner it does not have to.
+//   - The state becomes Active only on EvLocked, that is after the lock
+//     is ours; nothing before it lets I/O through, so no I/O is served
+//     while the old owner may still write (issue 26's fencing rule).
+//   - A break is tried once per takeover: a lock still refused after it
+//     (a third gateway took it meanwhile) ends the takeover on Standby.
+//   - Fenced is final until the volume closes here: a blocklisted client
+//     cannot lock again.
+type core struct {
+	state State
+	// takingOver: a takeover is under way; broke: it broke the lock.
+	takingOver, broke bool
+}
+
+// step applies an event and says what to do next.
+func (c *core) step(e Event) Action {
+	if e == EvClosed {
+		*c = core{}
+		return ActNone
+	}
+	if e == EvFenced {
+		*c = core{state: Fenced}
+		return ActNone
+	}
+	switch c.state {
+	case Closed, Standby:
+		switch e {
+		case EvOpen:
+			c.state = Standby
+			return ActLock
+		case EvTakeover:
+			c.state, c.takingOver, c.broke = Standby, true, false
+			return ActLock
+		case EvLocked:
+			if c.state == Standby {
+				*c = core{state: Active}
+			}
+		case EvBusy:
+			if c.takingOver && !c.broke {
+				return ActBreak
+			}
+			c.takingOver, c.broke = false, false
+		case EvBroken:
+			if c.takingOver && !c.broke {
+				c.broke = true
+				return ActLock
+			}
+		case EvFailed:
+			c.takingOver, c.broke = false, false
+		}
+	}
+	// Active takes opens and takeovers as they are (it serves already);
+	// Fenced ignores everything but EvClosed.
+	return ActNone
+}

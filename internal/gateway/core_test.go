@@ -1,0 +1,73 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// TestCoreTrace runs the traces of testdata/core: each line an event
+// (open, takeover, locked, busy, broken, failed, fenced, closed), applied
+// in order to one volume's core; the output is the state after each and
+// the action it asks for.
+func TestCoreTrace(t *testing.T) {
+	datadriven.RunTest(t, "testdata/core", func(t *testing.T, td *datadriven.TestData) string {
+		if td.Cmd != "events" {
+			t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
+		}
+		var c core
+		var b strings.Builder
+		for _, w := range strings.Fields(td.Input) {
+			e, ok := eventByName(w)
+			if !ok {
+				t.Fatalf("%s: unknown event %q", td.Pos, w)
+			}
+			a := c.step(e)
+			fmt.Fprintf(&b, "%-8s → %-7s %s\n", w, c.state, a)
+		}
+		return b.String()
+	})
+}
+
+func eventByName(s string) (Event, bool) {
+	for i, n := range eventNames {
+		if n == s {
+			return Event(i), true
+		}
+	}
+	return 0, false
+}
+
+// FuzzCore drives the core with arbitrary event sequences and checks its
+// invariants: it becomes Active only on EvLocked; it asks to break a
+// lock only during a takeover whose plain attempt was refused, and once
+// per takeover; Fenced lasts until EvClosed.
+func FuzzCore(f *testing.F) {
+	f.Add([]byte{byte(EvOpen), byte(EvBusy), byte(EvTakeover), byte(EvBusy), byte(EvBroken), byte(EvLocked), byte(EvFenced)})
+	f.Fuzz(func(t *testing.T, evs []byte) {
+		var c core
+		breaks := 0
+		for _, x := range evs {
+			e := Event(x % uint8(len(eventNames)))
+			before := c
+			if e == EvTakeover {
+				breaks = 0
+			}
+			a := c.step(e)
+			if c.state == Active && before.state != Active && e != EvLocked {
+				t.Fatalf("%v made %v active", e, before)
+			}
+			if a == ActBreak {
+				if breaks++; breaks > 1 || e != EvBusy || !before.takingOver {
+					t.Fatalf("break asked by %v in %+v (%d breaks)", e, before, breaks)
+				}
+			}
+			if before.state == Fenced && e != EvClosed && c.state != Fenced {
+				t.Fatalf("%v left fenced for %v", e, c.state)
+			}
+			_ = e.String() + a.String() + c.state.String()
+		}
+	})
+}
