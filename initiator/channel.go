@@ -255,6 +255,7 @@ func (c *channel) connect(ctx context.Context) (err error) {
 		}
 		c.core.setHandle(v, rsp.Handle)
 		v.resized(int64(rsp.Size)) // it may have changed while the connection was down
+		v.standby.Store(rsp.PathState != wire.PathActive)
 	}
 	c.mu.Lock()
 	c.epoch++

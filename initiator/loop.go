@@ -351,10 +351,17 @@ func (c *channel) reconnect() bool {
 			r.finish(fmt.Errorf("initiator: channel %d: %w: %w", c.id, ErrConnectionLost, err))
 		}
 		c.log.Debug("reconnect failed", "err", err, "backoff", backoff)
+		wait := backoff
+		if left := c.s.cfg.LossTimeout - time.Since(c.downAt); !lost && left > 0 && left < wait {
+			// Wake at the loss deadline, not a backoff later: the
+			// queued I/O fails when LossTimeout says (Multipath's fast
+			// failover depends on it), not up to 2 s after.
+			wait = left + time.Millisecond
+		}
 		select {
 		case <-c.stop:
 			return false
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}

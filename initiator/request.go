@@ -65,6 +65,11 @@ var (
 	// RESERVATION CONFLICT); see Volume.Reservations and
 	// OpenOptions.Exclusive.
 	ErrReservationConflict = errors.New("initiator: volume is reserved by another host")
+	// ErrStandby: the target is a standby gateway for the volume: another
+	// gateway serves it, or took it from this one (Volume.Standby,
+	// OpenOptions.Takeover, Multipath). Nothing was done; the command
+	// may be retried on the active path.
+	ErrStandby = errors.New("initiator: the target is a standby path for the volume")
 )
 
 // ErrNoSpace: the target's store had no space for a write (it answered
@@ -96,7 +101,8 @@ func (e *IOError) Error() string {
 // Unwrap gives the sentinel of the senses callers act on: write
 // protected is ErrReadOnly, access denied is ErrAccessDenied, space
 // allocation failed is ErrNoSpace (and so syscall.ENOSPC), reservation
-// conflict is ErrReservationConflict; nil for the others.
+// conflict is ErrReservationConflict, path not active is ErrStandby; nil
+// for the others.
 func (e *IOError) Unwrap() error {
 	switch e.Sense {
 	case SenseWriteProtected:
@@ -107,6 +113,8 @@ func (e *IOError) Unwrap() error {
 		return ErrNoSpace
 	case SenseReservationConflict:
 		return ErrReservationConflict
+	case SenseNotActive:
+		return ErrStandby
 	}
 	return nil
 }

@@ -24,6 +24,9 @@ const (
 	// SenseReservationConflict: a reservation forbids the command
 	// (ErrReservationConflict).
 	SenseReservationConflict = Sense(wire.SenseReservationConflict)
+	// SenseNotActive: the target is a standby gateway for the volume
+	// (ErrStandby); Multipath fails over.
+	SenseNotActive = Sense(wire.SenseNotActive)
 )
 
 // String names the sense ("medium error"), or Sense(n) for one this

@@ -369,6 +369,13 @@ type OpenOptions struct {
 	// writes fail with ErrReservationConflict, their reads work. A
 	// target that predates it opens the volume as usual.
 	Exclusive bool
+	// Takeover asks a target that is a standby gateway for the volume
+	// (Volume.Standby) to become the active one: it fences the gateway
+	// that served the volume and takes it before it answers, and before
+	// it serves any I/O. A failed takeover fails the open with
+	// ErrStandby. Re-opens after a reconnect do not ask again. A target
+	// without gateways ignores it. Multipath uses it to fail over.
+	Takeover bool
 }
 
 // Open opens a volume on every channel of the session.
@@ -403,7 +410,7 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 		return nil, err
 	}
 	for _, c := range s.chans {
-		r := &Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlOpen, Volume: name, ReadOnly: opts.ReadOnly, Exclusive: opts.Exclusive}}
+		r := &Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlOpen, Volume: name, ReadOnly: opts.ReadOnly, Exclusive: opts.Exclusive, Takeover: opts.Takeover}}
 		rsp, err := s.controlReq(ctx, c, r)
 		if err != nil {
 			return fail(fmt.Errorf("initiator: open %q: %w", name, err))
@@ -412,6 +419,7 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 			return fail(fmt.Errorf("initiator: open %q: %s: %w", name, rsp.Error, errNoVolume(rsp.Sense)))
 		}
 		v.bs, v.readOnly, v.caps = int(rsp.BlockSize), rsp.ReadOnly || opts.ReadOnly, rsp.Caps
+		v.standby.Store(rsp.PathState != wire.PathActive)
 		v.size.Store(int64(rsp.Size))
 		c.setHandle(v, rsp.Handle, r.epoch)
 		opened = true
@@ -430,6 +438,8 @@ func errNoVolume(s wire.Sense) error {
 		return ErrAccessDenied
 	case wire.SenseReservationConflict:
 		return ErrReservationConflict
+	case wire.SenseNotActive:
+		return ErrStandby
 	}
 	return ErrInvalid
 }

@@ -23,12 +23,21 @@ type Volume struct {
 	readOnly bool
 	// exclusive: opened with OpenOptions.Exclusive (and re-opened so).
 	exclusive bool
-	caps      uint32
-	lun       uint16     // the LUN of a ProtocolSRP session's volume
-	rmw       sync.Mutex // serializes read-modify-write of partial blocks
-	closed    bool
-	dur       durability // Session.dmu
+	// standby: the target answered the last open standby (a gateway
+	// that does not serve the volume now; wire.PathState).
+	standby atomic.Bool
+	caps    uint32
+	lun     uint16     // the LUN of a ProtocolSRP session's volume
+	rmw     sync.Mutex // serializes read-modify-write of partial blocks
+	closed  bool
+	dur     durability // Session.dmu
 }
+
+// Standby reports whether the target answered the volume's open (or its
+// latest re-open) as a standby gateway: its I/O fails with ErrStandby
+// until an open with OpenOptions.Takeover makes it active. A target
+// without gateways is always active.
+func (v *Volume) Standby() bool { return v.standby.Load() }
 
 // Name is the volume's name on the target.
 func (v *Volume) Name() string { return v.name }

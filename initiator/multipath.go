@@ -1,0 +1,437 @@
+package initiator
+
+// Multipath: one volume through several gateways (targets over one
+// shared store), I/O on the active one, a fenced takeover on the next
+// when the active path is lost or turns standby.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MultipathConfig configures a Multipath.
+type MultipathConfig struct {
+	// Config is every path's session configuration; its Addr is
+	// ignored (Addrs has them) and its LossTimeout bounds how long an
+	// I/O keeps trying paths before it fails with ErrConnectionLost
+	// (default 60 s).
+	Config
+	// Addrs are the gateways' addresses, in order of preference: the
+	// first one that answers an open active serves the volume.
+	Addrs []string
+	// FastFail is how long a path may stay disconnected before its I/O
+	// fails over to another path (each path's session gets it as its
+	// LossTimeout: ib_srp's fast_io_fail_tmo beside dev_loss_tmo). A
+	// path that comes back sooner keeps its I/O, re-issued on the same
+	// gateway, and nobody is fenced. Default 1 s.
+	FastFail time.Duration
+}
+
+// Multipath is a session with several gateways of the same volumes.
+// It is safe for concurrent use.
+type Multipath struct {
+	cfg MultipathConfig
+
+	mu    sync.Mutex
+	paths []*Session // by Addrs index; nil until dialed
+	// bg: the closes of handles failed over from, which wait for their
+	// path (Close ends them by closing the sessions, then waits).
+	bg     sync.WaitGroup
+	closed bool
+}
+
+// DialMultipath dials every address; it fails only when none answers (a
+// path that does not is dialed again when a failover needs it).
+func DialMultipath(ctx context.Context, cfg MultipathConfig) (*Multipath, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, fmt.Errorf("initiator: multipath: no target address: %w", ErrInvalid)
+	}
+	if cfg.Protocol != ProtocolGoSRP {
+		return nil, fmt.Errorf("initiator: multipath speaks gosrp's protocol only (path states): %w", ErrInvalid)
+	}
+	if cfg.FastFail <= 0 {
+		cfg.FastFail = time.Second
+	}
+	if cfg.LossTimeout <= 0 {
+		cfg.LossTimeout = 60 * time.Second
+	}
+	m := &Multipath{cfg: cfg, paths: make([]*Session, len(cfg.Addrs))}
+	var errs []error
+	for i := range cfg.Addrs {
+		if _, err := m.session(ctx, i); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == len(cfg.Addrs) {
+		return nil, fmt.Errorf("initiator: multipath: no path answered: %w", errors.Join(errs...))
+	}
+	return m, nil
+}
+
+// session returns path i's session, dialing it if it has none.
+func (m *Multipath) session(ctx context.Context, i int) (*Session, error) {
+	m.mu.Lock()
+	s, closed := m.paths[i], m.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if s != nil {
+		return s, nil
+	}
+	cfg := m.cfg.Config
+	cfg.Addr = m.cfg.Addrs[i]
+	cfg.LossTimeout = m.cfg.FastFail
+	s, err := Dial(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("path %s: %w", cfg.Addr, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.paths[i] != nil {
+		s.Close()
+		if m.closed {
+			return nil, ErrClosed
+		}
+		return m.paths[i], nil
+	}
+	m.paths[i] = s
+	return s, nil
+}
+
+// Close closes every path's session.
+func (m *Multipath) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	paths := m.paths
+	m.paths = make([]*Session, len(paths))
+	m.mu.Unlock()
+	var errs []error
+	for _, s := range paths {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	m.bg.Wait()
+	return errors.Join(errs...)
+}
+
+// MultipathVolume is a volume opened through a Multipath: its I/O goes
+// to the active path, and fails over (see Multipath) when that path is
+// lost or answers standby. It is safe for concurrent use.
+type MultipathVolume struct {
+	m    *Multipath
+	name string
+	opts OpenOptions
+
+	mu  sync.Mutex
+	cur mpActive
+	// switching is closed when the failover under way ends; nil when
+	// none is.
+	switching chan struct{}
+	failovers int
+	closed    bool
+}
+
+// mpActive is the path the volume's I/O goes to; gen counts failovers,
+// so that the I/Os that failed on one path start one failover, not one
+// each.
+type mpActive struct {
+	v    *Volume
+	path int
+	gen  uint64
+}
+
+// Open opens a volume on every path that answers and picks the first
+// that is active; when none is (the gateway that served it is gone), the
+// first path that answers is asked to take over (OpenOptions.Takeover).
+func (m *Multipath) Open(ctx context.Context, name string, opts OpenOptions) (*MultipathVolume, error) {
+	if opts.Takeover {
+		return nil, fmt.Errorf("initiator: multipath open %q: Multipath decides when to take over: %w", name, ErrInvalid)
+	}
+	mv := &MultipathVolume{m: m, name: name, opts: opts}
+	var errs []error
+	for i := range m.cfg.Addrs {
+		s, err := m.session(ctx, i)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		v, err := s.Open(ctx, name, opts)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("path %s: %w", m.cfg.Addrs[i], err))
+			continue
+		}
+		if !v.Standby() {
+			mv.cur = mpActive{v: v, path: i}
+			return mv, nil
+		}
+		v.Close() // a standby handle serves nothing; a takeover opens anew
+	}
+	if err := mv.failover(ctx, 0, -1); err != nil {
+		return nil, fmt.Errorf("initiator: multipath open %q: %w", name, errors.Join(append(errs, err)...))
+	}
+	return mv, nil
+}
+
+// active returns the path I/O goes to now.
+func (mv *MultipathVolume) active() (mpActive, error) {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	if mv.closed {
+		return mpActive{}, ErrClosed
+	}
+	return mv.cur, nil
+}
+
+// failover makes another path active after the one of generation gen
+// failed (from: its index, -1 at open): it asks each path in turn, the
+// failed one last, to take the volume over. Concurrent callers for the
+// same generation wait for the one that runs it; a caller whose
+// generation is stale returns at once, the volume has moved already.
+func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from int) error {
+	mv.mu.Lock()
+	for {
+		if mv.closed {
+			mv.mu.Unlock()
+			return ErrClosed
+		}
+		if mv.cur.v != nil && mv.cur.gen != gen {
+			mv.mu.Unlock()
+			return nil
+		}
+		if mv.switching == nil {
+			break
+		}
+		ch := mv.switching
+		mv.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		mv.mu.Lock()
+	}
+	mv.switching = make(chan struct{})
+	old := mv.cur
+	mv.mu.Unlock()
+
+	m := mv.m
+	n := len(m.cfg.Addrs)
+	var next mpActive
+	var errs []error
+	for k := 1; k <= n; k++ {
+		i := (from + k) % n
+		if from < 0 {
+			i = k - 1
+		}
+		s, err := m.session(ctx, i)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		o := mv.opts
+		o.Takeover = true
+		v, err := s.Open(ctx, mv.name, o)
+		if err == nil && v.Standby() {
+			v.Close()
+			err = fmt.Errorf("answered standby to a takeover: %w", ErrStandby)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("path %s: %w", m.cfg.Addrs[i], err))
+			continue
+		}
+		next = mpActive{v: v, path: i, gen: gen + 1}
+		break
+	}
+
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	close(mv.switching)
+	mv.switching = nil
+	if next.v == nil {
+		return fmt.Errorf("no path took %q over: %w", mv.name, errors.Join(errs...))
+	}
+	if mv.closed {
+		next.v.Close()
+		return ErrClosed
+	}
+	mv.cur = next
+	mv.failovers++
+	if old.v != nil {
+		// The old path's handle goes. Its I/O that failed completed
+		// under the session's rules (a lost connection's
+		// registrations were invalidated or replaced before it
+		// failed); what is still queued there fails with ErrClosed
+		// and is re-issued here (do). Its session stays: it keeps
+		// reconnecting, so a later failover finds the gateway back.
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			old.v.Close()
+		}()
+	}
+	return nil
+}
+
+// failsOver reports whether an I/O error means the path, not the I/O,
+// failed: the connection stayed down past FastFail, or the gateway no
+// longer serves the volume.
+func failsOver(err error) bool {
+	return errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrStandby)
+}
+
+// do runs op on the active path, failing over and re-issuing it until it
+// succeeds, fails for a reason of its own, or LossTimeout passes.
+func (mv *MultipathVolume) do(ctx context.Context, op func(v *Volume) error) error {
+	var deadline time.Time
+	for {
+		a, err := mv.active()
+		if err != nil {
+			return err
+		}
+		err = op(a.v)
+		if err != nil && errors.Is(err, ErrClosed) && mv.moved(a.gen) {
+			continue // the handle closed by a failover: re-issue
+		}
+		if err == nil || !failsOver(err) || ctx.Err() != nil {
+			return err
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(mv.m.cfg.LossTimeout)
+		} else if now.After(deadline) {
+			return fmt.Errorf("initiator: multipath %q: no path served it within %v: %w", mv.name, mv.m.cfg.LossTimeout, err)
+		}
+		if ferr := mv.failover(ctx, a.gen, a.path); ferr != nil {
+			if errors.Is(ferr, ErrClosed) || ctx.Err() != nil {
+				return ferr
+			}
+			// No path took over yet (both gateways restarting, say):
+			// try again shortly, until the deadline.
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// moved reports whether a failover replaced the path of generation gen.
+func (mv *MultipathVolume) moved(gen uint64) bool {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	return !mv.closed && mv.cur.gen != gen
+}
+
+// Name is the volume's name.
+func (mv *MultipathVolume) Name() string { return mv.name }
+
+// Size is the volume's size in bytes, as the active path knows it.
+func (mv *MultipathVolume) Size() int64 {
+	a, err := mv.active()
+	if err != nil {
+		return 0
+	}
+	return a.v.Size()
+}
+
+// BlockSize is the volume's block size.
+func (mv *MultipathVolume) BlockSize() int {
+	a, err := mv.active()
+	if err != nil {
+		return 0
+	}
+	return a.v.BlockSize()
+}
+
+// Path returns the address of the active path.
+func (mv *MultipathVolume) Path() string {
+	a, err := mv.active()
+	if err != nil {
+		return ""
+	}
+	return mv.m.cfg.Addrs[a.path]
+}
+
+// Failovers counts the failovers since the open.
+func (mv *MultipathVolume) Failovers() int {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	return mv.failovers
+}
+
+// ReadAt reads len(p) bytes at off (Volume.ReadAt).
+func (mv *MultipathVolume) ReadAt(p []byte, off int64) (int, error) {
+	return mv.ReadAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt bounded by ctx.
+func (mv *MultipathVolume) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	var n int
+	err := mv.do(ctx, func(v *Volume) (err error) { n, err = v.ReadAtContext(ctx, p, off); return err })
+	return n, err
+}
+
+// WriteAt writes p at off (Volume.WriteAt).
+func (mv *MultipathVolume) WriteAt(p []byte, off int64) (int, error) {
+	return mv.WriteAtContext(context.Background(), p, off)
+}
+
+// WriteAtContext is WriteAt bounded by ctx.
+func (mv *MultipathVolume) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	var n int
+	err := mv.do(ctx, func(v *Volume) (err error) { n, err = v.WriteAtContext(ctx, p, off); return err })
+	return n, err
+}
+
+// WriteAtFUA writes p at off durably (Volume.WriteAtFUA).
+func (mv *MultipathVolume) WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error) {
+	var n int
+	err := mv.do(ctx, func(v *Volume) (err error) { n, err = v.WriteAtFUA(ctx, p, off); return err })
+	return n, err
+}
+
+// Flush makes the writes acknowledged before it durable (Volume.Flush).
+// A flush re-issued on a new path covers what the old path acknowledged
+// only if the old gateway's acknowledged writes were in the shared store
+// when it answered: so with srpd's rbd backend, which turns librbd's
+// cache off (a write returns once the OSDs have it), not with a gateway
+// that acknowledges writes from a cache of its own.
+func (mv *MultipathVolume) Flush(ctx context.Context) error {
+	return mv.do(ctx, func(v *Volume) error { return v.Flush(ctx) })
+}
+
+// Discard deallocates a range (Volume.Discard).
+func (mv *MultipathVolume) Discard(ctx context.Context, off, n int64) error {
+	return mv.do(ctx, func(v *Volume) error { return v.Discard(ctx, off, n) })
+}
+
+// WriteZeroes zeroes a range (Volume.WriteZeroes).
+func (mv *MultipathVolume) WriteZeroes(ctx context.Context, off, n int64) error {
+	return mv.do(ctx, func(v *Volume) error { return v.WriteZeroes(ctx, off, n) })
+}
+
+// Close closes the volume on its active path.
+func (mv *MultipathVolume) Close() error {
+	mv.mu.Lock()
+	if mv.closed {
+		mv.mu.Unlock()
+		return nil
+	}
+	mv.closed = true
+	v := mv.cur.v
+	mv.mu.Unlock()
+	if v == nil {
+		return nil
+	}
+	return v.Close()
+}

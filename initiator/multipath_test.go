@@ -1,0 +1,249 @@
+package initiator_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/gateway"
+	"github.com/gosrp/gosrp/internal/gateway/gatewaytest"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// gatewayRig is two gateways (targets) over one shared volume of a
+// gatewaytest cluster, each on its own software NIC (tcp wire), and the
+// initiator's NIC.
+type gatewayRig struct {
+	cl    *gatewaytest.Cluster
+	addrs []string
+	cats  []*gateway.Catalog
+	stop  []func() // stop[i] kills gateway i: its NIC goes, with every connection
+	ip    *emu.Provider
+}
+
+func newGatewayRig(t *testing.T) *gatewayRig {
+	t.Helper()
+	r := &gatewayRig{cl: gatewaytest.NewCluster()}
+	v, err := r.cl.Client().Create("vol0", 4<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	if r.ip, err = emu.New(emu.Config{Wire: emu.WireTCP}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.ip.Close() })
+	for i := range 2 {
+		nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cat := gateway.New(r.cl.Client())
+		tgt, err := target.New(target.Config{Name: "gw", Catalog: cat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		l, err := nic.Listen(ctx, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- tgt.Serve(ctx, l) }()
+		var once sync.Once
+		stop := func() {
+			once.Do(func() {
+				nic.Close()
+				cancel()
+				<-served
+				l.Close()
+			})
+		}
+		t.Cleanup(func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer scancel()
+			tgt.Shutdown(sctx)
+			stop()
+		})
+		r.addrs = append(r.addrs, l.Addr())
+		r.cats = append(r.cats, cat)
+		r.stop = append(r.stop, stop)
+		_ = i
+	}
+	return r
+}
+
+func (r *gatewayRig) dial(t *testing.T, name string) *initiator.Multipath {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := initiator.DialMultipath(ctx, initiator.MultipathConfig{
+		Config: initiator.Config{Provider: r.ip, Name: name, LossTimeout: 10 * time.Second},
+		Addrs:  r.addrs, FastFail: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// stampedWriters runs qd writers, each over blocks of its own, each
+// write stamped with its block and a generation (pattern); it returns
+// the generation each block's last acknowledged write carries, once
+// stop is closed.
+func stampedWriters(t *testing.T, mv *initiator.MultipathVolume, qd int, stop <-chan struct{}, acks *atomic.Int64) []uint32 {
+	t.Helper()
+	const perWriter = 16
+	gens := make([]uint32, qd*perWriter)
+	var wg sync.WaitGroup
+	errs := make(chan error, qd)
+	for w := range qd {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 4096)
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lba := uint64(w*perWriter + n%perWriter)
+				gen := gens[lba] + 1
+				pattern(buf, lba, gen, 1)
+				if _, err := mv.WriteAt(buf, int64(lba)*4096); err != nil {
+					errs <- err
+					return
+				}
+				gens[lba] = gen
+				acks.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("write: %v", err)
+	}
+	return gens
+}
+
+// verifyStamps reads every block back through mv and checks it holds
+// the generation of its last acknowledged write.
+func verifyStamps(t *testing.T, mv *initiator.MultipathVolume, gens []uint32) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	for lba, gen := range gens {
+		if _, err := mv.ReadAt(buf, int64(lba)*4096); err != nil {
+			t.Fatal(err)
+		}
+		if err := check(buf, uint64(lba), gen); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// waitAcks waits until n more writes were acknowledged.
+func waitAcks(t *testing.T, acks *atomic.Int64, n int64) {
+	t.Helper()
+	want := acks.Load() + n
+	deadline := time.Now().Add(20 * time.Second)
+	for acks.Load() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes acknowledged, waited for %d", acks.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestMultipathFailover: QD8 stamped writes through the first gateway;
+// its NIC dies (every connection with it, as a killed srpd's); the
+// writes go on through the second gateway, which took the volume over
+// (its lock), and every acknowledged write reads back.
+func TestMultipathFailover(t *testing.T) {
+	r := newGatewayRig(t)
+	m := r.dial(t, "host")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mv, err := m.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mv.Close()
+	if mv.Path() != r.addrs[0] || r.cats[0].State("vol0") != gateway.Active {
+		t.Fatalf("active path %s (gateway 0 %v), want the first", mv.Path(), r.cats[0].State("vol0"))
+	}
+	var acks atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan []uint32)
+	go func() { done <- stampedWriters(t, mv, 8, stop, &acks) }()
+	waitAcks(t, &acks, 200)
+	killed := time.Now()
+	r.stop[0]()
+	waitAcks(t, &acks, 200)
+	t.Logf("kill → 200 more writes acknowledged: %v", time.Since(killed))
+	close(stop)
+	gens := <-done
+	if mv.Path() != r.addrs[1] || mv.Failovers() != 1 || r.cats[1].State("vol0") != gateway.Active {
+		t.Fatalf("after the kill: path %s, %d failovers, gateway 1 %v", mv.Path(), mv.Failovers(), r.cats[1].State("vol0"))
+	}
+	verifyStamps(t, mv, gens)
+}
+
+// TestMultipathStandbyAnswer: another host takes the volume over through
+// the second gateway, fencing the first; this host's next I/O on the
+// first is answered standby, and it fails over to the second without
+// an error reaching the caller.
+func TestMultipathStandbyAnswer(t *testing.T) {
+	r := newGatewayRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mv, err := r.dial(t, "host").Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mv.Close()
+	buf := make([]byte, 4096)
+	pattern(buf, 0, 1, 1)
+	if _, err := mv.WriteAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another host's plain session on the second gateway: standby, its
+	// I/O refused; then its takeover.
+	s2, err := initiator.Dial(ctx, initiator.Config{Provider: r.ip, Addr: r.addrs[1], Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	v2, err := s2.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil || !v2.Standby() {
+		t.Fatalf("open on the second gateway: standby %v, %v; want standby", v2 != nil && v2.Standby(), err)
+	}
+	if _, err := v2.ReadAt(buf, 0); !errors.Is(err, initiator.ErrStandby) {
+		t.Fatalf("standby read: %v, want ErrStandby", err)
+	}
+	v3, err := s2.Open(ctx, "vol0", initiator.OpenOptions{Takeover: true})
+	if err != nil || v3.Standby() {
+		t.Fatalf("takeover: %v", err)
+	}
+	if _, err := v3.ReadAt(buf, 0); err != nil || check(buf, 0, 1) != nil {
+		t.Fatalf("read after the takeover: %v %v", err, check(buf, 0, 1))
+	}
+
+	pattern(buf, 1, 1, 1)
+	if _, err := mv.WriteAt(buf, 4096); err != nil {
+		t.Fatalf("write after the other host's takeover: %v", err)
+	}
+	// The first gateway was fenced; the failover closed this host's
+	// handle there, its last, so it holds nothing of the volume.
+	if mv.Failovers() != 1 || mv.Path() != r.addrs[1] || r.cats[0].State("vol0") == gateway.Active {
+		t.Fatalf("%d failovers, path %s, gateway 0 %v; want 1, the second, not active", mv.Failovers(), mv.Path(), r.cats[0].State("vol0"))
+	}
+	verifyStamps(t, mv, []uint32{1, 1})
+}
