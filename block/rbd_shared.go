@@ -19,8 +19,11 @@ func (s *RBDStore) OpenShared(name string) (Volume, error) { return s.openVolume
 
 // AcquireLock implements SharedOpener: librbd's rbd_lock_acquire in
 // exclusive mode, which another owner that took the lock the same way
-// refuses (it never hands it over), so the call fails instead of
-// waiting for it.
+// refuses (it never hands it over). A lock another client holds is
+// ErrBusy before librbd is asked at all: librbd would send the owner a
+// lock request and, when the owner is dead but its watch not yet timed
+// out, wait for the OSD to time the watch out (osd_client_watch_timeout,
+// 30 s) before it fails.
 func (s *RBDStore) AcquireLock(name string) error {
 	if err := s.lock("lock " + name); err != nil {
 		return err
@@ -36,6 +39,9 @@ func (s *RBDStore) AcquireLock(name string) error {
 		return fmt.Errorf("block: volume %q: lock: this client was fenced: %w", name, ErrFenced)
 	}
 	if own, err := c.img.LockIsExclusiveOwner(); err != nil || !own {
+		if owners, err := c.img.LockGetOwners(); err == nil && len(owners) > 0 {
+			return fmt.Errorf("block: volume %q: the exclusive lock is held by %s: %w", name, owners[0].Owner, ErrBusy)
+		}
 		if err := c.img.LockAcquire(rbd.LockModeExclusive); err != nil {
 			return fmt.Errorf("block: volume %q: take the exclusive lock (held by another client?): %w: %w", name, ErrBusy, err)
 		}
