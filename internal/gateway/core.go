@@ -90,14 +90,17 @@ func (a Action) String() string { return nameOf(actionNames[:], a, "Action") }
 //   - Every open tries the lock without breaking it: a lock nobody holds
 //     (the old owner closed the volume, or never opened it) is simply
 //     taken, so the first gateway to open a volume serves it.
-//   - Only a takeover breaks a lock, and only after a plain attempt was
-//     refused (ActLock, EvBusy, then ActBreak): the gateway never fences
-//     an owner it does not have to.
+//   - Only a takeover breaks a lock, and it breaks first (ActBreak, then
+//     ActLock): asking a dead owner to hand the lock over waits for the
+//     cluster to time its watch out (librbd's lock request, ≈ 30 s),
+//     and a takeover is asked for because the owner is thought dead.
+//     Breaking a lock nobody else holds is a no-op that fences nobody.
 //   - The state becomes Active only on EvLocked, that is after the lock
 //     is ours; nothing before it lets I/O through, so no I/O is served
 //     while the old owner may still write (issue 26's fencing rule).
 //   - A break is tried once per takeover: a lock still refused after it
 //     (a third gateway took it meanwhile) ends the takeover on Standby.
+//     A takeover on the active gateway changes nothing.
 //   - Fenced is final until the volume closes here: a blocklisted client
 //     cannot lock again.
 type core struct {
@@ -124,15 +127,12 @@ func (c *core) step(e Event) Action {
 			return ActLock
 		case EvTakeover:
 			c.state, c.takingOver, c.broke = Standby, true, false
-			return ActLock
+			return ActBreak
 		case EvLocked:
 			if c.state == Standby {
 				*c = core{state: Active}
 			}
 		case EvBusy:
-			if c.takingOver && !c.broke {
-				return ActBreak
-			}
 			c.takingOver, c.broke = false, false
 		case EvBroken:
 			if c.takingOver && !c.broke {
