@@ -19,25 +19,13 @@ import (
 // cluster CEPH_CONF names (test/ceph/cluster.sh): srpd serves the images
 // of an RBD namespace, srpc imports and exports 16 MiB that come back with
 // the same checksum, the rbd tool reads the same bytes from the image, and
-// a second srpd on the same namespace refuses to serve the image the first
-// holds the lock of.
+// a second srpd on the same namespace is a standby gateway for the image
+// the first holds the lock of: it refuses its I/O.
 func TestRBDBackendCLI(t *testing.T) {
-	conf := os.Getenv("CEPH_CONF")
-	if conf == "" {
-		t.Skip("CEPH_CONF not set: no Ceph cluster (start one: test/ceph/cluster.sh start DIR; eval \"$(test/ceph/cluster.sh env DIR)\")")
-	}
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
+	conf, srpd, args := rbdGatewaySetup(t)
 	_, srpc := e2etest.Binaries(t)
 	dir := t.TempDir()
-	srpd := filepath.Join(dir, "srpd-ceph")
-	if out, err := exec.Command("go", "build", "-tags", "ceph,pacific", "-o", srpd, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags ceph,pacific: %v\n%s", err, out)
-	}
-	ns := fmt.Sprintf("srpd%d", time.Now().UnixNano())
-	rbdTool(t, conf, "namespace", "create", "rbd/"+ns)
-	args := []string{"--backend", "rbd", "--rbd-pool", "rbd", "--rbd-namespace", ns, "--ceph-conf", conf, "--default-volume-size", "64MiB"}
+	ns := args[5]
 	addr := e2etest.FreeAddr(t)
 	d := e2etest.StartDaemon(t, srpd, filepath.Join(dir, "data"), addr, "", args...)
 
@@ -66,13 +54,35 @@ func TestRBDBackendCLI(t *testing.T) {
 	if r.Code == 0 {
 		t.Fatalf("export through a second srpd while the first holds the image's lock succeeded")
 	}
-	if !strings.Contains(r.Stderr, "exclusive lock") {
+	if !strings.Contains(r.Stderr, "path not active") {
 		t.Errorf("srpc does not say why the second srpd refused: stderr %q", r.Stderr)
 	}
 	t.Logf("second srpd: srpc exit %d: %s", r.Code, strings.TrimSpace(r.Stderr))
 	d2.Stop(t)
 	nbd.Stop(t)
 	d.Stop(t)
+}
+
+// rbdGatewaySetup skips without a cluster (CEPH_CONF) or with -short,
+// builds srpd with -tags ceph,pacific, creates an RBD namespace of its
+// own and returns the ceph.conf, the binary and srpd's flags for the
+// namespace (its 64 MiB vol0 included); args[5] is the namespace.
+func rbdGatewaySetup(t *testing.T) (conf, srpd string, args []string) {
+	t.Helper()
+	conf = os.Getenv("CEPH_CONF")
+	if conf == "" {
+		t.Skip("CEPH_CONF not set: no Ceph cluster (start one: test/ceph/cluster.sh start DIR; eval \"$(test/ceph/cluster.sh env DIR)\")")
+	}
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	srpd = filepath.Join(t.TempDir(), "srpd-ceph")
+	if out, err := exec.Command("go", "build", "-tags", "ceph,pacific", "-o", srpd, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags ceph,pacific: %v\n%s", err, out)
+	}
+	ns := fmt.Sprintf("srpd%d", time.Now().UnixNano())
+	rbdTool(t, conf, "namespace", "create", "rbd/"+ns)
+	return conf, srpd, []string{"--backend", "rbd", "--rbd-pool", "rbd", "--rbd-namespace", ns, "--ceph-conf", conf, "--default-volume-size", "64MiB"}
 }
 
 // rbdTool runs the rbd command against the cluster.

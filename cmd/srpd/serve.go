@@ -21,8 +21,8 @@ import (
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/admin"
 	"github.com/gosrp/gosrp/internal/cli"
+	"github.com/gosrp/gosrp/internal/gateway"
 	"github.com/gosrp/gosrp/target"
-	"github.com/gosrp/gosrp/target/storecatalog"
 	"github.com/gosrp/gosrp/transport"
 	_ "github.com/gosrp/gosrp/transport/ibverbs" // RDMA hardware, or a hint on how to build it
 )
@@ -303,8 +303,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 
+	// The gateway catalog serves a shared store's volumes (rbd) as one
+	// gateway of several: active when it holds a volume's lock, standby
+	// otherwise, and taking it over when an initiator asks; other
+	// stores' volumes pass through, always active.
 	tgt, err := target.New(target.Config{
-		Name: cfg.Name, Catalog: storecatalog.Catalog{Store: store}, ACL: acc.ACLPointer(), Secrets: acc.Secret,
+		Name: cfg.Name, Catalog: gateway.New(store), ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
 		SRPTargetPortID: srpPort, Logger: log, Reservations: res, DirtyMarks: marks,

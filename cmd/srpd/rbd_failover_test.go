@@ -1,0 +1,191 @@
+//go:build ceph && pacific
+
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/e2etest"
+	"github.com/gosrp/gosrp/internal/testenv"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// TestRBDFailover: two srpd gateways over one RBD image, a multipath
+// initiator writing at QD16, blocks stamped with their LBA and a
+// generation. The active gateway is SIGKILLed mid-write
+// (GOSRP_RBD_KILLS times, 5 by default) and restarted; each time the
+// initiator fails over to the other (a takeover: the dead one's lock
+// broken, its client blocklisted) and the writes go on. The time from
+// the kill to the first write completed after it, on the new path, is
+// logged (median, max); at the end every acknowledged write reads back.
+// GOSRP_RBD_FASTFAIL sets the initiator's FastFail in milliseconds (default: the
+// package's, 1 s), which most of the failover time is.
+func TestRBDFailover(t *testing.T) {
+	_, srpd, args := rbdGatewaySetup(t)
+	dir := t.TempDir()
+	addrs := []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t)}
+	start := func(i int) *e2etest.Daemon {
+		return e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), addrs[i], "", args...)
+	}
+	gws := []*e2etest.Daemon{start(0), start(1)}
+
+	nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nic.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	fastFail := time.Duration(testenv.Int(t, "GOSRP_RBD_FASTFAIL", 0, 0)) * time.Millisecond
+	m, err := initiator.DialMultipath(ctx, initiator.MultipathConfig{
+		Config: initiator.Config{Provider: nic, Name: "host", LossTimeout: 30 * time.Second}, Addrs: addrs, FastFail: fastFail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	mv, err := m.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mv.Close()
+
+	const qd, perWriter = 16, 64
+	gens := make([]uint32, qd*perWriter)
+	var acks atomic.Int64
+	// killAt: when the last kill was sent (unix nanos; 0: none);
+	// firstAfter: when the first write after it completed on the new
+	// path, which a failover count above failoversAt tells (a write the
+	// dying gateway answered in its last microseconds does not count).
+	var killAt, firstAfter atomic.Int64
+	var failoversAt atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, qd)
+	for w := range qd {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 4096)
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lba := w*perWriter + n%perWriter
+				stamp(buf, uint64(lba), gens[lba]+1)
+				if _, err := mv.WriteAtContext(ctx, buf, int64(lba)*4096); err != nil {
+					errs <- fmt.Errorf("write of block %d: %w", lba, err)
+					return
+				}
+				if n%32 == 31 {
+					if err := mv.Flush(ctx); err != nil {
+						errs <- fmt.Errorf("flush: %w", err)
+						return
+					}
+				}
+				gens[lba]++
+				acks.Add(1)
+				now := time.Now().UnixNano()
+				if k := killAt.Load(); k != 0 && now > k && int64(mv.Failovers()) > failoversAt.Load() {
+					firstAfter.CompareAndSwap(0, now)
+				}
+			}
+		}()
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !ok() {
+			select {
+			case err := <-errs:
+				t.Fatal(err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 60 s for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	var times []time.Duration
+	kills := int(testenv.Int(t, "GOSRP_RBD_KILLS", 5, 1))
+	for k := range kills {
+		n := acks.Load()
+		waitFor("writes before the kill", func() bool { return acks.Load() >= n+200 })
+		active := slices.Index(addrs, mv.Path())
+		firstAfter.Store(0)
+		failoversAt.Store(int64(mv.Failovers()))
+		killAt.Store(time.Now().UnixNano())
+		gws[active].Kill(t)
+		waitFor("a write after the kill", func() bool { return firstAfter.Load() != 0 })
+		d := time.Duration(firstAfter.Load() - killAt.Load())
+		killAt.Store(0)
+		times = append(times, d)
+		if p := slices.Index(addrs, mv.Path()); p == active {
+			t.Fatalf("kill %d: still on the killed gateway %s", k, mv.Path())
+		}
+		t.Logf("kill %d of gateway %d: first write completed on the other %v later", k, active, d.Round(time.Millisecond))
+		gws[active] = start(active)
+	}
+	n := acks.Load()
+	waitFor("writes after the last kill", func() bool { return acks.Load() >= n+200 })
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if mv.Failovers() != kills {
+		t.Errorf("%d failovers for %d kills", mv.Failovers(), kills)
+	}
+	buf := make([]byte, 4096)
+	for lba, gen := range gens {
+		if _, err := mv.ReadAtContext(ctx, buf, int64(lba)*4096); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkStamp(buf, uint64(lba), gen); err != nil {
+			t.Error(err)
+		}
+	}
+	slices.Sort(times)
+	t.Logf("failover over %d kills (%d writes acknowledged): median %v, max %v", len(times), acks.Load(),
+		times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
+}
+
+// stamp fills a block with its LBA, a generation and a checksum.
+func stamp(b []byte, lba uint64, gen uint32) {
+	binary.LittleEndian.PutUint64(b, lba)
+	binary.LittleEndian.PutUint32(b[8:], gen)
+	for i := 12; i < len(b)-4; i++ {
+		b[i] = byte(lba) ^ byte(gen) ^ byte(i)
+	}
+	binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.ChecksumIEEE(b[:len(b)-4]))
+}
+
+// checkStamp verifies a block holds the stamp of generation gen (zeros
+// for 0, never written).
+func checkStamp(b []byte, lba uint64, gen uint32) error {
+	got := binary.LittleEndian.Uint32(b[8:])
+	if gen == 0 && got == 0 && binary.LittleEndian.Uint64(b) == 0 {
+		return nil
+	}
+	if crc32.ChecksumIEEE(b[:len(b)-4]) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		return fmt.Errorf("block %d: torn or corrupt (checksum)", lba)
+	}
+	if binary.LittleEndian.Uint64(b) != lba || got != gen {
+		return fmt.Errorf("block %d: holds block %d generation %d, want generation %d", lba, binary.LittleEndian.Uint64(b), got, gen)
+	}
+	return nil
+}
