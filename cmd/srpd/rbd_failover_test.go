@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"path/filepath"
@@ -47,29 +48,24 @@ func TestRBDFailover(t *testing.T) {
 	var killAt, firstAfter atomic.Int64
 	var failoversAt atomic.Int64
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, qd)
-	for w := range qd {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	done := make(chan error, 1)
+	go func() {
+		done <- eachWriter(qd, func(w int) error {
 			buf := make([]byte, 4096)
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
-					return
+					return nil
 				default:
 				}
 				lba := w*perWriter + n%perWriter
 				stamp(buf, uint64(lba), gens[lba]+1)
 				if _, err := mv.WriteAtContext(ctx, buf, int64(lba)*4096); err != nil {
-					errs <- fmt.Errorf("write of block %d: %w", lba, err)
-					return
+					return fmt.Errorf("write of block %d: %w", lba, err)
 				}
 				if n%32 == 31 {
 					if err := mv.Flush(ctx); err != nil {
-						errs <- fmt.Errorf("flush: %w", err)
-						return
+						return fmt.Errorf("flush: %w", err)
 					}
 				}
 				gens[lba]++
@@ -79,15 +75,15 @@ func TestRBDFailover(t *testing.T) {
 					firstAfter.CompareAndSwap(0, now)
 				}
 			}
-		}()
-	}
+		})
+	}()
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for !ok() {
 			select {
-			case err := <-errs:
-				t.Fatal(err)
+			case err := <-done:
+				t.Fatalf("the writers stopped: %v", err)
 			default:
 			}
 			if time.Now().After(deadline) {
@@ -120,9 +116,7 @@ func TestRBDFailover(t *testing.T) {
 	n := acks.Load()
 	waitFor("writes after the last kill", func() bool { return acks.Load() >= n+200 })
 	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if mv.Failovers() != kills {
@@ -176,6 +170,22 @@ func gatewayPair(t *testing.T, ctx context.Context, cfg initiator.MultipathConfi
 	return addrs, gws, start, mv
 }
 
+// eachWriter runs f(0) ... f(qd-1) on goroutines of their own and
+// returns the first error once all have returned.
+func eachWriter(qd int, f func(w int) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, qd)
+	for w := range qd {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[w] = f(w)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // stamp fills a block with its LBA, a generation and a checksum.
 func stamp(b []byte, lba uint64, gen uint32) {
 	binary.LittleEndian.PutUint64(b, lba)
@@ -223,25 +233,17 @@ func TestRBDStaleWrites(t *testing.T) {
 	// writeAll writes generation gen over every block at QD16 and
 	// flushes; it may run beside the test's goroutine.
 	writeAll := func(gen uint32) error {
-		var wg sync.WaitGroup
-		errs := make(chan error, qd)
-		for w := range qd {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				buf := make([]byte, 4096)
-				for lba := w; lba < blocks; lba += qd {
-					stamp(buf, uint64(lba), gen)
-					if _, err := mv.WriteAtContext(ctx, buf, int64(lba)*4096); err != nil {
-						errs <- err
-						return
-					}
+		err := eachWriter(qd, func(w int) error {
+			buf := make([]byte, 4096)
+			for lba := w; lba < blocks; lba += qd {
+				stamp(buf, uint64(lba), gen)
+				if _, err := mv.WriteAtContext(ctx, buf, int64(lba)*4096); err != nil {
+					return err
 				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+			}
+			return nil
+		})
+		if err != nil {
 			return fmt.Errorf("write of generation %d: %w", gen, err)
 		}
 		if err := mv.Flush(ctx); err != nil {
