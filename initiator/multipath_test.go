@@ -247,3 +247,66 @@ func TestMultipathStandbyAnswer(t *testing.T) {
 	}
 	verifyStamps(t, mv, []uint32{1, 1})
 }
+
+// TestMultipathSteadyStateAllocs: a Multipath volume's synchronous 4 KiB
+// writes and reads allocate nothing per I/O, the target's side included,
+// as a plain Volume's do.
+func TestMultipathSteadyStateAllocs(t *testing.T) {
+	r := newGatewayRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mv, err := r.dial(t, "host").Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mv.Close()
+	buf := make([]byte, 4096)
+	for _, op := range []struct {
+		name string
+		f    func() error
+	}{
+		{"write", func() error { _, err := mv.WriteAtContext(ctx, buf, 4096); return err }},
+		{"read", func() error { _, err := mv.ReadAtContext(ctx, buf, 4096); return err }},
+	} {
+		for range 100 {
+			if err := op.f(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a := testing.AllocsPerRun(500, func() { op.f() }); a > 0.1 {
+			t.Errorf("multipath %s: %.2f allocations per I/O, want 0", op.name, a)
+		}
+	}
+}
+
+// TestMultipathDeadFirstPath: a Multipath whose first address answers
+// nothing opens the volume on the second, active; one whose every
+// address is dead fails to dial, saying so.
+func TestMultipathDeadFirstPath(t *testing.T) {
+	r := newGatewayRig(t)
+	r.stop[0]()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := initiator.MultipathConfig{Config: initiator.Config{Provider: r.ip, Name: "host", ConnectTimeout: time.Second},
+		Addrs: r.addrs}
+	m, err := initiator.DialMultipath(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	mv, err := m.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mv.Close()
+	if mv.Path() != r.addrs[1] || r.cats[1].State("vol0") != gateway.Active || mv.Failovers() != 0 {
+		t.Fatalf("path %s, gateway 1 %v, %d failovers; want the second, active, none", mv.Path(), r.cats[1].State("vol0"), mv.Failovers())
+	}
+	if _, err := mv.WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	r.stop[1]()
+	if _, err := initiator.DialMultipath(ctx, cfg); err == nil {
+		t.Fatal("a multipath of dead addresses dialed")
+	}
+}
