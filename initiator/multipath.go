@@ -138,6 +138,7 @@ type MultipathVolume struct {
 	switching chan struct{}
 	failovers int
 	closed    bool
+	retry     mpRetry // Submit's re-issues (multipath_submit.go)
 }
 
 // mpActive is the path the volume's I/O goes to; gen counts failovers,
@@ -430,6 +431,7 @@ func (mv *MultipathVolume) Close() error {
 	mv.closed = true
 	v := mv.cur.v
 	mv.mu.Unlock()
+	mv.stopRetry()
 	if v == nil {
 		return nil
 	}

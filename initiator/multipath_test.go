@@ -92,6 +92,18 @@ func (r *gatewayRig) dial(t *testing.T, name string) *initiator.Multipath {
 	return m
 }
 
+// open dials a Multipath of both gateways as "host" and opens vol0 on
+// it; the test's cleanup closes both.
+func (r *gatewayRig) open(t *testing.T, ctx context.Context) *initiator.MultipathVolume {
+	t.Helper()
+	mv, err := r.dial(t, "host").Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mv.Close() })
+	return mv
+}
+
 // stampedWriters runs qd writers, each over blocks of its own, each
 // write stamped with its block and a generation (pattern); it returns
 // the generation each block's last acknowledged write carries, once
@@ -167,14 +179,9 @@ func waitAcks(t *testing.T, acks *atomic.Int64, n int64) {
 // (its lock), and every acknowledged write reads back.
 func TestMultipathFailover(t *testing.T) {
 	r := newGatewayRig(t)
-	m := r.dial(t, "host")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mv, err := m.Open(ctx, "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mv.Close()
+	mv := r.open(t, ctx)
 	if mv.Path() != r.addrs[0] || r.cats[0].State("vol0") != gateway.Active {
 		t.Fatalf("active path %s (gateway 0 %v), want the first", mv.Path(), r.cats[0].State("vol0"))
 	}
@@ -203,11 +210,7 @@ func TestMultipathStandbyAnswer(t *testing.T) {
 	r := newGatewayRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mv, err := r.dial(t, "host").Open(ctx, "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mv.Close()
+	mv := r.open(t, ctx)
 	buf := make([]byte, 4096)
 	pattern(buf, 0, 1, 1)
 	if _, err := mv.WriteAt(buf, 0); err != nil {
@@ -249,24 +252,28 @@ func TestMultipathStandbyAnswer(t *testing.T) {
 }
 
 // TestMultipathSteadyStateAllocs: a Multipath volume's synchronous 4 KiB
-// writes and reads allocate nothing per I/O, the target's side included,
-// as a plain Volume's do.
+// writes and reads, and its Submit, allocate nothing per I/O, the
+// target's side included, as a plain Volume's do.
 func TestMultipathSteadyStateAllocs(t *testing.T) {
 	r := newGatewayRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mv, err := r.dial(t, "host").Open(ctx, "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mv.Close()
+	mv := r.open(t, ctx)
 	buf := make([]byte, 4096)
+	done := make(chan *initiator.Request, 1)
+	rq := &initiator.Request{Op: initiator.OpWrite, Buf: make([]byte, 4096), Offset: 8192, Done: done}
 	for _, op := range []struct {
 		name string
 		f    func() error
 	}{
 		{"write", func() error { _, err := mv.WriteAtContext(ctx, buf, 4096); return err }},
 		{"read", func() error { _, err := mv.ReadAtContext(ctx, buf, 4096); return err }},
+		{"submit", func() error {
+			if err := mv.Submit(rq); err != nil {
+				return err
+			}
+			return (<-done).Err
+		}},
 	} {
 		for range 100 {
 			if err := op.f(); err != nil {
@@ -309,4 +316,55 @@ func TestMultipathDeadFirstPath(t *testing.T) {
 	if _, err := initiator.DialMultipath(ctx, cfg); err == nil {
 		t.Fatal("a multipath of dead addresses dialed")
 	}
+}
+
+// TestMultipathSubmitFailover: asynchronous writes (Submit) at QD8, the
+// active gateway killed among them: every request comes back without
+// an error, the ones the dead path failed re-issued on the other, and
+// every block reads back as its last acknowledged write.
+func TestMultipathSubmitFailover(t *testing.T) {
+	r := newGatewayRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mv := r.open(t, ctx)
+	const qd, blocks, writes = 8, 64, 3000
+	gens := make([]uint32, blocks)
+	inflight := make([]bool, blocks)
+	done := make(chan *initiator.Request, qd)
+	next := 0
+	submit := func(rq *initiator.Request) {
+		for inflight[next%blocks] {
+			next++
+		}
+		lba := next % blocks
+		next++
+		inflight[lba] = true
+		pattern(rq.Buf, uint64(lba), gens[lba]+1, 1)
+		rq.Op, rq.Offset, rq.Err = initiator.OpWrite, int64(lba)*4096, nil
+		if err := mv.Submit(rq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range qd {
+		submit(&initiator.Request{Buf: make([]byte, 4096), Done: done})
+	}
+	for n := range writes {
+		rq := <-done
+		if rq.Err != nil {
+			t.Fatalf("write %d: %v", n, rq.Err)
+		}
+		lba := int(rq.Offset / 4096)
+		gens[lba]++
+		inflight[lba] = false
+		if n == writes/3 {
+			r.stop[0]()
+		}
+		if n < writes-qd {
+			submit(rq)
+		}
+	}
+	if mv.Failovers() != 1 || mv.Path() != r.addrs[1] {
+		t.Fatalf("%d failovers, path %s; want 1, the second", mv.Failovers(), mv.Path())
+	}
+	verifyStamps(t, mv, gens)
 }
