@@ -77,19 +77,19 @@ func signalContext(ctx context.Context) (context.Context, func()) {
 // pipeline keeps up to qd requests of one volume in flight, each with its
 // own registered buffer.
 type pipeline struct {
-	vol  *initiator.Volume
+	vol  copyVolume
 	reqs []*initiator.Request
 	done chan *initiator.Request
 }
 
-func newPipeline(s *session, v *initiator.Volume, qd int) (*pipeline, int, error) {
-	chunk := min(s.MaxTransfer(), 1<<20) / v.BlockSize() * v.BlockSize()
+func newPipeline(s *session, v copyVolume, qd int) (*pipeline, int, error) {
+	chunk := min(s.maxTransfer(), 1<<20) / v.BlockSize() * v.BlockSize()
 	if chunk <= 0 {
-		return nil, 0, fmt.Errorf("target's max transfer %d is below the block size %d", s.MaxTransfer(), v.BlockSize())
+		return nil, 0, fmt.Errorf("target's max transfer %d is below the block size %d", s.maxTransfer(), v.BlockSize())
 	}
 	p := &pipeline{vol: v, done: make(chan *initiator.Request, qd)}
 	for range qd {
-		buf, err := s.AllocBuffer(chunk)
+		buf, err := s.allocBuffer(chunk)
 		if err != nil {
 			buf = make([]byte, chunk) // bounce-buffered
 		}
@@ -166,7 +166,7 @@ completed with the volume's existing bytes.`,
 			}
 			ctx, stop := signalContext(ctx)
 			defer stop()
-			s, v, err := cf.conn.open(ctx, args[0], false, cf.qd, cf.qd<<20)
+			s, v, err := cf.conn.openCopy(ctx, args[0], false, cf.qd, cf.qd<<20)
 			if err != nil {
 				return err
 			}
@@ -195,7 +195,7 @@ completed with the volume's existing bytes.`,
 	}
 }
 
-func importData(ctx context.Context, s *session, v *initiator.Volume, in io.Reader, off, total int64, cf *copyFlags) (int64, error) {
+func importData(ctx context.Context, s *session, v copyVolume, in io.Reader, off, total int64, cf *copyFlags) (int64, error) {
 	p, chunk, err := newPipeline(s, v, cf.qd)
 	if err != nil {
 		return 0, err
@@ -302,7 +302,7 @@ truncated. Snapshots export as VOLUME@SNAPSHOT.`,
 			}
 			ctx, stop := signalContext(ctx)
 			defer stop()
-			s, v, err := cf.conn.open(ctx, args[0], true, cf.qd, cf.qd<<20)
+			s, v, err := cf.conn.openCopy(ctx, args[0], true, cf.qd, cf.qd<<20)
 			if err != nil {
 				return err
 			}
@@ -345,7 +345,7 @@ truncated. Snapshots export as VOLUME@SNAPSHOT.`,
 	}
 }
 
-func exportData(ctx context.Context, s *session, v *initiator.Volume, out io.Writer, off, length int64, cf *copyFlags) error {
+func exportData(ctx context.Context, s *session, v copyVolume, out io.Writer, off, length int64, cf *copyFlags) error {
 	p, chunk, err := newPipeline(s, v, cf.qd)
 	if err != nil {
 		return err

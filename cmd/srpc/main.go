@@ -56,9 +56,13 @@ type connFlags struct {
 	provider, profile, wire          string
 	protocol, srpTarget, srpInit     string
 	providerOpts                     []string
-	channels, procs                  int
-	timeout                          time.Duration
-	replay                           cli.SizeFlag // 0 where registerReplay was not called
+	// paths: the --target addresses past the first (multipath.go);
+	// targetSet: a --target was given, replacing the default.
+	paths           []string
+	targetSet       bool
+	channels, procs int
+	timeout         time.Duration
+	replay          cli.SizeFlag // 0 where registerReplay was not called
 	// exclusive: --exclusive (registerExclusive); writes: the command
 	// writes (registerReplay), so --read-only and --exclusive clash.
 	exclusive, writes bool
@@ -76,7 +80,9 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	if host == "" {
 		host = "srpc"
 	}
-	fs.StringVar(&c.target, "target", envOr("SRPC_TARGET", "127.0.0.1:4420"), "target `ADDR`: HOST:PORT, or srpd's socket path with --wire shm (env SRPC_TARGET)")
+	c.target = envOr("SRPC_TARGET", "127.0.0.1:4420")
+	fs.Func("target", "target `ADDR`: HOST:PORT, or srpd's socket path with --wire shm (env SRPC_TARGET; default 127.0.0.1:4420); "+
+		"given more than once (import, export): gateways of the same volumes, one path each, failed over between", c.addTarget)
 	fs.StringVar(&c.name, "name", envOr("SRPC_NAME", host), "initiator `NAME` the target's ACL and secrets know (env SRPC_NAME; default the host name)")
 	fs.StringVar(&c.secret, "secret", "", "shared `SECRET` for authentication (visible in ps; prefer --secret-file or SRPC_SECRET)")
 	fs.StringVar(&c.secretFile, "secret-file", "", "read the shared secret from `FILE` (one line)")
@@ -150,9 +156,10 @@ func (f *serveFlags) open(ctx context.Context, name string, bufBytes int) (*sess
 // session is a logged-in session and its provider, with the target
 // address and initiator name it was dialled with, for messages.
 type session struct {
-	*initiator.Session
-	prov       transport.Provider
-	addr, name string
+	*initiator.Session                      // nil for a multipath (mp)
+	mp                 *initiator.Multipath // several --target paths (multipath.go)
+	prov               transport.Provider
+	addr, name         string
 }
 
 // noVolume is the one-line message for a volume the target does not
@@ -163,7 +170,12 @@ func (s *session) noVolume(name string) error {
 }
 
 func (s *session) Close() error {
-	err := s.Session.Close()
+	var err error
+	if s.mp != nil {
+		err = s.mp.Close()
+	} else {
+		err = s.Session.Close()
+	}
 	s.prov.Close()
 	return err
 }
@@ -175,6 +187,7 @@ func (c *connFlags) open(ctx context.Context, name string, ro bool, qd, bufBytes
 	if ro && c.exclusive && c.writes {
 		return nil, nil, cli.Usagef("--exclusive and --read-only exclude each other: an exclusive open makes this the volume's one writer")
 	}
+
 	if ro {
 		c.replay.N = 0
 	}
@@ -208,51 +221,12 @@ func (c *connFlags) list(ctx context.Context) (*session, []initiator.VolumeInfo,
 }
 
 func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error) {
-	if err := cli.SetProcs(c.procs); err != nil {
-		return nil, err
+	if len(c.paths) > 0 {
+		return nil, cli.Usagef("--target given %d times: several paths (multipath) are for import and export only", len(c.paths)+1)
 	}
-	opts := transport.Options{}
-	if c.provider == "emu" {
-		opts["wire"], opts["profile"] = c.wire, c.profile
-	}
-	for _, kv := range c.providerOpts {
-		k, v, _ := strings.Cut(kv, "=")
-		opts[k] = v
-	}
-	prov, err := cli.OpenProvider(c.provider, opts, quietLogger())
+	cfg, prov, secret, err := c.config(qd, bufBytes)
 	if err != nil {
 		return nil, err
-	}
-	secret := c.secret
-	if secret == "" && c.secretFile != "" {
-		b, err := os.ReadFile(c.secretFile)
-		if err != nil {
-			prov.Close()
-			return nil, fmt.Errorf("--secret-file: %w", err)
-		}
-		secret = strings.TrimRight(string(b), "\r\n")
-	}
-	if secret == "" {
-		secret = os.Getenv("SRPC_SECRET")
-	}
-	if c.replay.N < 0 {
-		prov.Close()
-		return nil, cli.Usagef("--replay-buffer %d: want a size of 0 or more", c.replay.N)
-	}
-	proto, srpTarget, srpInit, err := c.srpFlags()
-	if err != nil {
-		prov.Close()
-		return nil, err
-	}
-	cfg := initiator.Config{
-		Provider: prov, Addr: c.target, Name: c.name, Channels: c.channels, Credits: qd,
-		MaxTransfer: 1 << 20, BufferBytes: bufBytes, ReplayBuffer: int(c.replay.N),
-		ConnectTimeout: c.timeout, LossTimeout: c.timeout,
-		Logger:   quietLogger(),
-		Protocol: proto, SRPTargetPortID: srpTarget, SRPInitiatorPortID: srpInit,
-	}
-	if secret != "" {
-		cfg.Secret = []byte(secret)
 	}
 	dctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -262,6 +236,58 @@ func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error
 		return nil, dialError(c.target, c.name, secret != "", err)
 	}
 	return &session{Session: s, prov: prov, addr: c.target, name: c.name}, nil
+}
+
+// config opens the provider and makes the session configuration the
+// flags say (Addr: the first --target); the caller closes the provider.
+func (c *connFlags) config(qd, bufBytes int) (cfg initiator.Config, prov transport.Provider, secret string, err error) {
+	if err := cli.SetProcs(c.procs); err != nil {
+		return cfg, nil, "", err
+	}
+	opts := transport.Options{}
+	if c.provider == "emu" {
+		opts["wire"], opts["profile"] = c.wire, c.profile
+	}
+	for _, kv := range c.providerOpts {
+		k, v, _ := strings.Cut(kv, "=")
+		opts[k] = v
+	}
+	prov, err = cli.OpenProvider(c.provider, opts, quietLogger())
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	secret = c.secret
+	if secret == "" && c.secretFile != "" {
+		b, err := os.ReadFile(c.secretFile)
+		if err != nil {
+			prov.Close()
+			return cfg, nil, "", fmt.Errorf("--secret-file: %w", err)
+		}
+		secret = strings.TrimRight(string(b), "\r\n")
+	}
+	if secret == "" {
+		secret = os.Getenv("SRPC_SECRET")
+	}
+	if c.replay.N < 0 {
+		prov.Close()
+		return cfg, nil, "", cli.Usagef("--replay-buffer %d: want a size of 0 or more", c.replay.N)
+	}
+	proto, srpTarget, srpInit, err := c.srpFlags()
+	if err != nil {
+		prov.Close()
+		return cfg, nil, "", err
+	}
+	cfg = initiator.Config{
+		Provider: prov, Addr: c.target, Name: c.name, Channels: c.channels, Credits: qd,
+		MaxTransfer: 1 << 20, BufferBytes: bufBytes, ReplayBuffer: int(c.replay.N),
+		ConnectTimeout: c.timeout, LossTimeout: c.timeout,
+		Logger:   quietLogger(),
+		Protocol: proto, SRPTargetPortID: srpTarget, SRPInitiatorPortID: srpInit,
+	}
+	if secret != "" {
+		cfg.Secret = []byte(secret)
+	}
+	return cfg, prov, secret, nil
 }
 
 // srpFlags reads --protocol and the SRP port identifiers.
