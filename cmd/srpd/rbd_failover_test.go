@@ -4,10 +4,13 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -308,4 +311,45 @@ func TestRBDStaleWrites(t *testing.T) {
 		gws[active] = start(active)
 	}
 	t.Logf("stale-write scenario: %d iterations, 0 with stale data", iters)
+}
+
+// TestRBDFailoverSrpc: srpc import with two --target paths, two srpd
+// gateways over one image, the first (active) SIGKILLed while the
+// import runs: srpc fails over to the second, exits 0, and the image
+// holds every byte (exported through the second).
+func TestRBDFailoverSrpc(t *testing.T) {
+	_, srpd, args := rbdGatewaySetup(t)
+	_, srpc := e2etest.Binaries(t)
+	dir := t.TempDir()
+	a, b := e2etest.FreeAddr(t), e2etest.FreeAddr(t)
+	ga := e2etest.StartDaemon(t, srpd, filepath.Join(dir, "a"), a, "", args...)
+	e2etest.StartDaemon(t, srpd, filepath.Join(dir, "b"), b, "", args...)
+	data := make([]byte, 64<<20)
+	rand.Read(data)
+	in, out := filepath.Join(dir, "in.img"), filepath.Join(dir, "out.img")
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	imp := e2etest.StartProc(t, srpc, "import", "--quiet", "--qd", "8", "--target", a, "--target", b, "vol0", in)
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-imp.Exited():
+		t.Skipf("the import ended before the kill (%v): nothing to fail over", imp.Err())
+	default:
+	}
+	killed := time.Now()
+	ga.Kill(t)
+	select {
+	case <-imp.Exited():
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("srpc import still running 2 min after the kill:\n%s", imp.Output())
+	}
+	if code := imp.ExitCode(); code != 0 {
+		t.Fatalf("srpc import exit %d after the kill:\n%s", code, imp.Output())
+	}
+	t.Logf("srpc import finished %v after the kill of the active gateway", time.Since(killed).Round(time.Millisecond))
+	e2etest.MustRun(t, srpc, "export", "--quiet", "--target", b, "--length", "64MiB", "vol0", out)
+	if e2etest.FileSum(t, out) != sha256.Sum256(data) {
+		t.Fatal("the image differs from the import")
+	}
 }
