@@ -46,7 +46,18 @@ func TestCatalogTakeover(t *testing.T) {
 	if _, err := vb.WriteAt(blk, 0); !errors.Is(err, target.ErrStandby) {
 		t.Fatalf("standby write: %v, want ErrStandby", err)
 	}
+	if _, err := vb.(target.Allocator).Allocated(0, 4096, func(int64, int64) bool { return true }); !errors.Is(err, target.ErrStandby) {
+		t.Fatalf("standby extents: %v, want ErrStandby", err)
+	}
 	blk[0] = 1
+	if _, err := va.WriteAt(blk, 8192); err != nil {
+		t.Fatal(err)
+	}
+	var runs [][2]int64
+	if _, err := va.(target.Allocator).Allocated(0, 1<<20, func(off, n int64) bool { runs = append(runs, [2]int64{off, n}); return true }); err != nil ||
+		len(runs) != 1 || runs[0] != [2]int64{8192, 4096} {
+		t.Fatalf("active extents: %v, %v; want the one block written", runs, err)
+	}
 	if _, err := va.WriteAt(blk, 0); err != nil {
 		t.Fatal(err)
 	}

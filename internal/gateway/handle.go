@@ -124,3 +124,20 @@ func (h *handle) Close() error {
 	})
 	return err
 }
+
+// Allocated implements block.Allocator (the target's extents requests)
+// while this gateway serves the volume, with the store volume's own
+// answer when it has one (rbd's object map); otherwise the whole range
+// is reported allocated, which is always true enough.
+func (h *handle) Allocated(off, n int64, yield func(off, n int64) bool) (int64, error) {
+	if err := h.check(); err != nil {
+		return off, err
+	}
+	a, ok := h.Volume.(block.Allocator)
+	if !ok {
+		yield(off, n)
+		return off + n, nil
+	}
+	end, err := a.Allocated(off, n, yield)
+	return end, h.done(err)
+}

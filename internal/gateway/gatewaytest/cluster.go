@@ -232,3 +232,11 @@ func (v *volume) Close() error {
 	})
 	return err
 }
+
+// Allocated implements block.Allocator with the memory volume's answer.
+func (v *volume) Allocated(off, n int64, yield func(off, n int64) bool) (int64, error) {
+	if err := v.allowed(false); err != nil {
+		return off, err
+	}
+	return v.Volume.(block.Allocator).Allocated(off, n, yield)
+}
