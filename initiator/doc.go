@@ -60,6 +60,19 @@
 // Config.LossTimeout. Each channel is one QP with its own poller
 // goroutine, pool and credits; a session spreads I/O over its channels.
 //
+// # Multipath
+//
+// DialMultipath connects to several gateways of the same volumes
+// (targets over one shared store, as srpd processes over one Ceph RBD
+// image). A volume opened through it does its I/O on the gateway that
+// answers active (Volume.Standby tells a plain open's answer); when that
+// path stays down past MultipathConfig.FastFail or answers standby, the
+// volume asks the next gateway to take over (OpenOptions.Takeover: it
+// fences the old one before it serves anything) and re-issues there what
+// had not completed, synchronous calls and Submit alike, as new requests
+// with new keys of that path's session. docs/gateways.md has the rules
+// and figures.
+//
 // # Inside a channel
 //
 // A channel's I/O logic is a pure state machine, the core (core.go): it

@@ -175,4 +175,13 @@
 // could land after the initiator re-issued it and wrote newer data
 // (iSCSI session reinstatement, RFC 7143 §6.3.5). A login with no session
 // opts out.
+//
+// # Gateways
+//
+// Several targets may export one volume of a shared store, one of them
+// serving it at a time: a volume that implements PathStater (cmd/srpd's
+// catalog over rbd) is answered standby or active in the OPEN's answer
+// (wire.PathState), an OPEN with Takeover calls its TakeOver before it
+// answers, and I/O failing with ErrStandby is answered SenseNotActive so
+// that the initiator fails over. docs/gateways.md has the whole design.
 package target
