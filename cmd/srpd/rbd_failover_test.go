@@ -125,15 +125,7 @@ func TestRBDFailover(t *testing.T) {
 	if mv.Failovers() != kills {
 		t.Errorf("%d failovers for %d kills", mv.Failovers(), kills)
 	}
-	buf := make([]byte, 4096)
-	for lba, gen := range gens {
-		if _, err := mv.ReadAtContext(ctx, buf, int64(lba)*4096); err != nil {
-			t.Fatal(err)
-		}
-		if err := checkStamp(buf, uint64(lba), gen); err != nil {
-			t.Error(err)
-		}
-	}
+	verifyStamps(t, ctx, mv, gens)
 	slices.Sort(times)
 	t.Logf("failover over %d kills (%d writes acknowledged): median %v, max %v", len(times), acks.Load(),
 		times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
@@ -201,6 +193,21 @@ func stamp(b []byte, lba uint64, gen uint32) {
 
 // checkStamp verifies a block holds the stamp of generation gen (zeros
 // for 0, never written).
+// verifyStamps reads every block of gens through mv and checks it holds
+// its LBA and the generation gens says was acknowledged last.
+func verifyStamps(t *testing.T, ctx context.Context, mv *initiator.MultipathVolume, gens []uint32) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	for lba, gen := range gens {
+		if _, err := mv.ReadAtContext(ctx, buf, int64(lba)*4096); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkStamp(buf, uint64(lba), gen); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 func checkStamp(b []byte, lba uint64, gen uint32) error {
 	got := binary.LittleEndian.Uint32(b[8:])
 	if gen == 0 && got == 0 && binary.LittleEndian.Uint64(b) == 0 {
@@ -259,15 +266,7 @@ func TestRBDStaleWrites(t *testing.T) {
 	}
 	verify := func() {
 		t.Helper()
-		buf := make([]byte, 4096)
-		for lba, gen := range gens {
-			if _, err := mv.ReadAtContext(ctx, buf, int64(lba)*4096); err != nil {
-				t.Fatal(err)
-			}
-			if err := checkStamp(buf, uint64(lba), gen); err != nil {
-				t.Error(err)
-			}
-		}
+		verifyStamps(t, ctx, mv, gens)
 	}
 	gen := uint32(1)
 	if err := writeAll(gen); err != nil {
