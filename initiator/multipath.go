@@ -354,6 +354,16 @@ func (mv *MultipathVolume) BlockSize() int {
 	return a.v.BlockSize()
 }
 
+// ReadOnly reports whether the volume was opened read-only (or the
+// active path serves it so).
+func (mv *MultipathVolume) ReadOnly() bool {
+	a, err := mv.active()
+	if err != nil {
+		return true
+	}
+	return a.v.ReadOnly()
+}
+
 // Path returns the address of the active path.
 func (mv *MultipathVolume) Path() string {
 	a, err := mv.active()

@@ -222,7 +222,7 @@ func (c *connFlags) list(ctx context.Context) (*session, []initiator.VolumeInfo,
 
 func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error) {
 	if len(c.paths) > 0 {
-		return nil, cli.Usagef("--target given %d times: several paths (multipath) are for import and export only", len(c.paths)+1)
+		return nil, cli.Usagef("--target given %d times: several paths (multipath) are for import, export and mount only", len(c.paths)+1)
 	}
 	cfg, prov, secret, err := c.config(qd, bufBytes)
 	if err != nil {

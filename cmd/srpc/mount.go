@@ -14,13 +14,22 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
 	"github.com/gosrp/gosrp/internal/fusedisk"
 )
 
-// fuseVolume adapts an initiator.Volume to fusedisk.Device.
-type fuseVolume struct{ v *initiator.Volume }
+// mountVolume is what mount uses of a volume: an *initiator.Volume, or
+// an *initiator.MultipathVolume when several --target paths were given.
+type mountVolume interface {
+	copyVolume
+	ReadAtContext(ctx context.Context, p []byte, off int64) (int, error)
+	Discard(ctx context.Context, off, n int64) error
+	WriteZeroes(ctx context.Context, off, n int64) error
+	ReadOnly() bool
+}
+
+// fuseVolume adapts a mountVolume to fusedisk.Device.
+type fuseVolume struct{ v mountVolume }
 
 func (f fuseVolume) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return f.v.ReadAtContext(ctx, p, off)
@@ -76,10 +85,11 @@ func mountCommand() *cli.Command {
 			if err := mountPoint(dir); err != nil {
 				return err
 			}
-			s, v, err := cf.open(ctx, args[0], 0)
+			s, cv, err := cf.openCopy(ctx, args[0], cf.ro, cf.qd, 0)
 			if err != nil {
 				return err
 			}
+			v := cv.(mountVolume) // both kinds openCopy returns are
 			defer s.Close()
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			srv, err := fusedisk.Mount(dir, fuseVolume{v}, fusedisk.Options{FsName: "srpc:" + v.Name(), Debug: debug, Logger: log})

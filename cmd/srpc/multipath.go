@@ -1,7 +1,7 @@
 package main
 
 // Several --target addresses: gateways of the same volumes, opened as one
-// initiator.Multipath for import and export.
+// initiator.Multipath for import, export and mount.
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func (c *connFlags) addTarget(s string) error {
 	return nil
 }
 
-// copyVolume is what import and export use of a volume: an
+// copyVolume is what import, export and mount use of a volume: an
 // *initiator.Volume, or an *initiator.MultipathVolume when several
 // --target paths were given.
 type copyVolume interface {
@@ -38,7 +38,7 @@ type copyVolume interface {
 	Close() error
 }
 
-// openCopy opens volume name for import or export: on one target as
+// openCopy opens volume name for import, export or mount: on one target as
 // open does, or through every --target as a Multipath (the session then
 // has no *initiator.Session: its buffers are plain, every I/O bounced).
 func (c *connFlags) openCopy(ctx context.Context, name string, ro bool, qd, bufBytes int) (*session, copyVolume, error) {
