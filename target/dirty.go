@@ -3,6 +3,7 @@ package target
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // DirtyMarks keeps, on stable storage, which volumes may hold writes
@@ -37,8 +38,9 @@ type volMark struct {
 	store DirtyMarks
 	name  string
 
-	mu      sync.Mutex
-	dirty   bool          // the mark is on stable storage
+	mu    sync.Mutex
+	dirty atomic.Bool // the mark is on stable storage; set under mu
+
 	marking chan struct{} // closed when the MarkDirty under way returns
 	begun   uint64        // writes begun, ever
 	running int           // writes begun and not yet done
@@ -54,7 +56,7 @@ type flushMark struct {
 // the write must then be reported done with afterWrite.
 func (m *volMark) beforeWrite() error {
 	m.mu.Lock()
-	for !m.dirty {
+	for !m.dirty.Load() {
 		if ch := m.marking; ch != nil {
 			m.mu.Unlock()
 			<-ch
@@ -72,7 +74,7 @@ func (m *volMark) beforeWrite() error {
 			m.mu.Unlock()
 			return fmt.Errorf("target: mark volume %q dirty before writing: %w", m.name, err)
 		}
-		m.dirty = true
+		m.dirty.Store(true)
 	}
 	m.begun++
 	m.running++
@@ -81,12 +83,9 @@ func (m *volMark) beforeWrite() error {
 }
 
 // durable reports whether a write may start without waiting for the
-// mark, so the shell knows whether it can run it on its own goroutine.
-func (m *volMark) durable() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.dirty
-}
+// mark, so the shell knows whether it can run it on its own goroutine;
+// the run loop asks it for every batch, so it takes no lock.
+func (m *volMark) durable() bool { return m.dirty.Load() }
 
 func (m *volMark) afterWrite() {
 	m.mu.Lock()
@@ -110,10 +109,10 @@ func (m *volMark) flushStart() flushMark {
 func (m *volMark) flushed(f flushMark) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.dirty || !f.idle || m.begun != f.begun || m.running != 0 {
+	if !m.dirty.Load() || !f.idle || m.begun != f.begun || m.running != 0 {
 		return
 	}
-	m.dirty = m.store.ClearDirty(m.name) != nil
+	m.dirty.Store(m.store.ClearDirty(m.name) != nil)
 }
 
 // dirtyTable is the target's marks, by volume, and the volumes it found
@@ -140,7 +139,9 @@ func (d *dirtyTable) load(store DirtyMarks) error {
 		d.lost[n] = map[string]bool{}
 		// Still dirty: what the lost writes' host does next is not
 		// covered by a flush yet.
-		d.marks[n] = &volMark{store: store, name: n, dirty: true}
+		m := &volMark{store: store, name: n}
+		m.dirty.Store(true)
+		d.marks[n] = m
 	}
 	return nil
 }

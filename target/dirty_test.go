@@ -1,9 +1,10 @@
 package target
 
 import (
-	"errors"
+	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/gosrp/gosrp/internal/scsi"
@@ -43,7 +44,7 @@ func (m *memMarks) MarkDirty(v string) error {
 	defer m.mu.Unlock()
 	if m.failMark {
 		m.failMark = false
-		return errors.New("disk full")
+		return fmt.Errorf("write the mark: %w", syscall.ENOSPC)
 	}
 	m.marks++
 	m.dirty[v] = true
@@ -129,7 +130,8 @@ func TestVolMark(t *testing.T) {
 // clears the mark; a target started with the volume marked tells each
 // I_T nexus once: POWER ON OCCURRED on its first command, then WRITE
 // ERROR on its next SYNCHRONIZE CACHE, so the host's fsync sees the
-// loss; on every channel it had logged in before that. Another nexus is
+// loss; on every channel it had logged in before that. A mark that meets
+// a full disk fails its write with SPACE ALLOCATION FAILED. Another nexus is
 // told too; the same one logging in after it was told is not.
 func TestSRPWriteCacheLost(t *testing.T) {
 	e := srpEnvs[0]
@@ -148,6 +150,13 @@ func TestSRPWriteCacheLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A full disk under the mark fails the write as a full store does
+	// (SPACE ALLOCATION FAILED), before any byte of it lands; the next
+	// write tries the mark again.
+	st.mu.Lock()
+	st.failMark = true
+	st.mu.Unlock()
+	c.checkSense("WRITE(10) whose mark meets a full disk", write(c), scsi.SenseSpaceAllocFailed)
 	c.good("WRITE(10)", write(c), 0)
 	if d, marks, _ := st.state(); !d || marks != 1 {
 		t.Fatalf("after an SRP write: dirty %v, %d marks; want dirty, 1", d, marks)
