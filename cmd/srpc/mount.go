@@ -85,11 +85,10 @@ func mountCommand() *cli.Command {
 			if err := mountPoint(dir); err != nil {
 				return err
 			}
-			s, cv, err := cf.openCopy(ctx, args[0], cf.ro, cf.qd, 0)
+			s, v, err := cf.openCopy(ctx, args[0], cf.ro, cf.qd, 0)
 			if err != nil {
 				return err
 			}
-			v := cv.(mountVolume) // both kinds openCopy returns are
 			defer s.Close()
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			srv, err := fusedisk.Mount(dir, fuseVolume{v}, fusedisk.Options{FsName: "srpc:" + v.Name(), Debug: debug, Logger: log})

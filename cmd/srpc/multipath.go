@@ -41,7 +41,7 @@ type copyVolume interface {
 // openCopy opens volume name for import, export or mount: on one target as
 // open does, or through every --target as a Multipath (the session then
 // has no *initiator.Session: its buffers are plain, every I/O bounced).
-func (c *connFlags) openCopy(ctx context.Context, name string, ro bool, qd, bufBytes int) (*session, copyVolume, error) {
+func (c *connFlags) openCopy(ctx context.Context, name string, ro bool, qd, bufBytes int) (*session, mountVolume, error) {
 	if len(c.paths) == 0 {
 		s, v, err := c.open(ctx, name, ro, qd, bufBytes)
 		if err != nil {
