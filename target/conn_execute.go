@@ -18,6 +18,13 @@ func (c *conn) execute() {
 			a.send = a.send[:0]
 		}
 	}
+	if a.loggedIn {
+		// The pre-login slot is given back before the login response
+		// goes out: a client told it is logged in must not still hold
+		// one, or a newcomer that follows it is refused for a slot that
+		// is about to be free.
+		c.t.loginDone(c)
+	}
 	if len(a.recv) > 0 && !a.disconnect {
 		if n, err := c.qp.PostRecv(a.recv); err != nil {
 			c.core.postFailed(fmt.Errorf("post %d receives (%d accepted): %w", len(a.recv), n, err))
@@ -92,7 +99,6 @@ func (c *conn) execute() {
 		c.t.dirty.told(name, c.srpNexus())
 	}
 	if a.loggedIn {
-		c.t.loginDone(c)
 		ini := c.core.initiator
 		c.iniName.Store(&ini)
 		c.creditsGr.Store(int32(c.core.credits))
