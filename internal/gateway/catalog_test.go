@@ -42,6 +42,9 @@ func TestCatalogTakeover(t *testing.T) {
 	if cl.Owner("v") != a.ID() {
 		t.Fatalf("lock owner %d, want a (%d)", cl.Owner("v"), a.ID())
 	}
+	if d, ok := va.(target.Deallocator); !ok || !d.Deallocates() {
+		t.Fatal("a gateway's volume over a store that discards does not say it deallocates: SRP hosts get no UNMAP")
+	}
 	blk := make([]byte, 4096)
 	if _, err := vb.WriteAt(blk, 0); !errors.Is(err, target.ErrStandby) {
 		t.Fatalf("standby write: %v, want ErrStandby", err)

@@ -32,7 +32,10 @@ type handle struct {
 	closed sync.Once
 }
 
-var _ target.PathStater = (*handle)(nil)
+var (
+	_ target.PathStater  = (*handle)(nil)
+	_ target.Deallocator = (*handle)(nil)
+)
 
 // Standby implements target.PathStater.
 func (h *handle) Standby() bool { return h.e.state.load() != Active }
@@ -124,6 +127,12 @@ func (h *handle) Close() error {
 	})
 	return err
 }
+
+// Deallocates implements target.Deallocator, which the embedded
+// block.Volume does not carry: without it the SRP personality would
+// offer a gateway's volume as fully provisioned, without UNMAP, though
+// the store behind it discards (target/core_srp_login.go).
+func (h *handle) Deallocates() bool { return h.Volume.Caps().Has(block.CapDiscard) }
 
 // Allocated implements block.Allocator (the target's extents requests)
 // while this gateway serves the volume, with the store volume's own
