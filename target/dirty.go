@@ -2,6 +2,8 @@ package target
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -159,6 +161,14 @@ func (d *dirtyTable) mark(volume string) *volMark {
 		d.marks[volume] = m
 	}
 	return m
+}
+
+// lostVolumes returns the volumes that lost their write cache in the
+// target's previous life, sorted.
+func (d *dirtyTable) lostVolumes() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Sorted(maps.Keys(d.lost))
 }
 
 // lostFor reports whether volume lost its write cache in the target's

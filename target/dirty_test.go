@@ -2,11 +2,14 @@ package target
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 
+	"github.com/gosrp/gosrp/internal/logsink"
 	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/srp"
 )
@@ -171,9 +174,13 @@ func TestSRPWriteCacheLost(t *testing.T) {
 		t.Fatalf("after the next write: dirty %v, %d marks; want dirty, 2", d, marks)
 	}
 
-	// The target restarts with vol0 still marked.
-	r2 := newRig(t, e, Config{DirtyMarks: st})
+	// The target restarts with vol0 still marked, and says so in its log.
+	var logs logsink.Buffer
+	r2 := newRig(t, e, Config{DirtyMarks: st, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	r2.cat.wrap = r.cat.wrap
+	if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "acknowledged writes not flushed") || !strings.Contains(l, "volume=vol0") {
+		t.Errorf("a target started with vol0 marked logged no warning naming it:\n%s", l)
+	}
 	c2, err := r2.srpDial(t, srpLoginReq(1))
 	if err != nil {
 		t.Fatal(err)

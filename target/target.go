@@ -87,6 +87,11 @@ func New(cfg Config) (*Target, error) {
 	if err := t.dirty.load(cfg.DirtyMarks); err != nil {
 		return nil, err
 	}
+	for _, name := range t.dirty.lostVolumes() {
+		// An operator reading the log of a restart must learn it here,
+		// not from a host's failed journal commit (docs/srp.md, Unit attentions).
+		t.log.Warn("the previous run ended with acknowledged writes not flushed: each SRP host's next flush of the volume fails with WRITE ERROR", "volume", name)
+	}
 	t.instance = newInstance()
 	return t, nil
 }
