@@ -454,12 +454,16 @@ func (e *SCSIError) Error() string {
 // IOError does: WRITE PROTECTED is ErrReadOnly, ACCESS DENIED
 // ErrAccessDenied, SPACE ALLOCATION FAILED ErrNoSpace, INVALID COMMAND
 // OPERATION CODE errors.ErrUnsupported, LBA OUT OF RANGE ErrInvalid, and
-// a flush's WRITE ERROR ErrWriteCacheLost: a target reports so on the
+// a flush's WRITE ERROR (under HARDWARE or MEDIUM ERROR)
+// ErrWriteCacheLost: a target reports so on the
 // nexus's first SYNCHRONIZE CACHE after it lost acknowledged writes
 // (srpd does after a restart, scsi.WriteCacheLost).
 func (e *SCSIError) Unwrap() error {
 	s := scsi.Sense{Key: scsi.SenseKey(e.Key), ASC: e.ASC, ASCQ: e.ASCQ}
-	if s == scsi.SenseWriteError && e.Op == OpFlush {
+	if (s == scsi.SenseCacheLost || s == scsi.SenseWriteError) && e.Op == OpFlush {
+		// srpd reports a lost cache under HARDWARE ERROR
+		// (scsi.SenseCacheLost); another target's flush that failed
+		// to write its cache out lost it as surely.
 		return ErrWriteCacheLost
 	}
 	switch s {

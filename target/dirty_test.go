@@ -195,10 +195,10 @@ func TestSRPWriteCacheLost(t *testing.T) {
 	}
 	c2.checkSense("first command after the restart", c2.do(tur), scsi.SensePowerOn)
 	c2.good("TEST UNIT READY after the unit attention", c2.do(tur), 0)
-	c2.checkSense("SYNCHRONIZE CACHE after the loss", c2.do(syncCache), scsi.SenseWriteError)
+	c2.checkSense("SYNCHRONIZE CACHE after the loss", c2.do(syncCache), scsi.SenseCacheLost)
 	c2.good("SYNCHRONIZE CACHE, the loss reported", c2.do(syncCache), 0)
 	c2b.checkSense("the second channel's first command", c2b.do(tur), scsi.SensePowerOn)
-	c2b.checkSense("the second channel's SYNCHRONIZE CACHE", c2b.do(syncCache), scsi.SenseWriteError)
+	c2b.checkSense("the second channel's SYNCHRONIZE CACHE", c2b.do(syncCache), scsi.SenseCacheLost)
 	c2b.logout()
 	c2.logout()
 

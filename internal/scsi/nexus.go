@@ -14,9 +14,10 @@ const (
 	// loses its cache with its power. It is reported as POWER ON
 	// OCCURRED; and since Linux retries a command failed by a unit
 	// attention without telling anyone, the loss also fails the nexus's
-	// next SYNCHRONIZE CACHE and its next FUA write with MEDIUM ERROR,
-	// WRITE ERROR, once each (gosrp's ErrWriteCacheLost rule), so a
-	// filesystem's fsync or journal commit sees it.
+	// next SYNCHRONIZE CACHE and its next FUA write with HARDWARE
+	// ERROR, WRITE ERROR (SenseCacheLost: a sense Linux does not retry),
+	// once each (gosrp's ErrWriteCacheLost rule), so a filesystem's
+	// fsync or journal commit sees it.
 	WriteCacheLost Condition = 1 << iota
 	// CapacityChanged: the volume was resized (CAPACITY DATA HAS
 	// CHANGED; Linux rereads the capacity).

@@ -39,7 +39,7 @@ func (d *Device) readWrite(n *Nexus, cdb []byte) Action {
 	case !write:
 		return Action{Status: StatusGood, Op: OpRead, LBA: lba, Blocks: blocks}
 	case fua && n.takeLostFUA():
-		return check(SenseWriteError)
+		return check(SenseCacheLost)
 	}
 	return Action{Status: StatusGood, Op: OpWrite, LBA: lba, Blocks: blocks, FUA: fua, DataOut: blocks * d.BlockSize}
 }
@@ -62,7 +62,7 @@ func (d *Device) syncCache(n *Nexus, cdb []byte) Action {
 	case !d.inRange(lba, blocks):
 		return check(SenseLBAOutOfRange)
 	case n.takeLostFlush():
-		return check(SenseWriteError)
+		return check(SenseCacheLost)
 	}
 	return Action{Status: StatusGood, Op: OpFlush}
 }

@@ -83,11 +83,19 @@ var (
 	SenseSpaceAllocFailed  = Sense{KeyDataProtect, 0x27, 0x07}    // SPACE ALLOCATION FAILED WRITE PROTECT
 	SenseReadError         = Sense{KeyMediumError, 0x11, 0x00}    // UNRECOVERED READ ERROR
 	SenseWriteError        = Sense{KeyMediumError, 0x0C, 0x00}    // WRITE ERROR
-	SenseInternalFailure   = Sense{KeyHardwareError, 0x44, 0x00}  // INTERNAL TARGET FAILURE
-	SenseDataPhaseError    = Sense{KeyAbortedCommand, 0x4B, 0x00} // DATA PHASE ERROR
-	SensePowerOn           = Sense{KeyUnitAttention, 0x29, 0x01}  // POWER ON OCCURRED
-	SenseCapacityChanged   = Sense{KeyUnitAttention, 0x2A, 0x09}  // CAPACITY DATA HAS CHANGED
-	SenseLUNsChanged       = Sense{KeyUnitAttention, 0x3F, 0x0E}  // REPORTED LUNS DATA HAS CHANGED
+	// SenseCacheLost is a lost write cache (WriteCacheLost): WRITE
+	// ERROR under HARDWARE ERROR, not MEDIUM ERROR, because Linux's
+	// scsi_check_sense (drivers/scsi/scsi_error.c) retries a MEDIUM
+	// ERROR other than 11h, 13h and 14h, and the retry, not owing the
+	// loss any more, succeeds: the host never sees it. A HARDWARE
+	// ERROR is final there (SCSIML_STAT_TGT_FAILURE, so dm-multipath
+	// does not retry it on another path either).
+	SenseCacheLost       = Sense{KeyHardwareError, 0x0C, 0x00}  // WRITE ERROR
+	SenseInternalFailure = Sense{KeyHardwareError, 0x44, 0x00}  // INTERNAL TARGET FAILURE
+	SenseDataPhaseError  = Sense{KeyAbortedCommand, 0x4B, 0x00} // DATA PHASE ERROR
+	SensePowerOn         = Sense{KeyUnitAttention, 0x29, 0x01}  // POWER ON OCCURRED
+	SenseCapacityChanged = Sense{KeyUnitAttention, 0x2A, 0x09}  // CAPACITY DATA HAS CHANGED
+	SenseLUNsChanged     = Sense{KeyUnitAttention, 0x3F, 0x0E}  // REPORTED LUNS DATA HAS CHANGED
 )
 
 var ascNames = map[[2]uint8]string{

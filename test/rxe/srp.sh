@@ -6,7 +6,10 @@
 # read back, fio randwrite with crc32c verification, blkdiscard read back
 # as zeros, a resize seen after a rescan, mkfs.ext4 + a file synced, srpd
 # SIGKILLed and restarted while mounted with ib_srp reconnecting, both
-# files intact and e2fsck -fn clean. Exits non-zero on failure. Needs
+# files intact and e2fsck -fn clean; then a pebble-backed srpd SIGKILLed
+# under ext4 with direct writes in flight: ext4 must abort its journal
+# on the reported lost write cache, and the file synced before the kill
+# must read back after e2fsck. Exits non-zero on failure. Needs
 # root; the guest lives in $GOSRP_RXE_SRP_DIR (default
 # /var/cache/gosrp-rxe-srp), rebuilt when the package list changes. OUT
 # keeps the logs.
