@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/frmr"
+	"github.com/gosrp/gosrp/internal/enum"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -29,19 +30,9 @@ const (
 	slotResponded           // response in; waiting for the key to be proven dead
 )
 
-func (s slotState) String() string {
-	switch s {
-	case slotFree:
-		return "FREE"
-	case slotStaged:
-		return "STAGED"
-	case slotSent:
-		return "SENT"
-	case slotResponded:
-		return "RESPONDED"
-	}
-	return fmt.Sprintf("slotState(%d)", uint8(s))
-}
+var slotStateNames = [...]string{slotFree: "FREE", slotStaged: "STAGED", slotSent: "SENT", slotResponded: "RESPONDED"}
+
+func (s slotState) String() string { return enum.Name(slotStateNames[:], s, "slotState") }
 
 // ioSlot is one credit: a send buffer, a bounce buffer and the request
 // using them.

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gosrp/gosrp/internal/enum"
 	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -31,15 +32,9 @@ const (
 	ProtocolSRP
 )
 
-func (p Protocol) String() string {
-	switch p {
-	case ProtocolGoSRP:
-		return "gosrp"
-	case ProtocolSRP:
-		return "srp"
-	}
-	return fmt.Sprintf("Protocol(%d)", uint8(p))
-}
+func (p Protocol) String() string { return enum.Name(protocolNames[:], p, "Protocol") }
+
+var protocolNames = [...]string{ProtocolGoSRP: "gosrp", ProtocolSRP: "srp"}
 
 // ParseProtocol reads a protocol's name as String writes it.
 func ParseProtocol(s string) (Protocol, error) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/enum"
 	"github.com/gosrp/gosrp/internal/wire"
 )
 
@@ -109,17 +110,9 @@ const (
 	AccessReadWrite
 )
 
-func (a Access) String() string {
-	switch a {
-	case AccessNone:
-		return "none"
-	case AccessReadOnly:
-		return "read-only"
-	case AccessReadWrite:
-		return "read-write"
-	}
-	return fmt.Sprintf("Access(%d)", uint8(a))
-}
+var accessNames = [...]string{AccessNone: "none", AccessReadOnly: "read-only", AccessReadWrite: "read-write"}
+
+func (a Access) String() string { return enum.Name(accessNames[:], a, "Access") }
 
 // ACLRule grants Access on Volume to Initiator. "*" in either name matches
 // anything.

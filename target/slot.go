@@ -1,10 +1,10 @@
 package target
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"github.com/gosrp/gosrp/internal/enum"
 	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
@@ -52,12 +52,7 @@ var slotNext = [...][]slotState{
 	slotFetchingTable: {slotReadingData, slotBackend, slotWritingData, slotResponding, slotFree},
 }
 
-func (s slotState) String() string {
-	if int(s) < len(slotStateNames) {
-		return slotStateNames[s]
-	}
-	return fmt.Sprintf("slotState(%d)", uint8(s))
-}
+func (s slotState) String() string { return enum.Name(slotStateNames[:], s, "slotState") }
 
 // connState is the lifecycle of a connection's session.
 type connState uint8
@@ -85,12 +80,7 @@ var connNext = [...][]connState{
 	connClosed:    {},
 }
 
-func (s connState) String() string {
-	if int(s) < len(connStateNames) {
-		return connStateNames[s]
-	}
-	return fmt.Sprintf("connState(%d)", uint8(s))
-}
+func (s connState) String() string { return enum.Name(connStateNames[:], s, "connState") }
 
 // wrKind is the kind of work request a wr_id names.
 type wrKind uint8
@@ -105,12 +95,7 @@ const (
 
 var wrKindNames = [...]string{"?", "RECV", "RDMA_READ", "RDMA_WRITE", "RESPONSE", "LOGIN"}
 
-func (k wrKind) String() string {
-	if int(k) < len(wrKindNames) {
-		return wrKindNames[k]
-	}
-	return fmt.Sprintf("wrKind(%d)", uint8(k))
-}
+func (k wrKind) String() string { return enum.Name(wrKindNames[:], k, "wrKind") }
 
 // wr_id layout: generation (24 bits) << 40 | kind (8 bits) << 32 | index
 // (32 bits). Every completion maps to its slot or receive buffer without a

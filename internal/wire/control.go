@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/gosrp/gosrp/internal/enum"
 	"github.com/gosrp/gosrp/internal/msgpackcheck"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -141,12 +142,7 @@ const (
 var rejectNames = [...]string{"unspecified", "version unsupported", "access denied", "authentication failed",
 	"IU too large", "insufficient resources", "unknown volume", "protocol violation", "target shutting down"}
 
-func (r RejectReason) String() string {
-	if int(r) < len(rejectNames) {
-		return rejectNames[r]
-	}
-	return fmt.Sprintf("RejectReason(%d)", uint8(r))
-}
+func (r RejectReason) String() string { return enum.Name(rejectNames[:], r, "RejectReason") }
 
 // LoginReject refuses a login; the target disconnects after sending it.
 type LoginReject struct {

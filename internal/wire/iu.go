@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/gosrp/gosrp/internal/enum"
 )
 
 // Opcode is the first byte of every IU.
@@ -23,30 +25,12 @@ const (
 	OpLoginChallenge Opcode = 0xC4 // msgpack LoginChallenge
 )
 
-func (o Opcode) String() string {
-	switch o {
-	case OpLogin:
-		return "LOGIN"
-	case OpCommand:
-		return "COMMAND"
-	case OpControl:
-		return "CONTROL"
-	case OpLoginProof:
-		return "LOGIN_PROOF"
-	case OpLogout:
-		return "LOGOUT"
-	case OpLoginResponse:
-		return "LOGIN_RESPONSE"
-	case OpResponse:
-		return "RESPONSE"
-	case OpLoginReject:
-		return "LOGIN_REJECT"
-	case OpControlResp:
-		return "CONTROL_RESPONSE"
-	case OpLoginChallenge:
-		return "LOGIN_CHALLENGE"
-	}
-	return fmt.Sprintf("Opcode(%#x)", uint8(o))
+func (o Opcode) String() string { return enum.Hex(opcodeNames[:], o, "Opcode") }
+
+var opcodeNames = [...]string{
+	OpLogin: "LOGIN", OpCommand: "COMMAND", OpControl: "CONTROL", OpLoginProof: "LOGIN_PROOF", OpLogout: "LOGOUT",
+	OpLoginResponse: "LOGIN_RESPONSE", OpResponse: "RESPONSE", OpLoginReject: "LOGIN_REJECT",
+	OpControlResp: "CONTROL_RESPONSE", OpLoginChallenge: "LOGIN_CHALLENGE",
 }
 
 // Errors decoders return; they wrap ErrMalformed so callers can treat every
@@ -76,21 +60,9 @@ const (
 	OpWriteZeroes
 )
 
-func (o Op) String() string {
-	switch o {
-	case OpRead:
-		return "READ"
-	case OpWrite:
-		return "WRITE"
-	case OpFlush:
-		return "FLUSH"
-	case OpDiscard:
-		return "DISCARD"
-	case OpWriteZeroes:
-		return "WRITE_ZEROES"
-	}
-	return fmt.Sprintf("Op(%d)", uint8(o))
-}
+func (o Op) String() string { return enum.Name(opNames[:], o, "Op") }
+
+var opNames = [...]string{OpRead: "READ", OpWrite: "WRITE", OpFlush: "FLUSH", OpDiscard: "DISCARD", OpWriteZeroes: "WRITE_ZEROES"}
 
 // HasData reports whether the operation moves data through descriptors.
 func (o Op) HasData() bool { return o == OpRead || o == OpWrite }
@@ -331,12 +303,7 @@ var senseNames = [...]string{"none", "invalid field", "out of range", "misaligne
 	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error", "access denied",
 	"space allocation failed", "reservation conflict", "path not active"}
 
-func (s Sense) String() string {
-	if int(s) < len(senseNames) {
-		return senseNames[s]
-	}
-	return fmt.Sprintf("Sense(%d)", uint16(s))
-}
+func (s Sense) String() string { return enum.Name(senseNames[:], s, "Sense") }
 
 // ResponseLen is the size of a Response IU; ResponseNoticeLen that of one
 // carrying a notice (RespCapacityChanged).

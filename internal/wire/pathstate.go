@@ -1,6 +1,6 @@
 package wire
 
-import "fmt"
+import "github.com/gosrp/gosrp/internal/enum"
 
 // PathState is what a target says, in its answer to an open, about the
 // volume on this path, after SCSI ALUA's target port group states
@@ -22,15 +22,9 @@ const (
 	PathStandby
 )
 
-func (p PathState) String() string {
-	switch p {
-	case PathActive:
-		return "active"
-	case PathStandby:
-		return "standby"
-	}
-	return fmt.Sprintf("PathState(%d)", uint8(p))
-}
+func (p PathState) String() string { return enum.Name(pathStateNames[:], p, "PathState") }
+
+var pathStateNames = [...]string{PathActive: "active", PathStandby: "standby"}
 
 // Valid reports whether p is a state this package defines; an
 // initiator takes any other as standby (it cannot serve I/O it does not

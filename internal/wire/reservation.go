@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 
+	"github.com/gosrp/gosrp/internal/enum"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -59,12 +60,7 @@ var actionNames = [...]string{"none", "register", "register-ignore", "reserve", 
 // Valid reports whether a is an action the protocol defines.
 func (a ReserveAction) Valid() bool { return a > ActionNone && a < actionEnd }
 
-func (a ReserveAction) String() string {
-	if int(a) < len(actionNames) {
-		return actionNames[a]
-	}
-	return fmt.Sprintf("ReserveAction(%d)", uint8(a))
-}
+func (a ReserveAction) String() string { return enum.Name(actionNames[:], a, "ReserveAction") }
 
 // ReservationType is the kind of a reservation; its values are SPC-4's
 // TYPE codes (Table 170).
@@ -95,19 +91,12 @@ func (t ReservationType) Valid() bool {
 }
 
 func (t ReservationType) String() string {
-	switch t {
-	case ResNone:
-		return "none"
-	case ResWriteExclusive:
-		return "write-exclusive"
-	case ResExclusiveAccess:
-		return "exclusive-access"
-	case ResWriteExclusiveRegistrants:
-		return "write-exclusive-registrants"
-	case ResExclusiveAccessRegistrants:
-		return "exclusive-access-registrants"
-	}
-	return fmt.Sprintf("ReservationType(%d)", uint8(t))
+	return enum.Name(reservationTypeNames[:], t, "ReservationType")
+}
+
+var reservationTypeNames = [...]string{
+	ResNone: "none", ResWriteExclusive: "write-exclusive", ResExclusiveAccess: "exclusive-access",
+	ResWriteExclusiveRegistrants: "write-exclusive-registrants", ResExclusiveAccessRegistrants: "exclusive-access-registrants",
 }
 
 // ParseReservationType reads a type by its String name.
