@@ -7,7 +7,7 @@
 //	func (o Op) String() string { return enum.Name(opNames[:], o, "Op") }
 //
 // A value past the table, or one the table leaves unnamed, prints as
-// "Op(7)" (Name) or "Op(0x7)" (Hex): such a value comes from a newer peer,
+// "Op(7)" (Name) or "Op(0x07)" (Hex): such a value comes from a newer peer,
 // the wire or a bug, and the house rule is never a panic on any of them.
 package enum
 
@@ -26,13 +26,18 @@ func Name[T Unsigned](names []string, v T, kind string) string {
 	return kind + "(" + strconv.FormatUint(uint64(v), 10) + ")"
 }
 
-// Hex returns names[v], or kind(0xv) when names has no entry for v: for
-// codes a specification writes in hexadecimal, such as opcodes.
+// Hex returns names[v], or kind(0xNN) when names has no entry for v: for
+// codes a specification writes in hexadecimal, such as opcodes, with at
+// least two digits as fmt's %#02x prints them.
 func Hex[T Unsigned](names []string, v T, kind string) string {
 	if s, ok := lookup(names, v); ok {
 		return s
 	}
-	return kind + "(0x" + strconv.FormatUint(uint64(v), 16) + ")"
+	digits := strconv.FormatUint(uint64(v), 16)
+	if len(digits) < 2 {
+		digits = "0" + digits
+	}
+	return kind + "(0x" + digits + ")"
 }
 
 // lookup returns names[v] where it is set.

@@ -41,15 +41,16 @@ func TestHex(t *testing.T) {
 		want string
 	}{
 		{0xc1, "SRP_RSP"},
-		{0, "code(0x0)"},
+		{0, "code(0x00)"},
+		{7, "code(0x07)"},
 		{0xc2, "code(0xc2)"},
 		{1 << 31, "code(0x80000000)"},
 	} {
 		if got := Hex(names, tc.v, "code"); got != tc.want {
 			t.Errorf("Hex(%#x) = %q, want %q", tc.v, got, tc.want)
 		}
-		if got, want := Hex(nil, tc.v, "code"), fmt.Sprintf("code(%#x)", uint32(tc.v)); got != want {
-			t.Errorf("Hex(nil, %#x) = %q, want %q (fmt's %%#x)", tc.v, got, want)
+		if got, want := Hex(nil, tc.v, "code"), fmt.Sprintf("code(%#02x)", uint32(tc.v)); got != want {
+			t.Errorf("Hex(nil, %#x) = %q, want %q (fmt's %%#02x)", tc.v, got, want)
 		}
 	}
 }

@@ -2,7 +2,8 @@ package scsi
 
 import (
 	"encoding/binary"
-	"fmt"
+
+	"github.com/gosrp/gosrp/internal/enum"
 )
 
 // be is SCSI's byte order: CDBs and parameter data are big-endian.
@@ -144,23 +145,11 @@ const (
 	OpWriteSame
 )
 
-func (o Op) String() string {
-	switch o {
-	case OpNone:
-		return "none"
-	case OpRead:
-		return "read"
-	case OpWrite:
-		return "write"
-	case OpFlush:
-		return "flush"
-	case OpUnmap:
-		return "unmap"
-	case OpWriteSame:
-		return "write-same"
-	}
-	return fmt.Sprintf("Op(%d)", uint8(o))
+var opNames = [...]string{
+	OpNone: "none", OpRead: "read", OpWrite: "write", OpFlush: "flush", OpUnmap: "unmap", OpWriteSame: "write-same",
 }
+
+func (o Op) String() string { return enum.Name(opNames[:], o, "Op") }
 
 // Action is the model's answer to a command: a status now (with sense
 // data or data-in), or a block operation for the target to run, after

@@ -3,6 +3,7 @@ package scsi
 import (
 	"fmt"
 
+	"github.com/gosrp/gosrp/internal/enum"
 	"github.com/gosrp/gosrp/internal/wire"
 )
 
@@ -17,19 +18,11 @@ const (
 	StatusTaskSetFull    Status = 0x28
 )
 
-func (s Status) String() string {
-	switch s {
-	case StatusGood:
-		return "GOOD"
-	case StatusCheckCondition:
-		return "CHECK CONDITION"
-	case StatusBusy:
-		return "BUSY"
-	case StatusTaskSetFull:
-		return "TASK SET FULL"
-	}
-	return fmt.Sprintf("Status(%#x)", uint8(s))
+var statusNames = [...]string{
+	StatusGood: "GOOD", StatusCheckCondition: "CHECK CONDITION", StatusBusy: "BUSY", StatusTaskSetFull: "TASK SET FULL",
 }
+
+func (s Status) String() string { return enum.Hex(statusNames[:], s, "Status") }
 
 // SenseKey is the SENSE KEY of sense data (SPC-4 4.5.6).
 type SenseKey uint8
@@ -52,12 +45,7 @@ var keyNames = [16]string{"NO SENSE", "RECOVERED ERROR", "NOT READY", "MEDIUM ER
 	"ILLEGAL REQUEST", "UNIT ATTENTION", "DATA PROTECT", "BLANK CHECK", "VENDOR SPECIFIC", "COPY ABORTED",
 	"ABORTED COMMAND", "RESERVED", "VOLUME OVERFLOW", "MISCOMPARE", "COMPLETED"}
 
-func (k SenseKey) String() string {
-	if k < 16 {
-		return keyNames[k]
-	}
-	return fmt.Sprintf("SenseKey(%#x)", uint8(k))
-}
+func (k SenseKey) String() string { return enum.Hex(keyNames[:], k, "SenseKey") }
 
 // Sense is what sense data says: a key and an additional sense code and
 // qualifier (SPC-4 4.5).

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/gosrp/gosrp/internal/enum"
 )
 
 // be is SRP's byte order: every multi-byte field is big-endian (SRP r16a
@@ -33,35 +35,14 @@ const (
 
 // String names the opcode as the standard does ("SRP_CMD"), or
 // Opcode(0xNN) for one it does not define.
-func (o Opcode) String() string {
-	switch o {
-	case OpLoginReq:
-		return "SRP_LOGIN_REQ"
-	case OpTaskMgmt:
-		return "SRP_TSK_MGMT"
-	case OpCmd:
-		return "SRP_CMD"
-	case OpILogout:
-		return "SRP_I_LOGOUT"
-	case OpCredRsp:
-		return "SRP_CRED_RSP"
-	case OpAERRsp:
-		return "SRP_AER_RSP"
-	case OpTLogout:
-		return "SRP_T_LOGOUT"
-	case OpCredReq:
-		return "SRP_CRED_REQ"
-	case OpAERReq:
-		return "SRP_AER_REQ"
-	case OpLoginRsp:
-		return "SRP_LOGIN_RSP"
-	case OpRsp:
-		return "SRP_RSP"
-	case OpLoginReject:
-		return "SRP_LOGIN_REJ"
-	}
-	return fmt.Sprintf("Opcode(%#02x)", uint8(o))
+var opcodeNames = [...]string{
+	OpLoginReq: "SRP_LOGIN_REQ", OpTaskMgmt: "SRP_TSK_MGMT", OpCmd: "SRP_CMD", OpILogout: "SRP_I_LOGOUT",
+	OpCredRsp: "SRP_CRED_RSP", OpAERRsp: "SRP_AER_RSP",
+	OpTLogout: "SRP_T_LOGOUT", OpCredReq: "SRP_CRED_REQ", OpAERReq: "SRP_AER_REQ",
+	OpLoginRsp: "SRP_LOGIN_RSP", OpRsp: "SRP_RSP", OpLoginReject: "SRP_LOGIN_REJ",
 }
+
+func (o Opcode) String() string { return enum.Hex(opcodeNames[:], o, "Opcode") }
 
 // Errors. Every decoding error wraps ErrMalformed, with what was wrong;
 // every encoding error for a buffer too small or a field out of range
@@ -104,19 +85,9 @@ const (
 	FormatImmediate Format = 3 // data-out only: the data rides in the IU (SRP-2)
 )
 
-func (f Format) String() string {
-	switch f {
-	case FormatNone:
-		return "none"
-	case FormatDirect:
-		return "direct"
-	case FormatIndirect:
-		return "indirect"
-	case FormatImmediate:
-		return "immediate"
-	}
-	return fmt.Sprintf("Format(%d)", uint8(f))
-}
+var formatNames = [...]string{FormatNone: "none", FormatDirect: "direct", FormatIndirect: "indirect", FormatImmediate: "immediate"}
+
+func (f Format) String() string { return enum.Name(formatNames[:], f, "Format") }
 
 // DescriptorLen is the size of a direct data buffer descriptor.
 const DescriptorLen = 16

@@ -244,22 +244,22 @@ const (
 
 // String names the reason ("insufficient resources"), or
 // RejectReason(0x...) for one SRP r16a does not define.
+// rejectNames names the reasons from RejectUnableToEstablish on, in
+// order: they start at 0x00010000 (SRP r16a 6.5), too far up for a table
+// indexed by value.
+var rejectNames = [...]string{
+	"unable to establish RDMA channel",
+	"insufficient resources",
+	"requested maximum initiator to target IU length too large",
+	"unable to associate RDMA channel with I_T nexus",
+	"requested descriptor format not supported",
+	"multiple RDMA channels not supported",
+	"no more RDMA channels for this I_T nexus",
+}
+
 func (r RejectReason) String() string {
-	switch r {
-	case RejectUnableToEstablish:
-		return "unable to establish RDMA channel"
-	case RejectInsufficientResources:
-		return "insufficient resources"
-	case RejectITIULenTooLarge:
-		return "requested maximum initiator to target IU length too large"
-	case RejectUnableToAssociate:
-		return "unable to associate RDMA channel with I_T nexus"
-	case RejectUnsupportedFormat:
-		return "requested descriptor format not supported"
-	case RejectMultiChanUnsupported:
-		return "multiple RDMA channels not supported"
-	case RejectChannelLimit:
-		return "no more RDMA channels for this I_T nexus"
+	if i := r - RejectUnableToEstablish; i < RejectReason(len(rejectNames)) {
+		return rejectNames[i]
 	}
 	return fmt.Sprintf("RejectReason(%#x)", uint32(r))
 }

@@ -1,6 +1,6 @@
 package srp
 
-import "fmt"
+import "github.com/gosrp/gosrp/internal/enum"
 
 // TaskMgmtLen is the size of SRP_TSK_MGMT.
 const TaskMgmtLen = 48
@@ -17,21 +17,12 @@ const (
 	TaskClearACA     TaskFunc = 0x40
 )
 
-func (f TaskFunc) String() string {
-	switch f {
-	case TaskAbortTask:
-		return "ABORT TASK"
-	case TaskAbortTaskSet:
-		return "ABORT TASK SET"
-	case TaskClearTaskSet:
-		return "CLEAR TASK SET"
-	case TaskLUNReset:
-		return "LOGICAL UNIT RESET"
-	case TaskClearACA:
-		return "CLEAR ACA"
-	}
-	return fmt.Sprintf("TaskFunc(%#02x)", uint8(f))
+var taskFuncNames = [...]string{
+	TaskAbortTask: "ABORT TASK", TaskAbortTaskSet: "ABORT TASK SET", TaskClearTaskSet: "CLEAR TASK SET",
+	TaskLUNReset: "LOGICAL UNIT RESET", TaskClearACA: "CLEAR ACA",
 }
+
+func (f TaskFunc) String() string { return enum.Hex(taskFuncNames[:], f, "TaskFunc") }
 
 // Task management response codes: byte 3 of the 4 bytes of response data
 // an SRP_RSP with RSPVALID carries (SRP r16a table 24). ib_srp reads
