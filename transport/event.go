@@ -1,7 +1,5 @@
 package transport
 
-import "fmt"
-
 // EventType is an asynchronous event type (enum ibv_event_type subset).
 type EventType uint8
 
@@ -23,18 +21,13 @@ const (
 	EventDeviceFatal
 )
 
-var eventNames = map[EventType]string{
+var eventNames = [...]string{
 	EventQPFatal: "QP_FATAL", EventQPReqErr: "QP_REQ_ERR", EventQPAccessErr: "QP_ACCESS_ERR",
 	EventCQErr: "CQ_ERR", EventSQDrained: "SQ_DRAINED", EventCommEst: "COMM_EST", EventDeviceFatal: "DEVICE_FATAL",
 }
 
 // String is the event's verbs name.
-func (t EventType) String() string {
-	if n, ok := eventNames[t]; ok {
-		return n
-	}
-	return fmt.Sprintf("EventType(%d)", uint8(t))
-}
+func (t EventType) String() string { return nameOf(eventNames[:], t, "EventType") }
 
 // AsyncEvent is an asynchronous device event. QPNum names the QP for QP
 // events; CQ is set for CQ events.

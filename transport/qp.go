@@ -1,7 +1,5 @@
 package transport
 
-import "fmt"
-
 // QPState is a queue pair state (enum ibv_qp_state, same values).
 type QPState uint8
 
@@ -19,12 +17,7 @@ const (
 var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 
 // String is the state's verbs name.
-func (s QPState) String() string {
-	if int(s) < len(qpStateNames) {
-		return qpStateNames[s]
-	}
-	return fmt.Sprintf("QPState(%d)", uint8(s))
-}
+func (s QPState) String() string { return nameOf(qpStateNames[:], s, "QPState") }
 
 // QPConfig sizes a reliable-connected QP (struct ibv_qp_init_attr).
 type QPConfig struct {

@@ -41,12 +41,7 @@ var statusNames = [...]string{
 }
 
 // String is the ibv_wc_status_str-style name, e.g. "WR_FLUSH_ERR".
-func (s Status) String() string {
-	if int(s) < len(statusNames) {
-		return statusNames[s]
-	}
-	return fmt.Sprintf("Status(%d)", uint8(s))
-}
+func (s Status) String() string { return nameOf(statusNames[:], s, "Status") }
 
 // WCOpcode says what a successful completion completed (enum ibv_wc_opcode).
 type WCOpcode uint8
@@ -68,12 +63,7 @@ const (
 var wcOpcodeNames = [...]string{"SEND", "RDMA_WRITE", "RDMA_READ", "COMP_SWAP", "FETCH_ADD", "BIND_MW", "LOCAL_INV", "REG_MR", "RECV", "RECV_RDMA_WITH_IMM"}
 
 // String is the opcode's verbs name.
-func (o WCOpcode) String() string {
-	if int(o) < len(wcOpcodeNames) {
-		return wcOpcodeNames[o]
-	}
-	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
-}
+func (o WCOpcode) String() string { return nameOf(wcOpcodeNames[:], o, "WCOpcode") }
 
 // WCFlags qualify a receive completion.
 type WCFlags uint8

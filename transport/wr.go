@@ -1,7 +1,5 @@
 package transport
 
-import "fmt"
-
 // Opcode is a send-queue work request opcode (enum ibv_wr_opcode plus the
 // kernel's IB_WR_REG_MR).
 type Opcode uint8
@@ -27,12 +25,7 @@ const (
 var opcodeNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "RDMA_READ", "LOCAL_INV", "REG_MR", "BIND_MW"}
 
 // String is the verbs name of the opcode.
-func (o Opcode) String() string {
-	if int(o) < len(opcodeNames) {
-		return opcodeNames[o]
-	}
-	return fmt.Sprintf("Opcode(%d)", uint8(o))
-}
+func (o Opcode) String() string { return nameOf(opcodeNames[:], o, "Opcode") }
 
 // IsLocal reports whether the opcode is a local memory operation, executed
 // once by the requester and never retransmitted.
