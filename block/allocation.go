@@ -77,13 +77,11 @@ func (h *handle) Allocated(off, n int64, yield func(off, n int64) bool) (int64, 
 func (c *pebbleCore) allocated(off, end int64, yield func(off, end int64) bool) (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.closed {
-		return 0, ioErr(c.nm, "allocated", end-off, off, ErrClosed)
-	}
+	end, err := c.allocRange(off, end, c.meta.Size)
 	bs := int64(c.bs)
-	first, last := off/bs, min(end, c.meta.Size)/bs
-	if first >= last {
-		return off, nil
+	first, last := off/bs, end/bs
+	if err != nil || first >= last {
+		return off, err
 	}
 	its := make([]*pebble.Iterator, 0, len(c.meta.Layers))
 	defer func() {
@@ -158,15 +156,13 @@ func (c *pebbleCore) allocated(off, end int64, yield func(off, end int64) bool) 
 func (c *memCore) allocated(off, end int64, yield func(off, end int64) bool) (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.closed {
-		return 0, ioErr(c.nm, "allocated", end-off, off, ErrClosed)
+	end, err := c.allocRange(off, end, c.sz)
+	bs := int64(c.bs)
+	first, last := off/bs, end/bs
+	if err != nil || first >= last {
+		return off, err
 	}
 	t := &c.blocks
-	bs := int64(c.bs)
-	first, last := off/bs, min(end, c.sz)/bs
-	if first >= last {
-		return off, nil
-	}
 	per := int64(1) << t.shift
 	lo, hi := first>>t.shift, (last-1)>>t.shift
 	var ks []int64

@@ -63,6 +63,15 @@ func checkIO(name, op string, off, n int64, size int64, bs int) error {
 	return nil
 }
 
+// writeOp names a write in errors: "write", or "write-fua" for one that
+// must be durable before it completes.
+func writeOp(fua bool) string {
+	if fua {
+		return "write-fua"
+	}
+	return "write"
+}
+
 // ioErr wraps err with the request context.
 func ioErr(name, op string, n, off int64, err error) error {
 	return fmt.Errorf("block: volume %q: %s %d bytes at %d: %w", name, op, n, off, noSpace(err))

@@ -365,10 +365,7 @@ func (c *fileCore) pwriteAll(p []byte, off int64) error {
 }
 
 func (c *fileCore) writeAt(p []byte, off int64, fua bool) error {
-	op := "write"
-	if fua {
-		op = "write-fua"
-	}
+	op := writeOp(fua)
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	n := int64(len(p))
@@ -514,12 +511,9 @@ func (c *fileCore) resize(n int64) error {
 func (c *fileCore) allocated(off, end int64, yield func(off, end int64) bool) (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.closed {
-		return 0, ioErr(c.nm, "allocated", end-off, off, ErrClosed)
-	}
-	end = min(end, c.sz)
-	if off >= end {
-		return off, nil
+	end, err := c.allocRange(off, end, c.sz)
+	if err != nil || off >= end {
+		return off, err
 	}
 	if c.blockDev {
 		yield(off, end)

@@ -85,6 +85,16 @@ func (c *coreState) checkReq(op string, off, n, size int64, write bool) error {
 	return checkIO(c.nm, op, off, n, size, c.bs)
 }
 
+// allocRange is the start of every core's allocated: [off, end) cut to
+// the volume's size bytes, or ErrClosed. REQUIRES: c.mu (shared is
+// enough).
+func (c *coreState) allocRange(off, end, size int64) (int64, error) {
+	if c.closed {
+		return end, ioErr(c.nm, "allocated", end-off, off, ErrClosed)
+	}
+	return min(end, size), nil
+}
+
 // usable is the check of a call that moves no data (flush, resize):
 // what names it. REQUIRES: c.mu.
 func (c *coreState) usable(what string, write bool) error {

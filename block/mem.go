@@ -289,10 +289,7 @@ func (c *memCore) readAt(p []byte, off int64) error {
 }
 
 func (c *memCore) writeAt(p []byte, off int64, fua bool) error {
-	op := "write"
-	if fua {
-		op = "write-fua"
-	}
+	op := writeOp(fua)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.check(op, off, int64(len(p)), true); err != nil {

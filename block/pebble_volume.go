@@ -178,9 +178,9 @@ func (c *pebbleCore) readChain(p []byte, off int64) error {
 }
 
 func (c *pebbleCore) writeAt(p []byte, off int64, fua bool) error {
-	op, opts := "write", pebble.NoSync
+	op, opts := writeOp(fua), pebble.NoSync
 	if fua {
-		op, opts = "write-fua", pebble.Sync
+		opts = pebble.Sync
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -54,10 +54,7 @@ func (c *rbdCore) readAt(p []byte, off int64) error {
 // writeAt is rbd_write, then for FUA rbd_flush: librbd has no
 // per-request FUA, and its flush covers this write and all before it.
 func (c *rbdCore) writeAt(p []byte, off int64, fua bool) error {
-	op := "write"
-	if fua {
-		op = "write-fua"
-	}
+	op := writeOp(fua)
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	n := int64(len(p))
@@ -176,16 +173,13 @@ func (c *rbdCore) resize(n int64) error {
 func (c *rbdCore) allocated(off, end int64, yield func(off, end int64) bool) (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.closed {
-		return 0, ioErr(c.nm, "allocated", end-off, off, ErrClosed)
-	}
-	end = min(end, c.sz)
-	if off >= end {
-		return off, nil
+	end, err := c.allocRange(off, end, c.sz)
+	if err != nil || off >= end {
+		return off, err
 	}
 	bs := int64(c.bs)
 	stopped := int64(-1)
-	err := c.img.DiffIterate(rbd.DiffIterateConfig{
+	err = c.img.DiffIterate(rbd.DiffIterateConfig{
 		Offset:        uint64(off),
 		Length:        uint64(end - off),
 		IncludeParent: rbd.IncludeParent,
