@@ -3,7 +3,7 @@ package gateway
 // The pure core: one volume's path state at this gateway. Events in,
 // actions out; no goroutines, no clock, no store calls.
 
-import "fmt"
+import "github.com/gosrp/gosrp/internal/enum"
 
 // State is a volume's path state at this gateway.
 type State uint8
@@ -27,15 +27,7 @@ const (
 
 var stateNames = [...]string{"closed", "standby", "active", "fenced"}
 
-func (s State) String() string { return nameOf(stateNames[:], s, "State") }
-
-// nameOf names v from names, or kind(v) past them.
-func nameOf[T ~uint8](names []string, v T, kind string) string {
-	if int(v) < len(names) {
-		return names[v]
-	}
-	return fmt.Sprintf("%s(%d)", kind, uint8(v))
-}
+func (s State) String() string { return enum.Name(stateNames[:], s, "State") }
 
 // Event is what happened to a volume.
 type Event uint8
@@ -64,7 +56,7 @@ const (
 
 var eventNames = [...]string{"open", "takeover", "locked", "busy", "broken", "failed", "fenced", "closed"}
 
-func (e Event) String() string { return nameOf(eventNames[:], e, "Event") }
+func (e Event) String() string { return enum.Name(eventNames[:], e, "Event") }
 
 // Action is what the shell must do next; it feeds the outcome back as
 // an event (EvLocked, EvBusy, EvBroken, EvFailed, EvFenced).
@@ -83,7 +75,7 @@ const (
 
 var actionNames = [...]string{"none", "lock", "break"}
 
-func (a Action) String() string { return nameOf(actionNames[:], a, "Action") }
+func (a Action) String() string { return enum.Name(actionNames[:], a, "Action") }
 
 // core is one volume's state machine. Its rules:
 //
