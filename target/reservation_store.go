@@ -2,6 +2,7 @@ package target
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 
@@ -121,10 +122,7 @@ func (t *prTable) load(store ReservationStore) error {
 // any (registrations, a reservation, an exclusive open), by volume name.
 func (t *Target) Reservations() map[string]ReservationState {
 	t.pr.mu.Lock()
-	vols := make([]*prVolume, 0, len(t.pr.vols))
-	for _, v := range t.pr.vols {
-		vols = append(vols, v)
-	}
+	vols := slices.Collect(maps.Values(t.pr.vols))
 	t.pr.mu.Unlock()
 	sort.Slice(vols, func(i, j int) bool { return vols[i].name < vols[j].name })
 	out := map[string]ReservationState{}

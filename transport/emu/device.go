@@ -3,6 +3,8 @@ package emu
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/gosrp/gosrp/transport"
@@ -123,10 +125,7 @@ func (d *device) Close() error { return nil }
 func (d *device) shutdown() {
 	d.once.Do(func() { close(d.done) })
 	d.qpMu.Lock()
-	qps := make([]*qp, 0, len(d.qps))
-	for _, q := range d.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Values(d.qps))
 	d.qpMu.Unlock()
 	for _, q := range qps {
 		q.Close()

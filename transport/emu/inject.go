@@ -3,6 +3,8 @@ package emu
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/gosrp/gosrp/transport"
@@ -47,10 +49,7 @@ type OutstandingWR struct {
 func (p *Provider) Outstanding() []OutstandingWR {
 	d := p.dev
 	d.qpMu.Lock()
-	qps := make([]*qp, 0, len(d.qps))
-	for _, q := range d.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Values(d.qps))
 	d.qpMu.Unlock()
 	var out []OutstandingWR
 	for _, q := range qps {

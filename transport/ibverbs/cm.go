@@ -10,7 +10,9 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -200,10 +202,7 @@ func (c *cmChannel) connectRequest(listenID, id *C.struct_rdma_cm_id, e cmEvent)
 func (c *cmChannel) close() {
 	stopEvents(c.stopFD, c.done)
 	c.mu.Lock()
-	all := make([]*cmID, 0, len(c.ids))
-	for _, cid := range c.ids {
-		all = append(all, cid)
-	}
+	all := slices.Collect(maps.Values(c.ids))
 	c.mu.Unlock()
 	for _, cid := range all {
 		cid.mu.Lock()

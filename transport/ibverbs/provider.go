@@ -11,9 +11,11 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -205,10 +207,7 @@ func (p *Provider) Close() error {
 	p.closed = true
 	cm := p.cm
 	p.cm = nil
-	devs := make([]*Device, 0, len(p.devices))
-	for _, d := range p.devices {
-		devs = append(devs, d)
-	}
+	devs := slices.Collect(maps.Values(p.devices))
 	p.devices = map[string]*Device{}
 	p.mu.Unlock()
 	if cm != nil {
