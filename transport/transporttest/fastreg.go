@@ -205,6 +205,20 @@ func (x *frFixture) writeFails(t *testing.T, id uint64, k transport.Key, raddr u
 	x.a.expectErrState(t, why+": responder")
 }
 
+// readFails checks that B's READ of n bytes through k at raddr is refused
+// with REM_ACCESS_ERR, brings nothing into B's sink, and moves A's
+// responder to ERR; why says which READ it is.
+func (x *frFixture) readFails(t *testing.T, id uint64, k transport.Key, raddr uint64, n int, why string) {
+	t.Helper()
+	x.a.armSentinel(t, x.rbuf, 0)
+	wc, got := x.bRead(t, id, k, raddr, n)
+	if !checkWC(t, wc, id, x.b.qp, transport.StatusRemAccessErr) {
+		t.Errorf("%s: the READ through %v at %#x was not refused", why, k, raddr)
+	}
+	checkBytes(t, why+": B's sink after the refused READ", got, make([]byte, n))
+	x.a.expectErrState(t, why+": responder")
+}
+
 func init() {
 	for _, m := range mechanisms {
 		reg := func(name string, f func(*testing.T, transport.Provider, mechanism)) {
