@@ -3,8 +3,9 @@ package block
 import (
 	"fmt"
 	"io"
-	"strings"
 	"time"
+
+	"github.com/gosrp/gosrp/internal/enum"
 )
 
 // DefaultBlockSize is the block size used when a caller passes 0.
@@ -82,21 +83,7 @@ var capNames = []string{"flush", "fua", "discard", "write-zeroes", "resize", "sn
 func (c Caps) Has(x Caps) bool { return c&x == x }
 
 // String lists the capability names, e.g. "flush|fua|discard".
-func (c Caps) String() string {
-	var parts []string
-	for i, n := range capNames {
-		if c&(1<<i) != 0 {
-			parts = append(parts, n)
-		}
-	}
-	if rest := c &^ (1<<len(capNames) - 1); rest != 0 {
-		parts = append(parts, fmt.Sprintf("%#x", uint32(rest)))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, "|")
-}
+func (c Caps) String() string { return enum.Flags(capNames, c) }
 
 // VolumeInfo describes a volume as List returns it.
 type VolumeInfo struct {

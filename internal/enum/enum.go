@@ -6,12 +6,18 @@
 //
 //	func (o Op) String() string { return enum.Name(opNames[:], o, "Op") }
 //
+// A set of bit flags names its bits the same way, bit i by names[i]
+// (Flags).
+//
 // A value past the table, or one the table leaves unnamed, prints as
 // "Op(7)" (Name) or "Op(0x07)" (Hex): such a value comes from a newer peer,
 // the wire or a bug, and the house rule is never a panic on any of them.
 package enum
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // Unsigned is the kinds of integer an enumeration may be.
 type Unsigned interface {
@@ -38,6 +44,25 @@ func Hex[T Unsigned](names []string, v T, kind string) string {
 		digits = "0" + digits
 	}
 	return kind + "(0x" + digits + ")"
+}
+
+// Flags names the bits set in v, bit i by names[i], joined with "|"
+// ("flush|fua"); bits past names print as one hexadecimal number, and no
+// bit at all as "none".
+func Flags[T Unsigned](names []string, v T) string {
+	if v == 0 {
+		return "none"
+	}
+	var parts []string
+	for i, n := range names {
+		if v&(1<<i) != 0 {
+			parts = append(parts, n)
+		}
+	}
+	if rest := uint64(v) &^ (1<<len(names) - 1); rest != 0 {
+		parts = append(parts, "0x"+strconv.FormatUint(rest, 16))
+	}
+	return strings.Join(parts, "|")
 }
 
 // lookup returns names[v] where it is set.

@@ -54,3 +54,23 @@ func TestHex(t *testing.T) {
 		}
 	}
 }
+
+func TestFlags(t *testing.T) {
+	names := []string{"flush", "fua", "discard"}
+	for _, tc := range []struct {
+		v    op
+		want string
+	}{
+		{0, "none"},
+		{1, "flush"},
+		{1 | 4, "flush|discard"},
+		{7, "flush|fua|discard"},
+		{8, "0x8"},             // a bit past the names
+		{2 | 0x30, "fua|0x30"}, // known bits first, the rest as one number
+		{255, "flush|fua|discard|0xf8"},
+	} {
+		if got := Flags(names, tc.v); got != tc.want {
+			t.Errorf("Flags(%#x) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}
