@@ -1,6 +1,6 @@
 package scsi
 
-import "strings"
+import "github.com/gosrp/gosrp/internal/enum"
 
 // Condition is an event a logical unit reports to each I_T nexus once,
 // as a unit attention (SAM-5 5.14).
@@ -29,27 +29,18 @@ const (
 
 // uaOrder lists the conditions with their sense, in reporting order.
 var uaOrder = [...]struct {
-	c    Condition
-	s    Sense
-	name string
+	c Condition
+	s Sense
 }{
-	{WriteCacheLost, SensePowerOn, "write-cache-lost"},
-	{CapacityChanged, SenseCapacityChanged, "capacity-changed"},
-	{LUNsChanged, SenseLUNsChanged, "luns-changed"},
+	{WriteCacheLost, SensePowerOn},
+	{CapacityChanged, SenseCapacityChanged},
+	{LUNsChanged, SenseLUNsChanged},
 }
 
-func (c Condition) String() string {
-	var names []string
-	for _, x := range uaOrder {
-		if c&x.c != 0 {
-			names = append(names, x.name)
-		}
-	}
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, "|")
-}
+// conditionNames names the conditions by bit.
+var conditionNames = []string{"write-cache-lost", "capacity-changed", "luns-changed"}
+
+func (c Condition) String() string { return enum.Flags(conditionNames, c) }
 
 // Nexus is what one I_T nexus holds for one logical unit: its pending
 // unit attentions and, after a lost write cache, the failures still owed
