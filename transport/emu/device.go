@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/internal/asyncq"
 	"github.com/gosrp/gosrp/transport/internal/refs"
 )
 
@@ -38,7 +39,7 @@ type device struct {
 	nextQP uint32
 	nextPD uint32
 
-	events chan transport.AsyncEvent
+	events *asyncq.Queue
 	done   chan struct{}
 	once   sync.Once
 }
@@ -49,7 +50,7 @@ func newDevice(p *Provider) *device {
 		objs:   make([]*memObj, 1, 64), // index 0 is never used
 		qps:    map[uint32]*qp{},
 		nextQP: 0x11,
-		events: make(chan transport.AsyncEvent, 256),
+		events: asyncq.New(256),
 		done:   make(chan struct{}),
 	}
 }
@@ -100,24 +101,12 @@ func (d *device) CreateCQ(depth int) (transport.CQ, error) {
 }
 
 func (d *device) NextEvent(ctx context.Context) (transport.AsyncEvent, error) {
-	select {
-	case ev := <-d.events:
-		return ev, nil
-	case <-ctx.Done():
-		return transport.AsyncEvent{}, ctx.Err()
-	case <-d.done:
-		return transport.AsyncEvent{}, fmt.Errorf("emu: device events: %w", transport.ErrClosed)
-	}
+	return d.events.Next(ctx, d.done, "emu: device events")
 }
 
 // event queues an asynchronous event; if nobody reads them the oldest are
 // kept and new ones dropped, as a full async queue would.
-func (d *device) event(ev transport.AsyncEvent) {
-	select {
-	case d.events <- ev:
-	default:
-	}
-}
+func (d *device) event(ev transport.AsyncEvent) { d.events.Post(ev) }
 
 // Close is a no-op: the device lives as long as its provider.
 func (d *device) Close() error { return nil }

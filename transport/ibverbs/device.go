@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/internal/asyncq"
 	"github.com/gosrp/gosrp/transport/internal/refs"
 )
 
@@ -58,10 +59,9 @@ type Device struct {
 	winMu         sync.RWMutex
 	windows       map[uint32]*MW // key index -> window
 
-	events  chan transport.AsyncEvent
-	stopFD  int // eventfd that stops the async goroutine
-	done    chan struct{}
-	dropped uint64 // async events dropped because nobody read them
+	events *asyncq.Queue // counts the events dropped because nobody read them
+	stopFD int           // eventfd that stops the async goroutine
+	done   chan struct{}
 }
 
 var _ transport.Device = (*Device)(nil)
@@ -73,7 +73,7 @@ func openDevice(p *Provider, dv *C.struct_ibv_device, name string) (*Device, err
 	}
 	d := &Device{p: p, name: name, ctx: ctx, port: 1,
 		cqs: map[uintptr]*CQ{}, qps: map[uintptr]*QP{}, windows: map[uint32]*MW{},
-		events: make(chan transport.AsyncEvent, 256), done: make(chan struct{})}
+		events: asyncq.New(256), done: make(chan struct{})}
 	if err := d.query(); err != nil {
 		C.ibv_close_device(ctx)
 		return nil, err
@@ -221,19 +221,7 @@ func (d *Device) AllocPD() (transport.PD, error) {
 
 // NextEvent returns the next asynchronous event.
 func (d *Device) NextEvent(ctx context.Context) (transport.AsyncEvent, error) {
-	select {
-	case ev := <-d.events:
-		return ev, nil
-	default:
-	}
-	select {
-	case ev := <-d.events:
-		return ev, nil
-	case <-ctx.Done():
-		return transport.AsyncEvent{}, ctx.Err()
-	case <-d.done:
-		return transport.AsyncEvent{}, fmt.Errorf("ibverbs: device %s: %w", d.name, transport.ErrClosed)
-	}
+	return d.events.Next(ctx, d.done, "ibverbs: device "+d.name)
 }
 
 // asyncLoop reads ibv_get_async_event until the device closes, acking each
@@ -290,13 +278,7 @@ func (d *Device) deliver(ev *C.struct_gosrp_async) {
 			}
 		}
 	}
-	select {
-	case d.events <- out:
-	default:
-		d.mu.Lock()
-		d.dropped++
-		d.mu.Unlock()
-	}
+	d.events.Post(out)
 }
 
 // Close closes the device once every PD and CQ on it is gone (ErrBusy
