@@ -93,9 +93,6 @@ func TestStoreOpenErrors(t *testing.T) {
 		}
 	})
 	t.Run("other-process", func(t *testing.T) {
-		if testing.Short() {
-			t.Skip("builds and runs the binaries")
-		}
 		srpd, _ := e2etest.Binaries(t)
 		data := filepath.Join(t.TempDir(), "data")
 		e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), "")

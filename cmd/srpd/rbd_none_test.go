@@ -14,9 +14,6 @@ import (
 // refuses --backend rbd (flag or config file key) with one line naming
 // the build it needs, before it creates anything.
 func TestRBDWithoutCeph(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, _ := e2etest.Binaries(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "srpd.toml")

@@ -22,9 +22,6 @@ import (
 // survives the next one. Without the state file the restarted srpd has
 // forgotten the reservation and the other host writes.
 func TestReservationSurvivesRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, _ := e2etest.Binaries(t)
 	data := filepath.Join(t.TempDir(), "data")
 	addr := e2etest.FreeAddr(t)

@@ -79,9 +79,6 @@ func TestSRPTargetPort(t *testing.T) {
 // TestSRPStatus: srpd status shows the SRP target port and the
 // add_target line for its listener, as text and as JSON.
 func TestSRPStatus(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binaries")
-	}
 	srpd, _ := e2etest.Binaries(t)
 	data := filepath.Join(t.TempDir(), "data")
 	addr := e2etest.FreeAddr(t)
