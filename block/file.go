@@ -31,7 +31,7 @@ var _ Store = (*FileStore)(nil)
 
 // fileCore is an open file volume, shared by its handles.
 type fileCore struct {
-	coreState
+	sizedState
 	st       *FileStore // nil for OpenFileVolume
 	f        *os.File
 	fd       int
@@ -41,7 +41,6 @@ type fileCore struct {
 	sg syncGroup
 
 	// Guarded by mu:
-	sz   int64
 	meta *volumeMeta // nil for OpenFileVolume
 }
 
@@ -284,7 +283,7 @@ func OpenFileVolume(path string, blockSize int) (Volume, error) {
 }
 
 func newFileCore(f *os.File, name string, size int64, bs int, blockDev bool) (*fileCore, error) {
-	c := &fileCore{coreState: coreState{nm: name, bs: bs}, f: f, fd: int(f.Fd()), sz: size, blockDev: blockDev}
+	c := &fileCore{sizedState: sizedState{coreState{nm: name, bs: bs}, size}, f: f, fd: int(f.Fd()), blockDev: blockDev}
 	c.punch = !blockDev && probePunchHole(c.fd, size)
 	return c, nil
 }
@@ -302,12 +301,6 @@ func (c *fileCore) closeLocked() error {
 	}
 	c.closed = true
 	return c.f.Close()
-}
-
-func (c *fileCore) size() int64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.sz
 }
 
 func (c *fileCore) caps() Caps {

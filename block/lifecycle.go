@@ -73,6 +73,19 @@ type coreState struct {
 func (c *coreState) name() string   { return c.nm }
 func (c *coreState) blockSize() int { return c.bs }
 
+// sizedState is the coreState of a core that keeps the volume's size
+// itself (file, mem, rbd); pebble's is in its metadata.
+type sizedState struct {
+	coreState
+	sz int64 // guarded by mu
+}
+
+func (c *sizedState) size() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.sz
+}
+
 // checkReq validates an I/O request on a volume of size bytes.
 // REQUIRES: c.mu (shared is enough).
 func (c *coreState) checkReq(op string, off, n, size int64, write bool) error {
@@ -105,6 +118,15 @@ func (c *coreState) usable(what string, write bool) error {
 		return fmt.Errorf("block: volume %q: %s: %w", c.nm, what, ErrReadOnly)
 	}
 	return nil
+}
+
+// resizable is the check of a resize to n bytes: the volume is usable
+// for writing and n is a size it can have. REQUIRES: c.mu.
+func (c *coreState) resizable(n int64) error {
+	if err := c.usable(fmt.Sprintf("resize to %d", n), true); err != nil {
+		return err
+	}
+	return checkSize(c.nm, n, c.bs)
 }
 
 // namedCore is a core that a store keeps by name in a map of open cores

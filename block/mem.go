@@ -31,11 +31,10 @@ func NewMemStore() *MemStore {
 
 // memCore is a memory volume or snapshot.
 type memCore struct {
-	coreState
+	sizedState
 	created time.Time
 
 	// Guarded by mu:
-	sz     int64
 	gen    uint64 // bumped by every snapshot and resize (VolumeInfo.Generation)
 	blocks blockTable
 }
@@ -50,7 +49,7 @@ func (s *MemStore) Create(name string, size int64, blockSize int) (Volume, error
 	if _, ok := s.vols[name]; ok {
 		return nil, fmt.Errorf("block: volume %q: create: %w", name, ErrExists)
 	}
-	c := &memCore{coreState: coreState{nm: name, bs: bs}, sz: size, created: time.Now(), gen: 1, blocks: newBlockTable(bs)}
+	c := &memCore{sizedState: sizedState{coreState{nm: name, bs: bs}, size}, created: time.Now(), gen: 1, blocks: newBlockTable(bs)}
 	s.vols[name] = c
 	return s.openLocked(c), nil
 }
@@ -181,7 +180,7 @@ func (s *MemStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
 func (c *memCore) freezeLocked(name string, readOnly bool) *memCore {
 	blocks := c.blocks.clone()
 	c.gen++
-	return &memCore{coreState: coreState{nm: name, bs: c.bs, readOnly: readOnly}, created: time.Now(), sz: c.sz, gen: c.gen + 1, blocks: blocks}
+	return &memCore{sizedState: sizedState{coreState{nm: name, bs: c.bs, readOnly: readOnly}, c.sz}, created: time.Now(), gen: c.gen + 1, blocks: blocks}
 }
 
 // Snapshots implements Snapshotter.
@@ -260,12 +259,6 @@ func (s *MemStore) Clone(volume, snap, newName string) (Volume, error) {
 	return s.openLocked(c), nil
 }
 
-func (c *memCore) size() int64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.sz
-}
-
 func (c *memCore) caps() Caps {
 	if c.readOnly {
 		return CapFlush | CapImmediate
@@ -325,10 +318,7 @@ func (c *memCore) writeZeroes(off, n int64) error { return c.zero("write-zeroes"
 func (c *memCore) resize(n int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.usable(fmt.Sprintf("resize to %d", n), true); err != nil {
-		return err
-	}
-	if err := checkSize(c.nm, n, c.bs); err != nil {
+	if err := c.resizable(n); err != nil {
 		return err
 	}
 	c.blocks.deleteRange(n/int64(c.bs), maxBlocks)

@@ -307,13 +307,10 @@ func (c *pebbleCore) resize(n int64) error {
 	defer s.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.usable(fmt.Sprintf("resize to %d", n), true); err != nil {
+	if err := c.resizable(n); err != nil {
 		return err
 	}
 	what := fmt.Sprintf("volume %q: resize to %d", c.nm, n)
-	if err := checkSize(c.nm, n, c.bs); err != nil {
-		return err
-	}
 	if err := s.checkOvercommitLocked(what, c.meta.Size, n); err != nil {
 		return err
 	}

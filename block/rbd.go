@@ -52,7 +52,7 @@ var (
 
 // rbdCore is an open image (or snapshot), shared by its handles.
 type rbdCore struct {
-	coreState
+	sizedState
 	st  *RBDStore
 	img *rbd.Image
 	// zero is one zero block: WriteZeroes is librbd's writesame of it,
@@ -69,7 +69,6 @@ type rbdCore struct {
 	locked atomic.Bool
 
 	// Guarded by mu:
-	sz  int64
 	gen uint64
 }
 
@@ -226,7 +225,7 @@ func (s *RBDStore) openNewLocked(name string, bs int, op string) (Volume, error)
 		_ = rbd.RemoveImage(s.ioctx, name)
 		return nil, fmt.Errorf("block: volume %q: %s: %w", name, op, rbdErr(err))
 	}
-	c := &rbdCore{coreState: coreState{nm: name, bs: bs}, st: s, img: img, sz: int64(size), gen: 1, zero: make([]byte, bs)}
+	c := &rbdCore{sizedState: sizedState{coreState{nm: name, bs: bs}, int64(size)}, st: s, img: img, gen: 1, zero: make([]byte, bs)}
 	if err := s.lockExclusive(c); err != nil {
 		_ = img.Close()
 		return nil, err
@@ -268,7 +267,7 @@ func (s *RBDStore) openImage(name, snap string) (*rbdCore, error) {
 		return nil, fmt.Errorf("block: volume %q: open: %w", nm, rbdErr(err))
 	}
 	bs, gen := rbdImageMeta(img, int64(size))
-	c := &rbdCore{coreState: coreState{nm: nm, bs: bs, readOnly: snap != ""}, st: s, img: img, sz: int64(size) / int64(bs) * int64(bs), gen: gen, zero: make([]byte, bs)}
+	c := &rbdCore{sizedState: sizedState{coreState{nm: nm, bs: bs, readOnly: snap != ""}, int64(size) / int64(bs) * int64(bs)}, st: s, img: img, gen: gen, zero: make([]byte, bs)}
 	return c, nil
 }
 

@@ -25,12 +25,6 @@ func (c *rbdCore) closeLocked() error {
 	return nil
 }
 
-func (c *rbdCore) size() int64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.sz
-}
-
 func (c *rbdCore) caps() Caps {
 	if c.readOnly {
 		return CapFlush | CapFUA | CapPersistent | CapSnapshot
@@ -148,10 +142,7 @@ func (c *rbdCore) writeZeroes(off, n int64) error {
 func (c *rbdCore) resize(n int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.usable(fmt.Sprintf("resize to %d", n), true); err != nil {
-		return err
-	}
-	if err := checkSize(c.nm, n, c.bs); err != nil {
+	if err := c.resizable(n); err != nil {
 		return err
 	}
 	what := fmt.Sprintf("volume %q: resize to %d", c.nm, n)
