@@ -33,8 +33,6 @@ const (
 	OpLoginReject Opcode = 0xC2 // SRP_LOGIN_REJ
 )
 
-// String names the opcode as the standard does ("SRP_CMD"), or
-// Opcode(0xNN) for one it does not define.
 var opcodeNames = [...]string{
 	OpLoginReq: "SRP_LOGIN_REQ", OpTaskMgmt: "SRP_TSK_MGMT", OpCmd: "SRP_CMD", OpILogout: "SRP_I_LOGOUT",
 	OpCredRsp: "SRP_CRED_RSP", OpAERRsp: "SRP_AER_RSP",
@@ -42,6 +40,8 @@ var opcodeNames = [...]string{
 	OpLoginRsp: "SRP_LOGIN_RSP", OpRsp: "SRP_RSP", OpLoginReject: "SRP_LOGIN_REJ",
 }
 
+// String names the opcode as the standard does ("SRP_CMD"), or
+// Opcode(0xNN) for one it does not define.
 func (o Opcode) String() string { return enum.Hex(opcodeNames[:], o, "Opcode") }
 
 // Errors. Every decoding error wraps ErrMalformed, with what was wrong;

@@ -242,10 +242,8 @@ const (
 	RejectChannelLimit          RejectReason = 0x00010006 // no more channels for this I_T nexus
 )
 
-// String names the reason ("insufficient resources"), or
-// RejectReason(0x...) for one SRP r16a does not define.
 // rejectNames names the reasons from RejectUnableToEstablish on, in
-// order: they start at 0x00010000 (SRP r16a 6.5), too far up for a table
+// order: they start at 0x00010000 (SRP r16a 6.4), too far up for a table
 // indexed by value.
 var rejectNames = [...]string{
 	"unable to establish RDMA channel",
@@ -257,6 +255,8 @@ var rejectNames = [...]string{
 	"no more RDMA channels for this I_T nexus",
 }
 
+// String names the reason ("insufficient resources"), or
+// RejectReason(0x...) for one SRP r16a does not define.
 func (r RejectReason) String() string {
 	if i := r - RejectUnableToEstablish; i < RejectReason(len(rejectNames)) {
 		return rejectNames[i]
