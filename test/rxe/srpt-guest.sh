@@ -2,8 +2,9 @@
 # srpt-guest.sh: runs INSIDE the srpt guest (srpt.sh). The kernel's
 # ib_srpt serves a 64 MiB LIO RAM disk as LUN 0 over rxe; srpc and bench
 # log in to it with --protocol srp and must see the LUN, write it and
-# read back what they wrote. Leaves its logs in /mnt/out; exits non-zero
-# on failure.
+# read back what they wrote, also across the target port disabled and
+# enabled under I/O. Leaves its logs in /mnt/out; exits non-zero on
+# failure.
 export PATH=/mnt:/usr/sbin:/usr/bin:/sbin:/bin
 O=/mnt/out
 mkdir -p $O
@@ -54,5 +55,30 @@ for qd in 1 16; do
   grep -q ' 0 mismatches' $O/bench-qd$qd.log || fail "bench QD$qd: $(grep verify $O/bench-qd$qd.log)"
   say "bench --verify randrw 4k QD$qd: $(grep -o 'IOPS=[^,]*' $O/bench-qd$qd.log | tr '\n' ' ')$(grep -o 'verify: .*' $O/bench-qd$qd.log)"
 done
+# The target port disabled and enabled again under bench: ib_srpt ends
+# its channels (srpt_set_enabled), refuses logins while disabled, and
+# the initiator logs in again once the port is back and re-issues what
+# was in flight with new registrations; every read must still verify.
+logins() { dmesg | grep -c 'Received SRP_LOGIN_REQ'; }
+n0=$(logins)
+bench --provider ibverbs --target $IP:$PORT --protocol srp --srp-target-port $GUID,$GUID --name srpt-flap --volume lun0 \
+  --rw randrw --bs 4k --iodepth 16 --runtime 15s --offset 32MiB --size 32MiB --verify > $O/bench-flap.log 2>&1 &
+B=$!
+# Under TCG bench takes seconds to start: flap only once it logged in.
+i=0
+until [ "$(logins)" -gt "$n0" ]; do
+  i=$((i + 1)); [ $i -gt 240 ] && fail "bench never logged in: $(tail -3 $O/bench-flap.log)"; sleep 0.25
+done
+sleep 3
+echo 0 > $TP/tpgt_1/enable || fail "tpg disable"
+say "target port disabled under bench"
+sleep 2
+echo 1 > $TP/tpgt_1/enable || fail "tpg enable again"
+say "target port enabled again"
+wait $B || fail "bench across the target port flap: $(tail -5 $O/bench-flap.log)"
+grep -q ' 0 mismatches' $O/bench-flap.log || fail "bench across the flap: $(grep verify $O/bench-flap.log)"
+lost=$(sed -n 's/.*connections-lost=\([0-9]*\).*/\1/p' $O/bench-flap.log)
+[ "${lost:-0}" -ge 1 ] || fail "bench saw no connection lost: the flap proved nothing ($(grep conn $O/bench-flap.log))"
+say "bench --verify randrw 4k QD16 across the flap: $(grep -o 'IOPS=[^,]*' $O/bench-flap.log | tr '\n' ' ')$(grep -o 'connections-lost=.*' $O/bench-flap.log); $(grep -o 'verify: .*' $O/bench-flap.log)"
 dmesg > $O/dmesg-guest.txt
 say "PASS"
