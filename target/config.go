@@ -209,6 +209,13 @@ type Config struct {
 	// Credits is the most requests one connection may have outstanding
 	// (default 32, max 1024). The initiator gets min(asked, Credits).
 	Credits int
+	// SRPCredits is the request limit an SRP login is granted, per
+	// channel (default DefaultSRPCredits, max MaxCredits; each costs a
+	// slot and MaxTransfer bytes of data buffer, as Credits does). It
+	// is separate from Credits because ib_srp keeps one back for task
+	// management and caps its queue at the grant: see
+	// DefaultSRPCredits.
+	SRPCredits int
 	// MaxTransfer is the most bytes one command moves (default 1 MiB); the
 	// target registers Credits × MaxTransfer bytes of data buffers per
 	// connection.
@@ -251,7 +258,16 @@ type Config struct {
 
 // Limits of the configuration.
 const (
-	DefaultCredits      = 32
+	DefaultCredits = 32
+	// DefaultSRPCredits lets the Linux ib_srp initiator's default queue
+	// run full: ib_srp sizes a channel's SCSI queue (can_queue) as
+	// min(queue_size − 2, request limit − 1), keeping one request back
+	// for task management (SRP_TSK_MGMT_SQ_SIZE) and one for target
+	// requests (SRP_RSP_SQ_SIZE), and its default queue_size is 64
+	// (SRP_DEFAULT_QUEUE_SIZE, srp_cm_rep_handler). A grant of 64 gives
+	// it its 62 and never stops a QD32 job short (32 would give it 31);
+	// ib_srpt grants its whole receive ring, 128 or more.
+	DefaultSRPCredits   = 64
 	MaxCredits          = 1024
 	DefaultMaxTransfer  = 1 << 20
 	MaxMaxTransfer      = 64 << 20
@@ -284,6 +300,12 @@ func (c *Config) normalize() error {
 		c.Credits = DefaultCredits
 	case c.Credits < 1 || c.Credits > MaxCredits:
 		return fmt.Errorf("target: Credits %d outside [1, %d]", c.Credits, MaxCredits)
+	}
+	switch {
+	case c.SRPCredits == 0:
+		c.SRPCredits = DefaultSRPCredits
+	case c.SRPCredits < 1 || c.SRPCredits > MaxCredits:
+		return fmt.Errorf("target: SRPCredits %d outside [1, %d]", c.SRPCredits, MaxCredits)
 	}
 	switch {
 	case c.MaxTransfer == 0:

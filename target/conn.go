@@ -226,6 +226,9 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 	dev := req.Device()
 	attr := dev.Attr()
 	credits, maxDesc := cfg.Credits, cfg.MaxDesc
+	if srpReq != nil {
+		credits = cfg.SRPCredits // its own default: config.go
+	}
 	if attr.MaxQPWR > 0 {
 		credits = min(credits, attr.MaxQPWR-1, (attr.MaxQPWR-2)/(maxDesc+1))
 	}

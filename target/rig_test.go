@@ -164,6 +164,9 @@ func newRig(t testing.TB, e env, cfg Config) *rig {
 	if cfg.Credits == 0 {
 		cfg.Credits = 8
 	}
+	if cfg.SRPCredits == 0 {
+		cfg.SRPCredits = cfg.Credits // small buffers; TestSRPCredits sees the default
+	}
 	if cfg.MaxTransfer == 0 {
 		cfg.MaxTransfer = 256 << 10
 	}

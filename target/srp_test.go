@@ -174,6 +174,49 @@ func TestSRPLogin(t *testing.T) {
 	})
 }
 
+// TestSRPCredits: an SRP login is granted Config.SRPCredits, by default
+// 64 so that ib_srp, which keeps one back for task management and caps
+// its queue at the rest, runs its default queue of 62 full (and a QD32
+// job all 32); a gosrp login on the same target still gets Credits.
+// The SRP channel holds 32 READs outstanding at once.
+func TestSRPCredits(t *testing.T) {
+	for _, tc := range []struct {
+		in, want int
+		ok       bool
+	}{{0, DefaultSRPCredits, true}, {1, 1, true}, {200, 200, true}, {-1, 0, false}, {MaxCredits + 1, 0, false}} {
+		cfg := Config{Catalog: sliceCatalog{}, SRPCredits: tc.in}
+		err := cfg.normalize()
+		if (err == nil) != tc.ok || (tc.ok && cfg.SRPCredits != tc.want) {
+			t.Errorf("SRPCredits %d: got %d, %v; want %d, ok %t", tc.in, cfg.SRPCredits, err, tc.want, tc.ok)
+		}
+	}
+	if DefaultSRPCredits-1 < 62 {
+		t.Errorf("DefaultSRPCredits %d leaves ib_srp fewer than its default 62 commands", DefaultSRPCredits)
+	}
+	r, c := srpLoggedIn(t, srpEnvs[0], Config{SRPCredits: DefaultSRPCredits})
+	if c.login.ReqLimDelta != DefaultSRPCredits {
+		t.Fatalf("SRP login granted %d credits, want %d", c.login.ReqLimDelta, DefaultSRPCredits)
+	}
+	if lr := r.dial(t).login("ini"); lr.Credits != 8 {
+		t.Errorf("gosrp login granted %d credits beside the SRP session, want Credits 8", lr.Credits)
+	}
+	const qd = 32
+	tags := map[uint64]bool{}
+	for i := range qd {
+		tags[c.post(c.in(srpCmd(0, rw10(0x28, uint32(i), 1, false)...), i*4096, 4096))] = true
+	}
+	for range qd {
+		r := c.rsp()
+		if !tags[r.Tag] || r.Status != uint8(scsi.StatusGood) {
+			t.Fatalf("READ answered tag %#x status %#x", r.Tag, r.Status)
+		}
+		delete(tags, r.Tag)
+	}
+	if s := r.tgt.Stats(); s.Violations != 0 {
+		t.Errorf("%d violations at QD%d", s.Violations, qd)
+	}
+}
+
 // srpCmd builds an SRP_CMD for lun with cdb.
 func srpCmd(lun uint16, cdb ...byte) srp.Cmd {
 	return srp.Cmd{LUN: scsi.EncodeLUN(lun), CDB: cdb}

@@ -44,6 +44,7 @@ type Config struct {
 	NoDefaultVolume bool              `json:"no_default_volume" toml:"no_default_volume"`
 	DefaultSize     Size              `json:"default_volume_size" toml:"default_volume_size"`
 	Credits         int               `json:"credits" toml:"credits"`
+	SRPCredits      int               `json:"srp_credits" toml:"srp_credits"`
 	MaxTransfer     Size              `json:"max_transfer" toml:"max_transfer"`
 	LoginTimeout    Duration          `json:"login_timeout" toml:"login_timeout"`
 	// MaxPendingLogins and MaxPendingPerSource are target.Config's caps
@@ -106,6 +107,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.NoDefaultVolume, "no-default-volume", c.NoDefaultVolume, "do not create vol0 when the store has no volumes")
 	fs.Var(&c.DefaultSize, "default-volume-size", "`SIZE` of the default volume vol0 (KiB, MiB, GiB, TiB)")
 	fs.IntVar(&c.Credits, "credits", c.Credits, "`N` requests one connection may have outstanding (0: the target default, 32)")
+	fs.IntVar(&c.SRPCredits, "srp-credits", c.SRPCredits, "`N` requests one SRP channel may have outstanding, its login's request limit (0: the target default, 64, which lets ib_srp's default queue of 62 run full: it keeps one credit for task management; each costs a --max-transfer buffer)")
 	fs.Var(&c.MaxTransfer, "max-transfer", "largest transfer of one command, a `SIZE` (0: the target default, 1MiB)")
 	fs.Var(&c.LoginTimeout, "login-timeout", "`DURATION` a new connection has to log in")
 	fs.IntVar(&c.MaxPendingLogins, "max-pending-logins", c.MaxPendingLogins,

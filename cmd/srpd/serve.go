@@ -309,7 +309,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// stores' volumes pass through, always active.
 	tgt, err := target.New(target.Config{
 		Name: cfg.Name, Catalog: gateway.New(store), ACL: acc.ACLPointer(), Secrets: acc.Secret,
-		Credits: cfg.Credits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
+		Credits: cfg.Credits, SRPCredits: cfg.SRPCredits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
 		SRPTargetPortID: srpPort, Logger: log, Reservations: res, DirtyMarks: marks,
 	})
