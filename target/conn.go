@@ -105,6 +105,9 @@ type conn struct {
 	// included) is complete.
 	chanKey  atomic.Pointer[string]
 	finished chan struct{}
+	// srpNx is the SRP I_T nexus the connection joined (conn_srp.go),
+	// nil for none; the run loop's own.
+	srpNx *srpNexus
 }
 
 func (c *conn) drain() { c.drainOnce.Do(func() { close(c.drainCh); c.signals.Add(1) }) }
@@ -157,7 +160,7 @@ func (c *conn) onExternal(now int64) {
 		c.core.volumeResized(name, size)
 	}
 	if c.lunsChanged.Swap(false) {
-		c.core.srpLUNsChanged()
+		c.core.srpLUNsChanged(c.t.srpNexuses.catalogGen.Load())
 	}
 	for _, w := range waits {
 		close(w)
@@ -316,6 +319,7 @@ func (c *conn) now() int64 { return int64(time.Since(c.t.epoch)) }
 // release destroys the verbs objects in dependency order: the QP first
 // (no more DMA), then CQ, MRs, arenas, PD.
 func (c *conn) release() {
+	c.srpLeave()
 	var errs []error
 	if c.qp != nil {
 		errs = append(errs, c.qp.Close())

@@ -19,14 +19,27 @@ func (c *conn) srpLogin(req *srp.LoginRequest) srpLoginResult {
 	if !res.ok {
 		return res
 	}
+	// Joined before SINGLE ends the older channels, so that the nexus,
+	// and what it has yet to report, outlives them.
+	c.srpNx = c.t.srpNexuses.join(key)
 	if req.Flags&srp.MultiChanMask == srp.MultiChanMulti {
 		c.chanKey.Store(&key)
 		return res
 	}
 	if !c.t.reinstate(c, key) {
+		c.srpLeave()
 		return c.core.srpRefuse(req, srp.RejectInsufficientResources, "an older channel of this I_T nexus did not finish its I/O in time")
 	}
 	return res
+}
+
+// srpLeave counts the connection out of its SRP I_T nexus, if it joined
+// one; release calls it, once the connection's I/O is done.
+func (c *conn) srpLeave() {
+	if c.srpNx != nil {
+		c.t.srpNexuses.leave(c.srpNx)
+		c.srpNx = nil
+	}
 }
 
 // channels counts the connections other than c serving the channel or
@@ -61,7 +74,7 @@ func (c *conn) srpOpen(names []string) {
 		}
 		vols[i] = srpVolume{vol: v, info: info, mark: c.t.dirty.mark(name), lost: c.t.dirty.lostFor(name, nexus)}
 	}
-	c.core.srpAttach(vols)
+	c.core.srpAttach(c.srpNx, vols)
 }
 
 // srpNexus names the session's I_T nexus: its initiator and target port

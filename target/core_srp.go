@@ -52,14 +52,19 @@ type srpSession struct {
 	// owed is the credits of aborted commands, which got no SRP_RSP:
 	// the next SRP_RSP returns them.
 	owed uint32
+	// nx is the I_T nexus the channel belongs to, whose unit attention
+	// state its channels share (srp_nexus.go); idle is the scratch
+	// nexus commands run against while their unit has nothing pending.
+	nx   *srpNexus
+	idle scsi.Nexus
 }
 
 // srpLUN is one logical unit: an open volume, its SCSI model and the
-// session's unit attention state for it.
+// I_T nexus's state of it, shared with the nexus's other channels.
 type srpLUN struct {
-	ov    *openVol
-	dev   scsi.Device
-	nexus scsi.Nexus
+	ov   *openVol
+	dev  scsi.Device
+	unit *srpUnit
 }
 
 // srpSlot is what a slot holds of an SRP request besides the gosrp
@@ -336,9 +341,9 @@ func (c *core) srpExecute(s *slot, rawLUN srp.LUN, cdb []byte) {
 		a = scsi.NoUnit(cdb, c.srpLUNList(cdb))
 	} else {
 		lu.dev.ReadOnly = lu.ov.ro // a policy change may have narrowed it
-		owed := lu.nexus.OwesLoss()
-		a = lu.dev.Execute(&lu.nexus, cdb, c.srpLUNList(cdb))
-		if owed && !lu.nexus.OwesLoss() {
+		var told bool
+		a, told = lu.unit.execute(&lu.dev, &c.srp.idle, cdb, c.srpLUNList(cdb))
+		if told {
 			c.acts.lossTold = append(c.acts.lossTold, lu.ov.name)
 		}
 	}
@@ -599,8 +604,10 @@ func (c *core) srpRespond(s *slot, st wire.Status, sense wire.Sense, k int) {
 
 // srpResized gives the LUN of the volume named name its new size of size
 // bytes and raises CAPACITY DATA HAS CHANGED on the session's nexus for
-// it (SBC-3 4.6; Linux rereads the capacity on it). A size that is not a
-// whole number of blocks is cut to one (the store refuses such sizes).
+// it (SBC-3 4.6; Linux rereads the capacity on it), once for the I_T
+// nexus: the first of its channels to hear of the resize raises it, for
+// all of them. A size that is not a whole number of blocks is cut to
+// one (the store refuses such sizes).
 func (c *core) srpResized(name string, size int64) {
 	for i := range c.srp.luns {
 		lu := &c.srp.luns[i]
@@ -612,26 +619,21 @@ func (c *core) srpResized(name string, size int64) {
 			continue
 		}
 		lu.dev.Blocks = blocks
-		lu.nexus.Raise(scsi.CapacityChanged)
-		if c.p.trace != nil {
-			c.p.trace(fmt.Sprintf("LUN %d %s: %d blocks, unit attention %s", i, name, blocks, lu.nexus.Pending()))
+		if lu.unit.resize(blocks) && c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("LUN %d %s: %d blocks, unit attention %s", i, name, blocks, lu.unit.pending()))
 		}
 	}
 }
 
 // srpLUNsChanged raises REPORTED LUNS DATA HAS CHANGED on the session's
 // nexus for each of its logical units (SPC-4 6.33 asks for it on every
-// I_T nexus; Linux reports any of them as a rescan event).
-func (c *core) srpLUNsChanged() {
-	if c.srp == nil || c.state == connClosed {
+// I_T nexus; Linux reports any of them as a rescan event), for catalog
+// change gen: once per nexus, by the first of its channels to hear.
+func (c *core) srpLUNsChanged(gen uint64) {
+	if c.srp == nil || c.srp.nx == nil || c.state == connClosed {
 		return
 	}
-	for i := range c.srp.luns {
-		if lu := &c.srp.luns[i]; lu.ov != nil && !lu.ov.revoked {
-			lu.nexus.Raise(scsi.LUNsChanged)
-		}
-	}
-	if c.p.trace != nil {
+	if c.srp.nx.lunsChanged(gen) && c.p.trace != nil {
 		c.p.trace("catalog changed: unit attention luns-changed on every LUN")
 	}
 }

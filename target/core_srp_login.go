@@ -142,9 +142,15 @@ type srpVolume struct {
 }
 
 // srpAttach takes the volumes the shell opened for the login's LUNs, in
-// LUN order, and makes them the session's logical units.
-func (c *core) srpAttach(vols []srpVolume) {
+// LUN order, and makes them the session's logical units, whose unit
+// attention state is nx's, the I_T nexus the channel joined (nil: a
+// nexus of this channel alone).
+func (c *core) srpAttach(nx *srpNexus, vols []srpVolume) {
 	s := c.srp
+	if nx == nil {
+		nx = newSRPNexus(nil, "")
+	}
+	s.nx = nx
 	s.luns = make([]srpLUN, len(s.names))
 	for i := range s.luns {
 		if i >= len(vols) || vols[i].vol == nil {
@@ -173,14 +179,13 @@ func (c *core) srpAttach(vols []srpVolume) {
 		c.nhandles++
 		h := fnv.New64a()
 		h.Write([]byte(c.p.name + "\x00" + ov.name))
-		s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: uint64(ov.size / ov.bs),
+		blocks := uint64(ov.size / ov.bs)
+		s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: blocks,
 			ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
-			Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs)}}
-		if v.lost {
-			s.luns[i].nexus.Raise(scsi.WriteCacheLost)
-			if c.p.trace != nil {
-				c.p.trace(fmt.Sprintf("LUN %d %s: unit attention %s", i, ov.name, s.luns[i].nexus.Pending()))
-			}
+			Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs)},
+			unit: nx.unit(ov.name, blocks, v.lost)}
+		if v.lost && c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("LUN %d %s: unit attention %s", i, ov.name, s.luns[i].unit.pending()))
 		}
 	}
 }

@@ -27,7 +27,7 @@ func newSRPCoreHarness(tb testing.TB, credits int) *coreHarness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h.c.srpAttach([]srpVolume{{vol: v, info: info}})
+	h.c.srpAttach(nil, []srpVolume{{vol: v, info: info}})
 	h.c.acts.reset()
 	return h
 }
@@ -191,7 +191,7 @@ func (h *traceHarness) srpLogin(t *testing.T, td *datadriven.TestData) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.c.srpAttach([]srpVolume{{vol: v, info: info}})
+	h.c.srpAttach(nil, []srpVolume{{vol: v, info: info}})
 }
 
 // srpTableVA is where trace and fuzz commands put an indirect table in

@@ -46,6 +46,8 @@ type traceHarness struct {
 	nextRx int                // the receive buffer the next IU lands in
 	sent   []transport.SendWR // send WRs posted, by label-1
 	wcBuf  transport.WC
+	// catalogGen numbers the trace's catalog changes.
+	catalogGen uint64
 }
 
 func (h *traceHarness) printf(format string, args ...any) { fmt.Fprintf(&h.b, format, args...) }
@@ -116,7 +118,8 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		td.ScanArgs(t, "size", &size)
 		c.volumeResized(vol, size)
 	case "catalog-changed":
-		c.srpLUNsChanged()
+		h.catalogGen++
+		c.srpLUNsChanged(h.catalogGen)
 	case "pr", "pr-check", "pr-open", "pr-close", "pr-show", "pr-table":
 		h.prTrace(t, td) // core_pr_trace_test.go
 	case "drain":

@@ -108,7 +108,9 @@
 // answered with an SRP_RSP in a plain SEND (SRP has no remote
 // invalidation). A login with the multi-channel action SINGLE ends the
 // other channels of its (initiator port, target port) nexus, as channel
-// reinstatement does; SRP_I_LOGOUT ends the channel.
+// reinstatement does; SRP_I_LOGOUT ends the channel. The channels of a
+// nexus share its unit attentions (srp_nexus.go): each is reported once
+// per I_T nexus, on whichever channel asks first (SAM-5 5.14).
 //
 // # Structure
 //

@@ -2,7 +2,6 @@ package target
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -979,17 +978,7 @@ func TestSRPUnitAttention(t *testing.T) {
 		for i, c := range cs {
 			c.good(fmt.Sprintf("session %d: TEST UNIT READY before the resize", i), tur(c, lunVol1), 0)
 		}
-		v, err := r.store.Open("vol1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := v.Resize(2 * volSize); err != nil {
-			t.Fatal(err)
-		}
-		v.Close()
-		if err := r.tgt.VolumeResized(context.Background(), "vol1", 2*volSize); err != nil {
-			t.Fatal(err)
-		}
+		r.resize(t, "vol1", 2*volSize)
 		for i, c := range cs {
 			c.good(fmt.Sprintf("session %d: TEST UNIT READY on another LUN", i), tur(c, lunVol0), 0)
 			c.checkSense(fmt.Sprintf("session %d: TEST UNIT READY after the resize", i), tur(c, lunVol1), scsi.SenseCapacityChanged)

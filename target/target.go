@@ -61,6 +61,9 @@ type Target struct {
 	pr *prTable
 	// dirty holds the volumes' dirty marks (dirty.go).
 	dirty dirtyTable
+	// srpNexuses holds the SRP I_T nexuses' unit attention state,
+	// shared by each nexus's channels (srp_nexus.go).
+	srpNexuses srpNexusTable
 	// refusals since the last log line about them, and when that was
 	// (Unix nanoseconds); see refused.
 	refusals      atomic.Int64
@@ -195,6 +198,7 @@ func (t *Target) VolumeResized(ctx context.Context, volume string, size int64) e
 // (docs/srp.md): the new volume is a LUN from the next login on.
 // CatalogChanged does not block.
 func (t *Target) CatalogChanged() {
+	t.srpNexuses.catalogGen.Add(1)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range t.conns {

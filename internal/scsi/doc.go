@@ -47,7 +47,10 @@
 // When a volume changes under its initiators, the target raises a
 // Condition on every Nexus of the unit: CapacityChanged after a resize,
 // WriteCacheLost after a restart lost acknowledged writes, LUNsChanged
-// when volumes come and go. Each nexus then sees it once, as CHECK
+// when volumes come and go, ResetOccurred when another nexus reset the
+// unit. A Nexus is per I_T nexus, not per connection: a target whose
+// nexus has several channels shares one Nexus among them, so that each
+// condition is reported once. Each nexus then sees it once, as CHECK
 // CONDITION UNIT ATTENTION on its next command other than INQUIRY,
 // REPORT LUNS and REQUEST SENSE, or as REQUEST SENSE's data; a lost
 // write cache also fails the nexus's next SYNCHRONIZE CACHE and next FUA

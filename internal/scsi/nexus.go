@@ -25,6 +25,10 @@ const (
 	// LUNsChanged: the target port's LUN inventory changed (REPORTED
 	// LUNS DATA HAS CHANGED; Linux rescans).
 	LUNsChanged
+	// ResetOccurred: another I_T nexus reset the logical unit (LOGICAL
+	// UNIT RESET aborted its tasks; SAM-5 7.7 establishes BUS DEVICE
+	// RESET FUNCTION OCCURRED for every I_T nexus but that one).
+	ResetOccurred
 )
 
 // uaOrder lists the conditions with their sense, in reporting order.
@@ -33,12 +37,13 @@ var uaOrder = [...]struct {
 	s Sense
 }{
 	{WriteCacheLost, SensePowerOn},
+	{ResetOccurred, SenseResetOccurred},
 	{CapacityChanged, SenseCapacityChanged},
 	{LUNsChanged, SenseLUNsChanged},
 }
 
 // conditionNames names the conditions by bit.
-var conditionNames = []string{"write-cache-lost", "capacity-changed", "luns-changed"}
+var conditionNames = []string{"write-cache-lost", "capacity-changed", "luns-changed", "reset-occurred"}
 
 func (c Condition) String() string { return enum.Flags(conditionNames, c) }
 
@@ -65,6 +70,12 @@ func (n *Nexus) Raise(c Condition) {
 
 // Pending returns the unit attentions not yet reported.
 func (n *Nexus) Pending() Condition { return n.pending }
+
+// Idle reports whether the nexus owes nothing: no unit attention and no
+// failure of a lost write cache. Execute on an idle nexus leaves it as
+// it was, so a target may run commands against a fresh zero Nexus
+// instead of a shared one while the shared one is idle.
+func (n *Nexus) Idle() bool { return n.pending == 0 && !n.lostFlush && !n.lostFUA }
 
 // takeUA returns the first pending unit attention's sense and clears it.
 func (n *Nexus) takeUA() (Sense, bool) {

@@ -396,3 +396,30 @@ func TestReadWriteAllocs(t *testing.T) {
 		t.Fatalf("READ and WRITE allocate %v times", allocs)
 	}
 }
+
+// TestNexusIdle: a nexus is idle only with nothing to report, neither a
+// unit attention nor a lost write cache's failures, which outlive the
+// unit attention until a flush and a FUA write took them.
+func TestNexusIdle(t *testing.T) {
+	dev := disk()
+	dev.WriteCache = true
+	var n Nexus
+	steps := []struct {
+		do   func()
+		idle bool
+	}{
+		{func() {}, true},
+		{func() { n.Raise(CapacityChanged) }, false},
+		{func() { dev.Execute(&n, []byte{0, 0, 0, 0, 0, 0}, nil) }, true},
+		{func() { n.Raise(WriteCacheLost) }, false},
+		{func() { dev.Execute(&n, []byte{0, 0, 0, 0, 0, 0}, nil) }, false}, // flush and FUA still owed
+		{func() { dev.Execute(&n, []byte{0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}, nil) }, false},
+		{func() { dev.Execute(&n, []byte{0x2A, 0x08, 0, 0, 0, 0, 0, 0, 1, 0}, nil) }, true},
+	}
+	for i, s := range steps {
+		s.do()
+		if n.Idle() != s.idle {
+			t.Fatalf("step %d: Idle %t, want %t (pending %s, owes loss %t)", i, n.Idle(), s.idle, n.Pending(), n.OwesLoss())
+		}
+	}
+}

@@ -82,6 +82,7 @@ var (
 	SenseInternalFailure = Sense{KeyHardwareError, 0x44, 0x00}  // INTERNAL TARGET FAILURE
 	SenseDataPhaseError  = Sense{KeyAbortedCommand, 0x4B, 0x00} // DATA PHASE ERROR
 	SensePowerOn         = Sense{KeyUnitAttention, 0x29, 0x01}  // POWER ON OCCURRED
+	SenseResetOccurred   = Sense{KeyUnitAttention, 0x29, 0x03}  // BUS DEVICE RESET FUNCTION OCCURRED
 	SenseCapacityChanged = Sense{KeyUnitAttention, 0x2A, 0x09}  // CAPACITY DATA HAS CHANGED
 	SenseLUNsChanged     = Sense{KeyUnitAttention, 0x3F, 0x0E}  // REPORTED LUNS DATA HAS CHANGED
 )
@@ -103,6 +104,7 @@ var ascNames = map[[2]uint8]string{
 	{0x44, 0x00}: "INTERNAL TARGET FAILURE",
 	{0x4B, 0x00}: "DATA PHASE ERROR",
 	{0x29, 0x01}: "POWER ON OCCURRED",
+	{0x29, 0x03}: "BUS DEVICE RESET FUNCTION OCCURRED",
 	{0x2A, 0x09}: "CAPACITY DATA HAS CHANGED",
 	{0x3F, 0x0E}: "REPORTED LUNS DATA HAS CHANGED",
 }

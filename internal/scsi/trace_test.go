@@ -51,6 +51,8 @@ func TestTraces(t *testing.T) {
 						c |= CapacityChanged
 					case "luns-changed":
 						c |= LUNsChanged
+					case "reset-occurred":
+						c |= ResetOccurred
 					default:
 						t.Fatalf("%s: unknown condition %q", td.Pos, n)
 					}

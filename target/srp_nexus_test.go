@@ -1,0 +1,137 @@
+package target
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+
+	"github.com/gosrp/gosrp/internal/scsi"
+	"github.com/gosrp/gosrp/internal/srp"
+)
+
+// srpChannels logs in n channels of initiator port port, the first
+// SINGLE and the others MULTI, as ib_srp's srp_connect_ch does for
+// ch_count channels.
+func (r *rig) srpChannels(t *testing.T, port byte, n int) []*srpClient {
+	t.Helper()
+	var cs []*srpClient
+	for i := range n {
+		req := srpLoginReq(port)
+		if i > 0 {
+			req.Flags = req.Flags&^srp.MultiChanMask | srp.MultiChanMulti
+		}
+		c, err := r.srpDial(t, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// resize resizes the store's volume name to size and tells the target,
+// as srpd does when it grows a volume.
+func (r *rig) resize(t *testing.T, name string, size int64) {
+	t.Helper()
+	v, err := r.store.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Resize(size); err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	if err := r.tgt.VolumeResized(context.Background(), name, size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSRPNexusUnitAttention: the channels of one SRP session are one
+// I_T nexus, and a unit attention is reported once per nexus (SAM-5
+// 5.14), on whichever channel asks first; another nexus hears it on its
+// own. After CAPACITY DATA HAS CHANGED on one channel, READ CAPACITY on
+// the other has the new size. A catalog change is reported once per
+// nexus and logical unit, too.
+func TestSRPNexusUnitAttention(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		chans := r.srpChannels(t, 1, 2)
+		a, b := chans[0], chans[1]
+		other := r.srpChannels(t, 2, 1)[0]
+		tur := func(c *srpClient, lun uint16) srp.Rsp { return c.do(srpCmd(lun, 0, 0, 0, 0, 0, 0)) }
+		for _, c := range []*srpClient{a, b, other} {
+			c.good("TEST UNIT READY before the resize", tur(c, lunVol1), 0) // the LUNs are open
+		}
+		r.resize(t, "vol1", 2*volSize)
+		b.checkSense("second channel: TEST UNIT READY after the resize", tur(b, lunVol1), scsi.SenseCapacityChanged)
+		a.good("first channel: TEST UNIT READY after the second was told", tur(a, lunVol1), 0)
+		b.good("second channel: TEST UNIT READY again", tur(b, lunVol1), 0)
+		clear(a.data(0, 8))
+		a.good("first channel: READ CAPACITY(10)", a.do(a.in(srpCmd(lunVol1, 0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0, 8)), 0)
+		if got := binary.BigEndian.Uint32(a.data(0, 4)); got != 2*volSize/bs-1 {
+			t.Errorf("first channel: READ CAPACITY(10) last LBA %d, want %d", got, 2*volSize/bs-1)
+		}
+		other.checkSense("another nexus: TEST UNIT READY after the resize", tur(other, lunVol1), scsi.SenseCapacityChanged)
+
+		r.tgt.CatalogChanged()
+		// VolumeResized returns once every connection handled its
+		// signals, the catalog change's included.
+		if err := r.tgt.VolumeResized(context.Background(), "vol1", 2*volSize); err != nil {
+			t.Fatal(err)
+		}
+		a.checkSense("first channel, LUN vol0: after the catalog change", tur(a, lunVol0), scsi.SenseLUNsChanged)
+		b.good("second channel, LUN vol0", tur(b, lunVol0), 0)
+		b.checkSense("second channel, LUN vol1: after the catalog change", tur(b, lunVol1), scsi.SenseLUNsChanged)
+		a.good("first channel, LUN vol1", tur(a, lunVol1), 0)
+		other.checkSense("another nexus, LUN vol0", tur(other, lunVol0), scsi.SenseLUNsChanged)
+		for _, c := range []*srpClient{b, a, other} {
+			c.logout()
+		}
+	})
+}
+
+// TestSRPNexusTable: channels joining one key share a nexus, which
+// goes with its last channel; a unit is made once per nexus and volume
+// (a lost write cache raised on that first making only); a catalog
+// change is raised once per generation, not for a nexus made after it;
+// a reset raises ResetOccurred on the volume's unit of every other
+// nexus.
+func TestSRPNexusTable(t *testing.T) {
+	var tbl srpNexusTable
+	a1, a2 := tbl.join("a"), tbl.join("a")
+	if a1 != a2 {
+		t.Fatal("two channels of one key got two nexuses")
+	}
+	u := a1.unit("vol", 10, true)
+	if a2.unit("vol", 20, true) != u || u.pending() != scsi.WriteCacheLost || u.blocks.Load() != 10 {
+		t.Fatalf("second channel's unit: pending %s, blocks %d; want the first's (write-cache-lost, 10)", u.pending(), u.blocks.Load())
+	}
+	if !u.resize(20) || u.resize(20) {
+		t.Error("a resize is raised once per change")
+	}
+	tbl.catalogGen.Add(1)
+	if !a1.lunsChanged(1) || a2.lunsChanged(1) {
+		t.Error("a catalog change is raised once per nexus")
+	}
+	b := tbl.join("b")
+	if b.lunsChanged(1) {
+		t.Error("a nexus made after the catalog change heard of it")
+	}
+	bu := b.unit("vol", 20, false)
+	b.unit("other", 20, false)
+	if n := a1.resetOthers("vol"); n != 1 || bu.pending() != scsi.ResetOccurred {
+		t.Errorf("reset from a: raised on %d nexuses, b's unit pending %s; want 1, reset-occurred", n, bu.pending())
+	}
+	if u.pending()&scsi.ResetOccurred != 0 {
+		t.Error("the resetting nexus heard of its own reset")
+	}
+	tbl.leave(a1)
+	if tbl.join("a") != a2 {
+		t.Error("the nexus went before its last channel")
+	}
+	tbl.leave(a2)
+	tbl.leave(a2)
+	if tbl.join("a") == a1 {
+		t.Error("the nexus outlived its channels")
+	}
+}
