@@ -108,6 +108,12 @@ type conn struct {
 	// srpNx is the SRP I_T nexus the connection joined (conn_srp.go),
 	// nil for none; the run loop's own.
 	srpNx *srpNexus
+	// nexusIn, under nexusMu, is what the nexus's other channels asked
+	// of this one or told it (conn_srp.go), handled by the run loop on a
+	// policyCh signal; once nexusShut, nothing more is taken.
+	nexusMu   sync.Mutex
+	nexusIn   []nexusMsg
+	nexusShut bool
 }
 
 func (c *conn) drain() { c.drainOnce.Do(func() { close(c.drainCh); c.signals.Add(1) }) }
@@ -162,6 +168,7 @@ func (c *conn) onExternal(now int64) {
 	if c.lunsChanged.Swap(false) {
 		c.core.srpLUNsChanged(c.t.srpNexuses.catalogGen.Load())
 	}
+	c.nexusTake()
 	for _, w := range waits {
 		close(w)
 	}

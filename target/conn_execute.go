@@ -98,6 +98,12 @@ func (c *conn) execute() {
 	for _, name := range a.lossTold {
 		c.t.dirty.told(name, c.srpNexus())
 	}
+	for _, x := range a.srpAborts {
+		c.nexusAbort(x)
+	}
+	for _, tok := range a.peerAborted {
+		tok.(*peerAbort).finish()
+	}
 	if a.loggedIn {
 		ini := c.core.initiator
 		c.iniName.Store(&ini)

@@ -207,6 +207,7 @@ func (c *conn) teardown() {
 	for c.core.jobsInFlight > 0 {
 		c.finish(<-c.done, c.now())
 	}
+	c.nexusShutdown()
 	close(c.jobs)
 	c.workers.Wait()
 	c.stopW()

@@ -4,7 +4,11 @@ package target
 // decision needs and the volumes it opens, made on the connection's own
 // goroutine before its loop starts.
 
-import "github.com/gosrp/gosrp/internal/srp"
+import (
+	"sync/atomic"
+
+	"github.com/gosrp/gosrp/internal/srp"
+)
 
 // srpLogin lists the catalog and lets the core decide the login; an
 // accepted channel then joins its I_T nexus, or with SINGLE replaces the
@@ -89,4 +93,104 @@ func (c *conn) srpNexus() string {
 func (c *conn) catalogChanged() {
 	c.lunsChanged.Store(true)
 	c.policyChanged()
+}
+
+// nexusMsg is one thing another channel of the nexus asks of a
+// connection or tells it: abort the commands of a unit, or (done ≥ 0)
+// that the commands the task management function in slot done had them
+// abort have stopped.
+type nexusMsg struct {
+	abort *peerAbort
+	done  int32
+}
+
+// peerAbort is an SRP task management function received on one channel
+// (from, its slot) carried to the nexus's other channels: each aborts
+// its commands of unit, and the last to finish tells from.
+type peerAbort struct {
+	from *conn
+	slot int32
+	unit *srpUnit
+	left atomic.Int32
+}
+
+// finish counts one channel done; the last tells the function's own.
+func (p *peerAbort) finish() {
+	if p.left.Add(-1) == 0 {
+		p.from.nexusPost(nexusMsg{done: p.slot})
+	}
+}
+
+// nexusAbort carries the core's task management function x to the
+// other channels of the nexus (those logged in with its key now). It
+// never blocks: each hears of it on its own run loop.
+func (c *conn) nexusAbort(x srpNexusAbort) {
+	p := &peerAbort{from: c, slot: x.slot, unit: x.unit}
+	var peers []*conn
+	if k := c.chanKey.Load(); k != nil {
+		c.t.mu.Lock()
+		for _, o := range c.t.conns {
+			if ok := o.chanKey.Load(); o != c && ok != nil && *ok == *k {
+				peers = append(peers, o)
+			}
+		}
+		c.t.mu.Unlock()
+	}
+	p.left.Store(int32(len(peers)) + 1) // + 1 until every peer has it
+	for _, o := range peers {
+		o.nexusPost(nexusMsg{abort: p})
+	}
+	p.finish()
+}
+
+// nexusPost hands m to the connection's run loop; a connection that has
+// ended finishes an abort at once (its commands are all stopped).
+func (c *conn) nexusPost(m nexusMsg) {
+	c.nexusMu.Lock()
+	if c.nexusShut {
+		c.nexusMu.Unlock()
+		if m.abort != nil {
+			m.abort.finish()
+		}
+		return
+	}
+	c.nexusIn = append(c.nexusIn, m)
+	c.nexusMu.Unlock()
+	c.policyChanged()
+}
+
+// nexusTake gives the core what the nexus's other channels posted.
+func (c *conn) nexusTake() {
+	c.nexusMu.Lock()
+	in := c.nexusIn
+	c.nexusIn = nil
+	c.nexusMu.Unlock()
+	for _, m := range in {
+		if m.abort != nil {
+			c.core.srpPeerAbort(m.abort.unit, m.abort)
+		} else {
+			c.core.srpPeersDone(m.done)
+		}
+	}
+}
+
+// nexusShutdown, in teardown once the last job is done, takes nothing
+// more and finishes every abort another channel is waiting for here:
+// this connection's commands have all stopped.
+func (c *conn) nexusShutdown() {
+	c.nexusMu.Lock()
+	c.nexusShut = true
+	in := c.nexusIn
+	c.nexusIn = nil
+	c.nexusMu.Unlock()
+	for _, m := range in {
+		if m.abort != nil {
+			m.abort.finish()
+		}
+	}
+	c.core.srpPeersClosed()
+	for _, tok := range c.core.acts.peerAborted {
+		tok.(*peerAbort).finish()
+	}
+	c.core.acts.peerAborted = c.core.acts.peerAborted[:0]
 }

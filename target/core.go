@@ -66,6 +66,12 @@ type actions struct {
 	// lossTold are volumes whose lost write cache an SRP flush reported
 	// to this session's I_T nexus in this step (scsi.WriteCacheLost).
 	lossTold []string
+	// srpAborts are SRP task management functions to carry to the other
+	// channels of the I_T nexus, and peerAborted the tokens of other
+	// channels' functions whose commands here stopped
+	// (core_srp_tmf.go).
+	srpAborts   []srpNexusAbort
+	peerAborted []any
 }
 
 // policyEffect is one consequence of a policy change on a session.
@@ -84,6 +90,8 @@ func (a *actions) reset() {
 	a.closeVols = nil
 	a.policy = nil
 	a.lossTold = a.lossTold[:0]
+	a.srpAborts = a.srpAborts[:0]
+	a.peerAborted = a.peerAborted[:0]
 }
 
 type pendingIU struct {

@@ -89,6 +89,11 @@ type srpSlot struct {
 	tmf     bool
 	resp    [4]byte
 	waiting int
+	// peers: the function waits for the nexus's other channels too
+	// (one of waiting); peer is the other channel's function that
+	// aborted this command, if one did (core_srp_tmf.go).
+	peers bool
+	peer  *srpPeerAbort
 	// lun is the command's LUN; aborted says a task management function
 	// (in slot abortBy) aborted it: it gets no SRP_RSP.
 	lun      uint16

@@ -21,6 +21,17 @@ package target
 // READ still running against it would fail and end the connection; and
 // a write the initiator was told is aborted must not land after that.
 // Commands already answered (their SRP_RSP posted) are past aborting.
+//
+// ABORT TASK SET, CLEAR TASK SET and LOGICAL UNIT RESET act on the
+// task set of the I_T nexus, and a nexus of ib_srp has several channels
+// (ch_count), each a connection with a core of its own: the function
+// aborts its own channel's commands of the unit, and asks the shell
+// (actions.srpAborts) to have the nexus's other channels abort theirs
+// (srpPeerAbort); it is answered once they all report that theirs have
+// stopped (srpPeersDone). Their credits come back in the next SRP_RSP
+// of their own channel, whose request limit they are part of. A LOGICAL
+// UNIT RESET also raises BUS DEVICE RESET FUNCTION OCCURRED on the unit
+// for every other I_T nexus (SAM-5 7.7); it aborts no task of theirs.
 
 import (
 	"fmt"
@@ -31,10 +42,12 @@ import (
 
 // srpTaskMgmt carries out the SRP_TSK_MGMT tm that slot s holds: ABORT
 // TASK (the command tagged TaskTag, if it is on the LUN and not
-// answered), ABORT TASK SET and CLEAR TASK SET (every unanswered command
-// of the LUN on this channel; SRP's task sets are per I_T nexus, and this
-// target shares none across nexuses), LOGICAL UNIT RESET (the same; the
-// unit has no other state to reset). The answer is FUNCTION COMPLETE once
+// answered: ib_srp sends it on the command's channel), ABORT TASK SET
+// and CLEAR TASK SET (every unanswered command of the LUN on every
+// channel of the I_T nexus; SRP's task sets are per I_T nexus, and this
+// target shares none across nexuses), LOGICAL UNIT RESET (the same, and
+// the reset unit attention for the other nexuses; the unit has no other
+// state to reset). The answer is FUNCTION COMPLETE once
 // the aborted commands stopped, also when there was nothing to abort
 // (SAM-5 7.2: an ABORT TASK for a task that does not exist completes);
 // CLEAR ACA and unknown functions are FUNCTION NOT SUPPORTED, a LUN field
@@ -59,6 +72,18 @@ func (c *core) srpTaskMgmt(s *slot, tm *srp.TaskMgmt) {
 			}
 		}
 		s.srp.resp[3] = srp.TaskComplete
+		if u := c.srpUnitOf(lun); u != nil && tm.Function != srp.TaskAbortTask {
+			// One more to wait for: the nexus's other channels.
+			s.srp.peers = true
+			s.srp.waiting++
+			c.acts.srpAborts = append(c.acts.srpAborts, srpNexusAbort{slot: s.idx, unit: u})
+			if tm.Function == srp.TaskLUNReset {
+				n := u.nx.resetOthers(u.name)
+				if c.p.trace != nil {
+					c.p.trace(fmt.Sprintf("%s tag=%d: unit attention reset-occurred on %d other I_T nexuses", tm.Function, tm.Tag, n))
+				}
+			}
+		}
 		if s.srp.waiting > 0 {
 			return // answered by srpAbortDone when the last one stops
 		}
@@ -72,20 +97,115 @@ func (c *core) srpTaskMgmt(s *slot, tm *srp.TaskMgmt) {
 // not answered yet and can still be aborted: its data-out on the way or
 // its volume job running.
 func (c *core) srpAbortable(x *slot, lun uint16) bool {
-	return !x.srp.tmf && !x.srp.aborted && !x.busy && x.srp.lun == lun &&
+	return x.srp.lun == lun && srpRunning(x)
+}
+
+// srpRunning reports whether slot x holds a command that is not
+// answered yet and can still be aborted.
+func srpRunning(x *slot) bool {
+	return !x.srp.tmf && !x.srp.aborted && !x.busy &&
 		(x.state == slotFetchingTable || x.state == slotReadingData || x.state == slotBackend)
+}
+
+// srpUnitOf is the nexus's unit behind LUN lun of the session, nil when
+// the LUN has no volume.
+func (c *core) srpUnitOf(lun uint16) *srpUnit {
+	if int(lun) < len(c.srp.luns) && c.srp.luns[lun].ov != nil {
+		return c.srp.luns[lun].unit
+	}
+	return nil
+}
+
+// srpNexusAbort asks the shell to have the other channels of the I_T
+// nexus abort their commands of unit (srpPeerAbort), then report to
+// this channel's task management function in slot (srpPeersDone).
+type srpNexusAbort struct {
+	slot int32
+	unit *srpUnit
+}
+
+// srpPeerAbort is a task management function of another channel of the
+// nexus, acting on this channel's commands: how many of them have not
+// stopped, and the shell's token to hand back when none is left.
+type srpPeerAbort struct {
+	waiting int
+	token   any
+}
+
+// srpPeerAbort aborts this channel's commands of unit for a task
+// management function received on another channel of the nexus; the
+// shell's token comes back in actions.peerAborted once they all stopped
+// (at once when there were none, or the connection is closed).
+func (c *core) srpPeerAbort(unit *srpUnit, token any) {
+	pa := &srpPeerAbort{token: token}
+	if c.srp != nil && c.state != connClosed {
+		for i := range c.slots {
+			x := &c.slots[i]
+			if !srpRunning(x) || c.srpUnitOf(x.srp.lun) != unit {
+				continue
+			}
+			x.srp.aborted, x.srp.peer = true, pa
+			pa.waiting++
+			if c.p.trace != nil {
+				c.p.trace(fmt.Sprintf("another channel's task management aborts slot %d tag=%d in %s", x.idx, x.srp.tag, x.state))
+			}
+		}
+	}
+	if pa.waiting == 0 {
+		c.acts.peerAborted = append(c.acts.peerAborted, token)
+	}
+}
+
+// srpPeersDone goes on with the task management function in slot idx
+// once the nexus's other channels aborted their commands: it is
+// answered if its own channel's have stopped too.
+func (c *core) srpPeersDone(idx int32) {
+	if c.state == connClosed || idx < 0 || int(idx) >= len(c.slots) {
+		return
+	}
+	s := &c.slots[idx]
+	if !s.srp.tmf || !s.srp.peers {
+		return
+	}
+	s.srp.peers = false
+	if c.p.trace != nil {
+		c.p.trace(fmt.Sprintf("slot %d tag=%d: the other channels' commands stopped", s.idx, s.srp.tag))
+	}
+	if s.srp.waiting--; s.srp.waiting == 0 {
+		c.srpAnswer(s, scsi.StatusGood, scsi.SenseNone)
+	}
+}
+
+// srpPeersClosed hands back, in actions.peerAborted, the token of every
+// other channel's task management function still waiting for this
+// channel's commands: the connection ended, and they will not stop
+// later than its teardown (the shell calls it after the last job).
+func (c *core) srpPeersClosed() {
+	for i := range c.slots {
+		if pa := c.slots[i].srp.peer; pa != nil && pa.waiting > 0 {
+			pa.waiting = 0
+			c.acts.peerAborted = append(c.acts.peerAborted, pa.token)
+		}
+	}
 }
 
 // srpAbortDone retires an aborted command whose RDMA READs or volume job
 // finished: no SRP_RSP, its credit owed to the next one, its slot free;
 // the last of a task management function's commands lets it answer.
 func (c *core) srpAbortDone(s *slot) {
-	tmf := &c.slots[s.srp.abortBy]
 	if c.p.trace != nil {
 		c.p.trace(fmt.Sprintf("slot %d tag=%d aborted, no response", s.idx, s.srp.tag))
 	}
 	c.outstanding--
 	c.srp.owed++
+	if pa := s.srp.peer; pa != nil {
+		c.freeSlot(s) // may reuse s at once
+		if pa.waiting--; pa.waiting == 0 {
+			c.acts.peerAborted = append(c.acts.peerAborted, pa.token)
+		}
+		return
+	}
+	tmf := &c.slots[s.srp.abortBy]
 	c.freeSlot(s)
 	if tmf.srp.waiting--; tmf.srp.waiting == 0 && c.state != connClosed {
 		c.srpAnswer(tmf, scsi.StatusGood, scsi.SenseNone)

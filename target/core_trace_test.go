@@ -117,6 +117,17 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		td.ScanArgs(t, "vol", &vol)
 		td.ScanArgs(t, "size", &size)
 		c.volumeResized(vol, size)
+	case "peer-abort":
+		// Another channel of the nexus aborts this one's commands of
+		// the LUN.
+		var lun int
+		td.ScanArgs(t, "lun", &lun)
+		c.srpPeerAbort(c.srpUnitOf(uint16(lun)), "peer")
+	case "peers-done":
+		// The other channels report their commands stopped.
+		var slot int
+		td.ScanArgs(t, "slot", &slot)
+		c.srpPeersDone(int32(slot))
 	case "catalog-changed":
 		h.catalogGen++
 		c.srpLUNsChanged(h.catalogGen)
@@ -233,6 +244,12 @@ func (h *traceHarness) report() {
 	}
 	if a.loggedIn {
 		h.printf("logged in\n")
+	}
+	for _, x := range a.srpAborts {
+		h.printf("abort on the other channels of the nexus: %s, for slot %d\n", x.unit.name, x.slot)
+	}
+	for _, tok := range a.peerAborted {
+		h.printf("%s abort finished here\n", tok)
 	}
 	if a.disconnect {
 		kind := ""

@@ -110,7 +110,10 @@
 // other channels of its (initiator port, target port) nexus, as channel
 // reinstatement does; SRP_I_LOGOUT ends the channel. The channels of a
 // nexus share its unit attentions (srp_nexus.go): each is reported once
-// per I_T nexus, on whichever channel asks first (SAM-5 5.14).
+// per I_T nexus, on whichever channel asks first (SAM-5 5.14); ABORT
+// TASK SET, CLEAR TASK SET and LOGICAL UNIT RESET abort the unit's
+// commands on every channel of the nexus, and a reset raises a unit
+// attention for the other nexuses.
 //
 // # Structure
 //

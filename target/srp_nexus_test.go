@@ -1,8 +1,10 @@
 package target
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/gosrp/gosrp/internal/scsi"
@@ -134,4 +136,83 @@ func TestSRPNexusTable(t *testing.T) {
 	if tbl.join("a") == a1 {
 		t.Error("the nexus outlived its channels")
 	}
+}
+
+// next decodes the channel's next IU as an SRP_RSP, whatever credits it
+// returns.
+func (c *srpClient) next() srp.Rsp {
+	c.tb.Helper()
+	b, _ := c.mustNext()
+	var r srp.Rsp
+	if err := r.Decode(b); err != nil {
+		c.tb.Fatalf("SRP_RSP: %v (% x)", err, b)
+	}
+	return r
+}
+
+// TestSRPNexusTaskManagement: LOGICAL UNIT RESET received on one channel
+// of a nexus aborts the LUN's commands on its other channel too (no
+// data, no SRP_RSP, the credit back in that channel's next response),
+// leaves another LUN's alone, is answered only once they stopped, and
+// raises BUS DEVICE RESET FUNCTION OCCURRED on another nexus only. ABORT
+// TASK SET reaches the other channel alike, with no unit attention.
+func TestSRPNexusTaskManagement(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		gate, entered := r.gateReads()
+		chans := r.srpChannels(t, 1, 2)
+		a, b := chans[0], chans[1]
+		other := r.srpChannels(t, 2, 1)[0]
+		tur := func(c *srpClient, lun uint16) srp.Rsp { return c.do(srpCmd(lun, 0, 0, 0, 0, 0, 0)) }
+		read := func(c *srpClient, lun uint16, off int) uint64 {
+			return c.post(c.in(srp.Cmd{LUN: scsi.EncodeLUN(lun), CDB: rw10(0x28, 0, 1, false)}, off, bs))
+		}
+		sentinel := pattern(2*bs, 0xee)
+		copy(b.data(0, 2*bs), sentinel)
+		// A command answered means the session's LUNs are open.
+		other.good("another nexus before the reset", tur(other, lunVol0), 0)
+
+		for _, fn := range []srp.TaskFunc{srp.TaskLUNReset, srp.TaskAbortTaskSet} {
+			read(b, lunVol0, 0)
+			kept := read(b, lunVol1, bs)
+			<-entered
+			<-entered
+			tmf := a.tmf(fn, lunVol0, 0)
+			// Two commands answered on a after the function: its step,
+			// which carries the function to b, is over. A command on b
+			// sent then is answered only after b took the function in.
+			a.good("TEST UNIT READY on the resetting channel", tur(a, lunVol0), 0)
+			a.good("TEST UNIT READY on the resetting channel", tur(a, lunVol0), 0)
+			b.good("TEST UNIT READY on the other channel", tur(b, lunVol0), 0)
+			gate <- struct{}{}
+			gate <- struct{}{}
+			a.tmfRsp(fn.String(), tmf, srp.TaskComplete, 1)
+			// The aborted READ's credit rides on whichever of b's next
+			// answers comes after its job stopped.
+			rsp := b.next()
+			if rsp.Tag != kept || rsp.Status != uint8(scsi.StatusGood) {
+				t.Fatalf("%s: the other channel's next answer %+v, want the other LUN's READ %#x, GOOD", fn, rsp, kept)
+			}
+			credits := rsp.ReqLimDelta
+			b.post(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0))
+			if rsp = b.next(); rsp.Status != uint8(scsi.StatusGood) {
+				t.Fatalf("%s: TEST UNIT READY after the abort: %+v", fn, rsp)
+			}
+			if credits += rsp.ReqLimDelta; credits != 3 {
+				t.Fatalf("%s: the other channel's two answers returned %d credits, want 3 (one for the aborted READ)", fn, credits)
+			}
+			if !bytes.Equal(b.data(0, bs), sentinel[:bs]) {
+				t.Fatalf("%s: the aborted READ's data reached the initiator's memory", fn)
+			}
+			if fn == srp.TaskLUNReset {
+				other.checkSense("another nexus after the reset", tur(other, lunVol0), scsi.SenseResetOccurred)
+			}
+			other.good(fmt.Sprintf("another nexus after %s", fn), tur(other, lunVol0), 0)
+			a.good("the resetting nexus", tur(a, lunVol0), 0)
+		}
+		close(gate)
+		for _, c := range []*srpClient{b, a, other} {
+			c.logout()
+		}
+	})
 }

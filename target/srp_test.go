@@ -313,11 +313,7 @@ func (c *srpClient) post(cmd srp.Cmd) uint64 {
 // credit.
 func (c *srpClient) rsp() srp.Rsp {
 	c.tb.Helper()
-	b, _ := c.mustNext()
-	var r srp.Rsp
-	if err := r.Decode(b); err != nil {
-		c.tb.Fatalf("SRP_RSP: %v (% x)", err, b)
-	}
+	r := c.next()
 	if r.ReqLimDelta != 1 {
 		c.tb.Fatalf("SRP_RSP returns %d credits, want 1", r.ReqLimDelta)
 	}
