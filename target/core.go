@@ -346,9 +346,19 @@ func (c *core) completion(wc *transport.WC, now int64) {
 			return
 		}
 		c.reclaim(s.sigSeq)
+		if c.srp != nil && s.srp.isLong() {
+			c.srpReadDone(s) // a round of a long table
+			return
+		}
 		c.dispatchWrite(s)
 	case kindWrite:
-		c.close("signaled RDMA WRITE completion (never requested)", false)
+		s := &c.slots[idx]
+		if c.srp == nil || s.state != slotWritingData || !s.srp.pushing {
+			c.close("signaled RDMA WRITE completion (never requested)", false)
+			return
+		}
+		c.reclaim(s.sigSeq)
+		c.srpWriteDone(s) // a round of a long table
 	case kindResp:
 		s := &c.slots[idx]
 		if s.state != slotResponding && s.state != slotWritingData {

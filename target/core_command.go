@@ -181,6 +181,10 @@ func (c *core) appendRDMA(s *slot, kind wrKind, op transport.Opcode) int {
 // postReads fetches a WRITE's data: one RDMA READ per descriptor into the
 // slot's data buffer, the last one signaled.
 func (c *core) postReads(s *slot) {
+	if c.srp != nil && s.srp.isLong() {
+		c.srpReadRound(s) // core_srp_table.go
+		return
+	}
 	n := c.nonEmptyDesc(s)
 	if !c.sqReserve(n) {
 		return
@@ -244,6 +248,10 @@ func (c *core) dispatch(s *slot, j jobKind) {
 // front of the response SEND: RC ordering places the data first, and the
 // SEND's completion proves the WRITEs are done too.
 func (c *core) respondRead(s *slot) {
+	if c.srp != nil && s.srp.isLong() {
+		c.srpWriteRound(s) // core_srp_table.go
+		return
+	}
 	n := c.nonEmptyDesc(s)
 	if !c.sqReserve(n + 1) {
 		return

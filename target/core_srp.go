@@ -47,8 +47,10 @@ type srpSession struct {
 	names  []string
 	access []Access
 	luns   []srpLUN
-	// cmd is the decoding scratch of the request being assigned.
+	// cmd is the decoding scratch of the request being assigned; tbl
+	// that of a long fetched table (core_srp_table.go), made on first use.
 	cmd srp.Cmd
+	tbl []srp.Descriptor
 	// owed is the credits of aborted commands, which got no SRP_RSP:
 	// the next SRP_RSP returns them.
 	owed uint32
@@ -119,6 +121,16 @@ type srpSlot struct {
 	lunRaw srp.LUN
 	cdb    [srp.CDBLen + srp.MaxAddCDBLen]byte
 	cdbLen int
+	// For a table of more than maxDesc descriptors, moved in rounds
+	// (core_srp_table.go): the descriptors (nlong of them; the capacity
+	// kept across requests), the next to move and its offset in the
+	// data buffer, and pushing while a data-in round that is not the
+	// last is on the way.
+	long    []wire.Descriptor
+	nlong   int
+	next    int
+	off     uint64
+	pushing bool
 }
 
 // srpClassify says what an IU of an SRP session is: a request that costs
@@ -144,7 +156,7 @@ func (c *core) srpAssign(s *slot, idx int32, n uint32, at int64) {
 	c.setSlot(s, slotReceived)
 	s.busy, s.ov, s.control = false, nil, false
 	s.cmd = wire.Command{}
-	s.srp = srpSlot{ext: s.srp.ext[:0]}
+	s.srp = srpSlot{ext: s.srp.ext[:0], long: s.srp.long[:0]}
 	defer c.repost(idx) // every use of buf is done within this call
 	if srp.Opcode(buf[0]) == srp.OpTaskMgmt {
 		var tm srp.TaskMgmt
@@ -181,69 +193,6 @@ func (c *core) srpAssign(s *slot, idx int32, n uint32, at int64) {
 	c.srpExecute(s, cmd.LUN, cmd.CDB)
 }
 
-// srpDescriptors takes the command's data buffer into the slot: direct
-// and indirect descriptors become slot.cmd's descriptors, bounded by the
-// negotiated descriptor count; immediate data is copied to the slot's
-// data buffer, bounded by what the login granted. A command moving data
-// both ways is refused. An indirect table not wholly inline (ib_srp
-// sends one beyond cmd_sg_entries descriptors, with allow_ext_sg) is
-// marked for srpFetchTable: its inline part is taken, its total
-// trusted only once the whole table is fetched and checked.
-func (c *core) srpDescriptors(s *slot, cmd *srp.Cmd) bool {
-	out, in := &cmd.DataOut, &cmd.DataIn
-	if out.Format != srp.FormatNone && in.Format != srp.FormatNone {
-		return false
-	}
-	d := out
-	if in.Format != srp.FormatNone {
-		d = in
-	}
-	var total uint64
-	switch d.Format {
-	case srp.FormatNone:
-		return true
-	case srp.FormatDirect:
-		s.cmd.Desc[0] = wire.Descriptor{VA: d.Direct.VA, RKey: d.Direct.Key, Len: d.Direct.Len}
-		s.cmd.NDesc = 1
-		total = uint64(d.Direct.Len)
-	case srp.FormatIndirect:
-		// Each descriptor becomes one RDMA READ or WRITE, and the send
-		// queue holds maxDesc of them per slot: a table of more is
-		// refused, inline or not (ib_srpt takes no table it would have
-		// to fetch at all, srpt_get_desc_tbl). Decode checked that
-		// Count fits the table.
-		n := int(d.Table.Len / srp.DescriptorLen)
-		if n > c.maxDesc {
-			return false
-		}
-		for i := 0; i < int(d.Count); i++ {
-			x := d.Partial(i)
-			s.cmd.Desc[i] = wire.Descriptor{VA: x.VA, RKey: x.Key, Len: x.Len}
-			total += uint64(x.Len)
-		}
-		s.cmd.NDesc = int(d.Count)
-		if n > int(d.Count) { // SRP r16a 5.5.2: the rest is in the initiator's memory
-			s.srp.table, s.srp.tableN, s.srp.inline = d.Table, n, int(d.Count)
-			total = uint64(d.Total)
-		} else if total != uint64(d.Total) {
-			return false
-		}
-	case srp.FormatImmediate:
-		if len(d.Imm) > int(c.maxImm) {
-			return false
-		}
-		copy(s.data, d.Imm)
-		s.cmd.Flags |= wire.FlagImmediate
-		total = uint64(len(d.Imm))
-	}
-	if d == in {
-		s.srp.inLen = uint32(total)
-	} else {
-		s.srp.outLen = uint32(total)
-	}
-	return true
-}
-
 // srpLUNList is the LUN inventory for REPORT LUNS (nil for any other
 // command: the model reads it for REPORT LUNS only).
 func (c *core) srpLUNList(cdb []byte) []uint16 {
@@ -257,76 +206,6 @@ func (c *core) srpLUNList(cdb []byte) []uint16 {
 		}
 	}
 	return l
-}
-
-// srpFetchTable reads the whole indirect table of slot s's command
-// from the initiator's memory into the slot's data buffer (one RDMA READ
-// with the table descriptor's key; maxDesc × 16 bytes at most, well
-// inside the buffer), keeping the LUN and CDB of cmd, which aliases the
-// receive buffer, for srpTableFetched. A WRITE's data lands in the same
-// buffer afterwards.
-func (c *core) srpFetchTable(s *slot, cmd *srp.Cmd) {
-	x := &s.srp
-	x.lunRaw = cmd.LUN
-	x.cdbLen = copy(x.cdb[:], cmd.CDB)
-	if lun, err := scsi.DecodeLUN(cmd.LUN); err == nil {
-		x.lun = lun // for task management while the table is on its way
-	}
-	if !c.sqReserve(1) {
-		return
-	}
-	s.sges[0] = transport.SGE{Addr: s.dataAddr, Length: x.table.Len, LKey: c.p.dataLKey}
-	c.acts.send = append(c.acts.send, transport.SendWR{
-		ID: makeWRID(c.p.gen, kindRead, int(s.idx)), Opcode: transport.OpRDMARead, Flags: transport.FlagSignaled,
-		SGL: s.sges[:1], RemoteAddr: x.table.VA, RKey: transport.Key(x.table.Key),
-	})
-	s.sigSeq = c.sqPosted
-	c.setSlot(s, slotFetchingTable)
-}
-
-// srpTableFetched goes on with a command whose indirect table is in the
-// slot's data buffer. The table is hostile input like the IU: it must
-// decode within the bound, sum to the command's total, and begin with
-// the descriptors that rode inline (the partial table is a copy of the
-// table's first entries, SRP r16a 5.5.2); else CHECK CONDITION, INVALID
-// FIELD IN CDB, with nothing moved. A command aborted meanwhile stops
-// here; one that met a drain is answered BUSY.
-func (c *core) srpTableFetched(s *slot) {
-	x := &s.srp
-	if x.aborted {
-		c.srpAbortDone(s)
-		return
-	}
-	total := x.inLen
-	if total == 0 {
-		total = x.outLen
-	}
-	var tbl [wire.MaxDescriptors]srp.Descriptor
-	n, err := srp.DecodeTable(s.data[:x.table.Len], total, tbl[:c.maxDesc])
-	if err == nil {
-		for i := range x.inline {
-			if d := &s.cmd.Desc[i]; tbl[i].VA != d.VA || tbl[i].Key != d.RKey || tbl[i].Len != d.Len {
-				err = fmt.Errorf("descriptor %d differs from its inline copy", i)
-			}
-		}
-	}
-	if err != nil {
-		if c.p.trace != nil {
-			c.p.trace(fmt.Sprintf("slot %d tag=%d: fetched indirect table refused: %v", s.idx, x.tag, err))
-		}
-		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
-		return
-	}
-	for i, d := range tbl[:n] {
-		s.cmd.Desc[i] = wire.Descriptor{VA: d.VA, RKey: d.Key, Len: d.Len}
-	}
-	s.cmd.NDesc = n
-	if c.state == connDraining {
-		s.busy = true
-		c.srpAnswer(s, scsi.StatusBusy, scsi.SenseNone)
-		return
-	}
-	c.srpExecute(s, x.lunRaw, x.cdb[:x.cdbLen])
 }
 
 // srpExecute runs the CDB for the LUN through the LUN's model and
@@ -510,7 +389,7 @@ func (c *core) srpTransfer(s *slot, lu *srpLUN, op wire.Op, lba uint64, n, have 
 	if have > n {
 		s.srp.flags, *resid = under, have-n
 	}
-	trimDescriptors(&s.cmd, n)
+	c.srpTrim(s, n)
 	s.ov = lu.ov
 	s.cmd.Op, s.cmd.Offset, s.cmd.Length = op, lba*uint64(lu.dev.BlockSize), n
 	return true
@@ -533,22 +412,8 @@ func (c *core) srpDataIn(s *slot, data []byte) {
 		return
 	}
 	copy(s.data, data[:m])
-	trimDescriptors(&s.cmd, m)
+	c.srpTrim(s, m)
 	c.respondRead(s)
-}
-
-// trimDescriptors cuts cmd's descriptors to the first n bytes they
-// describe (n at most their total).
-func trimDescriptors(cmd *wire.Command, n uint32) {
-	for i := 0; i < cmd.NDesc; i++ {
-		d := &cmd.Desc[i]
-		if d.Len >= n {
-			d.Len = n
-			cmd.NDesc = i + 1
-			return
-		}
-		n -= d.Len
-	}
 }
 
 // srpAnswer answers a request whose outcome is settled without a job.

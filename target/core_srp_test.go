@@ -47,7 +47,9 @@ func srpIU(tb testing.TB, cmd srp.Cmd) []byte {
 
 // TestSRPCoreAllocs: in an SRP session, WRITE(10) by RDMA READ, READ(16)
 // and an immediate-data WRITE(10) with FUA allocate nothing in the core,
-// as gosrp commands do not (TestCoreAllocs).
+// as gosrp commands do not (TestCoreAllocs); nor do a READ and a WRITE
+// through tables of 32 descriptors, moved in rounds, once the slots
+// have their long lists.
 func TestSRPCoreAllocs(t *testing.T) {
 	h := newSRPCoreHarness(t, 4)
 	d := srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x9000, Key: 0x1234, Len: 16384}}
@@ -55,21 +57,50 @@ func TestSRPCoreAllocs(t *testing.T) {
 	r := srpIU(t, srp.Cmd{Tag: 2, CDB: rw16(0x88, 2, 4), DataIn: d})
 	im := srpIU(t, srp.Cmd{Tag: 3, CDB: rw10(0x2A, 1, 1, true),
 		DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 4096, Imm: make([]byte, 4096)}})
+	// Tables of 32 descriptors, moved in two rounds each (core_srp_table.go):
+	// a READ(16) through one wholly inline, a WRITE(10) through one
+	// fetched with two inline.
+	pieces := make([]srp.Descriptor, 32)
+	h.remote = make([]byte, srpTableVA+len(pieces)*srp.DescriptorLen)
+	for i := range pieces {
+		pieces[i] = srp.Descriptor{VA: 0x9000 + uint64(i)*512, Key: 0x1234, Len: 512}
+		pieces[i].Encode(h.remote[srpTableVA+i*srp.DescriptorLen:])
+	}
+	table := func(inline int, va uint64, key uint32) srp.DataBuffer {
+		b := srp.DataBuffer{Format: srp.FormatIndirect, Total: 16384,
+			Table: srp.Descriptor{VA: va, Key: key, Len: uint32(len(pieces) * srp.DescriptorLen)}}
+		if err := b.SetPartial(pieces[:inline], make([]byte, inline*srp.DescriptorLen)); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	lr := srpIU(t, srp.Cmd{Tag: 4, CDB: rw16(0x88, 2, 4), DataIn: table(len(pieces), 0x1000, 1)})
+	lw := srpIU(t, srp.Cmd{Tag: 5, CDB: rw10(0x2A, 2, 4, false), DataOut: table(2, srpTableVA, srpTableKey)})
 	i := 0
 	run := func() {
-		for _, b := range [][]byte{w, r, im} {
+		for _, b := range [][]byte{w, r, im, lr, lw} {
 			h.deliver(i%h.c.p.nrecv, b)
 			i++
 			h.step()
 		}
 	}
-	run()
-	var rsp srp.Rsp
-	if err := rsp.Decode(h.c.slots[0].send[:srp.RspLen]); err != nil || rsp.Status != uint8(scsi.StatusGood) {
-		t.Fatalf("response %+v %v", rsp, err)
+	for tag, b := range [][]byte{w, r, im, lr, lw} {
+		h.deliver(i%h.c.p.nrecv, b)
+		i++
+		h.step()
+		var rsp srp.Rsp
+		found := false
+		for i := range h.c.slots {
+			if rsp.Decode(h.c.slots[i].send[:srp.RspLen]) == nil && rsp.Tag == uint64(tag+1) {
+				found = rsp.Status == uint8(scsi.StatusGood) && rsp.Flags == 0
+			}
+		}
+		if !found {
+			t.Fatalf("command tag %d was not answered GOOD with nothing left over", tag+1)
+		}
 	}
 	if a := testing.AllocsPerRun(1000, run); a != 0 {
-		t.Fatalf("core: %.1f allocations per SRP WRITE+READ+immediate WRITE, want 0", a)
+		t.Fatalf("core: %.1f allocations per SRP WRITE+READ+immediate WRITE+two long tables, want 0", a)
 	}
 	if h.c.outstanding != 0 || len(h.c.free) != 4 || h.c.sqPosted != h.c.sqDone {
 		t.Fatalf("leak: outstanding %d, free %d, sq %d/%d", h.c.outstanding, len(h.c.free), h.c.sqPosted, h.c.sqDone)
@@ -240,7 +271,8 @@ func (h *traceHarness) srpTable(lens, mem []uint32, inline, total int) srp.DataB
 	return b
 }
 
-// lengths parses a comma-separated list of byte counts.
+// lengths parses a comma-separated list of byte counts, NxK standing
+// for K counts of N.
 func lengths(t *testing.T, td *datadriven.TestData, key string) []uint32 {
 	var x string
 	if !td.MaybeScanArgs(t, key, &x) {
@@ -248,11 +280,19 @@ func lengths(t *testing.T, td *datadriven.TestData, key string) []uint32 {
 	}
 	var l []uint32
 	for _, f := range strings.Split(x, ",") {
-		n, err := strconv.ParseUint(f, 10, 32)
-		if err != nil {
-			t.Fatalf("%s: %s: %v", td.Pos, key, err)
+		f, rep, ok := strings.Cut(f, "x")
+		k := uint64(1)
+		var err error
+		if ok {
+			k, err = strconv.ParseUint(rep, 10, 16)
 		}
-		l = append(l, uint32(n))
+		n, err2 := strconv.ParseUint(f, 10, 32)
+		if err != nil || err2 != nil {
+			t.Fatalf("%s: %s: %q: %v %v", td.Pos, key, f, err, err2)
+		}
+		for range k {
+			l = append(l, uint32(n))
+		}
 	}
 	return l
 }

@@ -104,7 +104,8 @@ func (c *core) srpAbortable(x *slot, lun uint16) bool {
 // answered yet and can still be aborted.
 func srpRunning(x *slot) bool {
 	return !x.srp.tmf && !x.srp.aborted && !x.busy &&
-		(x.state == slotFetchingTable || x.state == slotReadingData || x.state == slotBackend)
+		(x.state == slotFetchingTable || x.state == slotReadingData || x.state == slotBackend ||
+			x.state == slotWritingData && x.srp.pushing) // a long data-in between rounds
 }
 
 // srpUnitOf is the nexus's unit behind LUN lun of the session, nil when

@@ -537,7 +537,7 @@ func TestSRPHostile(t *testing.T) {
 			{"indirect table of 24 bytes", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 2, false), DataOut: badTable}},
 			{"fetched table summing short of its total", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 2, false), DataOut: c.fetchedShort()}},
 			{"fetched table unlike its inline part", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 2, false), DataOut: c.fetchedChanged()}},
-			{"table of 17 descriptors", srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false), DataIn: c.fetched(c.pieces(0, 4*bs, 17), 4)}},
+			{"table of 2049 descriptors", srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false), DataIn: c.fetched(c.pieces(0, 4*bs, srpMaxDesc+1), 4)}},
 			{"indirect total unlike its descriptors", srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false), DataIn: badTotal}},
 			{"both directions", c.in(c.out(srp.Cmd{LUN: lun, CDB: rw10(0x28, 0, 1, false)}, 0, bs), bs, bs)},
 			{"immediate data the login did not accept", srp.Cmd{LUN: lun, CDB: rw10(0x2A, 0, 1, false),
@@ -596,6 +596,36 @@ func (c *srpClient) fetchedChanged() srp.DataBuffer {
 	return b
 }
 
+// writeReversed writes k blocks at block 8 of vol0 from the client's
+// data cut in n pieces, through a fetched table listing the pieces last
+// first with inline of them in the IU, checks the volume holds them in
+// that order, and returns what it holds.
+func (r *rig) writeReversed(t *testing.T, c *srpClient, k, n, inline int) []byte {
+	t.Helper()
+	src := pattern(k*bs, byte(n))
+	copy(c.data(0, k*bs), src)
+	rev := c.pieces(0, k*bs, n)
+	slices.Reverse(rev)
+	c.good(fmt.Sprintf("WRITE(16) through a fetched table of %d", n),
+		c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw16(0x8A, 8, uint32(k)), DataOut: c.fetched(rev, inline)}), 0)
+	per := k * bs / n
+	want := make([]byte, 0, k*bs) // the client's pieces, last first
+	for i := n - 1; i >= 0; i-- {
+		want = append(want, src[i*per:(i+1)*per]...)
+	}
+	v, err := r.store.Open("vol0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, k*bs)
+	v.ReadAt(got, 8*bs)
+	v.Close()
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the volume does not hold the pieces in the order of the fetched table of %d", n)
+	}
+	return want
+}
+
 // TestSRPFetchedTable: an indirect table of which only part rides in
 // the SRP_CMD is fetched by RDMA READ with its own key and drives the
 // transfer: a WRITE(16) through five descriptors listing the client's
@@ -606,26 +636,7 @@ func TestSRPFetchedTable(t *testing.T) {
 	forSRPEnvs(t, func(t *testing.T, e env) {
 		r, c := srpLoggedIn(t, e, Config{})
 		const k = 5
-		src := pattern(k*bs, 0x31)
-		copy(c.data(0, k*bs), src)
-		rev := c.pieces(0, k*bs, k)
-		slices.Reverse(rev)
-		c.good("WRITE(16) through a fetched table", c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw16(0x8A, 8, k), DataOut: c.fetched(rev, 2)}), 0)
-		want := make([]byte, 0, k*bs) // the client's blocks, last first
-		for i := k - 1; i >= 0; i-- {
-			want = append(want, src[i*bs:(i+1)*bs]...)
-		}
-		v, err := r.store.Open("vol0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, k*bs)
-		v.ReadAt(got, 8*bs)
-		v.Close()
-		if !bytes.Equal(got, want) {
-			t.Fatal("the volume does not hold the blocks in the fetched table's order")
-		}
-
+		want := r.writeReversed(t, c, k, k, 2)
 		clear(c.data(2*k*bs, k*bs))
 		c.good("READ(10) through a fetched table", c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw10(0x28, 8, k, false),
 			DataIn: c.fetched(c.pieces(2*k*bs, k*bs, k), 0)}), 0)
@@ -638,6 +649,37 @@ func TestSRPFetchedTable(t *testing.T) {
 		c.good("INQUIRY through a fetched table", rsp, srp.DIUnder)
 		if inq := c.data(0, 36); string(inq[8:13]) != "GOSRP" || rsp.DataInResid != 64-36 {
 			t.Errorf("INQUIRY data % x, residual %d", inq, rsp.DataInResid)
+		}
+		c.logout()
+	})
+}
+
+// TestSRPLongTable: tables of more descriptors than a slot's share of
+// the send queue (16) move their data in rounds: a WRITE(16) through a
+// fetched table of 40 descriptors listing the client's pieces last
+// first lands them in that order, a READ(10) through an inline table of
+// 24 reads them back, and a WRITE(10) through 2048 descriptors of 4
+// bytes (the most, srpMaxDesc) lands too.
+func TestSRPLongTable(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r, c := srpLoggedIn(t, e, Config{})
+		const k = 5
+		want := r.writeReversed(t, c, k, 40, 4)
+		clear(c.data(2*k*bs, k*bs))
+		c.good("READ(10) through an inline table of 24", c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw10(0x28, 8, k, false),
+			DataIn: c.indirect(2*k*bs, k*bs, 24)}), 0)
+		if !bytes.Equal(c.data(2*k*bs, k*bs), want) {
+			t.Fatal("READ(10) through an inline table of 24 returned other bytes than were written")
+		}
+
+		const most = srpMaxDesc
+		copy(c.data(0, most*4), pattern(most*4, 0x53))
+		c.good("WRITE(10) through a fetched table of 2048", c.do(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw10(0x2A, 16, most*4/bs, false),
+			DataOut: c.fetched(c.pieces(0, most*4, most), 2)}), 0)
+		clear(c.data(most*4, most*4))
+		c.good("READ(10) of it", c.do(c.in(srpCmd(lunVol0, rw10(0x28, 16, most*4/bs, false)...), most*4, most*4)), 0)
+		if !bytes.Equal(c.data(most*4, most*4), pattern(most*4, 0x53)) {
+			t.Fatal("the WRITE through 2048 descriptors did not land")
 		}
 		c.logout()
 	})
