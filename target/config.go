@@ -128,6 +128,14 @@ type ACLRule struct {
 // DenyByDefault. The zero value, and a nil *ACL, allow everything
 // read-write.
 //
+// An SRP session, which carries no name of its own choosing beyond its
+// port identifier, is also known by its source address over RDMA CM: a
+// rule whose initiator is SourcePrefix and the host ("addr:10.0.2.15")
+// matches the sessions from that host (AllowFrom). A rule naming the
+// initiator itself beats one naming the source, which beats "*". Source
+// rules match nothing else: a gosrp initiator naming itself
+// "addr:10.0.2.15" gets no rule of that address.
+//
 // A name VOL@SNAP is a snapshot of VOL (the catalog convention of
 // cmd/srpd; volume names have no '@'). Its access is at most VOL's: the
 // rules that decide VOL decide its snapshots too, and a rule naming
@@ -142,20 +150,33 @@ type ACL struct {
 	DenyByDefault bool
 }
 
+// SourcePrefix begins an ACL rule's initiator that names a source host
+// rather than an initiator (see ACL).
+const SourcePrefix = "addr:"
+
 // Allow returns the access initiator has to volume.
-func (a *ACL) Allow(initiator, volume string) Access {
+func (a *ACL) Allow(initiator, volume string) Access { return a.AllowFrom(initiator, "", volume) }
+
+// AllowFrom returns the access initiator, connected from the host
+// source ("" for none to match), has to volume: rules naming
+// SourcePrefix+source count too, below those naming initiator.
+func (a *ACL) AllowFrom(initiator, source, volume string) Access {
 	if a == nil {
 		return AccessReadWrite
 	}
+	src := ""
+	if source != "" {
+		src = SourcePrefix + source
+	}
 	base, _, isSnap := strings.Cut(volume, "@")
 	if !isSnap {
-		acc, _ := a.match(initiator, volume, true)
+		acc, _ := a.match(initiator, src, volume, true)
 		return acc
 	}
-	acc, _ := a.match(initiator, base, true)
+	acc, _ := a.match(initiator, src, base, true)
 	// Only a rule naming the snapshot exactly may narrow: "*" rules
 	// already took part in the volume's answer.
-	if own, ok := a.match(initiator, volume, false); ok && own < acc {
+	if own, ok := a.match(initiator, src, volume, false); ok && own < acc {
 		acc = own
 	}
 	return acc
@@ -164,17 +185,22 @@ func (a *ACL) Allow(initiator, volume string) Access {
 // match finds the most specific rule for (initiator, volume); with
 // wildVolume false only rules naming volume exactly count. It reports
 // whether any rule matched; when none did, the answer is the default.
-func (a *ACL) match(initiator, volume string, wildVolume bool) (Access, bool) {
+func (a *ACL) match(initiator, src, volume string, wildVolume bool) (Access, bool) {
 	best, bestScore := AccessReadWrite, -1
 	if a.DenyByDefault {
 		best = AccessNone
 	}
 	for _, r := range a.Rules {
 		score := 0
-		switch r.Initiator {
-		case initiator:
+		switch {
+		case strings.HasPrefix(r.Initiator, SourcePrefix):
+			if src == "" || r.Initiator != src {
+				continue // a source rule matches the source only
+			}
 			score += 2
-		case "*":
+		case r.Initiator == initiator:
+			score += 4
+		case r.Initiator == "*":
 		default:
 			continue
 		}

@@ -38,6 +38,9 @@ type coreParams struct {
 	connStats *ioCounters
 	instance  uint64   // the Target's write verifier, drawn by the shell
 	srpPort   [16]byte // Config.SRPTargetPortID
+	// source is the host the connection came from (its RDMA CM source
+	// address), which an SRP session's ACL rules may name (ACL).
+	source string
 	// pr is the target's reservation table (reservation.go), shared by
 	// its connections.
 	pr *prTable

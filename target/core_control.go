@@ -22,7 +22,7 @@ func (c *core) startControl(s *slot) {
 	case wire.ControlList:
 		c.dispatch(s, jobList)
 	case wire.ControlOpen:
-		acc := c.p.acl().Allow(c.initiator, req.Volume)
+		acc := c.allow(c.p.acl(), req.Volume)
 		if acc == AccessNone {
 			c.controlRespond(s, c.deniedOpen(req.Volume))
 			return
@@ -82,7 +82,7 @@ func (c *core) finishControl(s *slot) {
 		}
 		rsp := &wire.ControlResponse{Volumes: []wire.VolumeInfo{}}
 		for _, v := range s.list {
-			acc := c.p.acl().Allow(c.initiator, v.Name)
+			acc := c.allow(c.p.acl(), v.Name)
 			if acc == AccessNone {
 				continue
 			}
@@ -105,7 +105,7 @@ func (c *core) finishControl(s *slot) {
 		}
 		// The policy may have changed while the volume was being opened:
 		// what it says now is what the handle gets.
-		switch c.p.acl().Allow(c.initiator, req.Volume) {
+		switch c.allow(c.p.acl(), req.Volume) {
 		case AccessNone:
 			c.acts.closeVols = append(c.acts.closeVols, &openVol{name: req.Volume, vol: s.opened,
 				pr: s.prv, owner: s.prOwner, writer: s.prWriter, excl: req.Exclusive})

@@ -202,7 +202,7 @@ func (c *core) policyChanged(now int64) {
 		if ov == nil || ov.revoked {
 			continue
 		}
-		switch acc := acl.Allow(c.initiator, ov.name); {
+		switch acc := c.allow(acl, ov.name); {
 		case acc == AccessNone:
 			ov.revoked = true
 			c.handlesGen++

@@ -29,6 +29,15 @@ type srpLoginResult struct {
 // hex (SRP carries no name and no secret).
 func srpInitiatorName(port [16]byte) string { return hex.EncodeToString(port[:]) }
 
+// allow is the access the session's initiator has to volume under acl:
+// for an SRP session, rules naming its source host count too (ACL).
+func (c *core) allow(acl *ACL, volume string) Access {
+	if c.srp != nil {
+		return acl.AllowFrom(c.initiator, c.p.source, volume)
+	}
+	return acl.Allow(c.initiator, volume)
+}
+
 // srpLogin decides an SRP_LOGIN_REQ, in ib_srpt's order
 // (srpt_cm_req_recv): the IU length, the target port, the buffer formats,
 // then access. list is the catalog (listErr its failure): the LUNs are
@@ -76,7 +85,7 @@ func (c *core) srpLogin(req *srp.LoginRequest, list []VolumeInfo, listErr error,
 	acl := c.p.acl()
 	any := false
 	for i := 0; i < len(list) && i < srpMaxLUNs; i++ {
-		acc := acl.Allow(ini, list[i].Name)
+		acc := acl.AllowFrom(ini, c.p.source, list[i].Name)
 		name := list[i].Name
 		if acc == AccessNone {
 			name = ""

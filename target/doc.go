@@ -97,8 +97,9 @@
 // login is answered in the accept (SRP_LOGIN_RSP: the credits, 8260-byte
 // initiator IUs, immediate data at ib_srp's offset) or the reject
 // (SRP_LOGIN_REJ with its reason). The initiator name the ACL and Secrets
-// see is the initiator port identifier in hex; SRP has no secret, so an
-// initiator that must authenticate is rejected. The catalog's volumes, in
+// see is the initiator port identifier in hex, and the ACL's rules naming
+// the session's source host (SourcePrefix) apply too; SRP has no secret,
+// so an initiator that must authenticate is rejected. The catalog's volumes, in
 // name order, are the LUNs (LUN 0 the first; those the ACL denies have no
 // unit), each a SCSI block device (package internal/scsi) opened for the
 // session. SRP_CMDs run INQUIRY, REPORT LUNS, TEST UNIT READY, READ

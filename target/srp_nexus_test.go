@@ -216,3 +216,58 @@ func TestSRPNexusTaskManagement(t *testing.T) {
 		}
 	})
 }
+
+// TestACLSource: a rule naming a source host (SourcePrefix) applies to
+// the sessions AllowFrom gives that host, below a rule naming the
+// initiator and above "*"; it matches no initiator by name, so a gosrp
+// initiator calling itself "addr:..." gets nothing of it.
+func TestACLSource(t *testing.T) {
+	const src = SourcePrefix + "10.0.2.15"
+	acl := &ACL{DenyByDefault: true}
+	acl.Rules = append(acl.Rules, ACLRule{src, "*", AccessReadOnly}, ACLRule{src, "vol1", AccessReadWrite},
+		ACLRule{"port-a", "vol1", AccessNone}, ACLRule{"*", "vol2", AccessReadWrite}, ACLRule{src, "vol2", AccessNone})
+	for _, tc := range []struct {
+		ini, src, vol string
+		want          Access
+	}{
+		{"port-b", "10.0.2.15", "vol0", AccessReadOnly},  // the source's "*"
+		{"port-b", "10.0.2.15", "vol1", AccessReadWrite}, // the source's own rule
+		{"port-a", "10.0.2.15", "vol1", AccessNone},      // the initiator's rule beats the source's
+		{"port-a", "10.0.2.15", "vol0", AccessReadOnly},
+		{"port-b", "10.0.2.15", "vol2", AccessNone},      // the source beats "*"
+		{"port-b", "10.0.2.16", "vol2", AccessReadWrite}, // another host: "*"
+		{"port-b", "10.0.2.16", "vol0", AccessNone},      // the default
+		{"port-b", "", "vol0", AccessNone},
+		{"addr:10.0.2.15", "", "vol0", AccessNone}, // a name is no source
+		{"port-b", "10.0.2.15", "vol1@s1", AccessReadWrite},
+	} {
+		if got := acl.AllowFrom(tc.ini, tc.src, tc.vol); got != tc.want {
+			t.Errorf("AllowFrom(%s, %s, %s) = %s, want %s", tc.ini, tc.src, tc.vol, got, tc.want)
+		}
+	}
+	if acl.Allow("addr:10.0.2.15", "vol0") != AccessNone {
+		t.Error("Allow matched a source rule by the initiator's name")
+	}
+}
+
+// TestSRPSourceACL: an SRP session's LUNs follow the rules naming its
+// source host: denied by one, its LUN has no unit; a gosrp initiator
+// from the same host, not an SRP session, is not bound by them.
+func TestSRPSourceACL(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r, c := srpLoggedIn(t, e, Config{})
+		host := source(r.tgt.Stats().Conns[0].Remote)
+		c.logout()
+		r.tgt.SetACL(&ACL{Rules: []ACLRule{{Initiator: SourcePrefix + host, Volume: "vol0", Access: AccessNone}}})
+		c, err := r.srpDial(t, srpLoginReq(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.checkSense("TEST UNIT READY on the LUN the source may not see", c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)), scsi.SenseLUNotSupported)
+		c.good("TEST UNIT READY on another LUN", c.do(srpCmd(lunVol1, 0, 0, 0, 0, 0, 0)), 0)
+		c.logout()
+		g := r.dial(t)
+		g.login("ini")
+		g.open("vol0", false)
+	})
+}

@@ -153,6 +153,9 @@ func (a *access) SetRule(r admin.ACLRule) error {
 	if r.Initiator == "" || r.Volume == "" {
 		return admin.Errorf(admin.ErrInvalid, "an ACL rule needs an initiator and a volume (\"*\" matches any)")
 	}
+	if r.Initiator == target.SourcePrefix {
+		return admin.Errorf(admin.ErrInvalid, "a source rule names the host SRP sessions connect from: %sHOST, e.g. %s10.0.2.15", target.SourcePrefix, target.SourcePrefix)
+	}
 	acc, err := parseAccess(r.Access)
 	if err != nil {
 		return err

@@ -61,7 +61,14 @@ func aclCommand() *cli.Command {
 "*" as INITIATOR or VOLUME matches any name. The most specific rule wins:
 an exact initiator beats "*", then an exact volume beats "*".
 
-Example: srpd acl default deny && srpd acl set host-a vol0 rw`,
+An SRP host (the kernel's ib_srp) is named by its 16-byte initiator port
+identifier in hex, or by the host it connects from: INITIATOR addr:HOST
+(addr:10.0.2.15, the RDMA CM source address) matches the SRP sessions
+from HOST, below a rule naming the port and above "*". SRP carries no
+secret, so either is only as trustworthy as the fabric.
+
+Example: srpd acl default deny && srpd acl set host-a vol0 rw
+         srpd acl set addr:10.0.2.15 vol0 rw`,
 			check: func(args []string) error {
 				if _, err := parseAccess(args[2]); err != nil {
 					return cli.Usagef("%v", strings.TrimSuffix(err.Error(), ": "+admin.ErrInvalid.Error()))

@@ -130,6 +130,29 @@ func TestAccessControl(t *testing.T) {
 	e2etest.MustRun(t, srpc, "list", "--target", addr, "--name", "host-d", "--secret-file", cur)
 }
 
+// TestSourceRule: an ACL rule may name an SRP host's source address
+// (target.SourcePrefix), which the target's ACL then matches for SRP
+// sessions from that host; the prefix alone is refused.
+func TestSourceRule(t *testing.T) {
+	acc, err := loadAccess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := acc.SetRule(admin.ACLRule{Initiator: target.SourcePrefix, Volume: "A", Access: "rw"}); err == nil {
+		t.Error("a source rule with no host was saved")
+	}
+	if err := acc.SetRule(admin.ACLRule{Initiator: "addr:10.0.2.15", Volume: "A", Access: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	acl := acc.ACLPointer()
+	if got := acl.AllowFrom("fe00", "10.0.2.15", "A"); got != target.AccessNone {
+		t.Errorf("SRP session from 10.0.2.15: %s, want none", got)
+	}
+	if got := acl.AllowFrom("fe00", "10.0.2.16", "A"); got != target.AccessReadWrite {
+		t.Errorf("SRP session from 10.0.2.16: %s, want read-write", got)
+	}
+}
+
 // TestCloneAccess pins what a clone's access starts as: no rules of its
 // own and none of its source's, so the default policy and the "*" rules
 // decide, under deny and under allow by default.
