@@ -280,6 +280,10 @@ type Config struct {
 	// volume lost its write cache (scsi.WriteCacheLost). Without it an
 	// SRP host is never told.
 	DirtyMarks DirtyMarks
+	// LUNs, if set, keeps the SRP LUN numbers across restarts (LUNStore);
+	// nil keeps them for the Target's lifetime, so a restart numbers the
+	// volumes in name order again.
+	LUNs LUNStore
 }
 
 // Limits of the configuration.

@@ -18,8 +18,16 @@ import (
 // re-issued it on the new one).
 func (c *conn) srpLogin(req *srp.LoginRequest) srpLoginResult {
 	list, err := c.t.cfg.Catalog.List()
+	var byLUN []string
+	if err == nil {
+		var left []string
+		byLUN, left, err = c.t.luns.names(list)
+		if len(left) > 0 {
+			c.log.Warn("volumes without an SRP LUN: every number is taken", "volumes", left, "max_luns", srpMaxLUNs)
+		}
+	}
 	key := "srp\x00" + srpInitiatorName(req.InitiatorPortID) + "\x00" + srpInitiatorName(req.TargetPortID)
-	res := c.core.srpLogin(req, list, err, c.t.channels(c, key))
+	res := c.core.srpLogin(req, byLUN, err, c.t.channels(c, key))
 	if !res.ok {
 		return res
 	}

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
-	"slices"
 
 	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/srp"
@@ -40,16 +39,17 @@ func (c *core) allow(acl *ACL, volume string) Access {
 
 // srpLogin decides an SRP_LOGIN_REQ, in ib_srpt's order
 // (srpt_cm_req_recv): the IU length, the target port, the buffer formats,
-// then access. list is the catalog (listErr its failure): the LUNs are
-// its volumes in name order, LUN 0 the first, so a LUN names the same
-// volume for every initiator while the catalog does not change. On
-// accept the session is active at once: SRP has no login SEND.
+// then access. byLUN names the catalog's volumes by LUN number ("" where
+// none is; listErr the failure to list or number them), from the
+// target's LUN map (lunmap.go): a number names the same volume for
+// every initiator, across catalog changes and restarts. On accept the
+// session is active at once: SRP has no login SEND.
 //
 // others is how many channels of the same I_T nexus the target serves:
 // a MULTI-CHANNEL ACTION of SINGLE ends them (the shell does, before
 // the accept goes out) and is answered TERMINATED when there were any,
 // NO EXISTING CHANNEL otherwise; MULTI joins them, MAINTAINED.
-func (c *core) srpLogin(req *srp.LoginRequest, list []VolumeInfo, listErr error, others int) srpLoginResult {
+func (c *core) srpLogin(req *srp.LoginRequest, byLUN []string, listErr error, others int) srpLoginResult {
 	ini := srpInitiatorName(req.InitiatorPortID)
 	c.initiator = ini
 	refuse := func(r srp.RejectReason, why string) srpLoginResult { return c.srpRefuse(req, r, why) }
@@ -73,20 +73,13 @@ func (c *core) srpLogin(req *srp.LoginRequest, list []VolumeInfo, listErr error,
 		c.authMark = c.mark(secret, required)
 	}
 	s := &srpSession{port: req.InitiatorPortID, tport: req.TargetPortID}
-	list = slices.SortedFunc(slices.Values(list), func(a, b VolumeInfo) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
 	acl := c.p.acl()
 	any := false
-	for i := 0; i < len(list) && i < srpMaxLUNs; i++ {
-		acc := acl.AllowFrom(ini, c.p.source, list[i].Name)
-		name := list[i].Name
+	for i := 0; i < len(byLUN) && i < srpMaxLUNs; i++ {
+		name, acc := byLUN[i], AccessNone
+		if name != "" {
+			acc = acl.AllowFrom(ini, c.p.source, name)
+		}
 		if acc == AccessNone {
 			name = ""
 		} else {

@@ -13,13 +13,24 @@ import (
 	"github.com/gosrp/gosrp/internal/srp"
 )
 
+// catalogLUNs numbers a catalog's volumes as a new target does.
+func catalogLUNs(cat Catalog) ([]string, error) {
+	list, err := cat.List()
+	if err != nil {
+		return nil, err
+	}
+	var t lunTable
+	byLUN, _, err := t.names(list)
+	return byLUN, err
+}
+
 // newSRPCoreHarness is a core harness logged in with an SRP_LOGIN_REQ
 // (immediate data at ib_srp's offset), its catalog's one volume at LUN 0.
 func newSRPCoreHarness(tb testing.TB, credits int) *coreHarness {
 	h := newCoreHarness(tb, credits)
 	req := srpLoginReq(1)
-	list, err := h.cat.List()
-	res := h.c.srpLogin(&req, list, err, 0)
+	byLUN, err := catalogLUNs(h.cat)
+	res := h.c.srpLogin(&req, byLUN, err, 0)
 	if !res.ok || len(res.open) != 1 {
 		tb.Fatalf("SRP login: %+v", res)
 	}
@@ -206,8 +217,8 @@ func (h *traceHarness) srpLogin(t *testing.T, td *datadriven.TestData) {
 	if !td.HasArg("imm") {
 		req.Flags &^= srp.ImmediateRequested
 	}
-	list, err := h.cat.List()
-	res := h.c.srpLogin(&req, list, err, 0)
+	byLUN, err := catalogLUNs(h.cat)
+	res := h.c.srpLogin(&req, byLUN, err, 0)
 	if !res.ok {
 		var rej srp.LoginReject
 		rej.Decode(res.priv)

@@ -59,6 +59,8 @@ type Target struct {
 	acl                            atomic.Pointer[ACL]
 	// pr holds the volumes' reservations (reservation.go).
 	pr *prTable
+	// luns numbers the volumes as SRP logical units (lunmap.go).
+	luns lunTable
 	// dirty holds the volumes' dirty marks (dirty.go).
 	dirty dirtyTable
 	// srpNexuses holds the SRP I_T nexuses' unit attention state,
@@ -88,6 +90,9 @@ func New(cfg Config) (*Target, error) {
 		return nil, err
 	}
 	if err := t.dirty.load(cfg.DirtyMarks); err != nil {
+		return nil, err
+	}
+	if err := t.luns.load(cfg.LUNs); err != nil {
 		return nil, err
 	}
 	for _, name := range t.dirty.lostVolumes() {

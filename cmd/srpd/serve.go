@@ -278,6 +278,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if _, err := res.LoadReservations(); err != nil {
 		return fmt.Errorf("reservations: %w", err)
 	}
+	if _, err := openLUNFile(cfg.Data).LoadLUNs(); err != nil {
+		return fmt.Errorf("SRP LUN map: %w", err)
+	}
 	marks, err := openDirtyMarks(cfg.Data, cfg.Backend == "file")
 	if err != nil {
 		return err
@@ -311,7 +314,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Name: cfg.Name, Catalog: gateway.New(store), ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, SRPCredits: cfg.SRPCredits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
-		SRPTargetPortID: srpPort, Logger: log, Reservations: res, DirtyMarks: marks,
+		SRPTargetPortID: srpPort, Logger: log, Reservations: res, DirtyMarks: marks, LUNs: openLUNFile(cfg.Data),
 	})
 	if err != nil {
 		return err
