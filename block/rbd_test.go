@@ -125,6 +125,45 @@ func TestRBDFencing(t *testing.T) {
 	t.Logf("takeover (BreakLock + Open) over %d: median %v, max %v", len(times), times[len(times)/2], times[len(times)-1])
 }
 
+// TestRBDBreakerDies: a gateway that broke the owner's lock and died
+// before it took the lock itself (SIGKILL between BreakLock and
+// AcquireLock) leaves the image with no owner and the old owner fenced.
+// Nothing is lost and nothing hangs: the old owner's next write fails
+// with ErrFenced; the next gateway's takeover finds nothing to break
+// (BreakLock succeeds on an unowned image), opens, and reads what the
+// old owner had flushed.
+func TestRBDBreakerDies(t *testing.T) {
+	dir := t.TempDir()
+	owner := openTestRBDExclusive(t, dir)
+	v, err := owner.Create("v", 1<<20, 4096)
+	require.NoError(t, err)
+	blk := func(b byte) []byte { return bytes.Repeat([]byte{b}, 4096) }
+	_, err = v.WriteAt(blk(1), 0)
+	require.NoError(t, err)
+	require.NoError(t, v.Flush())
+
+	breaker := openTestRBDExclusive(t, dir)
+	require.NoError(t, breaker.(LockBreaker).BreakLock("v"))
+	require.NoError(t, breaker.Close(), "the breaker dies without taking the lock")
+
+	_, err = v.WriteAt(blk(0xee), 0)
+	require.ErrorIs(t, err, ErrFenced, "the old owner's write after the break")
+
+	next := openTestRBDExclusive(t, dir)
+	defer next.Close()
+	require.NoError(t, next.(LockBreaker).BreakLock("v"), "a takeover of an image nobody owns")
+	nv, err := next.Open("v")
+	require.NoError(t, err)
+	got := make([]byte, 4096)
+	_, err = nv.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, blk(1), got, "what the old owner flushed")
+	_, err = nv.WriteAtFUA(blk(2), 0)
+	require.NoError(t, err)
+	require.NoError(t, nv.Close())
+	_ = owner.Close() // fenced: its close may report the blocklisting
+}
+
 // TestRBDAllocated: Allocated reports the RBD objects that hold data
 // (whole 4 MiB objects, from the object map), nothing else, and a clone
 // includes what its parent holds.
