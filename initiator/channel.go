@@ -66,10 +66,14 @@ type channel struct {
 	wcs      [64]transport.WC
 	sqDepth  int
 	rqDepth  int
+	// ping is the keepalive's request (keepalive.go), allocated once;
+	// pinging: it is queued or on the wire.
+	ping    Request
+	pinging bool
 }
 
 func newChannel(s *Session, id int) *channel {
-	return &channel{
+	c := &channel{
 		s: s, id: id,
 		log:      s.cfg.Logger.With("channel", id, "target", s.cfg.Addr),
 		doorbell: make(chan struct{}, 1),
@@ -77,6 +81,9 @@ func newChannel(s *Session, id int) *channel {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	c.ping = Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlPing}}
+	c.ping.OnDone = func(*Request) { c.pinging = false } // the loop's goroutine, as every delivery
+	return c
 }
 
 func (c *channel) ring() {
@@ -151,6 +158,10 @@ func (c *channel) setup(dev transport.Device) error {
 	})
 	if s.cfg.Protocol == ProtocolSRP {
 		c.core.srp = newSRPCore(cr, c.rqDepth)
+	} else {
+		// The ping is a gosrp control request; SRP has none of its own
+		// to spare (its keepalive would be a TEST UNIT READY).
+		c.core.ka.timeout = int64(s.cfg.KeepaliveTimeout)
 	}
 	for i := range c.core.slots {
 		sl := &c.core.slots[i]
@@ -491,6 +502,7 @@ func (c *channel) login(ctx context.Context) error {
 				credits:   min(int(rsp.Credits), s.cfg.Credits),
 				remoteInv: rsp.RemoteInvalidate && !s.cfg.NoRemoteInvalidate,
 				maxImm:    min(int(rsp.MaxImmediate), int(req.MaxImmediate)),
+				at:        clock.Nanos(),
 			})
 			s.noteLogin(c.id, rsp.Target, c.maxTransfer)
 			s.noteInstance(c, rsp.Instance)

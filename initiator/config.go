@@ -57,6 +57,19 @@ type Config struct {
 	// LossTimeout bounds how long I/O waits for a lost connection to come
 	// back before failing with ErrConnectionLost. Default 60 s.
 	LossTimeout time.Duration
+	// KeepaliveTimeout is how long a channel may hear nothing from the
+	// target while it waits for an answer before it takes the target
+	// for dead and tears the connection down (keepalive.go): after
+	// half of it in silence the channel sends a ping, whether idle or
+	// with requests outstanding, and any answer is proof of life, so a
+	// channel whose I/O completes sends none. A connection it ends
+	// counts as lost since the target was last heard from (LossTimeout
+	// runs from there). It finds a target that hangs with its
+	// connections up (a stopped process) long before IOTimeout does; a
+	// target that leaves every credit outstanding for the whole timeout
+	// (a store that stalls) is taken for dead too. Default 0: off
+	// (Multipath turns it on). ProtocolGoSRP only.
+	KeepaliveTimeout time.Duration
 	// ConnectTimeout bounds one connection attempt. Default 10 s.
 	ConnectTimeout time.Duration
 	// BufferBytes sizes the session's registered buffer pool

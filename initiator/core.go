@@ -58,6 +58,7 @@ type coreParams struct {
 	credits   int // slots (Config.Credits)
 	sqDepth   int
 	ioTimeout int64  // ns
+	keepalive int64  // ns: Config.KeepaliveTimeout, 0 off
 	msg       []byte // the channel arena: receive buffers, then send buffers
 	msgAddr   uint64
 	msgLKey   transport.Key
@@ -97,10 +98,12 @@ type coreActions struct {
 	done    []doneIO
 	requeue []*Request
 	fail    error
+	// ping asks the shell to queue the channel's ping (keepalive.go).
+	ping bool
 }
 
 func (a *coreActions) empty() bool {
-	return len(a.recv) == 0 && len(a.send) == 0 && len(a.done) == 0 && len(a.requeue) == 0 && a.fail == nil
+	return len(a.recv) == 0 && len(a.send) == 0 && len(a.done) == 0 && len(a.requeue) == 0 && a.fail == nil && !a.ping
 }
 
 // staged is one chain of the batch in acts.send: a command's (REG and)
@@ -156,11 +159,13 @@ type core struct {
 	cmd         wire.Command
 	acts        coreActions
 	lastFailure error
+	ka          keepalive
 	srp         *srpCore // set for a ProtocolSRP session (core_srp.go)
 }
 
 func newCore(p coreParams) *core {
 	c := &core{p: p, pool: p.pool, handles: map[*Volume]uint32{}}
+	c.ka.timeout = p.keepalive
 	c.slots = make([]ioSlot, p.credits)
 	c.free = make([]int, 0, p.credits)
 	for i := range c.slots {
@@ -182,6 +187,7 @@ type login struct {
 	credits   int
 	remoteInv bool
 	maxImm    int
+	at        int64 // when (the shell's clock): silence counts from here
 }
 
 // ---- events ----
@@ -194,6 +200,7 @@ func (c *core) connected(l login) {
 	c.maxImm = l.maxImm
 	c.up = true
 	c.lastFailure = nil
+	c.ka.reset(l.at)
 }
 
 // setHandle records the handle a volume has on this connection; dropHandle
@@ -210,8 +217,8 @@ func (c *core) hasHandle(v *Volume) bool {
 // canStart reports whether a request could take a credit now.
 func (c *core) canStart() bool { return c.up && c.avail > 0 && len(c.free) > 0 }
 
-// tick is the passage of time: the pool's completion deadlines and the
-// I/O timeout.
+// tick is the passage of time: the pool's completion deadlines, the I/O
+// timeout and the keepalive.
 func (c *core) tick(now int64) {
 	if !c.up {
 		return
@@ -226,6 +233,22 @@ func (c *core) tick(now int64) {
 			return
 		}
 	}
+	switch c.ka.tick(now, c.awaiting()) {
+	case kaPing:
+		c.acts.ping = true
+	case kaDead:
+		c.fail(fmt.Errorf("%w: nothing heard for %s (KeepaliveTimeout %s)", errSilent, c.ka.silence(now).Round(time.Millisecond), time.Duration(c.ka.timeout)))
+	}
+}
+
+// awaiting reports whether a command is on the wire, its answer owed.
+func (c *core) awaiting() bool {
+	for i := range c.slots {
+		if c.slots[i].state == slotSent {
+			return true
+		}
+	}
+	return false
 }
 
 // fail ends the connection: no event changes anything until reset.

@@ -47,6 +47,7 @@ func (c *core) completions(wcs []transport.WC) {
 }
 
 func (c *core) onRecv(wc *transport.WC) {
+	c.ka.heard = true // any IU is proof of life (keepalive.go)
 	if c.srp != nil {
 		c.onRecvSRP(wc)
 		return

@@ -52,8 +52,9 @@
 // volume opened as its only writer for as long as it stays open.
 //
 // Failures: any error completion, a bogus remote invalidation, a missing
-// completion past Config.IOTimeout or a lost link tears the connection
-// down: the QP is moved to ERR and drained, every registration not proven
+// completion past Config.IOTimeout, a target silent past
+// Config.KeepaliveTimeout (pinged after half of it; off unless set) or a
+// lost link tears the connection down: the QP is moved to ERR and drained, every registration not proven
 // invalid is deregistered and replaced, and the channel reconnects with
 // backoff, logs in again, re-opens its volumes and re-issues the I/O that
 // had not completed. I/O fails with ErrConnectionLost only after
@@ -70,8 +71,10 @@
 // volume asks the next gateway to take over (OpenOptions.Takeover: it
 // fences the old one before it serves anything) and re-issues there what
 // had not completed, synchronous calls and Submit alike, as new requests
-// with new keys of that path's session. docs/gateways.md has the rules
-// and figures.
+// with new keys of that path's session. Each path's keepalive
+// (MultipathConfig.Keepalive, FastFail by default) finds a gateway that
+// hangs with its connections up, so that its I/O fails over too. The
+// rules and figures are in docs/gateways.md.
 //
 // # Inside a channel
 //

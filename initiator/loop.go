@@ -2,6 +2,7 @@ package initiator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -147,11 +148,33 @@ func (c *channel) apply(now int64) {
 			clear(a.requeue)
 			a.requeue = a.requeue[:0]
 		}
+		if a.ping {
+			a.ping = false
+			c.queuePing()
+		}
 		if err := a.fail; err != nil {
 			a.fail = nil
 			c.fail(err)
 		}
 	}
+}
+
+// queuePing puts the keepalive's ping at the head of the queue, unless
+// it is queued or on the wire already; its answer, whatever it says, is
+// the proof of life the keepalive waits for.
+func (c *channel) queuePing() {
+	if c.pinging {
+		return
+	}
+	c.pinging = true
+	r := &c.ping
+	r.Err = nil
+	r.state.Store(reqPending)
+	r.start = clock.Nanos()
+	c.mu.Lock()
+	c.q.pushFront(r)
+	c.mu.Unlock()
+	c.ring()
 }
 
 // poll handles one batch of completions.
@@ -234,9 +257,16 @@ func (c *channel) fail(err error) {
 	c.replaceRegistrations()
 	c.teardown()
 	c.core.reset()
+	at := time.Now()
+	if errors.Is(err, errSilent) {
+		// Lost since the target was last heard from, not since the
+		// keepalive gave up: LossTimeout (Multipath's FastFail) counts
+		// from there, so the keepalive's wait is not added to it.
+		at = at.Add(-c.core.ka.silence(clock.Nanos()))
+	}
 	c.mu.Lock()
 	if !c.down {
-		c.down, c.downAt = true, time.Now()
+		c.down, c.downAt = true, at
 	}
 	c.mu.Unlock()
 }
@@ -321,7 +351,20 @@ func (c *channel) reconnect() bool {
 			return false
 		default:
 		}
+		c.mu.Lock()
+		left := c.s.cfg.LossTimeout - time.Since(c.downAt)
+		c.mu.Unlock()
+		if left <= 0 {
+			c.failQueued(errors.New("not reconnected"))
+		}
 		ctx, cancel := context.WithCancel(context.Background())
+		if left > 0 {
+			// An attempt ends at the loss deadline, not ConnectTimeout
+			// later: a target that accepts connections and never logs
+			// them in (a hung process, whose kernel still completes
+			// the handshake) must not hold the queued I/O past it.
+			ctx, cancel = context.WithTimeout(context.Background(), left+time.Millisecond)
+		}
 		go func() {
 			select {
 			case <-c.stop:
@@ -340,19 +383,14 @@ func (c *channel) reconnect() bool {
 			return true
 		}
 		c.mu.Lock()
-		lost := time.Since(c.downAt) > c.s.cfg.LossTimeout
-		var failed queue
-		if lost {
-			failed = c.q
-			c.q = queue{}
-		}
+		left = c.s.cfg.LossTimeout - time.Since(c.downAt)
 		c.mu.Unlock()
-		for r := failed.pop(); r != nil; r = failed.pop() {
-			r.finish(fmt.Errorf("initiator: channel %d: %w: %w", c.id, ErrConnectionLost, err))
+		if left <= 0 {
+			c.failQueued(err)
 		}
 		c.log.Debug("reconnect failed", "err", err, "backoff", backoff)
 		wait := backoff
-		if left := c.s.cfg.LossTimeout - time.Since(c.downAt); !lost && left > 0 && left < wait {
+		if left > 0 && left < wait {
 			// Wake at the loss deadline, not a backoff later: the
 			// queued I/O fails when LossTimeout says (Multipath's fast
 			// failover depends on it), not up to 2 s after.
@@ -364,6 +402,18 @@ func (c *channel) reconnect() bool {
 		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// failQueued fails every queued request with ErrConnectionLost: the
+// connection stayed down past LossTimeout (err: the last attempt's).
+func (c *channel) failQueued(err error) {
+	c.mu.Lock()
+	failed := c.q
+	c.q = queue{}
+	c.mu.Unlock()
+	for r := failed.pop(); r != nil; r = failed.pop() {
+		r.finish(fmt.Errorf("initiator: channel %d: %w: %w", c.id, ErrConnectionLost, err))
 	}
 }
 

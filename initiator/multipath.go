@@ -28,6 +28,16 @@ type MultipathConfig struct {
 	// path that comes back sooner keeps its I/O, re-issued on the same
 	// gateway, and nobody is fenced. Default 1 s.
 	FastFail time.Duration
+	// Keepalive is each path's Config.KeepaliveTimeout: a gateway that
+	// answers nothing, pings included, for that long is taken for
+	// lost, and since LossTimeout counts from its last answer, its I/O
+	// fails over at once. So a gateway that hangs with its connections
+	// up (a stopped srpd) is left within about Keepalive plus a 100 ms
+	// tick, not IOTimeout. An idle path (a standby, a quiet volume)
+	// is pinged every Keepalive/2; one whose I/O completes is not.
+	// Default FastFail; negative: no keepalive (IOTimeout finds a hung
+	// gateway).
+	Keepalive time.Duration
 }
 
 // Multipath is a session with several gateways of the same volumes.
@@ -58,6 +68,12 @@ func DialMultipath(ctx context.Context, cfg MultipathConfig) (*Multipath, error)
 	if cfg.LossTimeout <= 0 {
 		cfg.LossTimeout = 60 * time.Second
 	}
+	switch {
+	case cfg.Keepalive == 0:
+		cfg.Keepalive = cfg.FastFail
+	case cfg.Keepalive < 0:
+		cfg.Keepalive = 0
+	}
 	m := &Multipath{cfg: cfg, paths: make([]*Session, len(cfg.Addrs))}
 	var errs []error
 	for i := range cfg.Addrs {
@@ -85,6 +101,7 @@ func (m *Multipath) session(ctx context.Context, i int) (*Session, error) {
 	cfg := m.cfg.Config
 	cfg.Addr = m.cfg.Addrs[i]
 	cfg.LossTimeout = m.cfg.FastFail
+	cfg.KeepaliveTimeout = m.cfg.Keepalive
 	s, err := Dial(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("path %s: %w", cfg.Addr, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/gosrp/gosrp/internal/gateway"
 	"github.com/gosrp/gosrp/internal/gateway/gatewaytest"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/targettest"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -24,11 +25,21 @@ type gatewayRig struct {
 	cats  []*gateway.Catalog
 	stop  []func() // stop[i] kills gateway i: its NIC goes, with every connection
 	ip    *emu.Provider
+	// frozen[i] set: gateway i answers nothing, logins included, its
+	// connections up (a SIGSTOPped srpd); only with newFreezableRig.
+	frozen []atomic.Bool
 }
 
-func newGatewayRig(t *testing.T) *gatewayRig {
+func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, false) }
+
+// newFreezableRig is newGatewayRig with each gateway behind the
+// hostile-peer kit, so that it can be frozen (frozen[i]). The kit
+// allocates per post: not for the allocation tests.
+func newFreezableRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, true) }
+
+func newGatewayRigOpts(t *testing.T, freezable bool) *gatewayRig {
 	t.Helper()
-	r := &gatewayRig{cl: gatewaytest.NewCluster()}
+	r := &gatewayRig{cl: gatewaytest.NewCluster(), frozen: make([]atomic.Bool, 2)}
 	v, err := r.cl.Client().Create("vol0", 4<<20, 4096)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +60,17 @@ func newGatewayRig(t *testing.T) *gatewayRig {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		l, err := nic.Listen(ctx, "127.0.0.1:0")
+		listen := nic.Listen
+		if freezable {
+			frozen := &r.frozen[i]
+			listen = targettest.Wrap(nic, targettest.Script{Respond: func(*targettest.Response) targettest.Action {
+				if frozen.Load() {
+					return targettest.Drop
+				}
+				return targettest.Pass
+			}}).Listen
+		}
+		l, err := listen(ctx, "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +94,6 @@ func newGatewayRig(t *testing.T) *gatewayRig {
 		r.addrs = append(r.addrs, l.Addr())
 		r.cats = append(r.cats, cat)
 		r.stop = append(r.stop, stop)
-		_ = i
 	}
 	return r
 }
@@ -185,21 +205,63 @@ func TestMultipathFailover(t *testing.T) {
 	if mv.Path() != r.addrs[0] || r.cats[0].State("vol0") != gateway.Active {
 		t.Fatalf("active path %s (gateway 0 %v), want the first", mv.Path(), r.cats[0].State("vol0"))
 	}
+	gens, took := writesThrough(t, mv, r.stop[0])
+	t.Logf("kill → first write acknowledged through the other gateway: %v", took)
+	r.checkMoved(t, mv, gens)
+}
+
+// writesThrough runs QD8 stamped writers on mv, 200 writes, then fault,
+// then 200 more once a failover happened; it returns the generations
+// acknowledged and the time from the fault to the first write
+// acknowledged after the failover.
+func writesThrough(t *testing.T, mv *initiator.MultipathVolume, fault func()) ([]uint32, time.Duration) {
+	t.Helper()
 	var acks atomic.Int64
 	stop := make(chan struct{})
 	done := make(chan []uint32)
 	go func() { done <- stampedWriters(t, mv, 8, stop, &acks) }()
 	waitAcks(t, &acks, 200)
-	killed := time.Now()
-	r.stop[0]()
+	at := time.Now()
+	fault()
+	for mv.Failovers() == 0 && time.Since(at) < 40*time.Second {
+		time.Sleep(time.Millisecond)
+	}
+	waitAcks(t, &acks, 1)
+	took := time.Since(at)
 	waitAcks(t, &acks, 200)
-	t.Logf("kill → 200 more writes acknowledged: %v", time.Since(killed))
 	close(stop)
-	gens := <-done
+	return <-done, took
+}
+
+// checkMoved checks that mv failed over once, to the second gateway,
+// which serves the volume, and that every acknowledged write reads back.
+func (r *gatewayRig) checkMoved(t *testing.T, mv *initiator.MultipathVolume, gens []uint32) {
+	t.Helper()
 	if mv.Path() != r.addrs[1] || mv.Failovers() != 1 || r.cats[1].State("vol0") != gateway.Active {
-		t.Fatalf("after the kill: path %s, %d failovers, gateway 1 %v", mv.Path(), mv.Failovers(), r.cats[1].State("vol0"))
+		t.Fatalf("after the fault: path %s, %d failovers, gateway 1 %v", mv.Path(), mv.Failovers(), r.cats[1].State("vol0"))
 	}
 	verifyStamps(t, mv, gens)
+}
+
+// TestMultipathFrozenGateway: QD8 stamped writes through the first
+// gateway, which then hangs with its connections up (it answers
+// nothing, as a SIGSTOPped srpd). The paths' keepalive (Keepalive =
+// FastFail, 200 ms) finds it, with IOTimeout at its 30 s default: the
+// writes go on through the second gateway within a second, and every
+// acknowledged write reads back. Without the keepalive they would wait
+// the 30 s of IOTimeout.
+func TestMultipathFrozenGateway(t *testing.T) {
+	r := newFreezableRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mv := r.open(t, ctx)
+	defer r.frozen[0].Store(false) // let the cleanup's shutdown finish
+	gens, took := writesThrough(t, mv, func() { r.frozen[0].Store(true) })
+	t.Logf("freeze → first write acknowledged through the other gateway: %v", took)
+	if took > 2*time.Second {
+		t.Errorf("the failover took %v; the keepalive (200 ms) should find the frozen gateway within about 0.5 s", took)
+	}
+	r.checkMoved(t, mv, gens)
 }
 
 // TestMultipathStandbyAnswer: another host takes the volume over through

@@ -62,6 +62,10 @@ func (c *core) startControl(s *slot) {
 		}
 		s.ov = ov
 		c.dispatch(s, jobClose)
+	case wire.ControlPing:
+		// Answered here, on the connection's loop, not by a worker:
+		// it proves the target alive even while its store is slow.
+		c.controlRespond(s, &wire.ControlResponse{})
 	case wire.ControlExtents:
 		c.startExtents(s)
 	case wire.ControlReserveOut, wire.ControlReserveIn:

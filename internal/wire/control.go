@@ -161,6 +161,10 @@ const (
 	// volume open as Handle hold data. A target that predates it answers
 	// SenseUnsupported; the initiator then takes the range as allocated.
 	ControlExtents = "extents"
+	// ControlPing asks for an empty answer: the initiator's keepalive
+	// (NVMe-oF's Keep Alive, iSCSI's NOP-Out). A target that predates
+	// it answers SenseUnsupported, which proves it alive just as well.
+	ControlPing = "ping"
 	// ControlReserveOut and ControlReserveIn are in reservation.go.
 )
 
