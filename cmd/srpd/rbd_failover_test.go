@@ -224,22 +224,27 @@ func checkStamp(b []byte, lba uint64, gen uint32) error {
 
 // TestRBDStaleWrites is the fencing proof: QD16 writes of generation
 // 2+ in flight through the active gateway when it is SIGSTOPped; the
-// initiator's I/O times out there and fails over (the other gateway
-// breaks the stopped one's lock, blocklisting it, and re-issues what
-// had not completed); newer data is written over every block through
-// the new gateway and flushed; then the stopped gateway is SIGCONTed,
-// and whatever it still had in flight must fail: every block still
-// holds the newer data. GOSRP_RBD_STALE iterations (3 by default; the
-// issue's long form is 50).
+// paths' keepalive (Keepalive = FastFail, 1 s; IOTimeout stays at its
+// 30 s default) finds the stopped gateway and the I/O fails over (the
+// other gateway breaks the stopped one's lock, blocklisting it, and
+// re-issues what had not completed); newer data is written over every
+// block through the new gateway and flushed; then the stopped gateway
+// is SIGCONTed, and whatever it still had in flight must fail: every
+// block still holds the newer data. GOSRP_RBD_STALE iterations (3 by
+// default; the issue's long form is 50); the time from each SIGSTOP to
+// the first write completed on the other gateway is logged (median,
+// max).
 func TestRBDStaleWrites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// A stopped gateway keeps its connections: the I/O timeout (the
-	// keepalive) finds it, then the path is lost after FastFail.
-	addrs, gws, start, mv := gatewayPair(t, ctx, initiator.MultipathConfig{
-		Config: initiator.Config{IOTimeout: time.Second, ConnectTimeout: 500 * time.Millisecond}})
+	// A stopped gateway keeps its connections: the keepalive finds it.
+	addrs, gws, start, mv := gatewayPair(t, ctx, initiator.MultipathConfig{})
 	const qd, blocks = 16, 256
 	gens := make([]uint32, blocks)
+	// stopAt: when the last SIGSTOP was sent (unix nanos; 0: none);
+	// firstAfter: when a write first completed after it on the new
+	// path (a failover count above failoversAt).
+	var stopAt, firstAfter, failoversAt atomic.Int64
 	// writeAll writes generation gen over every block at QD16 and
 	// flushes; it may run beside the test's goroutine.
 	writeAll := func(gen uint32) error {
@@ -249,6 +254,9 @@ func TestRBDStaleWrites(t *testing.T) {
 				stamp(buf, uint64(lba), gen)
 				if _, err := mv.WriteAtContext(ctx, buf, int64(lba)*4096); err != nil {
 					return err
+				}
+				if at := stopAt.Load(); at != 0 && int64(mv.Failovers()) > failoversAt.Load() {
+					firstAfter.CompareAndSwap(0, time.Now().UnixNano())
 				}
 			}
 			return nil
@@ -273,11 +281,15 @@ func TestRBDStaleWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	iters := int(testenv.Int(t, "GOSRP_RBD_STALE", 3, 1))
+	var times []time.Duration
 	for it := range iters {
 		active := slices.Index(addrs, mv.Path())
 		stale := make(chan error, 1)
+		firstAfter.Store(0)
+		failoversAt.Store(int64(mv.Failovers()))
 		go func() { stale <- writeAll(gen + 1) }() // in flight at the stop, then failed over
 		time.Sleep(20 * time.Millisecond)
+		stopAt.Store(time.Now().UnixNano())
 		if err := gws[active].Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -285,8 +297,14 @@ func TestRBDStaleWrites(t *testing.T) {
 		if err := <-stale; err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("iteration %d: gateway %d stopped; the writes in flight completed through gateway %d %v later",
-			it, active, slices.Index(addrs, mv.Path()), time.Since(stopped).Round(time.Millisecond))
+		first := time.Duration(firstAfter.Load() - stopAt.Load())
+		stopAt.Store(0)
+		if firstAfter.Load() == 0 {
+			t.Fatalf("iteration %d: no write completed on another path after the stop", it)
+		}
+		times = append(times, first)
+		t.Logf("iteration %d: gateway %d stopped; first write on gateway %d %v later, all in flight done %v later",
+			it, active, slices.Index(addrs, mv.Path()), first.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
 		if slices.Index(addrs, mv.Path()) == active {
 			t.Fatalf("iteration %d: still on the stopped gateway", it)
 		}
@@ -309,7 +327,9 @@ func TestRBDStaleWrites(t *testing.T) {
 		gws[active].Kill(t)
 		gws[active] = start(active)
 	}
-	t.Logf("stale-write scenario: %d iterations, 0 with stale data", iters)
+	slices.Sort(times)
+	t.Logf("stale-write scenario: %d iterations, 0 with stale data; SIGSTOP to the first write on the other gateway: median %v, max %v",
+		iters, times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
 }
 
 // TestRBDFailoverSrpc: srpc import with two --target paths, two srpd
