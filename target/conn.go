@@ -78,6 +78,10 @@ type conn struct {
 	resizeMu   sync.Mutex
 	resizes    map[string]int64
 	resizeWait []chan struct{}
+	// paths are the volumes whose path state changed since the run loop
+	// last looked (name → standby), under resizeMu, recorded by
+	// Target.PathStateChanged.
+	paths map[string]bool
 	// lunsChanged: the catalog's volumes changed (Target.CatalogChanged;
 	// conn_srp.go), for the run loop to tell an SRP session.
 	lunsChanged atomic.Bool
@@ -154,16 +158,32 @@ func (c *conn) volumeResized(name string, size int64) <-chan struct{} {
 	return done
 }
 
-// onExternal handles a signal on policyCh: the policy, or the size of
-// some volumes, changed.
+// pathChanged records that the volume named name is now standby (or
+// active) here and asks the run loop to tell the core
+// (core.pathChanged). It never blocks.
+func (c *conn) pathChanged(name string, standby bool) {
+	c.resizeMu.Lock()
+	if c.paths == nil {
+		c.paths = map[string]bool{}
+	}
+	c.paths[name] = standby
+	c.resizeMu.Unlock()
+	c.policyChanged()
+}
+
+// onExternal handles a signal on policyCh: the policy, or the size or
+// path state of some volumes, changed.
 func (c *conn) onExternal(now int64) {
 	c.core.policyChanged(now)
 	c.resizeMu.Lock()
-	rs, waits := c.resizes, c.resizeWait
-	c.resizes, c.resizeWait = nil, nil
+	rs, waits, ps := c.resizes, c.resizeWait, c.paths
+	c.resizes, c.resizeWait, c.paths = nil, nil, nil
 	c.resizeMu.Unlock()
 	for name, size := range rs {
 		c.core.volumeResized(name, size)
+	}
+	for name, standby := range ps {
+		c.core.pathChanged(name, standby)
 	}
 	if c.lunsChanged.Swap(false) {
 		c.core.srpLUNsChanged(c.t.srpNexuses.catalogGen.Load())

@@ -125,11 +125,14 @@ type core struct {
 	remoteInv bool
 	maxImm    uint32 // immediate data granted per WRITE (wire.FlagImmediate)
 	notices   bool   // the initiator reads capacity notices (wire.RespCapacityChanged)
-	iniRecvIU int
-	reqTarget string // the target name the initiator addressed (bound into proofs)
-	secret    []byte
-	iniNonce  []byte
-	tgtNonce  []byte
+	// pathNotices: the initiator reads PathNotice IUs (core_notice.go).
+	pathNotices bool
+	notice      noticeQueue
+	iniRecvIU   int
+	reqTarget   string // the target name the initiator addressed (bound into proofs)
+	secret      []byte
+	iniNonce    []byte
+	tgtNonce    []byte
 	// authMark is a keyed digest of what Config.Secrets answered at
 	// login (markKey is random per connection, so the digest says
 	// nothing about the secret): a policy change that alters the answer
@@ -321,7 +324,7 @@ func (c *core) completion(wc *transport.WC, now int64) {
 			c.close(fmt.Sprintf("completion %#x names no slot", wc.ID), false)
 			return
 		}
-	case kindLogin:
+	case kindLogin, kindNotice:
 	default:
 		c.close(fmt.Sprintf("completion %#x of unknown kind", wc.ID), false)
 		return
@@ -374,7 +377,11 @@ func (c *core) completion(wc *transport.WC, now int64) {
 		c.reclaim(c.loginSeq)
 		if c.state == connRejecting {
 			c.close("login rejected", false)
+			return
 		}
+		c.sendNotice() // one may have waited for the login buffer
+	case kindNotice:
+		c.noticeSent()
 	}
 }
 

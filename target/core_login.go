@@ -94,6 +94,7 @@ func (c *core) onLogin(buf []byte) {
 	c.remoteInv = req.RemoteInvalidate && c.p.offerInv
 	c.maxImm = min(req.MaxImmediate, maxImmediate, c.maxXfer)
 	c.notices = req.Notices
+	c.pathNotices = req.PathNotices
 	if c.p.secrets != nil {
 		secret, required := c.p.secrets(req.Initiator)
 		c.authMark = c.mark(secret, required)
@@ -136,7 +137,7 @@ func (c *core) accept(proof []byte) {
 		MaxIU: iuSize, MaxRecvIU: uint32(min(iuSize, c.iniRecvIU)),
 		MaxTransfer: c.maxXfer, MaxDesc: uint8(c.maxDesc), RemoteInvalidate: c.remoteInv,
 		SessionID: c.p.id, Proof: proof, MaxImmediate: c.maxImm, Instance: c.p.instance,
-		Notices: c.notices,
+		Notices: c.notices, PathNotices: c.pathNotices,
 	})
 	if c.state == connClosed {
 		return

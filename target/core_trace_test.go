@@ -68,6 +68,7 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 			req.MaxImmediate = uint32(imm)
 		}
 		req.Notices = td.HasArg("notices")
+		req.PathNotices = td.HasArg("path-notices")
 		h.iu(t, wire.OpLogin, &req)
 	case "control":
 		var op string
@@ -128,6 +129,10 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		var slot int
 		td.ScanArgs(t, "slot", &slot)
 		c.srpPeersDone(int32(slot))
+	case "path":
+		var vol string
+		td.ScanArgs(t, "vol", &vol)
+		c.pathChanged(vol, td.HasArg("standby"))
 	case "catalog-changed":
 		h.catalogGen++
 		c.srpLUNsChanged(h.catalogGen)
@@ -315,6 +320,12 @@ func (h *traceHarness) describe(wr *transport.SendWR) string {
 			if rsp.Notices {
 				what += " notices"
 			}
+			if rsp.PathNotices {
+				what += " path-notices"
+			}
+		case wire.OpPathNotice:
+			n, err := wire.DecodePathNotice(b)
+			what = fmt.Sprintf("PATH_NOTICE handle=%d state=%s err=%v", n.Handle, n.State, err)
 		case wire.OpLoginReject:
 			var rej wire.LoginReject
 			wire.DecodeControl(b, op, &rej)

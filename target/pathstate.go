@@ -48,3 +48,18 @@ func takeOver(s *slot) error {
 	s.openInfo.Standby = ps.Standby()
 	return nil
 }
+
+// PathStateChanged tells the target that the volume named name is now
+// standby (or active) at this gateway: it was fenced or lost its lock,
+// or took it. Every session that has the volume open and asked for
+// notices at login gets a wire.PathNotice at once, so that an initiator
+// fails over (or learns of a new active path) without waiting for an
+// I/O to fail. The gateway catalog calls it (through its OnStateChange
+// hook); it does not block.
+func (t *Target) PathStateChanged(name string, standby bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.conns {
+		c.pathChanged(name, standby)
+	}
+}

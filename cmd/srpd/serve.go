@@ -310,8 +310,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// gateway of several: active when it holds a volume's lock, standby
 	// otherwise, and taking it over when an initiator asks; other
 	// stores' volumes pass through, always active.
+	cat := gateway.New(store)
 	tgt, err := target.New(target.Config{
-		Name: cfg.Name, Catalog: gateway.New(store), ACL: acc.ACLPointer(), Secrets: acc.Secret,
+		Name: cfg.Name, Catalog: cat, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, SRPCredits: cfg.SRPCredits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
 		SRPTargetPortID: srpPort, Logger: log, Reservations: res, DirtyMarks: marks, LUNs: openLUNFile(cfg.Data),
@@ -319,6 +320,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// A volume's state change reaches the initiators that have it open
+	// at once (a path notice), not at their next I/O.
+	cat.OnStateChange(func(name string, s gateway.State) {
+		log.Info("volume path state changed", "volume", name, "state", s)
+		tgt.PathStateChanged(name, s != gateway.Active)
+	})
 	setLive(tgt, acc)
 
 	lnOwned = false // tgt.Serve closes it

@@ -23,6 +23,18 @@ type Catalog struct {
 
 	mu   sync.Mutex
 	vols map[string]*entry
+	hook func(name string, s State) // OnStateChange's; under mu
+}
+
+// FenceWatcher is implemented by stores that learn without any I/O that
+// another client broke a volume's lock this one held (gatewaytest's
+// clients; librbd tells a lock owner through its watch when its lock is
+// broken). The Catalog then fences the volume at once, and its
+// OnStateChange hook tells the initiators.
+type FenceWatcher interface {
+	// WatchFenced has f called with each such volume; f must not
+	// block.
+	WatchFenced(f func(volume string))
 }
 
 var _ target.Catalog = (*Catalog)(nil)
@@ -36,7 +48,32 @@ func New(st block.Store) *Catalog {
 	if ok1 && ok2 {
 		c.so, c.lb = so, lb
 	}
+	if fw, ok := st.(FenceWatcher); ok && c.so != nil {
+		fw.WatchFenced(c.watchFenced)
+	}
 	return c
+}
+
+// OnStateChange has f called, after the change and outside the
+// catalog's locks, whenever a volume's state at this gateway changes
+// between standby, active and fenced (not when it closes here): srpd
+// passes it to target.Target.PathStateChanged, which sends the
+// sessions that have the volume open a wire.PathNotice. f must not
+// block.
+func (c *Catalog) OnStateChange(f func(name string, s State)) {
+	c.mu.Lock()
+	c.hook = f
+	c.mu.Unlock()
+}
+
+// watchFenced is the store telling that name's lock was broken.
+func (c *Catalog) watchFenced(name string) {
+	c.mu.Lock()
+	e := c.vols[name]
+	c.mu.Unlock()
+	if e != nil {
+		c.fenced(e)
+	}
 }
 
 // entry is one volume this gateway has open: its core and its handles.
@@ -85,8 +122,24 @@ func (c *Catalog) OpenVolume(name string) (target.Volume, error) {
 // for, feeding back their outcomes, until it settles; it returns the
 // state it settled in and the error of the last failed step.
 func (c *Catalog) run(e *entry, ev Event) (State, error) {
+	before, after, err := c.settle(e, ev)
+	if after != before && after != Closed {
+		c.mu.Lock()
+		hook := c.hook
+		c.mu.Unlock()
+		if hook != nil {
+			hook(e.name, after)
+		}
+	}
+	return after, err
+}
+
+// settle is run's work under the entry's lock: the state before, the
+// state it settled in, and the error of the last failed step.
+func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	before := e.core.state
 	var last error
 	for a := e.core.step(ev); a != ActNone; a = e.core.step(ev) {
 		switch a {
@@ -114,7 +167,7 @@ func (c *Catalog) run(e *entry, ev Event) (State, error) {
 	if e.core.state == Active {
 		last = nil
 	}
-	return e.core.state, last
+	return before, e.core.state, last
 }
 
 // fenced records that the volume's I/O found this gateway fenced.

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gosrp/gosrp/block"
@@ -12,9 +13,11 @@ import (
 
 // TestCatalogTakeover: two gateways over one volume. The first to open
 // it is active, the second standby and refuses I/O (target.ErrStandby)
-// without touching the store; a takeover fences the first (its next I/O
-// fails with ErrStandby and it is fenced for good) and then serves; the
-// data is the new owner's. A memory store is passed through, active.
+// without touching the store; a takeover fences the first (the cluster
+// tells it at once, its next I/O fails with ErrStandby and it is fenced
+// for good) and then serves; the data is the new owner's; each change
+// reaches OnStateChange, the fencing before the new owner's activation.
+// A memory store is passed through, active.
 func TestCatalogTakeover(t *testing.T) {
 	cl := gatewaytest.NewCluster()
 	a, b := cl.Client(), cl.Client()
@@ -24,6 +27,12 @@ func TestCatalogTakeover(t *testing.T) {
 	}
 	v.Close()
 	ga, gb := gateway.New(a), gateway.New(b)
+	var changes []string
+	for i, g := range []*gateway.Catalog{ga, gb} {
+		g.OnStateChange(func(name string, s gateway.State) {
+			changes = append(changes, fmt.Sprintf("%c %s %s", 'a'+i, name, s))
+		})
+	}
 
 	va, err := ga.OpenVolume("v")
 	if err != nil {
@@ -75,12 +84,18 @@ func TestCatalogTakeover(t *testing.T) {
 	if _, err := vb.WriteAt(blk, 0); err != nil {
 		t.Fatal(err)
 	}
-	blk[0] = 3
-	if _, err := va.WriteAt(blk, 0); !errors.Is(err, target.ErrStandby) || !errors.Is(err, block.ErrFenced) {
-		t.Fatalf("the old owner's write: %v, want ErrStandby and ErrFenced", err)
-	}
+	// The old owner heard of the break from the cluster (FenceWatcher),
+	// before any I/O of its own.
 	if ga.State("v") != gateway.Fenced || !pa.Standby() {
 		t.Fatalf("old owner is %v, want fenced", ga.State("v"))
+	}
+	blk[0] = 3
+	if _, err := va.WriteAt(blk, 0); !errors.Is(err, target.ErrStandby) {
+		t.Fatalf("the old owner's write: %v, want ErrStandby", err)
+	}
+	want := []string{"a v active", "b v standby", "a v fenced", "b v active"}
+	if fmt.Sprint(changes) != fmt.Sprint(want) {
+		t.Errorf("state changes told: %q, want %q", changes, want)
 	}
 	if err := pa.TakeOver(); !errors.Is(err, target.ErrStandby) {
 		t.Fatalf("a fenced gateway's takeover: %v, want ErrStandby", err)

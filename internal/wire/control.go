@@ -80,6 +80,10 @@ type LoginRequest struct {
 	// (RespCapacityChanged). A target that predates them ignores it and
 	// sends none.
 	Notices bool `msgpack:"ntc,omitempty"`
+	// PathNotices says the initiator reads unsolicited PathNotice IUs
+	// (pathstate.go) and keeps a receive posted beyond its credits for
+	// them. A target that predates them ignores it and sends none.
+	PathNotices bool `msgpack:"pn,omitempty"`
 }
 
 // LoginChallenge asks the initiator to prove it holds the shared secret.
@@ -121,6 +125,9 @@ type LoginResponse struct {
 	// Notices says the target will send capacity notices
 	// (RespCapacityChanged), as the initiator asked.
 	Notices bool `msgpack:"ntc,omitempty"`
+	// PathNotices says the target will send PathNotice IUs, as the
+	// initiator asked.
+	PathNotices bool `msgpack:"pn,omitempty"`
 }
 
 // RejectReason says why a login failed.

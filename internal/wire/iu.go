@@ -23,6 +23,7 @@ const (
 	OpLoginReject    Opcode = 0xC2 // msgpack LoginReject
 	OpControlResp    Opcode = 0xC3 // msgpack ControlResponse
 	OpLoginChallenge Opcode = 0xC4 // msgpack LoginChallenge
+	OpPathNotice     Opcode = 0xC5 // msgpack PathNotice, unsolicited
 )
 
 func (o Opcode) String() string { return enum.Hex(opcodeNames[:], o, "Opcode") }
@@ -30,7 +31,7 @@ func (o Opcode) String() string { return enum.Hex(opcodeNames[:], o, "Opcode") }
 var opcodeNames = [...]string{
 	OpLogin: "LOGIN", OpCommand: "COMMAND", OpControl: "CONTROL", OpLoginProof: "LOGIN_PROOF", OpLogout: "LOGOUT",
 	OpLoginResponse: "LOGIN_RESPONSE", OpResponse: "RESPONSE", OpLoginReject: "LOGIN_REJECT",
-	OpControlResp: "CONTROL_RESPONSE", OpLoginChallenge: "LOGIN_CHALLENGE",
+	OpControlResp: "CONTROL_RESPONSE", OpLoginChallenge: "LOGIN_CHALLENGE", OpPathNotice: "PATH_NOTICE",
 }
 
 // Errors decoders return; they wrap ErrMalformed so callers can treat every

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"testing"
 )
 
@@ -55,5 +56,63 @@ func FuzzPathStateDecode(f *testing.F) {
 				t.Fatalf("state %d: Valid %v, String %q", rsp.PathState, rsp.PathState.Valid(), rsp.PathState)
 			}
 		})
+	})
+}
+
+// TestPathNotice checks a notice's round trip, that one without a handle
+// or under another opcode is refused, and that a later field is ignored.
+func TestPathNotice(t *testing.T) {
+	b, err := (&PathNotice{Handle: 3, State: PathStandby}).Encode(nil)
+	if err != nil || Opcode(b[0]) != OpPathNotice || OpPathNotice.String() != "PATH_NOTICE" {
+		t.Fatalf("encode: %x, %v", b, err)
+	}
+	if n, err := DecodePathNotice(b); err != nil || n != (PathNotice{Handle: 3, State: PathStandby}) {
+		t.Fatalf("decoded %+v, %v", n, err)
+	}
+	b, _ = (&PathNotice{State: PathActive}).Encode(nil)
+	if _, err := DecodePathNotice(b); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a notice without a handle: %v, want ErrMalformed", err)
+	}
+	b, _ = EncodeControl(nil, OpControlResp, &PathNotice{Handle: 1})
+	if _, err := DecodePathNotice(b); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a control response read as a notice: %v, want ErrMalformed", err)
+	}
+	b, _ = EncodeControl(nil, OpPathNotice, &struct {
+		Handle uint32 `msgpack:"h"`
+		Later  string `msgpack:"later"`
+	}{Handle: 1, Later: "x"})
+	if n, err := DecodePathNotice(b); err != nil || n.Handle != 1 || n.State != PathActive {
+		t.Errorf("a notice with a later field: %+v, %v", n, err)
+	}
+}
+
+// FuzzPathNoticeDecode feeds arbitrary IUs to DecodePathNotice: nothing
+// panics, and whatever decodes has a handle and re-encodes to an IU that
+// decodes to the same notice.
+func FuzzPathNoticeDecode(f *testing.F) {
+	for _, n := range []PathNotice{{Handle: 1}, {Handle: 7, State: PathStandby}, {Handle: 1 << 31, State: 9}} {
+		b, _ := n.Encode(nil)
+		f.Add(b)
+	}
+	f.Add([]byte{byte(OpPathNotice)})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := DecodePathNotice(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if n.Handle == 0 {
+			t.Fatal("decoded a notice without a handle")
+		}
+		again, err := n.Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := DecodePathNotice(again); err != nil || m != n {
+			t.Fatalf("%+v re-encoded as %x, decoded %+v, %v", n, again, m, err)
+		}
+		_ = n.State.String()
 	})
 }

@@ -4,7 +4,9 @@
 // lock does (block.SharedOpener, block.LockBreaker): a client that holds
 // a volume's lock never hands it over, another client's writes to it
 // fail with block.ErrFenced, and BreakLock blocklists the holder, whose
-// every later request fails with block.ErrFenced.
+// every later request fails with block.ErrFenced. The holder hears of
+// the break at once (WatchFenced), as a librbd client's lock watch is
+// told when its lock is broken.
 //
 //	cl := gatewaytest.NewCluster()
 //	a, b := cl.Client(), cl.Client()
@@ -56,9 +58,19 @@ func (cl *Cluster) Owner(name string) int {
 
 // Client is one process's connection to the cluster.
 type Client struct {
-	cl   *Cluster
-	id   int
-	open map[string]int // handles per volume; guarded by cl.mu
+	cl     *Cluster
+	id     int
+	open   map[string]int      // handles per volume; guarded by cl.mu
+	fenced func(volume string) // WatchFenced's; guarded by cl.mu
+}
+
+// WatchFenced implements gateway.FenceWatcher: f is called (not under
+// any lock of the cluster's) with each volume whose lock this client
+// held when another client broke it.
+func (c *Client) WatchFenced(f func(volume string)) {
+	c.cl.mu.Lock()
+	c.fenced = f
+	c.cl.mu.Unlock()
 }
 
 var (
@@ -141,13 +153,19 @@ func (c *Client) AcquireLock(name string) error {
 // BreakLock implements block.LockBreaker.
 func (c *Client) BreakLock(name string) error {
 	c.cl.mu.Lock()
-	defer c.cl.mu.Unlock()
 	if c.cl.blocklisted[c] {
+		c.cl.mu.Unlock()
 		return fmt.Errorf("gatewaytest: client %d is blocklisted: %w", c.id, block.ErrFenced)
 	}
+	var tell func(string)
 	if o := c.cl.owner[name]; o != nil && o != c {
 		c.cl.blocklisted[o] = true
 		delete(c.cl.owner, name)
+		tell = o.fenced
+	}
+	c.cl.mu.Unlock()
+	if tell != nil {
+		tell(name)
 	}
 	return nil
 }
