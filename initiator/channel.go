@@ -432,7 +432,7 @@ func (c *channel) login(ctx context.Context) error {
 	req := wire.LoginRequest{Version: wire.Version, Initiator: s.cfg.Name, Credits: uint32(s.cfg.Credits),
 		MaxIU: wire.MaxCommandLen, MaxRecvIU: recvIU, MaxTransfer: uint32(s.cfg.MaxTransfer), MaxDesc: 1,
 		RemoteInvalidate: !s.cfg.NoRemoteInvalidate, Nonce: nonce[:], Session: s.id, Channel: uint16(c.id),
-		Notices: true}
+		Notices: true, PathNotices: true}
 	if c.sendSGEs() == 2 {
 		req.MaxImmediate = uint32(s.cfg.ImmediateData)
 	}
@@ -503,6 +503,8 @@ func (c *channel) login(ctx context.Context) error {
 				remoteInv: rsp.RemoteInvalidate && !s.cfg.NoRemoteInvalidate,
 				maxImm:    min(int(rsp.MaxImmediate), int(req.MaxImmediate)),
 				at:        clock.Nanos(),
+				// rqDepth keeps one receive beyond the credits for them.
+				pathNotices: rsp.PathNotices,
 			})
 			s.noteLogin(c.id, rsp.Target, c.maxTransfer)
 			s.noteInstance(c, rsp.Instance)

@@ -100,10 +100,19 @@ type coreActions struct {
 	fail    error
 	// ping asks the shell to queue the channel's ping (keepalive.go).
 	ping bool
+	// paths are the path notices to hand to their volumes.
+	paths []pathNote
+}
+
+// pathNote is a path notice for an open volume (wire.PathNotice).
+type pathNote struct {
+	v       *Volume
+	standby bool
 }
 
 func (a *coreActions) empty() bool {
-	return len(a.recv) == 0 && len(a.send) == 0 && len(a.done) == 0 && len(a.requeue) == 0 && a.fail == nil && !a.ping
+	return len(a.recv) == 0 && len(a.send) == 0 && len(a.done) == 0 && len(a.requeue) == 0 && a.fail == nil && !a.ping &&
+		len(a.paths) == 0
 }
 
 // staged is one chain of the batch in acts.send: a command's (REG and)
@@ -146,7 +155,8 @@ type core struct {
 	up          bool // a connection is logged in and has not failed
 	credits     int  // granted at login
 	avail       int
-	maxImm      int // largest WRITE sent as immediate data (0: none)
+	maxImm      int  // largest WRITE sent as immediate data (0: none)
+	pathNotices bool // the target sends wire.PathNotice IUs
 	remoteInv   bool
 	handles     map[*Volume]uint32
 	slots       []ioSlot
@@ -188,6 +198,8 @@ type login struct {
 	remoteInv bool
 	maxImm    int
 	at        int64 // when (the shell's clock): silence counts from here
+	// pathNotices: the target will send path notices.
+	pathNotices bool
 }
 
 // ---- events ----
@@ -198,6 +210,7 @@ func (c *core) connected(l login) {
 	c.avail = c.credits
 	c.remoteInv = l.remoteInv
 	c.maxImm = l.maxImm
+	c.pathNotices = l.pathNotices
 	c.up = true
 	c.lastFailure = nil
 	c.ka.reset(l.at)

@@ -22,10 +22,14 @@ func FuzzCore(f *testing.F) {
 		fuzzCore(t, data, fuzzDialect{
 			ops: []string{"read", "write", "flush", "discard", "list", "close"},
 			connect: func(next func() int) []string {
+				var args []string
 				if next()%2 == 0 {
-					return []string{"remote-inv"}
+					args = append(args, "remote-inv")
 				}
-				return nil
+				if next()%2 == 0 {
+					args = append(args, "path-notices")
+				}
+				return args
 			},
 			open:   func(func() int) []string { return nil },
 			submit: func(func() int) []string { return nil },
@@ -39,8 +43,12 @@ func FuzzCore(f *testing.F) {
 				case 1:
 					args = append(args, "inv=bogus")
 				}
-				args = append(args, "kind="+[]string{"response", "response", "control", "garbage"}[next()%4])
-				return append(args, "status="+[]string{"good", "good", "error"}[next()%3])
+				kind := []string{"response", "response", "control", "garbage", "notice"}[next()%5]
+				args = append(args, "kind="+kind)
+				if kind == "notice" {
+					args = append(args, fmt.Sprintf("handle=%d", next()%4))
+				}
+				return append(args, "status="+[]string{"good", "good", "error", "standby"}[next()%4])
 			},
 		})
 	})

@@ -101,6 +101,9 @@ func (c *core) onRecv(wc *transport.WC) {
 			return
 		}
 		sl.req.ctrlRsp, credits = rsp, rsp.Credits
+	case wire.OpPathNotice:
+		c.onPathNotice(b, idx)
+		return
 	default:
 		c.fail(fmt.Errorf("initiator: unexpected %s: %w", op, ErrProtocol))
 		return
@@ -167,4 +170,29 @@ func (c *core) complete(si int) {
 		d.size = int64(sl.rsp.Size)
 	}
 	c.acts.done = append(c.acts.done, d)
+}
+
+// onPathNotice takes an unsolicited path notice: it names no request and
+// returns no credit; its receive (the one kept beyond the credits) is
+// reposted at once, since the target sends the next only after this
+// one's SEND completed.
+func (c *core) onPathNotice(b []byte, idx int) {
+	if !c.pathNotices {
+		c.fail(fmt.Errorf("initiator: a path notice the login did not ask for: %w", ErrProtocol))
+		return
+	}
+	n, err := wire.DecodePathNotice(b)
+	if err != nil {
+		c.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
+		return
+	}
+	c.acts.recv = append(c.acts.recv, c.p.recvWRs[idx])
+	for v, h := range c.handles {
+		if h == n.Handle {
+			// A state this side does not know is standby (PathState.Valid).
+			c.acts.paths = append(c.acts.paths, pathNote{v: v, standby: n.State != wire.PathActive})
+			return
+		}
+	}
+	// A handle closed since the target queued the notice: nothing to do.
 }

@@ -164,6 +164,11 @@ func (h *coreHarness) run(t testing.TB, td *datadriven.TestData) string {
 		td.MaybeScanArgs(t, "credits", &l.credits)
 		td.MaybeScanArgs(t, "imm", &l.maxImm)
 		l.remoteInv = td.HasArg("remote-inv")
+		l.pathNotices = td.HasArg("path-notices")
+		var ka, at int
+		td.MaybeScanArgs(t, "keepalive-ms", &ka)
+		td.MaybeScanArgs(t, "at-ms", &at)
+		c.ka.timeout, l.at = int64(ka)*int64(time.Millisecond), int64(at)*int64(time.Millisecond)
 		c.connected(l)
 		h.recvFree = h.recvFree[:0]
 		for i := range h.recvWRs {
@@ -335,6 +340,15 @@ func (h *coreHarness) apply(postN int, postErr error) {
 			h.printf("fail: %v\n", a.fail)
 			a.fail = nil
 		}
+		if a.ping {
+			h.printf("ping\n")
+			a.ping = false
+		}
+		for _, n := range a.paths {
+			h.printf("path notice %s standby=%v\n", n.v.name, n.standby)
+		}
+		clear(a.paths)
+		a.paths = a.paths[:0]
 	}
 }
 
@@ -511,6 +525,18 @@ func (h *coreHarness) recvGosrp(t testing.TB, td *datadriven.TestData, buf []byt
 		n, _ = rsp.Encode(buf)
 	case "control":
 		iu, err := wire.EncodeControl(buf[:0], wire.OpControlResp, &wire.ControlResponse{Tag: tag, Credits: uint32(credits)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = len(iu)
+	case "notice":
+		var handle int
+		td.ScanArgs(t, "handle", &handle)
+		state := wire.PathActive
+		if st == "standby" {
+			state = wire.PathStandby
+		}
+		iu, err := (&wire.PathNotice{Handle: uint32(handle), State: state}).Encode(buf[:0])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -152,6 +152,11 @@ func (c *channel) apply(now int64) {
 			a.ping = false
 			c.queuePing()
 		}
+		for _, n := range a.paths {
+			n.v.pathNoticed(n.standby)
+		}
+		clear(a.paths)
+		a.paths = a.paths[:0]
 		if err := a.fail; err != nil {
 			a.fail = nil
 			c.fail(err)

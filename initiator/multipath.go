@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -67,6 +68,9 @@ func DialMultipath(ctx context.Context, cfg MultipathConfig) (*Multipath, error)
 	}
 	if cfg.LossTimeout <= 0 {
 		cfg.LossTimeout = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	switch {
 	case cfg.Keepalive == 0:
@@ -182,7 +186,7 @@ func (m *Multipath) Open(ctx context.Context, name string, opts OpenOptions) (*M
 			errs = append(errs, err)
 			continue
 		}
-		v, err := s.Open(ctx, name, opts)
+		v, err := s.Open(ctx, name, mv.optsFor(i, false))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("path %s: %w", m.cfg.Addrs[i], err))
 			continue
@@ -197,6 +201,49 @@ func (m *Multipath) Open(ctx context.Context, name string, opts OpenOptions) (*M
 		return nil, fmt.Errorf("initiator: multipath open %q: %w", name, errors.Join(append(errs, err)...))
 	}
 	return mv, nil
+}
+
+// optsFor are the options of an open on path i: the caller's, the
+// takeover, and the path notices' hook.
+func (mv *MultipathVolume) optsFor(i int, takeover bool) OpenOptions {
+	o := mv.opts
+	o.Takeover = takeover
+	o.OnPathState = func(standby bool) { mv.noticed(i, standby) }
+	return o
+}
+
+// noticed takes a path notice of path i (on its session's I/O
+// goroutine, so it only starts work): the active path turning standby
+// (its gateway was fenced, or lost the lock) fails the volume over at
+// once, instead of at the next I/O's ErrStandby. A notice that a path
+// became active is not acted on: Multipath keeps no handle on standby
+// paths, and the failover's takeover open on a path already active
+// changes nothing there.
+func (mv *MultipathVolume) noticed(i int, standby bool) {
+	if !standby {
+		return
+	}
+	mv.mu.Lock()
+	a, closed := mv.cur, mv.closed
+	mv.mu.Unlock()
+	if closed || a.v == nil || a.path != i {
+		return
+	}
+	m := mv.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.bg.Add(1) // before Close's Wait: Close sets closed under m.mu first
+	go func() {
+		defer m.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LossTimeout)
+		defer cancel()
+		if err := mv.failover(ctx, a.gen, a.path); err != nil && !errors.Is(err, ErrClosed) {
+			m.cfg.Logger.Warn("multipath: failover on a path notice failed; the next I/O tries again", "volume", mv.name, "err", err)
+		}
+	}()
 }
 
 // active returns the path I/O goes to now.
@@ -255,9 +302,7 @@ func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from int) e
 			errs = append(errs, err)
 			continue
 		}
-		o := mv.opts
-		o.Takeover = true
-		v, err := s.Open(ctx, mv.name, o)
+		v, err := s.Open(ctx, mv.name, mv.optsFor(i, true))
 		if err == nil && v.Standby() {
 			v.Close()
 			err = fmt.Errorf("answered standby to a takeover: %w", ErrStandby)

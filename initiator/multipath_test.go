@@ -30,14 +30,16 @@ type gatewayRig struct {
 	frozen []atomic.Bool
 }
 
-func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, false) }
+func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, rigOpts{}) }
 
-// newFreezableRig is newGatewayRig with each gateway behind the
-// hostile-peer kit, so that it can be frozen (frozen[i]). The kit
-// allocates per post: not for the allocation tests.
-func newFreezableRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, true) }
+// rigOpts vary a gatewayRig. freezable puts each gateway behind the
+// hostile-peer kit, so that it can be frozen (frozen[i]); the kit
+// allocates per post: not for the allocation tests. noNotices leaves
+// the catalogs' state changes untold (no path notices), as a target
+// that predates them.
+type rigOpts struct{ freezable, noNotices bool }
 
-func newGatewayRigOpts(t *testing.T, freezable bool) *gatewayRig {
+func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 	t.Helper()
 	r := &gatewayRig{cl: gatewaytest.NewCluster(), frozen: make([]atomic.Bool, 2)}
 	v, err := r.cl.Client().Create("vol0", 4<<20, 4096)
@@ -59,9 +61,13 @@ func newGatewayRigOpts(t *testing.T, freezable bool) *gatewayRig {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !o.noNotices {
+			// As srpd does: state changes reach the sessions as path notices.
+			cat.OnStateChange(func(name string, s gateway.State) { tgt.PathStateChanged(name, s != gateway.Active) })
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		listen := nic.Listen
-		if freezable {
+		if o.freezable {
 			frozen := &r.frozen[i]
 			listen = targettest.Wrap(nic, targettest.Script{Respond: func(*targettest.Response) targettest.Action {
 				if frozen.Load() {
@@ -251,7 +257,7 @@ func (r *gatewayRig) checkMoved(t *testing.T, mv *initiator.MultipathVolume, gen
 // acknowledged write reads back. Without the keepalive they would wait
 // the 30 s of IOTimeout.
 func TestMultipathFrozenGateway(t *testing.T) {
-	r := newFreezableRig(t)
+	r := newGatewayRigOpts(t, rigOpts{freezable: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	mv := r.open(t, ctx)
@@ -264,28 +270,74 @@ func TestMultipathFrozenGateway(t *testing.T) {
 	r.checkMoved(t, mv, gens)
 }
 
-// TestMultipathStandbyAnswer: another host takes the volume over through
-// the second gateway, fencing the first; this host's next I/O on the
-// first is answered standby, and it fails over to the second without
-// an error reaching the caller.
-func TestMultipathStandbyAnswer(t *testing.T) {
+// TestMultipathPathNotice: this host writes through the first gateway,
+// then goes quiet; another host takes the volume over through the
+// second, which fences the first. The first gateway hears of it from
+// the cluster and tells this host's session in a path notice, and the
+// volume fails over to the second at once, with no I/O of its own to
+// fail; its next write goes there. Without the notice it would stay on
+// the fenced path until that write was refused.
+func TestMultipathPathNotice(t *testing.T) {
 	r := newGatewayRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	mv, s2 := r.twoHosts(t, ctx)
+	buf := make([]byte, 4096)
+	taken := time.Now()
+	v2, err := s2.Open(ctx, "vol0", initiator.OpenOptions{Takeover: true})
+	if err != nil || v2.Standby() {
+		t.Fatalf("the other host's takeover: %v", err)
+	}
+	for mv.Failovers() == 0 && time.Since(taken) < 5*time.Second {
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("takeover by another host → this host's volume failed over, without I/O: %v", time.Since(taken))
+	if mv.Failovers() != 1 || mv.Path() != r.addrs[1] {
+		t.Fatalf("%d failovers, path %s; want 1, the second gateway", mv.Failovers(), mv.Path())
+	}
+	pattern(buf, 1, 1, 1)
+	if _, err := mv.WriteAt(buf, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if mv.Failovers() != 1 {
+		t.Errorf("%d failovers after the write; want the one the notice made", mv.Failovers())
+	}
+	verifyStamps(t, mv, []uint32{1, 1})
+}
+
+// twoHosts opens vol0 through a Multipath as "host", writes generation
+// 1 of block 0 through it, and dials a plain session of "other" to the
+// second gateway; the test's cleanup closes them.
+func (r *gatewayRig) twoHosts(t *testing.T, ctx context.Context) (*initiator.MultipathVolume, *initiator.Session) {
+	t.Helper()
 	mv := r.open(t, ctx)
 	buf := make([]byte, 4096)
 	pattern(buf, 0, 1, 1)
 	if _, err := mv.WriteAt(buf, 0); err != nil {
 		t.Fatal(err)
 	}
-
-	// Another host's plain session on the second gateway: standby, its
-	// I/O refused; then its takeover.
 	s2, err := initiator.Dial(ctx, initiator.Config{Provider: r.ip, Addr: r.addrs[1], Name: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
+	t.Cleanup(func() { s2.Close() })
+	return mv, s2
+}
+
+// TestMultipathStandbyAnswer: another host takes the volume over through
+// the second gateway, fencing the first, whose target sends no path
+// notices (an older srpd); this host's next I/O on the first is
+// answered standby, and it fails over to the second without an error
+// reaching the caller.
+func TestMultipathStandbyAnswer(t *testing.T) {
+	r := newGatewayRigOpts(t, rigOpts{noNotices: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mv, s2 := r.twoHosts(t, ctx)
+	buf := make([]byte, 4096)
+
+	// Another host's plain session on the second gateway: standby, its
+	// I/O refused; then its takeover.
 	v2, err := s2.Open(ctx, "vol0", initiator.OpenOptions{})
 	if err != nil || !v2.Standby() {
 		t.Fatalf("open on the second gateway: standby %v, %v; want standby", v2 != nil && v2.Standby(), err)

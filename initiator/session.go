@@ -376,6 +376,14 @@ type OpenOptions struct {
 	// ErrStandby. Re-opens after a reconnect do not ask again. A target
 	// without gateways ignores it. Multipath uses it to fail over.
 	Takeover bool
+	// OnPathState, if set, is called when the target tells, unasked,
+	// that the volume became standby (it was fenced, or lost the lock
+	// to another gateway) or active at it (wire.PathNotice; Standby
+	// follows): on one of the session's I/O goroutines, so it must
+	// return quickly and must not wait for I/O on the session.
+	// Multipath fails over on it. A target that predates path notices
+	// sends none; the state then shows at the next open or I/O.
+	OnPathState func(standby bool)
 }
 
 // Open opens a volume on every channel of the session.
@@ -389,7 +397,7 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 		}
 		return s.srpOpen(ctx, name, opts)
 	}
-	v := &Volume{s: s, name: name, readOnly: opts.ReadOnly, exclusive: opts.Exclusive, onResize: opts.OnResize}
+	v := &Volume{s: s, name: name, readOnly: opts.ReadOnly, exclusive: opts.Exclusive, onResize: opts.OnResize, onPath: opts.OnPathState}
 	v.dur.ovf.OnDone = s.overflowDone
 	// Known to the session first, so a reconnect in the middle re-opens it.
 	s.mu.Lock()

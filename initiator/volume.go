@@ -24,8 +24,10 @@ type Volume struct {
 	// exclusive: opened with OpenOptions.Exclusive (and re-opened so).
 	exclusive bool
 	// standby: the target answered the last open standby (a gateway
-	// that does not serve the volume now; wire.PathState).
+	// that does not serve the volume now; wire.PathState), or said so
+	// since in a path notice; onPath hears of the notices.
 	standby atomic.Bool
+	onPath  func(standby bool)
 	caps    uint32
 	lun     uint16     // the LUN of a ProtocolSRP session's volume
 	rmw     sync.Mutex // serializes read-modify-write of partial blocks
@@ -34,10 +36,20 @@ type Volume struct {
 }
 
 // Standby reports whether the target answered the volume's open (or its
-// latest re-open) as a standby gateway: its I/O fails with ErrStandby
-// until an open with OpenOptions.Takeover makes it active. A target
-// without gateways is always active.
+// latest re-open) as a standby gateway, or told since, in a path notice,
+// that it became one: its I/O fails with ErrStandby until an open with
+// OpenOptions.Takeover makes it active. A target without gateways is
+// always active.
 func (v *Volume) Standby() bool { return v.standby.Load() }
+
+// pathNoticed takes a path notice (wire.PathNotice): the volume is now
+// standby, or active, at this target.
+func (v *Volume) pathNoticed(standby bool) {
+	v.standby.Store(standby)
+	if v.onPath != nil {
+		v.onPath(standby)
+	}
+}
 
 // Name is the volume's name on the target.
 func (v *Volume) Name() string { return v.name }
