@@ -332,7 +332,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- tgt.Serve(context.Background(), ln) }()
 
-	svc := &service{store: store, access: acc, tgt: tgt, status: admin.Status{
+	svc := &service{store: store, access: acc, tgt: tgt, cat: cat, status: admin.Status{
 		Target: cfg.Name, Listen: ln.Addr(), Provider: cfg.Provider, Metrics: cfg.Metrics, Data: cfg.Data, Started: time.Now(), ACLLive: true,
 		SRP: srpStatus(srpPort, ln.Addr()),
 	}}

@@ -12,6 +12,7 @@ import (
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/admin"
 	"github.com/gosrp/gosrp/internal/cli"
+	"github.com/gosrp/gosrp/internal/gateway"
 	"github.com/gosrp/gosrp/target"
 )
 
@@ -22,6 +23,9 @@ type service struct {
 	access *access
 	tgt    *target.Target // nil when offline
 	status admin.Status   // static part of Status (daemon only)
+	// cat is the gateway catalog the target serves (nil when offline):
+	// Status reports each volume's path state from it.
+	cat *gateway.Catalog
 }
 
 // blockErr maps a block error to the admin kinds, with a short message.
@@ -363,6 +367,11 @@ func (s *service) Status() (admin.Status, error) {
 		return st, err
 	}
 	st.Volumes = vols
+	if s.cat != nil && s.cat.Shared() {
+		for i := range st.Volumes {
+			st.Volumes[i].PathState = s.cat.State(st.Volumes[i].Name).String()
+		}
+	}
 	st.VolumeStats = []admin.VolumeStats{}
 	st.Conns = []admin.Conn{}
 	if sr, ok := s.store.(block.SpaceReporter); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,11 +57,22 @@ func statusCommand() *cli.Command {
 				for _, v := range st.VolumeStats {
 					stats[v.Name] = v
 				}
-				fmt.Fprintln(w, "VOLUME\tSIZE\tREADS\tREAD\tWRITES\tWRITTEN\tERRORS\tP99")
+				// A gateway of a shared store (rbd) shows each volume's
+				// path state here.
+				shared := slices.ContainsFunc(st.Volumes, func(v admin.Volume) bool { return v.PathState != "" })
+				fmt.Fprint(w, "VOLUME\tSIZE\t")
+				if shared {
+					fmt.Fprint(w, "PATH\t")
+				}
+				fmt.Fprintln(w, "READS\tREAD\tWRITES\tWRITTEN\tERRORS\tP99")
 				for _, v := range st.Volumes {
 					s := stats[v.Name]
 					errs := s.Read.Errors + s.Write.Errors + s.Flush.Errors + s.Discard.Errors + s.WriteZeroes.Errors
-					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\t%d\t%dµs\n", v.Name, cli.FormatSize(v.Size),
+					fmt.Fprintf(w, "%s\t%s\t", v.Name, cli.FormatSize(v.Size))
+					if shared {
+						fmt.Fprintf(w, "%s\t", v.PathState)
+					}
+					fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%d\t%dµs\n",
 						s.Read.Ops, cli.FormatSize(int64(s.Read.Bytes)), s.Write.Ops, cli.FormatSize(int64(s.Write.Bytes)), errs, s.P99us)
 				}
 				if len(st.Reservations) > 0 {

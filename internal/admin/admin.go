@@ -43,6 +43,11 @@ type Volume struct {
 	BlockSize int       `json:"block_size"`
 	Created   time.Time `json:"created,omitzero"`
 	Snapshots int       `json:"snapshots"`
+	// PathState is the volume's state at this gateway when the store is
+	// shared by several (rbd): active, standby, fenced, or closed when
+	// no session has it open here (docs/gateways.md). Empty for other
+	// stores, whose volumes are always served.
+	PathState string `json:"path_state,omitempty"`
 }
 
 // Snapshot describes one snapshot; it is served read-only as VOLUME@NAME.

@@ -190,6 +190,11 @@ func (c *Catalog) release(e *entry) {
 	}
 }
 
+// Shared reports whether the store is shared by several gateways (it
+// locks its volumes): only then do its volumes have a state other than
+// served.
+func (c *Catalog) Shared() bool { return c.so != nil }
+
 // State reports a volume's state at this gateway (Closed when no handle
 // has it open here).
 func (c *Catalog) State(name string) State {

@@ -20,12 +20,10 @@ import (
 // A memory store is passed through, active.
 func TestCatalogTakeover(t *testing.T) {
 	cl := gatewaytest.NewCluster()
-	a, b := cl.Client(), cl.Client()
-	v, err := a.Create("v", 1<<20, 4096)
-	if err != nil {
+	if err := cl.Create("v", 1<<20, 4096); err != nil {
 		t.Fatal(err)
 	}
-	v.Close()
+	a, b := cl.Client(), cl.Client()
 	ga, gb := gateway.New(a), gateway.New(b)
 	var changes []string
 	for i, g := range []*gateway.Catalog{ga, gb} {

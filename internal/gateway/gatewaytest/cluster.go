@@ -46,6 +46,15 @@ func (cl *Cluster) Client() *Client {
 	return &Client{cl: cl, id: cl.nextID, open: map[string]int{}}
 }
 
+// Create makes a volume of the cluster (no client holds it open).
+func (cl *Cluster) Create(name string, size int64, blockSize int) error {
+	v, err := cl.st.Create(name, size, blockSize)
+	if err != nil {
+		return err
+	}
+	return v.Close()
+}
+
 // Owner returns the id of the client that holds name's lock (0: none).
 func (cl *Cluster) Owner(name string) int {
 	cl.mu.Lock()
