@@ -493,6 +493,25 @@ func (mv *MultipathVolume) WriteZeroes(ctx context.Context, off, n int64) error 
 	return mv.do(ctx, func(v *Volume) error { return v.WriteZeroes(ctx, off, n) })
 }
 
+// Extents reports which parts of [off, off+n) hold data, as the active
+// path's gateway knows them (Volume.Extents).
+func (mv *MultipathVolume) Extents(ctx context.Context, off, n int64) ([]Extent, error) {
+	var exts []Extent
+	err := mv.do(ctx, func(v *Volume) (err error) { exts, err = v.Extents(ctx, off, n); return err })
+	return exts, err
+}
+
+// Refresh asks the active path's gateway for the volume's size now
+// (Volume.Refresh).
+func (mv *MultipathVolume) Refresh(ctx context.Context) (int64, error) {
+	var size int64
+	err := mv.do(ctx, func(v *Volume) (err error) { size, err = v.Refresh(ctx); return err })
+	if err != nil {
+		return mv.Size(), err
+	}
+	return size, nil
+}
+
 // Close closes the volume on its active path.
 func (mv *MultipathVolume) Close() error {
 	mv.mu.Lock()

@@ -88,7 +88,7 @@ func infoCommand() *cli.Command {
 				}
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', 0)
 				fmt.Fprintf(w, "volume:\t%s\n", v.Name)
-				fmt.Fprintf(w, "target:\t%s (%s)\n", s.Target(), cf.target)
+				fmt.Fprintf(w, "target:\t%s (%s)\n", s.Target(), s.addr)
 				fmt.Fprintf(w, "size:\t%s (%d bytes, %d blocks)\n", cli.FormatSize(v.Size), v.Size, v.Size/int64(v.BlockSize))
 				fmt.Fprintf(w, "block size:\t%d\n", v.BlockSize)
 				fmt.Fprintf(w, "access:\t%s\n", access(v.ReadOnly))

@@ -82,7 +82,7 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	}
 	c.target = envOr("SRPC_TARGET", "127.0.0.1:4420")
 	fs.Func("target", "target `ADDR`: HOST:PORT, or srpd's socket path with --wire shm (env SRPC_TARGET; default 127.0.0.1:4420); "+
-		"given more than once (import, export): gateways of the same volumes, one path each, failed over between", c.addTarget)
+		"given more than once (import, export, mount, nbd): gateways of the same volumes, one path each, failed over between; list and info ask the first that answers", c.addTarget)
 	fs.StringVar(&c.name, "name", envOr("SRPC_NAME", host), "initiator `NAME` the target's ACL and secrets know (env SRPC_NAME; default the host name)")
 	fs.StringVar(&c.secret, "secret", "", "shared `SECRET` for authentication (visible in ps; prefer --secret-file or SRPC_SECRET)")
 	fs.StringVar(&c.secretFile, "secret-file", "", "read the shared secret from `FILE` (one line)")
@@ -147,12 +147,6 @@ func (f *serveFlags) check() error {
 	return nil
 }
 
-// open dials the target and opens volume name as the flags say, with
-// bufBytes of data buffers; the caller closes both.
-func (f *serveFlags) open(ctx context.Context, name string, bufBytes int) (*session, *initiator.Volume, error) {
-	return f.connFlags.open(ctx, name, f.ro, f.qd, bufBytes)
-}
-
 // session is a logged-in session and its provider, with the target
 // address and initiator name it was dialled with, for messages.
 type session struct {
@@ -206,36 +200,50 @@ func (c *connFlags) open(ctx context.Context, name string, ro bool, qd, bufBytes
 }
 
 // list dials the target and lists the volumes this initiator may open;
-// the caller closes the session.
+// the caller closes the session. With several --target paths (gateways
+// of the same volumes) it asks the first that answers.
 func (c *connFlags) list(ctx context.Context) (*session, []initiator.VolumeInfo, error) {
-	s, err := c.dial(ctx, 4, 0)
-	if err != nil {
-		return nil, nil, err
+	var errs []string
+	for _, addr := range append([]string{c.target}, c.paths...) {
+		s, err := c.dialAddr(ctx, addr, 4, 0)
+		if err == nil {
+			var vols []initiator.VolumeInfo
+			if vols, err = s.Volumes(ctx); err == nil {
+				return s, vols, nil
+			}
+			s.Close()
+			err = ioError(err)
+		}
+		if len(c.paths) == 0 {
+			return nil, nil, err
+		}
+		errs = append(errs, err.Error())
 	}
-	vols, err := s.Volumes(ctx)
-	if err != nil {
-		s.Close()
-		return nil, nil, ioError(err)
-	}
-	return s, vols, nil
+	return nil, nil, fmt.Errorf("no --target answered: %s", strings.Join(errs, "; "))
 }
 
 func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error) {
 	if len(c.paths) > 0 {
-		return nil, cli.Usagef("--target given %d times: several paths (multipath) are for import, export and mount only", len(c.paths)+1)
+		return nil, cli.Usagef("--target given %d times: several paths (multipath) are for list, info, import, export, mount and nbd only", len(c.paths)+1)
 	}
+	return c.dialAddr(ctx, c.target, qd, bufBytes)
+}
+
+// dialAddr dials one target, addr, as the flags say.
+func (c *connFlags) dialAddr(ctx context.Context, addr string, qd, bufBytes int) (*session, error) {
 	cfg, prov, secret, err := c.config(qd, bufBytes)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Addr = addr
 	dctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	s, err := initiator.Dial(dctx, cfg)
 	if err != nil {
 		prov.Close()
-		return nil, dialError(c.target, c.name, secret != "", err)
+		return nil, dialError(addr, c.name, secret != "", err)
 	}
-	return &session{Session: s, prov: prov, addr: c.target, name: c.name}, nil
+	return &session{Session: s, prov: prov, addr: addr, name: c.name}, nil
 }
 
 // config opens the provider and makes the session configuration the

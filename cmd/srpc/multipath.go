@@ -1,7 +1,8 @@
 package main
 
 // Several --target addresses: gateways of the same volumes, opened as one
-// initiator.Multipath for import, export and mount.
+// initiator.Multipath for import, export, mount and nbd; list and info
+// ask the first that answers.
 
 import (
 	"context"
@@ -25,7 +26,7 @@ func (c *connFlags) addTarget(s string) error {
 	return nil
 }
 
-// copyVolume is what import, export and mount use of a volume: an
+// copyVolume is what import and export use of a volume: an
 // *initiator.Volume, or an *initiator.MultipathVolume when several
 // --target paths were given.
 type copyVolume interface {
@@ -38,10 +39,20 @@ type copyVolume interface {
 	Close() error
 }
 
-// openCopy opens volume name for import, export or mount: on one target as
-// open does, or through every --target as a Multipath (the session then
-// has no *initiator.Session: its buffers are plain, every I/O bounced).
-func (c *connFlags) openCopy(ctx context.Context, name string, ro bool, qd, bufBytes int) (*session, mountVolume, error) {
+// pathVolume is everything import, export, mount and nbd use of a
+// volume: an *initiator.Volume, or an *initiator.MultipathVolume.
+type pathVolume interface {
+	mountVolume
+	WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error)
+	Extents(ctx context.Context, off, n int64) ([]initiator.Extent, error)
+	Refresh(ctx context.Context) (int64, error)
+}
+
+// openCopy opens volume name for import, export, mount or nbd: on one
+// target as open does, or through every --target as a Multipath (the
+// session then has no *initiator.Session: its buffers are plain, every
+// I/O bounced).
+func (c *connFlags) openCopy(ctx context.Context, name string, ro bool, qd, bufBytes int) (*session, pathVolume, error) {
 	if len(c.paths) == 0 {
 		s, v, err := c.open(ctx, name, ro, qd, bufBytes)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,8 +20,9 @@ import (
 // --target, the last one given, would fail on): both go through the
 // live one (srpd with a memory store, a gateway that is always active),
 // and the bytes come back; so does a mount through the same paths (as
-// root, with FUSE). Commands that do not take several paths say
-// so.
+// root, with FUSE), and an nbd export; list and info answer from the
+// live one. Commands
+// that do not take several paths (reserve) say so.
 func TestMultipathCopy(t *testing.T) {
 	srpd, srpc := e2etest.Binaries(t)
 	dir := t.TempDir()
@@ -58,8 +60,30 @@ func TestMultipathCopy(t *testing.T) {
 		}
 		stopMount(t, m)
 	}
-	r := e2etest.Run(t, nil, srpc, append([]string{"list"}, paths...)...)
-	if r.Code == 0 || !strings.Contains(r.Stderr, "import, export and mount only") {
-		t.Errorf("srpc list with two --target: exit %d, stderr %q; want a usage error", r.Code, r.Stderr)
+	// nbd through the same two paths, the dead one first: nbdcopy reads
+	// what was imported (the NBD client's requests go through Submit and
+	// the extents through the Multipath).
+	if _, err := exec.LookPath("nbdcopy"); err == nil {
+		sock := filepath.Join(dir, "nbd.sock")
+		p := startNBDWith(t, srpc, append([]string{"nbd", "--socket", sock}, append(paths, "vol0")...)...)
+		viaNBD := filepath.Join(dir, "nbd.img")
+		if out, err := exec.Command("nbdcopy", "nbd+unix:///vol0?socket="+sock, viaNBD).CombinedOutput(); err != nil {
+			t.Fatalf("nbdcopy: %v: %s\n%s", err, out, p.Output())
+		}
+		b, err := os.ReadFile(viaNBD)
+		if err != nil || len(b) < len(buf) || !bytes.Equal(b[:len(buf)], buf) {
+			t.Fatalf("the volume served over NBD through two paths reads other bytes than were imported (%v)", err)
+		}
+	}
+	// list and info ask the first path that answers.
+	if r := e2etest.MustRun(t, srpc, append([]string{"list"}, paths...)...); !strings.Contains(r.Stdout, "vol0") {
+		t.Errorf("srpc list with a dead and a live --target: %q, want vol0 listed", r.Stdout)
+	}
+	if r := e2etest.MustRun(t, srpc, append([]string{"info"}, append(paths, "vol0")...)...); !strings.Contains(r.Stdout, addr) {
+		t.Errorf("srpc info with a dead and a live --target: %q, want the live one named", r.Stdout)
+	}
+	r := e2etest.Run(t, nil, srpc, append([]string{"reserve", "show"}, append(paths, "vol0")...)...)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "list, info, import, export, mount and nbd only") {
+		t.Errorf("srpc reserve show with two --target: exit %d, stderr %q; want a usage error", r.Code, r.Stderr)
 	}
 }

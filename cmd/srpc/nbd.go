@@ -110,7 +110,7 @@ func nbdCommand() *cli.Command {
 			}
 			defer ln.Close()
 
-			s, v, err := cf.open(ctx, args[0], min(cf.qd, 256)<<20)
+			s, v, err := cf.openCopy(ctx, args[0], cf.ro, cf.qd, min(cf.qd, 256)<<20)
 			if err != nil {
 				return err
 			}
@@ -123,7 +123,7 @@ func nbdCommand() *cli.Command {
 			srv := &nbd.Server{
 				Export: nbd.Export{
 					Name:        v.Name(),
-					Description: fmt.Sprintf("gosrp volume %s on %s", v.Name(), cf.target),
+					Description: fmt.Sprintf("gosrp volume %s on %s", v.Name(), s.addr),
 					Backend:     newNBDVolume(s, v),
 				},
 				Logger:    log,
@@ -222,11 +222,12 @@ func removeStaleSocket(path string) error {
 	return os.Remove(path)
 }
 
-// nbdVolume adapts an initiator.Volume to nbd.Backend, with a pool of
+// nbdVolume adapts an initiator.Volume (or, with several --target
+// paths, an initiator.MultipathVolume) to nbd.Backend, with a pool of
 // the session's registered buffers so that NBD payloads reach the target
-// without a bounce copy.
+// without a bounce copy (a Multipath has none: every payload bounces).
 type nbdVolume struct {
-	v       *initiator.Volume
+	v       pathVolume
 	s       *session
 	maxXfer int
 
@@ -236,8 +237,8 @@ type nbdVolume struct {
 	out  bool             // the registered pool is exhausted
 }
 
-func newNBDVolume(s *session, v *initiator.Volume) *nbdVolume {
-	return &nbdVolume{v: v, s: s, maxXfer: s.MaxTransfer(), free: map[int][][]byte{}, reg: map[*byte]bool{}}
+func newNBDVolume(s *session, v pathVolume) *nbdVolume {
+	return &nbdVolume{v: v, s: s, maxXfer: s.maxTransfer(), free: map[int][][]byte{}, reg: map[*byte]bool{}}
 }
 
 // Size asks the target for the volume's size (Volume.Refresh), so that a
@@ -274,7 +275,7 @@ func (n *nbdVolume) GetBuffer(size int) []byte {
 		return b[:size]
 	}
 	if !n.out {
-		if b, err := n.s.AllocBuffer(class); err == nil {
+		if b, err := n.s.allocBuffer(class); err == nil {
 			n.reg[unsafe.SliceData(b)] = true
 			return b[:size]
 		}
