@@ -105,6 +105,12 @@ type Config struct {
 	// ib_srp add_target line names them. A target that is not that port
 	// rejects the login ("unable to associate").
 	SRPTargetPortID [16]byte
+
+	// refusedIsLost: a reconnect that finds nobody listening at Addr
+	// (ECONNREFUSED) counts as LossTimeout passed, failing the queued
+	// I/O at once. Multipath sets it: a refused connection means the
+	// gateway's process is gone, not a blip worth waiting for.
+	refusedIsLost bool
 }
 
 const (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/gosrp/gosrp/internal/clock"
@@ -388,6 +389,13 @@ func (c *channel) reconnect() bool {
 			return true
 		}
 		c.mu.Lock()
+		if c.s.cfg.refusedIsLost && errors.Is(err, syscall.ECONNREFUSED) {
+			// Nobody listens there: no blip to wait out (Multipath's
+			// fast failover on a dead gateway).
+			if lost := time.Now().Add(-c.s.cfg.LossTimeout - time.Millisecond); lost.Before(c.downAt) {
+				c.downAt = lost
+			}
+		}
 		left = c.s.cfg.LossTimeout - time.Since(c.downAt)
 		c.mu.Unlock()
 		if left <= 0 {

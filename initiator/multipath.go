@@ -27,7 +27,11 @@ type MultipathConfig struct {
 	// fails over to another path (each path's session gets it as its
 	// LossTimeout: ib_srp's fast_io_fail_tmo beside dev_loss_tmo). A
 	// path that comes back sooner keeps its I/O, re-issued on the same
-	// gateway, and nobody is fenced. Default 1 s.
+	// gateway, and nobody is fenced. A path whose reconnect is refused
+	// (nobody listens at its address: the gateway's process is gone)
+	// fails over at once: there is nothing to wait for, and the takeover
+	// fences only the dead process's cluster client (a restarted srpd is
+	// a new one). Default 1 s.
 	FastFail time.Duration
 	// Keepalive is each path's Config.KeepaliveTimeout: a gateway that
 	// answers nothing, pings included, for that long is taken for
@@ -106,6 +110,7 @@ func (m *Multipath) session(ctx context.Context, i int) (*Session, error) {
 	cfg.Addr = m.cfg.Addrs[i]
 	cfg.LossTimeout = m.cfg.FastFail
 	cfg.KeepaliveTimeout = m.cfg.Keepalive
+	cfg.refusedIsLost = true
 	s, err := Dial(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("path %s: %w", cfg.Addr, err)

@@ -1,6 +1,7 @@
 package initiator_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -26,8 +27,10 @@ type gatewayRig struct {
 	stop  []func() // stop[i] kills gateway i: its NIC goes, with every connection
 	ip    *emu.Provider
 	// frozen[i] set: gateway i answers nothing, logins included, its
-	// connections up (a SIGSTOPped srpd); only with newFreezableRig.
+	// connections up (a SIGSTOPped srpd); only with rigOpts.freezable.
 	frozen []atomic.Bool
+	// fastFail is the Multipaths' FastFail (dial); 200 ms unless set.
+	fastFail time.Duration
 }
 
 func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, rigOpts{}) }
@@ -110,7 +113,7 @@ func (r *gatewayRig) dial(t *testing.T, name string) *initiator.Multipath {
 	defer cancel()
 	m, err := initiator.DialMultipath(ctx, initiator.MultipathConfig{
 		Config: initiator.Config{Provider: r.ip, Name: name, LossTimeout: 10 * time.Second},
-		Addrs:  r.addrs, FastFail: 200 * time.Millisecond})
+		Addrs:  r.addrs, FastFail: cmp.Or(r.fastFail, 200*time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,11 +203,15 @@ func waitAcks(t *testing.T, acks *atomic.Int64, n int64) {
 }
 
 // TestMultipathFailover: QD8 stamped writes through the first gateway;
-// its NIC dies (every connection with it, as a killed srpd's); the
-// writes go on through the second gateway, which took the volume over
-// (its lock), and every acknowledged write reads back.
+// its NIC dies (every connection with it, as a killed srpd's, and its
+// address refuses connections); the writes go on through the second
+// gateway, which took the volume over (its lock), well before FastFail
+// (5 s here), and every acknowledged write reads back.
 func TestMultipathFailover(t *testing.T) {
 	r := newGatewayRig(t)
+	// A killed gateway's address refuses the reconnect: the failover
+	// does not wait for FastFail.
+	r.fastFail = 5 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	mv := r.open(t, ctx)
@@ -212,7 +219,10 @@ func TestMultipathFailover(t *testing.T) {
 		t.Fatalf("active path %s (gateway 0 %v), want the first", mv.Path(), r.cats[0].State("vol0"))
 	}
 	gens, took := writesThrough(t, mv, r.stop[0])
-	t.Logf("kill → first write acknowledged through the other gateway: %v", took)
+	t.Logf("kill → first write acknowledged through the other gateway: %v (FastFail %v)", took, r.fastFail)
+	if took > r.fastFail/2 {
+		t.Errorf("the failover took %v: it waited for FastFail (%v) although the dead gateway's address refuses connections", took, r.fastFail)
+	}
 	r.checkMoved(t, mv, gens)
 }
 
