@@ -165,6 +165,10 @@ type MultipathVolume struct {
 	failovers int
 	closed    bool
 	retry     mpRetry // Submit's re-issues (multipath_submit.go)
+	// watch are handles on the paths that answered the open standby,
+	// by path index (nil: none), kept for their path notices: one that
+	// says its gateway became active moves the volume there.
+	watch []*Volume
 }
 
 // mpActive is the path the volume's I/O goes to; gen counts failovers,
@@ -179,11 +183,15 @@ type mpActive struct {
 // Open opens a volume on every path that answers and picks the first
 // that is active; when none is (the gateway that served it is gone), the
 // first path that answers is asked to take over (OpenOptions.Takeover).
+// The handles of the other paths stay open, standby, for their path
+// notices (wire.PathNotice): when another host takes the volume over
+// through one of them, this volume follows it there at once, even when
+// the gateway it uses learns of its fencing only at its next request.
 func (m *Multipath) Open(ctx context.Context, name string, opts OpenOptions) (*MultipathVolume, error) {
 	if opts.Takeover {
 		return nil, fmt.Errorf("initiator: multipath open %q: Multipath decides when to take over: %w", name, ErrInvalid)
 	}
-	mv := &MultipathVolume{m: m, name: name, opts: opts}
+	mv := &MultipathVolume{m: m, name: name, opts: opts, watch: make([]*Volume, len(m.cfg.Addrs))}
 	var errs []error
 	for i := range m.cfg.Addrs {
 		s, err := m.session(ctx, i)
@@ -196,13 +204,19 @@ func (m *Multipath) Open(ctx context.Context, name string, opts OpenOptions) (*M
 			errs = append(errs, fmt.Errorf("path %s: %w", m.cfg.Addrs[i], err))
 			continue
 		}
-		if !v.Standby() {
+		mv.mu.Lock()
+		if !v.Standby() && mv.cur.v == nil {
 			mv.cur = mpActive{v: v, path: i}
-			return mv, nil
+		} else {
+			mv.watch[i] = v
 		}
-		v.Close() // a standby handle serves nothing; a takeover opens anew
+		mv.mu.Unlock()
 	}
-	if err := mv.failover(ctx, 0, -1); err != nil {
+	if mv.cur.v != nil {
+		return mv, nil
+	}
+	if err := mv.failover(ctx, 0, -1, -1); err != nil {
+		mv.Close()
 		return nil, fmt.Errorf("initiator: multipath open %q: %w", name, errors.Join(append(errs, err)...))
 	}
 	return mv, nil
@@ -220,18 +234,22 @@ func (mv *MultipathVolume) optsFor(i int, takeover bool) OpenOptions {
 // noticed takes a path notice of path i (on its session's I/O
 // goroutine, so it only starts work): the active path turning standby
 // (its gateway was fenced, or lost the lock) fails the volume over at
-// once, instead of at the next I/O's ErrStandby. A notice that a path
-// became active is not acted on: Multipath keeps no handle on standby
-// paths, and the failover's takeover open on a path already active
-// changes nothing there.
+// once, instead of at the next I/O's ErrStandby; another path turning
+// active (another host took the volume over through it, so this one's
+// gateway lost it) moves the volume there at once, its takeover open a
+// no-op on a gateway that is active already.
 func (mv *MultipathVolume) noticed(i int, standby bool) {
-	if !standby {
-		return
-	}
 	mv.mu.Lock()
 	a, closed := mv.cur, mv.closed
 	mv.mu.Unlock()
-	if closed || a.v == nil || a.path != i {
+	prefer := -1
+	switch {
+	case closed || a.v == nil:
+		return
+	case standby && a.path == i:
+	case !standby && a.path != i:
+		prefer = i
+	default:
 		return
 	}
 	m := mv.m
@@ -245,7 +263,7 @@ func (mv *MultipathVolume) noticed(i int, standby bool) {
 		defer m.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LossTimeout)
 		defer cancel()
-		if err := mv.failover(ctx, a.gen, a.path); err != nil && !errors.Is(err, ErrClosed) {
+		if err := mv.failover(ctx, a.gen, a.path, prefer); err != nil && !errors.Is(err, ErrClosed) {
 			m.cfg.Logger.Warn("multipath: failover on a path notice failed; the next I/O tries again", "volume", mv.name, "err", err)
 		}
 	}()
@@ -263,10 +281,11 @@ func (mv *MultipathVolume) active() (mpActive, error) {
 
 // failover makes another path active after the one of generation gen
 // failed (from: its index, -1 at open): it asks each path in turn, the
-// failed one last, to take the volume over. Concurrent callers for the
+// failed one last, to take the volume over, path prefer first (-1:
+// none; a path a notice said is active). Concurrent callers for the
 // same generation wait for the one that runs it; a caller whose
 // generation is stale returns at once, the volume has moved already.
-func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from int) error {
+func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from, prefer int) error {
 	mv.mu.Lock()
 	for {
 		if mv.closed {
@@ -297,9 +316,16 @@ func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from int) e
 	n := len(m.cfg.Addrs)
 	var next mpActive
 	var errs []error
-	for k := 1; k <= n; k++ {
+	for k := 0; k <= n; k++ {
 		i := (from + k) % n
-		if from < 0 {
+		switch {
+		case k == 0 && prefer < 0:
+			continue
+		case k == 0:
+			i = prefer
+		case i == prefer:
+			continue // asked first
+		case from < 0:
 			i = k - 1
 		}
 		s, err := m.session(ctx, i)
@@ -333,6 +359,15 @@ func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from int) e
 	}
 	mv.cur = next
 	mv.failovers++
+	if w := mv.watch[next.path]; w != nil {
+		// The new active handle replaces the standby one.
+		mv.watch[next.path] = nil
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			w.Close()
+		}()
+	}
 	if old.v != nil {
 		// The old path's handle goes. Its I/O that failed completed
 		// under the session's rules (a lost connection's
@@ -378,7 +413,7 @@ func (mv *MultipathVolume) do(ctx context.Context, op func(v *Volume) error) err
 		} else if now.After(deadline) {
 			return fmt.Errorf("initiator: multipath %q: no path served it within %v: %w", mv.name, mv.m.cfg.LossTimeout, err)
 		}
-		if ferr := mv.failover(ctx, a.gen, a.path); ferr != nil {
+		if ferr := mv.failover(ctx, a.gen, a.path, -1); ferr != nil {
 			if errors.Is(ferr, ErrClosed) || ctx.Err() != nil {
 				return ferr
 			}
@@ -525,11 +560,18 @@ func (mv *MultipathVolume) Close() error {
 		return nil
 	}
 	mv.closed = true
-	v := mv.cur.v
+	v, watch := mv.cur.v, mv.watch
+	mv.watch = nil
 	mv.mu.Unlock()
 	mv.stopRetry()
-	if v == nil {
-		return nil
+	var errs []error
+	for _, w := range watch {
+		if w != nil {
+			errs = append(errs, w.Close())
+		}
 	}
-	return v.Close()
+	if v != nil {
+		errs = append(errs, v.Close())
+	}
+	return errors.Join(errs...)
 }

@@ -207,7 +207,7 @@ func (mv *MultipathVolume) reissue(ctx context.Context, w *mpReq) bool {
 	}
 	a, err := mv.active()
 	if err == nil && a.gen == w.gen {
-		err = mv.failover(ctx, a.gen, a.path)
+		err = mv.failover(ctx, a.gen, a.path, -1)
 	}
 	if errors.Is(err, ErrClosed) || ctx.Err() != nil {
 		w.finish(fmt.Errorf("initiator: multipath %q: %w", mv.name, ErrClosed))

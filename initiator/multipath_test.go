@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/gateway"
 	"github.com/gosrp/gosrp/internal/gateway/gatewaytest"
@@ -39,8 +40,17 @@ func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, rigOp
 // hostile-peer kit, so that it can be frozen (frozen[i]); the kit
 // allocates per post: not for the allocation tests. noNotices leaves
 // the catalogs' state changes untold (no path notices), as a target
-// that predates them.
-type rigOpts struct{ freezable, noNotices bool }
+// that predates them; noFenceWatch hides the cluster's fence watch
+// from the gateways (unwatched).
+type rigOpts struct{ freezable, noNotices, noFenceWatch bool }
+
+// unwatched is a gatewaytest client without its gateway.FenceWatcher, as
+// the rbd store is: its gateway learns it was fenced at its next request.
+type unwatched struct {
+	block.Store
+	block.SharedOpener
+	block.LockBreaker
+}
 
 func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 	t.Helper()
@@ -59,7 +69,12 @@ func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cat := gateway.New(r.cl.Client())
+		var st block.Store = r.cl.Client()
+		if o.noFenceWatch {
+			c := r.cl.Client()
+			st = unwatched{c, c, c}
+		}
+		cat := gateway.New(st)
 		tgt, err := target.New(target.Config{Name: "gw", Catalog: cat})
 		if err != nil {
 			t.Fatal(err)
@@ -311,6 +326,41 @@ func TestMultipathPathNotice(t *testing.T) {
 	}
 	if mv.Failovers() != 1 {
 		t.Errorf("%d failovers after the write; want the one the notice made", mv.Failovers())
+	}
+	verifyStamps(t, mv, []uint32{1, 1})
+}
+
+// TestMultipathActiveNotice: as TestMultipathPathNotice, but the first
+// gateway does not hear of its fencing (as an rbd gateway, until its
+// next request): the second gateway's notice that it became active, to
+// this host's standby handle there, moves the volume at once, with no
+// I/O of its own. Without the standby handle nothing would tell it.
+func TestMultipathActiveNotice(t *testing.T) {
+	r := newGatewayRigOpts(t, rigOpts{noFenceWatch: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mv, s2 := r.twoHosts(t, ctx)
+	taken := time.Now()
+	v2, err := s2.Open(ctx, "vol0", initiator.OpenOptions{Takeover: true})
+	if err != nil || v2.Standby() {
+		t.Fatalf("the other host's takeover: %v", err)
+	}
+	if r.cats[0].State("vol0") == gateway.Fenced {
+		// Active until this host's handle there closes: it never
+		// learns of the fencing without a request.
+		t.Fatal("the first gateway heard of its fencing: the test proves nothing")
+	}
+	for mv.Failovers() == 0 && time.Since(taken) < 5*time.Second {
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("takeover by another host → this host's volume followed, without I/O: %v", time.Since(taken))
+	if mv.Failovers() != 1 || mv.Path() != r.addrs[1] {
+		t.Fatalf("%d failovers, path %s; want 1, the second gateway", mv.Failovers(), mv.Path())
+	}
+	buf := make([]byte, 4096)
+	pattern(buf, 1, 1, 1)
+	if _, err := mv.WriteAt(buf, 4096); err != nil {
+		t.Fatal(err)
 	}
 	verifyStamps(t, mv, []uint32{1, 1})
 }
