@@ -4,6 +4,7 @@ package main
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/admin"
 	"github.com/gosrp/gosrp/internal/e2etest"
 )
 
@@ -58,6 +60,21 @@ func TestRBDBackendCLI(t *testing.T) {
 		t.Errorf("srpc does not say why the second srpd refused: stderr %q", r.Stderr)
 	}
 	t.Logf("second srpd: srpc exit %d: %s", r.Code, strings.TrimSpace(r.Stderr))
+	// srpd status names each gateway's state of the volume: the first
+	// serves it, the second has it closed again (the refused export's
+	// handle went with it); the table has its PATH column.
+	for _, c := range []struct{ data, want string }{{d.Data, "active"}, {d2.Data, "closed"}} {
+		var st admin.Status
+		if err := json.Unmarshal([]byte(e2etest.MustRun(t, srpd, "status", "--data", c.data, "--json").Stdout), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Volumes) == 0 || st.Volumes[0].PathState != c.want {
+			t.Errorf("srpd status of %s: volumes %+v, want vol0 %s", c.data, st.Volumes, c.want)
+		}
+	}
+	if out := e2etest.MustRun(t, srpd, "status", "--data", d.Data).Stdout; !strings.Contains(out, "PATH") || !strings.Contains(out, "active") {
+		t.Errorf("srpd status prints no path state:\n%s", out)
+	}
 	d2.Stop(t)
 	nbd.Stop(t)
 	d.Stop(t)
