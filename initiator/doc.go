@@ -71,10 +71,14 @@
 // volume asks the next gateway to take over (OpenOptions.Takeover: it
 // fences the old one before it serves anything) and re-issues there what
 // had not completed, synchronous calls and Submit alike, as new requests
-// with new keys of that path's session. Each path's keepalive
-// (MultipathConfig.Keepalive, FastFail by default) finds a gateway that
-// hangs with its connections up, so that its I/O fails over too. The
-// rules and figures are in docs/gateways.md.
+// with new keys of that path's session. A path whose reconnect is
+// refused (the gateway's process is gone) fails over at once. Each
+// path's keepalive (MultipathConfig.Keepalive, FastFail by default)
+// finds a gateway that hangs with its connections up, so that its I/O
+// fails over too; and the gateways' path notices (wire.PathNotice, to
+// the active handle and to the standby handles the volume keeps on the
+// other paths) move it as soon as its gateway loses the volume or
+// another takes it. The rules and figures are in docs/gateways.md.
 //
 // # Inside a channel
 //

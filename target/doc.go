@@ -189,5 +189,9 @@
 // catalog over rbd) is answered standby or active in the OPEN's answer
 // (wire.PathState), an OPEN with Takeover calls its TakeOver before it
 // answers, and I/O failing with ErrStandby is answered SenseNotActive so
-// that the initiator fails over. docs/gateways.md has the whole design.
+// that the initiator fails over. Target.PathStateChanged (the gateway
+// catalog's hook) tells every session that has the volume open, unasked,
+// with a wire.PathNotice when its state changes (core_notice.go), and a
+// wire.ControlPing is answered on the connection's loop, the initiator's
+// keepalive. docs/gateways.md has the whole design.
 package target
