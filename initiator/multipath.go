@@ -186,7 +186,8 @@ type mpActive struct {
 // The handles of the other paths stay open, standby, for their path
 // notices (wire.PathNotice): when another host takes the volume over
 // through one of them, this volume follows it there at once, even when
-// the gateway it uses learns of its fencing only at its next request.
+// the gateway it uses learns of its fencing only at its next request
+// (not for an Exclusive open: those are closed).
 func (m *Multipath) Open(ctx context.Context, name string, opts OpenOptions) (*MultipathVolume, error) {
 	if opts.Takeover {
 		return nil, fmt.Errorf("initiator: multipath open %q: Multipath decides when to take over: %w", name, ErrInvalid)
@@ -205,9 +206,17 @@ func (m *Multipath) Open(ctx context.Context, name string, opts OpenOptions) (*M
 			continue
 		}
 		mv.mu.Lock()
-		if !v.Standby() && mv.cur.v == nil {
+		switch {
+		case !v.Standby() && mv.cur.v == nil:
 			mv.cur = mpActive{v: v, path: i}
-		} else {
+		case opts.Exclusive:
+			// An exclusive open's standby handle would hold an
+			// implicit reservation at that gateway too, refusing the
+			// other hosts' writers there: a change of what Exclusive
+			// means across gateways (each keeps its own) that is
+			// not made here.
+			v.Close()
+		default:
 			mv.watch[i] = v
 		}
 		mv.mu.Unlock()
