@@ -1,7 +1,8 @@
 package target
 
-// Path notices: the core tells the initiator, unasked, that a volume it
-// has open changed path state at this gateway (wire.PathNotice).
+// Notices: the core tells the initiator, unasked, that a volume it has
+// open was resized or changed path state at this gateway
+// (wire.PathNotice).
 
 import (
 	"fmt"
@@ -77,4 +78,36 @@ func (c *core) noticeSent() {
 	c.reclaim(c.notice.seq)
 	c.notice.busy = false
 	c.sendNotice()
+}
+
+// volumeResized records that the volume named name is now size bytes:
+// every handle to it, and the one an OPEN still running will make,
+// checks commands against the new size from now on
+// (a command already past the check runs against the store, which has
+// the new size too), and, if the initiator reads notices, the next
+// response on the handle carries one (SPC-4's UNIT ATTENTION "capacity
+// data has changed", ASC/ASCQ 2Ah/09h, raised per I_T nexus on each LU:
+// here per handle).
+func (c *core) volumeResized(name string, size int64) {
+	if c.state == connClosed {
+		return
+	}
+	for i := range c.slots {
+		if s := &c.slots[i]; s.state == slotBackend && s.control && s.job == jobOpen && s.ctl.Volume == name {
+			s.resizedTo = size
+		}
+	}
+	for _, ov := range c.handles {
+		if ov == nil || ov.revoked || ov.name != name || ov.size == size {
+			continue
+		}
+		ov.size = size
+		ov.resized = c.notices
+		if c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("handle %d %s resized to %d (notice pending: %v)", ov.handle, name, size, ov.resized))
+		}
+	}
+	if c.srp != nil {
+		c.srpResized(name, size)
+	}
 }
