@@ -255,18 +255,25 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 	}
 	dev := req.Device()
 	attr := dev.Attr()
-	credits, maxDesc := cfg.Credits, cfg.MaxDesc
+	// The receive queue holds the requests of the credits and the IUs
+	// that cost none: a logout, and in an SRP session the SRP_CRED_RSP
+	// of the one SRP_CRED_REQ it may have outstanding
+	// (core_srp_credit.go). The send queue holds each slot's RDMA
+	// operations and response, and two SENDs besides: the login phase's,
+	// or an SRP session's SRP_CRED_REQ, and one to spare.
+	credits, maxDesc, free := cfg.Credits, cfg.MaxDesc, 1
 	if srpReq != nil {
 		credits = cfg.SRPCredits // its own default: config.go
+		free = 2
 	}
 	if attr.MaxQPWR > 0 {
-		credits = min(credits, attr.MaxQPWR-1, (attr.MaxQPWR-2)/(maxDesc+1))
+		credits = min(credits, attr.MaxQPWR-free, (attr.MaxQPWR-2)/(maxDesc+1))
 	}
 	if credits < 1 {
 		return fail("size queues", fmt.Errorf("device queues of %d WRs are too small", attr.MaxQPWR))
 	}
 	sqDepth := credits*(maxDesc+1) + 2
-	nrecv := credits + 1
+	nrecv := credits + free
 	if c.pd, err = dev.AllocPD(); err != nil {
 		return fail("alloc PD", err)
 	}

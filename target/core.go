@@ -292,7 +292,7 @@ func (c *core) completion(wc *transport.WC, now int64) {
 			c.close(fmt.Sprintf("completion %#x names no slot", wc.ID), false)
 			return
 		}
-	case kindLogin, kindNotice:
+	case kindLogin, kindNotice, kindCredReq:
 	default:
 		c.close(fmt.Sprintf("completion %#x of unknown kind", wc.ID), false)
 		return
@@ -350,6 +350,8 @@ func (c *core) completion(wc *transport.WC, now int64) {
 		c.sendNotice() // one may have waited for the login buffer
 	case kindNotice:
 		c.noticeSent()
+	case kindCredReq:
+		c.srpCredSent()
 	}
 }
 
@@ -464,6 +466,8 @@ func (c *core) onRecv(idx int32, n uint32) {
 				return
 			}
 			c.assign(c.takeSlot(), idx, n, c.now)
+		case iuAnswer:
+			c.srpCredAnswered(idx, buf)
 		case iuLogout:
 			c.repost(idx)
 			c.loggedOut = true
@@ -484,6 +488,7 @@ const (
 	iuOther   iuClass = iota // not valid in a session
 	iuRequest                // a request that costs a credit and takes a slot
 	iuLogout                 // the initiator logs out
+	iuAnswer                 // an SRP session's SRP_CRED_RSP: no credit, no slot
 )
 
 // classify sorts a session IU by the session's protocol. It runs for

@@ -52,8 +52,10 @@ type srpSession struct {
 	cmd srp.Cmd
 	tbl []srp.Descriptor
 	// owed is the credits of aborted commands, which got no SRP_RSP:
-	// the next SRP_RSP returns them.
+	// the next SRP_RSP returns them, or an SRP_CRED_REQ (cred) when no
+	// SRP_RSP is coming (core_srp_credit.go).
 	owed uint32
+	cred srpCredit
 	// nx is the I_T nexus the channel belongs to, whose unit attention
 	// state its channels share (srp_nexus.go); idle is the scratch
 	// nexus commands run against while their unit has nothing pending.
@@ -134,13 +136,17 @@ type srpSlot struct {
 }
 
 // srpClassify says what an IU of an SRP session is: a request that costs
-// a credit (SRP_CMD, SRP_TSK_MGMT), a logout, or neither.
+// a credit (SRP_CMD, SRP_TSK_MGMT), a logout, the answer to a target
+// request (SRP_CRED_RSP; the target sends no SRP_AER_REQ, so an
+// SRP_AER_RSP is never expected), or none of these.
 func srpClassify(buf []byte) iuClass {
 	switch srp.Opcode(buf[0]) {
 	case srp.OpCmd, srp.OpTaskMgmt:
 		return iuRequest
 	case srp.OpILogout:
 		return iuLogout
+	case srp.OpCredRsp:
+		return iuAnswer
 	}
 	return iuOther
 }

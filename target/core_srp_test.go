@@ -150,10 +150,13 @@ func TestSRPCoreCredits(t *testing.T) {
 }
 
 // FuzzSRPCore feeds arbitrary IUs into a core in an SRP session, after
-// an optional well-formed READ: it must never panic or refuse its own
-// move, and its accounting must stay sane. mem is the initiator's memory
-// at srpTableVA: an indirect table the IU does not carry whole is
-// fetched from there, so fetched tables are fuzzed too.
+// what before says: nothing (0), a well-formed READ answered (1), or a
+// READ aborted by another channel of the nexus, whose credit went back
+// in SRP_CRED_REQ tag 1, still unanswered (2), so SRP_CRED_RSPs are
+// fuzzed against one outstanding. The core must never panic or refuse
+// its own move, and its accounting must stay sane. mem is the
+// initiator's memory at srpTableVA: an indirect table the IU does not
+// carry whole is fetched from there, so fetched tables are fuzzed too.
 func FuzzSRPCore(f *testing.F) {
 	d := srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 8192}}
 	tbl := make([]byte, 3*srp.DescriptorLen)
@@ -181,24 +184,39 @@ func FuzzSRPCore(f *testing.F) {
 		if cmd.DataOut.Format == srp.FormatImmediate {
 			b = append(append(b, make([]byte, srpImmOffset-len(b))...), cmd.DataOut.Imm...)
 		}
-		f.Add(false, b, tbl)
-		f.Add(true, b, tbl[:32])
+		f.Add(uint8(0), b, tbl)
+		f.Add(uint8(1), b, tbl[:32])
+		f.Add(uint8(2), b, tbl)
 	}
 	var tm [srp.TaskMgmtLen]byte
 	(&srp.TaskMgmt{Tag: 9, Function: srp.TaskAbortTask}).Encode(tm[:])
-	f.Add(false, tm[:], []byte(nil))
-	f.Add(true, []byte{byte(srp.OpILogout), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, []byte(nil))
-	f.Add(false, []byte{byte(srp.OpCmd), 0, 0, 0, 0, 0x21, 0xff, 0xff}, []byte(nil))
-	f.Fuzz(func(t *testing.T, first bool, iu, mem []byte) {
+	f.Add(uint8(0), tm[:], []byte(nil))
+	f.Add(uint8(1), []byte{byte(srp.OpILogout), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, []byte(nil))
+	f.Add(uint8(0), []byte{byte(srp.OpCmd), 0, 0, 0, 0, 0x21, 0xff, 0xff}, []byte(nil))
+	for _, tag := range []uint64{1, 2} {
+		for _, op := range []srp.Opcode{srp.OpCredRsp, srp.OpAERRsp} {
+			var a [srp.TargetRspLen]byte
+			(&srp.TargetRsp{Op: op, Tag: tag}).Encode(a[:])
+			f.Add(uint8(2), a[:], []byte(nil))
+			f.Add(uint8(0), a[:], []byte(nil))
+		}
+	}
+	f.Fuzz(func(t *testing.T, before uint8, iu, mem []byte) {
 		if len(iu) == 0 || len(iu) > recvSize {
 			return
 		}
 		h := newSRPCoreHarness(t, 4)
 		h.remote = append(make([]byte, srpTableVA, srpTableVA+len(mem)), mem...)
-		if first {
+		if before%3 > 0 {
 			h.deliver(0, srpIU(t, srp.Cmd{Tag: 1, CDB: rw16(0x88, 0, 1), DataIn: srp.DataBuffer{Format: srp.FormatDirect,
 				Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 4096}}}))
+			if before%3 == 2 {
+				h.c.srpPeerAbort(h.c.srpUnitOf(0), "peer")
+			}
 			h.step()
+			if before%3 == 2 && (h.c.srp.cred.tag != 1 || h.c.outstanding != 0) {
+				t.Fatalf("aborted READ: SRP_CRED_REQ tag %d, outstanding %d", h.c.srp.cred.tag, h.c.outstanding)
+			}
 		}
 		h.feed(t, iu, 1)
 	})
@@ -366,8 +384,15 @@ func (h *traceHarness) srpIU(t *testing.T, td *datadriven.TestData) {
 	h.raw(t, b)
 }
 
-// describeSRPRsp renders an SRP_RSP for a trace.
+// describeSRPRsp renders an SRP_RSP, or an SRP_CRED_REQ, for a trace.
 func describeSRPRsp(b []byte) string {
+	if len(b) > 0 && srp.Opcode(b[0]) == srp.OpCredReq {
+		var q srp.CredReq
+		if err := q.Decode(b); err != nil {
+			return fmt.Sprintf("not an SRP_CRED_REQ: %v", err)
+		}
+		return fmt.Sprintf("SRP_CRED_REQ tag=%d req_lim_delta=%d", q.Tag, q.ReqLimDelta)
+	}
 	var r srp.Rsp
 	if err := r.Decode(b); err != nil {
 		return fmt.Sprintf("not an SRP_RSP: %v", err)
@@ -391,6 +416,22 @@ func describeSRPRsp(b []byte) string {
 		s += fmt.Sprintf(" tmf-response=%d", r.Resp[3])
 	}
 	return s
+}
+
+// srpAnswer (trace command srp-answer) sends the initiator's answer to
+// a target request: args tag, and aer for an SRP_AER_RSP rather than an
+// SRP_CRED_RSP.
+func (h *traceHarness) srpAnswer(t *testing.T, td *datadriven.TestData) {
+	a := srp.TargetRsp{Op: srp.OpCredRsp}
+	td.MaybeScanArgs(t, "tag", &a.Tag)
+	if td.HasArg("aer") {
+		a.Op = srp.OpAERRsp
+	}
+	var b [srp.TargetRspLen]byte
+	if _, err := a.Encode(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	h.raw(t, b[:])
 }
 
 // srpTMF (trace command srp-tmf) sends an SRP_TSK_MGMT: args tag, fn

@@ -191,7 +191,8 @@ func (c *core) srpPeersClosed() {
 }
 
 // srpAbortDone retires an aborted command whose RDMA READs or volume job
-// finished: no SRP_RSP, its credit owed to the next one, its slot free;
+// finished: no SRP_RSP, its credit owed to the next one (or to an
+// SRP_CRED_REQ when none is coming, core_srp_credit.go), its slot free;
 // the last of a task management function's commands lets it answer.
 func (c *core) srpAbortDone(s *slot) {
 	if c.p.trace != nil {
@@ -199,6 +200,7 @@ func (c *core) srpAbortDone(s *slot) {
 	}
 	c.outstanding--
 	c.srp.owed++
+	defer c.srpReturnCredits() // if no SRP_RSP is coming to carry the credit
 	if pa := s.srp.peer; pa != nil {
 		c.freeSlot(s) // may reuse s at once
 		if pa.waiting--; pa.waiting == 0 {

@@ -19,7 +19,7 @@ func TestStateNames(t *testing.T) {
 			t.Errorf("conn state %d has no name", s)
 		}
 	}
-	for k := kindRecv; k <= kindLogin; k++ {
+	for k := kindRecv; k <= kindCredReq; k++ {
 		if strings.HasPrefix(k.String(), "wrKind(") {
 			t.Errorf("kind %d has no name", k)
 		}

@@ -94,6 +94,8 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		h.srpIU(t, td)
 	case "srp-tmf":
 		h.srpTMF(t, td)
+	case "srp-answer":
+		h.srpAnswer(t, td)
 	case "logout":
 		h.raw(t, []byte{byte(wire.OpLogout)})
 	case "garbage":
@@ -332,6 +334,9 @@ func (h *traceHarness) describe(wr *transport.SendWR) string {
 			what = fmt.Sprintf("LOGIN_REJECT %s: %s", rej.Reason, rej.Message)
 		default:
 			what = op.String()
+		}
+		if kind == kindCredReq { // the login buffer: no slot's
+			return fmt.Sprintf("%s %s %s%s", wr.Opcode, kind, what, sig)
 		}
 		return fmt.Sprintf("%s %s slot=%d %s%s%s", wr.Opcode, kind, idx, what, inv, sig)
 	}

@@ -86,15 +86,16 @@ func (s connState) String() string { return enum.Name(connStateNames[:], s, "con
 type wrKind uint8
 
 const (
-	kindRecv   wrKind = iota + 1 // receive buffer; index = receive buffer
-	kindRead                     // RDMA READ of WRITE data; index = slot
-	kindWrite                    // RDMA WRITE of READ data; index = slot
-	kindResp                     // response SEND; index = slot
-	kindLogin                    // login-phase IU SEND; index 0
-	kindNotice                   // PathNotice SEND, from the login buffer; index 0
+	kindRecv    wrKind = iota + 1 // receive buffer; index = receive buffer
+	kindRead                      // RDMA READ of WRITE data; index = slot
+	kindWrite                     // RDMA WRITE of READ data; index = slot
+	kindResp                      // response SEND; index = slot
+	kindLogin                     // login-phase IU SEND; index 0
+	kindNotice                    // a gosrp session's PathNotice SEND, from the login buffer; index 0
+	kindCredReq                   // an SRP session's SRP_CRED_REQ SEND, from the login buffer; index 0
 )
 
-var wrKindNames = [...]string{"?", "RECV", "RDMA_READ", "RDMA_WRITE", "RESPONSE", "LOGIN", "NOTICE"}
+var wrKindNames = [...]string{"?", "RECV", "RDMA_READ", "RDMA_WRITE", "RESPONSE", "LOGIN", "NOTICE", "CRED_REQ"}
 
 func (k wrKind) String() string { return enum.Name(wrKindNames[:], k, "wrKind") }
 

@@ -31,6 +31,16 @@ func (r *rig) srpChannels(t *testing.T, port byte, n int) []*srpClient {
 	return cs
 }
 
+// srpGatedPair starts a rig whose volume reads wait for gate (rig.gateReads)
+// and logs in two channels, a and b, of one nexus.
+func srpGatedPair(t *testing.T, e env) (r *rig, gate, entered chan struct{}, a, b *srpClient) {
+	t.Helper()
+	r = newRig(t, e, Config{})
+	gate, entered = r.gateReads()
+	chans := r.srpChannels(t, 1, 2)
+	return r, gate, entered, chans[0], chans[1]
+}
+
 // resize resizes the store's volume name to size and tells the target,
 // as srpd does when it grows a volume.
 func (r *rig) resize(t *testing.T, name string, size int64) {
@@ -152,16 +162,14 @@ func (c *srpClient) next() srp.Rsp {
 
 // TestSRPNexusTaskManagement: LOGICAL UNIT RESET received on one channel
 // of a nexus aborts the LUN's commands on its other channel too (no
-// data, no SRP_RSP, the credit back in that channel's next response),
+// data, no SRP_RSP, the credit back in that channel's next response or
+// an SRP_CRED_REQ),
 // leaves another LUN's alone, is answered only once they stopped, and
 // raises BUS DEVICE RESET FUNCTION OCCURRED on another nexus only. ABORT
 // TASK SET reaches the other channel alike, with no unit attention.
 func TestSRPNexusTaskManagement(t *testing.T) {
 	forSRPEnvs(t, func(t *testing.T, e env) {
-		r := newRig(t, e, Config{})
-		gate, entered := r.gateReads()
-		chans := r.srpChannels(t, 1, 2)
-		a, b := chans[0], chans[1]
+		r, gate, entered, a, b := srpGatedPair(t, e)
 		other := r.srpChannels(t, 2, 1)[0]
 		tur := func(c *srpClient, lun uint16) srp.Rsp { return c.do(srpCmd(lun, 0, 0, 0, 0, 0, 0)) }
 		read := func(c *srpClient, lun uint16, off int) uint64 {
@@ -188,7 +196,9 @@ func TestSRPNexusTaskManagement(t *testing.T) {
 			gate <- struct{}{}
 			a.tmfRsp(fn.String(), tmf, srp.TaskComplete, 1)
 			// The aborted READ's credit rides on whichever of b's next
-			// answers comes after its job stopped.
+			// answers comes after its job stopped, or in an SRP_CRED_REQ
+			// if it stopped after the other READ was answered.
+			credited := b.credited
 			rsp := b.next()
 			if rsp.Tag != kept || rsp.Status != uint8(scsi.StatusGood) {
 				t.Fatalf("%s: the other channel's next answer %+v, want the other LUN's READ %#x, GOOD", fn, rsp, kept)
@@ -198,8 +208,8 @@ func TestSRPNexusTaskManagement(t *testing.T) {
 			if rsp = b.next(); rsp.Status != uint8(scsi.StatusGood) {
 				t.Fatalf("%s: TEST UNIT READY after the abort: %+v", fn, rsp)
 			}
-			if credits += rsp.ReqLimDelta; credits != 3 {
-				t.Fatalf("%s: the other channel's two answers returned %d credits, want 3 (one for the aborted READ)", fn, credits)
+			if credits += rsp.ReqLimDelta + b.credited - credited; credits != 3 {
+				t.Fatalf("%s: the other channel's answers returned %d credits, want 3 (one for the aborted READ)", fn, credits)
 			}
 			if !bytes.Equal(b.data(0, bs), sentinel[:bs]) {
 				t.Fatalf("%s: the aborted READ's data reached the initiator's memory", fn)
@@ -212,6 +222,71 @@ func TestSRPNexusTaskManagement(t *testing.T) {
 		}
 		close(gate)
 		for _, c := range []*srpClient{b, a, other} {
+			c.logout()
+		}
+	})
+}
+
+// TestSRPNexusCreditRequest: a LOGICAL UNIT RESET on one channel that
+// aborts every command of the nexus's other channel leaves that channel
+// no answer to come, and ib_srp, which frees the aborted requests
+// without their credits and keeps its last credit for task management,
+// nothing to send a command with: the target returns the credits in an
+// SRP_CRED_REQ, takes the SRP_CRED_RSP, and the channel runs its whole
+// queue again.
+func TestSRPNexusCreditRequest(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r, gate, entered, a, b := srpGatedPair(t, e)
+		queue := int(b.login.ReqLimDelta) - 1 // ib_srp keeps one credit for task management
+		read := func(i int) uint64 {
+			return b.post(b.in(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw10(0x28, uint32(i), 1, false)}, i*bs, bs))
+		}
+		for i := range queue {
+			read(i)
+		}
+		for range queue {
+			<-entered
+		}
+		reset := a.tmf(srp.TaskLUNReset, lunVol0, 0)
+		// As in TestSRPNexusTaskManagement: once these are answered, b
+		// took the reset in (its TEST UNIT READY costs the credit a
+		// real ib_srp would keep, and returns it).
+		tur := func(c *srpClient) srp.Rsp { return c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)) }
+		a.good("TEST UNIT READY on the resetting channel", tur(a), 0)
+		a.good("TEST UNIT READY on the resetting channel", tur(a), 0)
+		b.good("TEST UNIT READY on the other channel", tur(b), 0)
+		for range queue {
+			gate <- struct{}{}
+		}
+		close(gate)
+		a.tmfRsp("LOGICAL UNIT RESET", reset, srp.TaskComplete, 1)
+
+		// b has nothing outstanding: the next IU is the SRP_CRED_REQ.
+		iu, _ := b.client.mustNext()
+		var q srp.CredReq
+		if err := q.Decode(iu); err != nil {
+			t.Fatalf("the other channel's next IU after the reset: %v (% x), want an SRP_CRED_REQ", err, iu)
+		}
+		if q.ReqLimDelta != uint32(queue) {
+			t.Fatalf("SRP_CRED_REQ returns %d credits, want %d (the aborted READs')", q.ReqLimDelta, queue)
+		}
+		b.credRsp(q.Tag)
+		tags := map[uint64]bool{}
+		for i := range queue {
+			tags[read(i)] = true
+		}
+		for range queue {
+			rsp := b.rsp()
+			if !tags[rsp.Tag] {
+				t.Fatalf("SRP_RSP for tag %#x, not one of the READs after the reset", rsp.Tag)
+			}
+			delete(tags, rsp.Tag)
+			b.good("READ after the credits came back", rsp, 0)
+		}
+		if s := r.tgt.Stats(); s.Violations != 0 {
+			t.Errorf("%d protocol violations", s.Violations)
+		}
+		for _, c := range []*srpClient{b, a} {
 			c.logout()
 		}
 	})

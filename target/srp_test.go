@@ -54,6 +54,37 @@ func srpLoginReq(port byte) srp.LoginRequest {
 type srpClient struct {
 	*client
 	login srp.LoginResponse
+	// credited is the credits SRP_CRED_REQs returned (mustNext).
+	credited uint32
+}
+
+// mustNext waits for the next IU from the target that is not an
+// SRP_CRED_REQ: one of those is answered SRP_CRED_RSP as ib_srp answers
+// it (srp_process_cred_req), its credits counted in credited.
+func (c *srpClient) mustNext() ([]byte, transport.WC) {
+	c.tb.Helper()
+	for {
+		b, wc := c.client.mustNext()
+		if len(b) == 0 || srp.Opcode(b[0]) != srp.OpCredReq {
+			return b, wc
+		}
+		var q srp.CredReq
+		if err := q.Decode(b); err != nil {
+			c.tb.Fatalf("SRP_CRED_REQ: %v", err)
+		}
+		c.credited += q.ReqLimDelta
+		c.credRsp(q.Tag)
+	}
+}
+
+// credRsp sends the SRP_CRED_RSP answering the SRP_CRED_REQ tagged tag.
+func (c *srpClient) credRsp(tag uint64) {
+	c.tb.Helper()
+	var b [srp.TargetRspLen]byte
+	(&srp.TargetRsp{Op: srp.OpCredRsp, Tag: tag}).Encode(b[:])
+	if err := c.sendIU(b[:]); err != nil {
+		c.tb.Fatal(err)
+	}
 }
 
 // srpDial connects with req in the connection request's private data
