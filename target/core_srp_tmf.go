@@ -29,7 +29,8 @@ package target
 // (actions.srpAborts) to have the nexus's other channels abort theirs
 // (srpPeerAbort); it is answered once they all report that theirs have
 // stopped (srpPeersDone). Their credits come back in the next SRP_RSP
-// of their own channel, whose request limit they are part of. A LOGICAL
+// of their own channel, whose request limit they are part of, or in an
+// SRP_CRED_REQ when it has none to send (core_srp_credit.go). A LOGICAL
 // UNIT RESET also raises BUS DEVICE RESET FUNCTION OCCURRED on the unit
 // for every other I_T nexus (SAM-5 7.7); it aborts no task of theirs.
 
