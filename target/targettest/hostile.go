@@ -20,7 +20,10 @@
 // initiator handed out), and before each response the target posts it
 // calls Script.Respond, which may rewrite the response (another key to
 // invalidate, a SEND without invalidation), drop it, send it twice, or
-// end the connection. A response is the moment an I/O's key is live and
+// end the connection; Response.IU hands over the bytes of the response
+// itself, to lie in its content (a tag, a credit count, a residual), and
+// Script.Accept the private data of each accept, where T10 SRP's login
+// response travels. A response is the moment an I/O's key is live and
 // about to be invalidated, the moment a hostile target would fire its
 // strays: Response.Descriptors hands them over, and on the software NIC
 // emu.Provider.Probe fires one at the initiator's QP without a wire,
@@ -74,12 +77,63 @@ type Response struct {
 	Descriptors []Descriptor
 	// N counts responses, from 1, across all connections.
 	N int
+
+	sends [][]byte
+}
+
+// Send has the kit post iu, a request of the target's own (T10 SRP's
+// SRP_CRED_REQ or SRP_AER_REQ, say), on the response's QP just ahead of
+// the response, unless Respond ends the connection. iu is copied, up to
+// MaxSendIU bytes; the kit's QPs have room for SendRoom such requests in
+// flight. Their send completions never reach the target, and
+// Script.Swallow can keep the initiator's answers from it too.
+func (r *Response) Send(iu []byte) error {
+	if len(iu) > MaxSendIU {
+		return fmt.Errorf("targettest: an IU of %d bytes to send (at most %d): %w", len(iu), MaxSendIU, transport.ErrInvalidArgument)
+	}
+	r.sends = append(r.sends, append([]byte(nil), iu...))
+	return nil
+}
+
+// MaxSendIU is the largest IU Response.Send takes; SendRoom is how many
+// of them may be in flight on a QP: the kit's QPs and CQs are that much
+// deeper than the target asked, as far as the device allows.
+const (
+	MaxSendIU = 256
+	SendRoom  = 64
+)
+
+// IU returns the bytes of the response's information unit (the first
+// gather entry of its SEND), which Respond may rewrite in place before
+// the response is posted: another tag, credit count, status or length
+// field, a target request in place of a response. Its length is the
+// SEND's and cannot change. Nil if the entry lies in no memory region the
+// target registered. The bytes are the target's send buffer, valid
+// during the call.
+func (r *Response) IU() []byte {
+	q, ok := r.QP.(*qp)
+	if !ok || len(r.WR.SGL) == 0 {
+		return nil
+	}
+	return q.bytes(r.WR.SGL[0])
 }
 
 // Script is a hostile target's behaviour. A nil Respond passes every
-// response unchanged.
+// response unchanged; a nil Accept leaves the private data of every
+// accept as the target wrote it.
 type Script struct {
 	Respond func(*Response) Action
+	// Accept, if set, may rewrite the private data the target accepts a
+	// connection with (a copy, which it returns, changed or not): where
+	// a login response travels in the connection exchange itself, as
+	// T10 SRP's SRP_LOGIN_RSP over RDMA-CM does, this is the login.
+	Accept func(priv []byte) []byte
+	// Swallow, if set, sees every IU the target receives before the
+	// target does (the bytes, valid during the call); true takes it away:
+	// the target never sees it and the kit reposts the receive for it.
+	// A script that sends requests of its own (Response.Send) takes
+	// their answers so.
+	Swallow func(iu []byte) bool
 }
 
 // Hostile is a transport.Provider whose targets follow a Script.
@@ -110,7 +164,7 @@ func (h *Hostile) device(d transport.Device) *device {
 	defer h.mu.Unlock()
 	w, ok := h.devs[d]
 	if !ok {
-		w = &device{Device: d, h: h}
+		w = &device{Device: d, h: h, qps: map[uint32]*qp{}}
 		h.devs[d] = w
 	}
 	return w
@@ -160,6 +214,9 @@ func (r *connReq) Accept(ctx context.Context, q transport.QP, priv []byte) (tran
 	if !ok {
 		return r.ConnRequest.Accept(ctx, q, priv)
 	}
+	if f := r.h.script.Accept; f != nil {
+		priv = f(append([]byte(nil), priv...))
+	}
 	c, err := r.ConnRequest.Accept(ctx, w.QP, priv)
 	if err != nil {
 		return nil, err
@@ -180,6 +237,96 @@ func (c *conn) QP() transport.QP { return c.q }
 type device struct {
 	transport.Device
 	h *Hostile
+
+	mu  sync.Mutex
+	qps map[uint32]*qp // by QP number (unique on the device), for Swallow
+}
+
+// CreateCQ returns a CQ with room for the kit's own sends, whose
+// completions (and the receives Script.Swallow takes) it keeps from the
+// target.
+func (d *device) CreateCQ(depth int) (transport.CQ, error) {
+	c, err := d.Device.CreateCQ(max(depth, min(depth+SendRoom, d.Attr().MaxCQE)))
+	if err != nil {
+		return nil, err
+	}
+	w := &cq{CQ: c, d: d}
+	if n, ok := c.(transport.CQNotifier); ok {
+		return &notifyCQ{cq: w, n: n}, nil
+	}
+	return w, nil
+}
+
+// injectID marks the work request IDs of the kit's own sends.
+const injectID = 0x7e57 << 48
+
+type cq struct {
+	transport.CQ
+	d *device
+}
+
+type notifyCQ struct {
+	*cq
+	n transport.CQNotifier
+}
+
+func (c *notifyCQ) Notify() <-chan struct{} { return c.n.Notify() }
+
+// under is the device's CQ under the kit's (a notifyCQ's too).
+func (c *cq) under() transport.CQ { return c.CQ }
+
+// unwrapCQ is the device's CQ under a kit one, for the device.
+func unwrapCQ(c transport.CQ) transport.CQ {
+	if w, ok := c.(interface{ under() transport.CQ }); ok {
+		return w.under()
+	}
+	return c
+}
+
+// Poll polls the CQ and takes out the kit's own: its sends' completions
+// and the receives Script.Swallow took (reposted here).
+func (c *cq) Poll(wcs []transport.WC) (int, error) {
+	n, err := c.CQ.Poll(wcs)
+	k := 0
+	for i := range n {
+		wc := wcs[i]
+		if wc.ID>>48 == injectID>>48 && wc.Opcode != transport.WCRecv {
+			continue
+		}
+		if wc.Opcode == transport.WCRecv && wc.Status == transport.StatusSuccess && c.d.swallow(&wc) {
+			continue
+		}
+		wcs[k] = wc
+		k++
+	}
+	return k, err
+}
+
+// swallow reports whether Script.Swallow took the receive wc completes,
+// and reposts it if so.
+func (d *device) swallow(wc *transport.WC) bool {
+	h := d.h
+	if h.script.Swallow == nil {
+		return false
+	}
+	d.mu.Lock()
+	q := d.qps[wc.QPNum]
+	d.mu.Unlock()
+	if q == nil {
+		return false
+	}
+	q.rmu.Lock()
+	wr, ok := q.recvs[wc.ID]
+	q.rmu.Unlock()
+	if !ok || len(wr.SGL) == 0 {
+		return false
+	}
+	b := q.bytes(wr.SGL[0])
+	if b == nil || int(wc.ByteLen) > len(b) || !h.script.Swallow(b[:wc.ByteLen]) {
+		return false
+	}
+	_, _ = q.PostRecv([]transport.RecvWR{wr}) // a dead QP flushes it, as it would the target's
+	return true
 }
 
 func (d *device) AllocPD() (transport.PD, error) {
@@ -187,12 +334,13 @@ func (d *device) AllocPD() (transport.PD, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pd{PD: p, h: d.h, mrs: map[transport.Key]transport.MR{}}, nil
+	return &pd{PD: p, h: d.h, dev: d, mrs: map[transport.Key]transport.MR{}}, nil
 }
 
 type pd struct {
 	transport.PD
 	h   *Hostile
+	dev *device
 	mu  sync.Mutex
 	mrs map[transport.Key]transport.MR // by lkey, to read the IUs the target sends
 }
@@ -221,11 +369,19 @@ func (m *mr) Close() error {
 }
 
 func (p *pd) CreateQP(cfg transport.QPConfig) (transport.QP, error) {
+	// The device takes only its own CQs: the kit's wrappers are for the
+	// target's polls.
+	cfg.SendCQ, cfg.RecvCQ = unwrapCQ(cfg.SendCQ), unwrapCQ(cfg.RecvCQ)
+	cfg.MaxSendWR = max(cfg.MaxSendWR, min(cfg.MaxSendWR+SendRoom, p.dev.Attr().MaxQPWR))
 	q, err := p.PD.CreateQP(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &qp{QP: q, pd: p}, nil
+	w := &qp{QP: q, pd: p, recvs: map[uint64]transport.RecvWR{}}
+	p.dev.mu.Lock()
+	p.dev.qps[q.Num()] = w
+	p.dev.mu.Unlock()
+	return w, nil
 }
 
 type qp struct {
@@ -235,22 +391,97 @@ type qp struct {
 	mu    sync.Mutex
 	conn  transport.Conn
 	chain []transport.SendWR
+	// The kit's own sends: a ring of MaxSendIU-byte buffers registered
+	// on the first, and the count of sends so far.
+	ring    *transport.Arena
+	ringMR  transport.MR
+	ringSGE []transport.SGE
+	sent    uint64
+
+	rmu   sync.Mutex
+	recvs map[uint64]transport.RecvWR // the target's receives, by ID, to repost one Swallow took
 }
 
-// login reports whether a SEND carries a login response.
-func (q *qp) login(wr *transport.SendWR) bool {
-	if len(wr.SGL) == 0 {
-		return false
+// ringLen is how many buffers the ring of the kit's sends has: more
+// than SendRoom, so none is rewritten while its send may be in flight.
+const ringLen = 2 * SendRoom
+
+// PostRecv records the target's receives, then posts them.
+func (q *qp) PostRecv(wrs []transport.RecvWR) (int, error) {
+	if q.pd.h.script.Swallow != nil {
+		q.rmu.Lock()
+		for _, wr := range wrs {
+			wr.SGL = append([]transport.SGE(nil), wr.SGL...)
+			q.recvs[wr.ID] = wr
+		}
+		q.rmu.Unlock()
 	}
-	s := wr.SGL[0]
+	return q.QP.PostRecv(wrs)
+}
+
+// Close forgets the QP and releases the kit's ring with it.
+func (q *qp) Close() error {
+	d := q.pd.dev
+	d.mu.Lock()
+	if d.qps[q.Num()] == q {
+		delete(d.qps, q.Num())
+	}
+	d.mu.Unlock()
+	err := q.QP.Close()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ring != nil {
+		q.ringMR.Close()
+		q.ring.Close()
+		q.ring = nil
+	}
+	return err
+}
+
+// inject is the SEND of one of the kit's own IUs (q.mu held).
+func (q *qp) inject(iu []byte) (transport.SendWR, error) {
+	if q.ring == nil {
+		a, err := transport.NewArena(ringLen*MaxSendIU, transport.ArenaOptions{})
+		if err != nil {
+			return transport.SendWR{}, err
+		}
+		m, err := q.pd.PD.RegMR(a, 0, a.Len(), transport.AccessLocalWrite)
+		if err != nil {
+			a.Close()
+			return transport.SendWR{}, err
+		}
+		q.ring, q.ringMR, q.ringSGE = a, m, make([]transport.SGE, ringLen)
+	}
+	i := int(q.sent % ringLen)
+	q.sent++
+	copy(q.ring.Bytes()[i*MaxSendIU:], iu)
+	q.ringSGE[i] = transport.SGE{Addr: q.ringMR.Addr() + uint64(i*MaxSendIU), Length: uint32(len(iu)), LKey: q.ringMR.LKey()}
+	return transport.SendWR{ID: injectID | q.sent, Opcode: transport.OpSend, Flags: transport.FlagSignaled, SGL: q.ringSGE[i : i+1]}, nil
+}
+
+// bytes returns the memory a gather entry of the target's names, nil if
+// it lies in no region the target registered.
+func (q *qp) bytes(s transport.SGE) []byte {
 	q.pd.mu.Lock()
 	m := q.pd.mrs[s.LKey]
 	q.pd.mu.Unlock()
 	if m == nil || s.Addr < m.Addr() || s.Addr+uint64(s.Length) > m.Addr()+uint64(m.Len()) {
-		return false
+		return nil
 	}
 	off := int(s.Addr-m.Addr()) + int(m.Addr()-m.Arena().Addr())
-	op, err := wire.PeekOpcode(m.Arena().Bytes()[off : off+int(s.Length)])
+	return m.Arena().Bytes()[off : off+int(s.Length)]
+}
+
+// login reports whether a SEND carries a gosrp login response.
+func (q *qp) login(wr *transport.SendWR) bool {
+	if len(wr.SGL) == 0 {
+		return false
+	}
+	b := q.bytes(wr.SGL[0])
+	if b == nil {
+		return false
+	}
+	op, err := wire.PeekOpcode(b)
 	return err == nil && op == wire.OpLoginResponse
 }
 
@@ -288,7 +519,15 @@ func (q *qp) PostSend(wrs []transport.SendWR) (int, error) {
 			r.N = h.n
 			r.Descriptors = h.descs
 			h.mu.Unlock()
-			switch h.script.Respond(r) {
+			act := h.script.Respond(r)
+			if act != Disconnect {
+				for _, iu := range r.sends {
+					if iwr, err := q.inject(iu); err == nil {
+						out = append(out, iwr)
+					}
+				}
+			}
+			switch act {
 			case Drop:
 				index = append(index, -1)
 				continue
