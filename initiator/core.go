@@ -246,6 +246,12 @@ func (c *core) tick(now int64) {
 			return
 		}
 	}
+	if c.srp != nil {
+		c.srpTick(now)
+		if !c.up {
+			return
+		}
+	}
 	switch c.ka.tick(now, c.awaiting()) {
 	case kaPing:
 		c.acts.ping = true

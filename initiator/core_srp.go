@@ -20,6 +20,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/internal/scsi"
@@ -73,6 +74,10 @@ type srpCore struct {
 	// completes.
 	answers []int
 	sge     []transport.SGE // per receive buffer, the answer's SGE
+	// starving reports that a tick found no credit and no command whose
+	// SRP_RSP could return one, since starvedAt.
+	starving  bool
+	starvedAt int64
 }
 
 type srpResult struct {
@@ -424,8 +429,32 @@ func (c *core) srpUnposted(b staged, n int) {
 	}
 }
 
+// srpTick ends a connection starved of credit: the target returned none
+// (req_lim_delta 0 in every SRP_RSP, SRP r16a 6.9) and no command is
+// outstanding whose SRP_RSP could, so only an SRP_CRED_REQ could bring
+// one back. Requests would queue forever; past the I/O timeout the
+// connection is ended instead, and the next login grants a fresh request
+// limit (ib_srp's queued commands time out and the host resets the same
+// way).
+func (c *core) srpTick(now int64) {
+	s := c.srp
+	if c.avail > 0 || !c.idle() {
+		s.starving = false
+		return
+	}
+	if !s.starving {
+		s.starving, s.starvedAt = true, now
+		return
+	}
+	if d := now - s.starvedAt; d > c.p.ioTimeout {
+		c.fail(fmt.Errorf("initiator: SRP target granted no credit (req_lim 0) and none can come back, for %s (I/O timeout %s): %w",
+			time.Duration(d).Round(time.Millisecond), time.Duration(c.p.ioTimeout), ErrProtocol))
+	}
+}
+
 func (s *srpCore) reset() {
 	s.answers = s.answers[:0]
+	s.starving = false
 	clear(s.res)
 }
 
