@@ -325,6 +325,15 @@ func (c *core) srpOutcome(r *Request, rsp *srp.Rsp) (srpResult, error) {
 		}
 	}
 	var res srpResult
+	// A residual counts bytes of a transfer that was asked for (SRP r16a
+	// 6.9); one in the direction the command moves nothing is a lie
+	// about what was moved, so nothing else the SRP_RSP says is trusted.
+	switch {
+	case !in && rsp.Flags&(srp.DIUnder|srp.DIOver) != 0 && rsp.DataInResid != 0:
+		return res, fmt.Errorf("initiator: SRP_RSP of a %s claims a data-in residual of %d (flags %#x), but it moves no data in: %w", r.Op, rsp.DataInResid, rsp.Flags, ErrProtocol)
+	case in && rsp.Flags&(srp.DOUnder|srp.DOOver) != 0 && rsp.DataOutResid != 0:
+		return res, fmt.Errorf("initiator: SRP_RSP of a %s claims a data-out residual of %d (flags %#x), but it moves no data out: %w", r.Op, rsp.DataOutResid, rsp.Flags, ErrProtocol)
+	}
 	if rsp.Flags&(srp.DIUnder|srp.DIOver) != 0 && rsp.DataInResid > n ||
 		rsp.Flags&(srp.DOUnder|srp.DOOver) != 0 && rsp.DataOutResid > n {
 		return res, fmt.Errorf("initiator: SRP_RSP residuals %d in, %d out for a %d-byte transfer: %w", rsp.DataInResid, rsp.DataOutResid, n, ErrProtocol)
