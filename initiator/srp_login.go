@@ -147,6 +147,10 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 		return fmt.Errorf("initiator: SRP login to %s: the accept carries no SRP_LOGIN_RSP: %w: %w", s.cfg.Addr, ErrProtocol, err)
 	}
 	switch {
+	case rsp.ReqLimDelta >= 1<<31:
+		// ib_srp keeps the request limit as a signed 32-bit count
+		// (srp_cm_rep_handler): this is a negative limit, not a vast one.
+		return fmt.Errorf("initiator: SRP target %s granted a request limit of %d (negative as SRP's signed count): %w", s.cfg.Addr, rsp.ReqLimDelta, ErrProtocol)
 	case rsp.ReqLimDelta < 2:
 		// One credit is kept back, as ib_srp keeps one for task
 		// management (__srp_get_tx_iu).
@@ -155,6 +159,13 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 		return fmt.Errorf("initiator: SRP target %s does not take direct descriptors (formats %#x): %w", s.cfg.Addr, rsp.BufFormats, ErrProtocol)
 	case rsp.MaxITIULen < srp.CmdLen+srp.DescriptorLen:
 		return fmt.Errorf("initiator: SRP target %s takes IUs of at most %d bytes: %w", s.cfg.Addr, rsp.MaxITIULen, ErrProtocol)
+	case rsp.MaxTIIULen < srp.RspLen || rsp.MaxTIIULen > recvIU:
+		// The receive buffers hold recvIU bytes: a target that may send
+		// more would overrun them, one that cannot send an SRP_RSP cannot
+		// answer. (A MaxITIULen above the one asked for is no lie:
+		// ib_srpt answers its own srp_max_req_size, and this initiator
+		// never sends more than it asked.)
+		return fmt.Errorf("initiator: SRP target %s sends IUs of up to %d bytes, want %d to %d: %w", s.cfg.Addr, rsp.MaxTIIULen, srp.RspLen, recvIU, ErrProtocol)
 	}
 	maxImm := 0
 	if rsp.Flags&srp.ImmediateSupported != 0 && req.Flags&srp.ImmediateRequested != 0 {
