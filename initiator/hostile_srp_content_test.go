@@ -360,12 +360,12 @@ func TestHostileSRPLogin(t *testing.T) {
 // initiator with requests of its own, SRP_CRED_REQ (granting 2^31
 // credits) or SRP_AER_REQ (a capacity change it never makes), sent
 // through the kit ahead of the response, and takes the answers away
-// from srpd. Every request is answered exactly once, with its tag
-// (SRP r16a 6.11, 6.13); the credits granted are no more than the
-// initiator's slots (srpd ends a connection that sends more commands
-// than it granted credits); the connection stays up, no completed
-// request's key stays valid, and every write reads back, on every
-// profile.
+// from srpd, while four writers keep the initiator's four slots busy.
+// Every request is answered exactly once, with its tag (SRP r16a 6.11,
+// 6.13); the credits granted never take the initiator past its slots
+// (srpd ends a connection that sends more commands than it granted
+// credits); the connection stays up, no completed request's key stays
+// valid, and every write checked reads back, on every profile.
 func TestHostileSRPRequestFlood(t *testing.T) {
 	const perResponse = 2
 	for _, kind := range []srp.Opcode{srp.OpCredReq, srp.OpAERReq} {
@@ -429,6 +429,23 @@ func TestHostileSRPRequestFlood(t *testing.T) {
 				}
 				armed.Store(true)
 				const ios = 200
+				// Three writers beside the checked writes and reads keep
+				// every slot busy while the credits pour in.
+				var wg sync.WaitGroup
+				for w := range 3 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						b := make([]byte, 16384)
+						for i := range ios {
+							if _, err := v.WriteAt(b, int64(64+w*32+i%32)*16384); err != nil {
+								t.Errorf("worker %d: %v", w, err)
+								return
+							}
+						}
+					}()
+				}
+				defer wg.Wait()
 				buf, got := make([]byte, 16384), make([]byte, 16384)
 				for i := range ios {
 					n := 4096 * (1 + 3*(i%2)) // immediate and registered
@@ -442,8 +459,9 @@ func TestHostileSRPRequestFlood(t *testing.T) {
 					if _, err := v.ReadAt(got[:n], off); err != nil || !bytes.Equal(got[:n], buf[:n]) {
 						t.Fatalf("read %d: %v, equal %v", i, err, bytes.Equal(got[:n], buf[:n]))
 					}
-					probeStale(t, r, i)
 				}
+				wg.Wait()
+				probeStale(t, r, ios)
 				armed.Store(false)
 				// The last answers may still be on the wire.
 				deadline := time.Now().Add(10 * time.Second)
