@@ -285,11 +285,12 @@ func probeStale(t *testing.T, r *hostileRig, round int) {
 	}
 }
 
-// TestHostileSRPLogin: an SRP_LOGIN_RSP with an absurd request limit or
-// IU length (0, 1, 2^32-1) is refused at login with a one-line error
-// that is ErrProtocol, on every profile. A MaxITIULen above what the
-// initiator asked for is no lie (ib_srpt answers its own limit) and is
-// taken: the initiator never sends more than it asked.
+// TestHostileSRPLogin: an SRP_LOGIN_RSP with an absurd request limit
+// (0, 1, 2^32-1) or IU lengths too small for a command or a response
+// (0, 1) is refused at login with a one-line error that is ErrProtocol,
+// on every profile. Large IU lengths are no lie and are taken: ib_srpt
+// answers the request's req_it_iu_len as its max_ti_iu_len, and the
+// initiator never sends more than it asked.
 func TestHostileSRPLogin(t *testing.T) {
 	for _, tc := range []struct {
 		field string
@@ -305,7 +306,7 @@ func TestHostileSRPLogin(t *testing.T) {
 		{"max_it_iu_len", 16, 1<<32 - 1, true},
 		{"max_ti_iu_len", 20, 0, false},
 		{"max_ti_iu_len", 20, 1, false},
-		{"max_ti_iu_len", 20, 1<<32 - 1, false},
+		{"max_ti_iu_len", 20, 1<<32 - 1, true}, // ib_srpt echoes req_it_iu_len (8260 with immediate data)
 	} {
 		for _, profile := range emu.Profiles() {
 			t.Run(fmt.Sprintf("%s=%d/%s", tc.field, tc.val, profile), func(t *testing.T) {

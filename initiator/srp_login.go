@@ -159,13 +159,16 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 		return fmt.Errorf("initiator: SRP target %s does not take direct descriptors (formats %#x): %w", s.cfg.Addr, rsp.BufFormats, ErrProtocol)
 	case rsp.MaxITIULen < srp.CmdLen+srp.DescriptorLen:
 		return fmt.Errorf("initiator: SRP target %s takes IUs of at most %d bytes: %w", s.cfg.Addr, rsp.MaxITIULen, ErrProtocol)
-	case rsp.MaxTIIULen < srp.RspLen || rsp.MaxTIIULen > recvIU:
-		// The receive buffers hold recvIU bytes: a target that may send
-		// more would overrun them, one that cannot send an SRP_RSP cannot
-		// answer. (A MaxITIULen above the one asked for is no lie:
-		// ib_srpt answers its own srp_max_req_size, and this initiator
-		// never sends more than it asked.)
-		return fmt.Errorf("initiator: SRP target %s sends IUs of up to %d bytes, want %d to %d: %w", s.cfg.Addr, rsp.MaxTIIULen, srp.RspLen, recvIU, ErrProtocol)
+	case rsp.MaxTIIULen < srp.RspLen:
+		// A target that cannot send an SRP_RSP cannot answer. A large
+		// MaxTIIULen is no lie to refuse: ib_srpt answers the request's
+		// req_it_iu_len in it (srpt_cm_req_recv), 8260 bytes for a login
+		// with immediate data, and sends SRP_RSPs of a few hundred bytes;
+		// an IU beyond the recvIU-byte receive buffers would fail its
+		// receive (a length error), ending the connection, never
+		// overrunning memory. (Nor is a MaxITIULen above the one asked
+		// for: this initiator never sends more than it asked.)
+		return fmt.Errorf("initiator: SRP target %s sends IUs of at most %d bytes, less than an SRP_RSP's %d: %w", s.cfg.Addr, rsp.MaxTIIULen, srp.RspLen, ErrProtocol)
 	}
 	maxImm := 0
 	if rsp.Flags&srp.ImmediateSupported != 0 && req.Flags&srp.ImmediateRequested != 0 {
