@@ -75,6 +75,21 @@ func openTestRBDExclusive(t testing.TB, dir string) Store {
 	return x
 }
 
+// ownedFlushed creates volume "v" (1 MiB) through an exclusive store in
+// dir, which holds its lock, and writes blk(1) at 0, flushed.
+func ownedFlushed(t *testing.T, dir string) (Store, Volume) {
+	owner := openTestRBDExclusive(t, dir)
+	v, err := owner.Create("v", 1<<20, 4096)
+	require.NoError(t, err)
+	_, err = v.WriteAt(blk(1), 0)
+	require.NoError(t, err)
+	require.NoError(t, v.Flush())
+	return owner, v
+}
+
+// blk is a block of 4 KiB of b.
+func blk(b byte) []byte { return bytes.Repeat([]byte{b}, 4096) }
+
 // TestRBDFencing: a second client cannot open an image another holds
 // (ErrBusy), breaks the holder's lock and takes the image; from then on
 // the old holder's writes and flushes fail with ErrFenced (ESHUTDOWN, it
@@ -86,13 +101,7 @@ func openTestRBDExclusive(t testing.TB, dir string) Store {
 // median ≈ 0.19 s).
 func TestRBDFencing(t *testing.T) {
 	dir := t.TempDir()
-	owner := openTestRBDExclusive(t, dir)
-	v, err := owner.Create("v", 1<<20, 4096)
-	require.NoError(t, err)
-	blk := func(b byte) []byte { return bytes.Repeat([]byte{b}, 4096) }
-	_, err = v.WriteAt(blk(1), 0)
-	require.NoError(t, err)
-	require.NoError(t, v.Flush())
+	owner, v := ownedFlushed(t, dir)
 
 	var times []time.Duration
 	n := int(testenv.Int(t, "GOSRP_RBD_TAKEOVERS", 5, 1))
@@ -134,19 +143,13 @@ func TestRBDFencing(t *testing.T) {
 // old owner had flushed.
 func TestRBDBreakerDies(t *testing.T) {
 	dir := t.TempDir()
-	owner := openTestRBDExclusive(t, dir)
-	v, err := owner.Create("v", 1<<20, 4096)
-	require.NoError(t, err)
-	blk := func(b byte) []byte { return bytes.Repeat([]byte{b}, 4096) }
-	_, err = v.WriteAt(blk(1), 0)
-	require.NoError(t, err)
-	require.NoError(t, v.Flush())
+	owner, v := ownedFlushed(t, dir)
 
 	breaker := openTestRBDExclusive(t, dir)
 	require.NoError(t, breaker.(LockBreaker).BreakLock("v"))
 	require.NoError(t, breaker.Close(), "the breaker dies without taking the lock")
 
-	_, err = v.WriteAt(blk(0xee), 0)
+	_, err := v.WriteAt(blk(0xee), 0)
 	require.ErrorIs(t, err, ErrFenced, "the old owner's write after the break")
 
 	next := openTestRBDExclusive(t, dir)
@@ -219,7 +222,6 @@ func TestRBDSharedOpen(t *testing.T) {
 	v, err := a.Create("v", 1<<20, 4096)
 	require.NoError(t, err)
 	require.NoError(t, v.Close())
-	blk := func(x byte) []byte { return bytes.Repeat([]byte{x}, 4096) }
 
 	va, err := a.(SharedOpener).OpenShared("v")
 	require.NoError(t, err)
