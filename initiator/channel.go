@@ -26,10 +26,14 @@ type channel struct {
 	id  int
 	log *slog.Logger
 
-	mu      sync.Mutex
-	q       queue
-	down    bool      // connection lost, reconnecting
-	downAt  time.Time // when it was lost
+	mu     sync.Mutex
+	q      queue
+	down   bool      // connection lost, reconnecting
+	downAt time.Time // when it was lost
+	// refused: the last reconnect found nobody listening and the session
+	// takes that as final (Config.refusedIsLost, Multipath's fast
+	// failover), so the loss is past LossTimeout at once.
+	refused bool
 	closing bool
 	// pendingHandles are volume handles learned outside the loop (Open).
 	pendingHandles []handleUpdate
@@ -100,7 +104,7 @@ func (c *channel) submit(r *Request) error {
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	if c.down && time.Since(c.downAt) > c.s.cfg.LossTimeout {
+	if c.down && c.lossLeftLocked() <= 0 {
 		c.mu.Unlock()
 		return fmt.Errorf("initiator: channel %d down since %s: %w", c.id, c.downAt.Format(time.RFC3339), ErrConnectionLost)
 	}

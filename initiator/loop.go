@@ -272,7 +272,7 @@ func (c *channel) fail(err error) {
 	}
 	c.mu.Lock()
 	if !c.down {
-		c.down, c.downAt = true, at
+		c.down, c.downAt, c.refused = true, at, false
 	}
 	c.mu.Unlock()
 }
@@ -347,6 +347,15 @@ func (c *channel) drain(bound time.Duration) {
 	}
 }
 
+// lossLeftLocked is the time left before the loss is final (none once a
+// reconnect was refused, Config.refusedIsLost). c.mu is held.
+func (c *channel) lossLeftLocked() time.Duration {
+	if c.refused {
+		return 0
+	}
+	return c.s.cfg.LossTimeout - time.Since(c.downAt)
+}
+
 // reconnect tries to bring the connection back with backoff; it returns
 // false when the channel is closing.
 func (c *channel) reconnect() bool {
@@ -358,7 +367,7 @@ func (c *channel) reconnect() bool {
 		default:
 		}
 		c.mu.Lock()
-		left := c.s.cfg.LossTimeout - time.Since(c.downAt)
+		left := c.lossLeftLocked()
 		c.mu.Unlock()
 		if left <= 0 {
 			c.failQueued(errors.New("not reconnected"))
@@ -392,11 +401,9 @@ func (c *channel) reconnect() bool {
 		if c.s.cfg.refusedIsLost && errors.Is(err, syscall.ECONNREFUSED) {
 			// Nobody listens there: no blip to wait out (Multipath's
 			// fast failover on a dead gateway).
-			if lost := time.Now().Add(-c.s.cfg.LossTimeout - time.Millisecond); lost.Before(c.downAt) {
-				c.downAt = lost
-			}
+			c.refused = true
 		}
-		left = c.s.cfg.LossTimeout - time.Since(c.downAt)
+		left = c.lossLeftLocked()
 		c.mu.Unlock()
 		if left <= 0 {
 			c.failQueued(err)
