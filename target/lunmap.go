@@ -99,10 +99,45 @@ func (t *lunTable) load(store LUNStore) error {
 		return nil
 	}
 	m, err := store.LoadLUNs()
+	if err == nil {
+		err = m.check(srpMaxLUNs)
+	}
 	if err != nil {
 		return fmt.Errorf("target: read the LUN map: %w", err)
 	}
 	t.m = m
+	return nil
+}
+
+// check refuses a map that could send a host's I/O to the wrong volume
+// or hide a volume: two volumes on one number, a number at or past
+// limit or never handed out (Next), a retired number still in use or
+// retired twice. A damaged or hand-edited file must stop the target
+// rather than be served.
+func (m *LUNMap) check(limit int) error {
+	owner := map[uint16]string{}
+	for _, n := range slices.Sorted(maps.Keys(m.LUNs)) {
+		l := m.LUNs[n]
+		switch o, dup := owner[l]; {
+		case dup:
+			return fmt.Errorf("LUN %d is both %q and %q", l, o, n)
+		case int(l) >= limit || l >= m.Next:
+			return fmt.Errorf("volume %q has LUN %d, past the %d handed out (at most %d)", n, l, m.Next, limit)
+		}
+		owner[l] = n
+	}
+	for _, l := range m.Retired {
+		if o, used := owner[l]; used {
+			if o == "" {
+				return fmt.Errorf("LUN %d is retired twice", l)
+			}
+			return fmt.Errorf("LUN %d is retired and %q's", l, o)
+		}
+		if l >= m.Next {
+			return fmt.Errorf("retired LUN %d was never handed out (%d were)", l, m.Next)
+		}
+		owner[l] = ""
+	}
 	return nil
 }
 

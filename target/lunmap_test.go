@@ -117,6 +117,32 @@ func TestLUNTableSaved(t *testing.T) {
 	}
 }
 
+// TestLUNMapCheck: a loaded map that could put two volumes on one LUN,
+// hide a volume past the limit or hand a live number out again is
+// refused before the target serves anything.
+func TestLUNMapCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		m    LUNMap
+		ok   bool
+	}{
+		{"empty", LUNMap{}, true},
+		{"saved", LUNMap{LUNs: map[string]uint16{"a": 0, "c": 2}, Next: 3, Retired: []uint16{1}}, true},
+		{"two volumes on one LUN", LUNMap{LUNs: map[string]uint16{"a": 1, "b": 1}, Next: 2}, false},
+		{"a LUN past Next", LUNMap{LUNs: map[string]uint16{"a": 5}, Next: 2}, false},
+		{"a LUN past the limit", LUNMap{LUNs: map[string]uint16{"a": 300}, Next: 301}, false},
+		{"a retired LUN in use", LUNMap{LUNs: map[string]uint16{"a": 0}, Next: 1, Retired: []uint16{0}}, false},
+		{"retired twice", LUNMap{LUNs: map[string]uint16{}, Next: 2, Retired: []uint16{1, 1}}, false},
+		{"retired never handed out", LUNMap{LUNs: map[string]uint16{}, Next: 1, Retired: []uint16{4}}, false},
+	} {
+		st := &memLUNs{m: tc.m}
+		var tb lunTable
+		if err := tb.load(st); (err == nil) != tc.ok {
+			t.Errorf("%s: load: %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
 // TestSRPStableLUNs: a host's LUN keeps naming its volume after a volume
 // that sorts before it is created and the host logs in again (ib_srp
 // reconnecting after a link flap or a target restart): before the LUN
