@@ -23,17 +23,30 @@ GUID=$(tr -d : < /sys/class/infiniband/rxe0/node_guid)
 # reserve that a small guest file system cannot meet.
 mkdir -m 700 -p /tmp/srpd
 mount -t tmpfs -o size=768m,mode=700 tmpfs /tmp/srpd || fail "tmpfs for the store"
-# start_srpd LOG: srpd on the store in /tmp/srpd, the target port named
-# by the node GUID.
-start_srpd() {
-  srpd --provider ibverbs --listen $IP:$PORT --backend file --data /tmp/srpd --default-volume-size 64MiB \
-    --srp-id-ext $GUID --srp-ioc-guid "$(cat /sys/class/infiniband/rxe0/node_guid)" --log-level debug > $1 2>&1 &
+# serve LOG PORT FLAGS...: srpd listening on PORT with FLAGS (backend and
+# store), the target port named by the node GUID, until it serves.
+serve() {
+  log=$1 port=$2
+  shift 2
+  srpd --provider ibverbs --listen $IP:$port --srp-id-ext $GUID --srp-ioc-guid "$(cat /sys/class/infiniband/rxe0/node_guid)" \
+    --log-level debug "$@" > $log 2>&1 &
   SRPD=$!
   i=0
-  until grep -q msg=serving $1 2>/dev/null; do
-    i=$((i + 1)); [ $i -gt 200 ] && fail "srpd not serving: $(tail -3 $1)"; sleep 0.3
+  until grep -q msg=serving $log 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 200 ] && fail "srpd not serving: $(tail -3 $log)"; sleep 0.3
   done
 }
+# relogged LOG WHAT: waits until ib_srp logged in to the srpd writing LOG
+# and says how long it took.
+relogged() {
+  i=0
+  until grep -q "msg=login " $1; do
+    i=$((i + 1)); [ $i -gt 120 ] && fail "ib_srp did not reconnect $2"; sleep 0.5
+  done
+  say "ib_srp reconnected after $((i / 2)) s"
+}
+# start_srpd LOG: the file-backed srpd on the store in /tmp/srpd.
+start_srpd() { serve $1 $PORT --backend file --data /tmp/srpd --default-volume-size 64MiB; }
 start_srpd $O/srpd.log
 say "srpd serving on $IP:$PORT"
 # reconnect_delay: ib_srp logs in again by itself when srpd comes back;
@@ -144,16 +157,7 @@ umount /tmp/srpd
 PPORT=4451
 mkdir -m 700 -p /tmp/srpp
 mount -t tmpfs -o size=640m,mode=700 tmpfs /tmp/srpp || fail "tmpfs for the pebble store"
-start_pebble() {
-  srpd --provider ibverbs --listen $IP:$PPORT --backend pebble --data /tmp/srpp --space-reserve 32MiB \
-    --default-volume-size 128MiB --srp-id-ext $GUID --srp-ioc-guid "$(cat /sys/class/infiniband/rxe0/node_guid)" \
-    --log-level debug > $1 2>&1 &
-  SRPD=$!
-  i=0
-  until grep -q msg=serving $1 2>/dev/null; do
-    i=$((i + 1)); [ $i -gt 200 ] && fail "pebble srpd not serving: $(tail -3 $1)"; sleep 0.3
-  done
-}
+start_pebble() { serve $1 $PPORT --backend pebble --data /tmp/srpp --space-reserve 32MiB --default-volume-size 128MiB; }
 start_pebble $O/srpd-pebble.log
 LINE=$(srpd status --data /tmp/srpp | sed -n 's/.*ib_srp add_target: //p')
 echo "$LINE" > /sys/class/infiniband_srp/srp-rxe0-1/add_target || fail "add_target of the pebble srpd refused"
@@ -179,11 +183,7 @@ say "pebble srpd SIGKILLed with direct writes in flight"
 start_pebble $O/srpd-pebble-restarted.log
 grep -q "acknowledged writes not flushed" $O/srpd-pebble-restarted.log || fail "the restarted srpd did not warn of the lost write cache: $(grep -i dirty $O/srpd-pebble-restarted.log | tail -3)"
 say "restarted srpd: $(grep -o 'msg="the previous run[^"]*" volume=[^ ]*' $O/srpd-pebble-restarted.log)"
-i=0
-until grep -q "msg=login " $O/srpd-pebble-restarted.log; do
-  i=$((i + 1)); [ $i -gt 120 ] && fail "ib_srp did not reconnect to the pebble srpd"; sleep 0.5
-done
-say "ib_srp reconnected after $((i / 2)) s"
+relogged $O/srpd-pebble-restarted.log "to the pebble srpd"
 wait $DD
 say "the writer ended: $(tail -1 $O/hot.log)"
 # A sync makes jbd2 commit: its flush meets the lost write cache.
@@ -223,11 +223,7 @@ src=$?
 say "pebble srpd stopped by SIGTERM with direct writes in flight: $(grep -o 'msg="stopped[^"]*"' $O/srpd-pebble-restarted.log)"
 start_pebble $O/srpd-pebble-graceful.log
 grep -q "acknowledged writes not flushed" $O/srpd-pebble-graceful.log && fail "after a clean stop srpd reports a lost write cache"
-i=0
-until grep -q "msg=login " $O/srpd-pebble-graceful.log; do
-  i=$((i + 1)); [ $i -gt 120 ] && fail "ib_srp did not reconnect after the graceful restart"; sleep 0.5
-done
-say "ib_srp reconnected after $((i / 2)) s"
+relogged $O/srpd-pebble-graceful.log "after the graceful restart"
 wait $DD || fail "the writer failed across the graceful restart: $(tail -2 $O/hot2.log)"
 sync || fail "sync after the graceful restart"
 dmesg | tail -n +$((DMESG1 + 1)) > $O/dmesg-graceful.log
