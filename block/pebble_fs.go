@@ -19,7 +19,8 @@ const (
 )
 
 // privateFS is the disk as pebble sees it, with every file and directory
-// pebble creates made private (privateFileMode, privateDirMode).
+// pebble creates made private (privateFileMode, privateDirMode), and no
+// space reserved ahead of writes (unreservedFile).
 type privateFS struct{ vfs.FS }
 
 func (fs privateFS) MkdirAll(dir string, _ os.FileMode) error {
@@ -59,6 +60,29 @@ func private(name string) func(f vfs.File, err error) (vfs.File, error) {
 		if err := os.Chmod(name, privateFileMode); err != nil {
 			return nil, errors.Join(fmt.Errorf("block: make %s private: %w", name, err), f.Close())
 		}
-		return f, nil
+		return unreservedFile{f}, nil
 	}
 }
+
+// unreservedFile is a pebble file whose Preallocate does nothing.
+//
+// Pebble preallocates each WAL (fallocate with FALLOC_FL_KEEP_SIZE) to
+// 110% of MemTableSize, whatever the memtable it logs: DB.walPreallocateSize
+// in pebble, after RocksDB's GetWalPreallocateBlockSize. A store's first
+// memtables are small (pebble doubles them up to MemTableSize), so a fresh
+// store rotates its WAL every few MiB of writes, and every new WAL took
+// 141 MiB at the default 128 MiB memtable; recycled WALs keep theirs. A
+// pebble srpd on a 640 MiB tmpfs held 576 MiB after mkfs.ext4 of a
+// 128 MiB volume and refused the host's next writes for space
+// (test/rxe/srp-guest.sh). Space the store never wrote is space the guard
+// (space.go) cannot account for, and on tmpfs it is memory.
+//
+// Little is lost: on ext4 and XFS, writing into a preallocated extent
+// converts it from unwritten to written, a journaled metadata change, so
+// the fdatasync after a WAL append commits metadata either way. What
+// makes WAL syncs cheap is recycling, which pebble still does (a reused
+// WAL is overwritten in place, within its old size).
+type unreservedFile struct{ vfs.File }
+
+// Preallocate reserves nothing; see unreservedFile.
+func (unreservedFile) Preallocate(offset, length int64) error { return nil }

@@ -15,7 +15,13 @@ mkdir -p $O
 IP=10.0.2.15
 PORT=4450
 say() { echo "[$(cut -d' ' -f1 /proc/uptime)] $*" | tee -a $O/steps.log; }
-fail() { say "FAIL: $*"; dmesg | grep -i -E "srp|scsi|sd " | tail -20 | tee -a $O/steps.log; exit 1; }
+# DIAG, when set, is a command whose output a failure adds to the log.
+fail() {
+  say "FAIL: $*"
+  [ -n "$DIAG" ] && eval "$DIAG" 2>&1 | tee -a $O/steps.log
+  dmesg | grep -i -E "srp|scsi|sd " | tail -20 | tee -a $O/steps.log
+  exit 1
+}
 
 GUID=$(tr -d : < /sys/class/infiniband/rxe0/node_guid)
 # The store is the file backend on a tmpfs: it outlives srpd's process,
@@ -159,6 +165,8 @@ mkdir -m 700 -p /tmp/srpp
 mount -t tmpfs -o size=640m,mode=700 tmpfs /tmp/srpp || fail "tmpfs for the pebble store"
 start_pebble() { serve $1 $PPORT --backend pebble --data /tmp/srpp --space-reserve 32MiB --default-volume-size 128MiB; }
 start_pebble $O/srpd-pebble.log
+PLOG=$O/srpd-pebble.log
+DIAG='df -k /tmp/srpp | tail -1; du -sk /tmp/srpp/* | tr "\n" " "; echo; grep -m1 MemTotal /proc/meminfo; grep MemAvailable /proc/meminfo; grep -E "level=(ERROR|WARN)" $PLOG | tail -5'
 LINE=$(srpd status --data /tmp/srpp | sed -n 's/.*ib_srp add_target: //p')
 echo "$LINE" > /sys/class/infiniband_srp/srp-rxe0-1/add_target || fail "add_target of the pebble srpd refused"
 i=0
@@ -169,7 +177,7 @@ echo 15 > /sys/block/$D/device/timeout
 mkfs.ext4 -q -F /dev/$D > $O/mkfs-pebble.log 2>&1 || fail "mkfs.ext4 on pebble: $(tail -3 $O/mkfs-pebble.log)"
 mount /dev/$D /tmp/m || fail "mount the pebble volume"
 cp /tmp/pattern /tmp/m/synced && sync || fail "the synced file"
-say "pebble volume /dev/$D: ext4 mounted, a file written and synced"
+say "pebble volume /dev/$D: ext4 mounted, a file written and synced; store $(du -sk /tmp/srpp | cut -f1) KiB, tmpfs free $(df -k /tmp/srpp | awk 'END {print $4}') KiB"
 DMESG0=$(dmesg | wc -l)
 # Direct writes go out as plain WRITEs, acknowledged from pebble's
 # memtable and WAL buffer: the volume is dirty when the kill comes.
@@ -181,6 +189,7 @@ kill -9 $SRPD
 wait $SRPD 2>/dev/null
 say "pebble srpd SIGKILLed with direct writes in flight"
 start_pebble $O/srpd-pebble-restarted.log
+PLOG=$O/srpd-pebble-restarted.log
 grep -q "acknowledged writes not flushed" $O/srpd-pebble-restarted.log || fail "the restarted srpd did not warn of the lost write cache: $(grep -i dirty $O/srpd-pebble-restarted.log | tail -3)"
 say "restarted srpd: $(grep -o 'msg="the previous run[^"]*" volume=[^ ]*' $O/srpd-pebble-restarted.log)"
 relogged $O/srpd-pebble-restarted.log "to the pebble srpd"
@@ -222,6 +231,7 @@ src=$?
 [ $src = 0 ] || fail "srpd's exit status after SIGTERM: $src: $(tail -3 $O/srpd-pebble-restarted.log)"
 say "pebble srpd stopped by SIGTERM with direct writes in flight: $(grep -o 'msg="stopped[^"]*"' $O/srpd-pebble-restarted.log)"
 start_pebble $O/srpd-pebble-graceful.log
+PLOG=$O/srpd-pebble-graceful.log
 grep -q "acknowledged writes not flushed" $O/srpd-pebble-graceful.log && fail "after a clean stop srpd reports a lost write cache"
 relogged $O/srpd-pebble-graceful.log "after the graceful restart"
 wait $DD || fail "the writer failed across the graceful restart: $(tail -2 $O/hot2.log)"
