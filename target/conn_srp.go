@@ -5,6 +5,7 @@ package target
 // goroutine before its loop starts.
 
 import (
+	"strings"
 	"sync/atomic"
 
 	"github.com/gosrp/gosrp/internal/srp"
@@ -26,7 +27,7 @@ func (c *conn) srpLogin(req *srp.LoginRequest) srpLoginResult {
 			c.log.Warn("volumes without an SRP LUN: every number is taken", "volumes", left, "max_luns", srpMaxLUNs)
 		}
 	}
-	key := "srp\x00" + srpInitiatorName(req.InitiatorPortID) + "\x00" + srpInitiatorName(req.TargetPortID)
+	key := srpKeyPrefix + srpInitiatorName(req.InitiatorPortID) + "\x00" + srpInitiatorName(req.TargetPortID)
 	res := c.core.srpLogin(req, byLUN, err, c.t.channels(c, key))
 	if !res.ok {
 		return res
@@ -113,13 +114,16 @@ type nexusMsg struct {
 }
 
 // peerAbort is an SRP task management function received on one channel
-// (from, its slot) carried to the nexus's other channels: each aborts
-// its commands of unit, and the last to finish tells from.
+// (from, its slot) carried to the nexus's other channels, or for a
+// LOGICAL UNIT RESET (reset) to every other SRP channel: each aborts its
+// commands of unit (another nexus's, of unit's volume), and the last to
+// finish tells from.
 type peerAbort struct {
-	from *conn
-	slot int32
-	unit *srpUnit
-	left atomic.Int32
+	from  *conn
+	slot  int32
+	unit  *srpUnit
+	reset bool
+	left  atomic.Int32
 }
 
 // finish counts one channel done; the last tells the function's own.
@@ -129,16 +133,22 @@ func (p *peerAbort) finish() {
 	}
 }
 
+// srpKeyPrefix begins the channel key of every SRP connection (srpLogin).
+const srpKeyPrefix = "srp\x00"
+
 // nexusAbort carries the core's task management function x to the
-// other channels of the nexus (those logged in with its key now). It
-// never blocks: each hears of it on its own run loop.
+// other channels of the nexus (those logged in with its key now), and
+// a reset to every SRP connection logged in now: one that has nothing
+// of the unit finishes at once. It never blocks: each hears of it on
+// its own run loop.
 func (c *conn) nexusAbort(x srpNexusAbort) {
-	p := &peerAbort{from: c, slot: x.slot, unit: x.unit}
+	p := &peerAbort{from: c, slot: x.slot, unit: x.unit, reset: x.reset}
 	var peers []*conn
 	if k := c.chanKey.Load(); k != nil {
 		c.t.mu.Lock()
 		for _, o := range c.t.conns {
-			if ok := o.chanKey.Load(); o != c && ok != nil && *ok == *k {
+			ok := o.chanKey.Load()
+			if o != c && ok != nil && (*ok == *k || x.reset && strings.HasPrefix(*ok, srpKeyPrefix)) {
 				peers = append(peers, o)
 			}
 		}
@@ -175,7 +185,7 @@ func (c *conn) nexusTake() {
 	c.nexusMu.Unlock()
 	for _, m := range in {
 		if m.abort != nil {
-			c.core.srpPeerAbort(m.abort.unit, m.abort)
+			c.core.srpPeerAbort(m.abort.unit, m.abort.reset, m.abort)
 		} else {
 			c.core.srpPeersDone(m.done)
 		}

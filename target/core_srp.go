@@ -99,9 +99,11 @@ type srpSlot struct {
 	peers bool
 	peer  *srpPeerAbort
 	// lun is the command's LUN; aborted says a task management function
-	// (in slot abortBy) aborted it: it gets no SRP_RSP.
+	// (in slot abortBy) aborted it: it gets no SRP_RSP, unless tas says
+	// another I_T nexus's reset did (TASK ABORTED, core_srp_tmf.go).
 	lun      uint16
 	aborted  bool
+	tas      bool
 	abortBy  int32
 	senseBuf [scsi.FixedSenseLen]byte
 	// For UNMAP and WRITE SAME, whose data-out is a parameter list or a

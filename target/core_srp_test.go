@@ -211,7 +211,7 @@ func FuzzSRPCore(f *testing.F) {
 			h.deliver(0, srpIU(t, srp.Cmd{Tag: 1, CDB: rw16(0x88, 0, 1), DataIn: srp.DataBuffer{Format: srp.FormatDirect,
 				Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 4096}}}))
 			if before%3 == 2 {
-				h.c.srpPeerAbort(h.c.srpUnitOf(0), "peer")
+				h.c.srpPeerAbort(h.c.srpUnitOf(0), false, "peer")
 			}
 			h.step()
 			if before%3 == 2 && (h.c.srp.cred.tag != 1 || h.c.outstanding != 0) {

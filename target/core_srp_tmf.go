@@ -7,13 +7,13 @@ package target
 // of its indirect table or of its data-out (not started: its volume job
 // never runs), or with its
 // volume job running (it finishes; a job cannot be called back). Either
-// way the aborted command gets no SRP_RSP, as LIO sends none for an
-// aborted task without TAS, and ib_srp, which claimed the request before
-// it sent the abort (srp_abort, srp_claim_req), would only log a late one
-// as "Null scmnd". Its credit comes back in the task management
-// response's REQUEST LIMIT DELTA instead (ib_srpt's srpt_aborted_task
-// does the same through the next response), or the initiator would lose
-// a credit per abort.
+// way a command its own I_T nexus aborted gets no SRP_RSP, as LIO sends
+// none for one (TAS is about other nexuses'), and ib_srp, which claimed
+// the request before it sent the abort (srp_abort, srp_claim_req), would
+// only log a late one as "Null scmnd". Its credit comes back in the task
+// management response's REQUEST LIMIT DELTA instead (ib_srpt's
+// srpt_aborted_task does the same through the next response), or the
+// initiator would lose a credit per abort.
 //
 // The task management response waits until every command it aborted has
 // stopped: ib_srp frees an aborted request as soon as the answer says
@@ -22,17 +22,33 @@ package target
 // a write the initiator was told is aborted must not land after that.
 // Commands already answered (their SRP_RSP posted) are past aborting.
 //
-// ABORT TASK SET, CLEAR TASK SET and LOGICAL UNIT RESET act on the
-// task set of the I_T nexus, and a nexus of ib_srp has several channels
-// (ch_count), each a connection with a core of its own: the function
-// aborts its own channel's commands of the unit, and asks the shell
+// ABORT TASK SET and CLEAR TASK SET act on the task set of the I_T
+// nexus (the control mode page says TST 001b, a task set per nexus),
+// and a nexus of ib_srp has several channels (ch_count), each a
+// connection with a core of its own: the function aborts its own
+// channel's commands of the unit, and asks the shell
 // (actions.srpAborts) to have the nexus's other channels abort theirs
 // (srpPeerAbort); it is answered once they all report that theirs have
 // stopped (srpPeersDone). Their credits come back in the next SRP_RSP
 // of their own channel, whose request limit they are part of, or in an
-// SRP_CRED_REQ when it has none to send (core_srp_credit.go). A LOGICAL
-// UNIT RESET also raises BUS DEVICE RESET FUNCTION OCCURRED on the unit
-// for every other I_T nexus (SAM-5 7.7); it aborts no task of theirs.
+// SRP_CRED_REQ when it has none to send (core_srp_credit.go).
+//
+// A LOGICAL UNIT RESET aborts every task set of the unit (SAM-5 6.3.3,
+// 7.7): the shell carries it to every channel of every SRP nexus, and
+// those of another nexus that have the unit (the same volume) abort
+// their commands of it too; the reset is answered once they stopped as
+// well, so a write another host had running cannot land after the
+// requester was told the unit is reset. It also raises BUS DEVICE RESET
+// FUNCTION OCCURRED on the unit for every other nexus. Another nexus's
+// host did not ask for the abort and is still waiting for its commands:
+// with TAS set in the control mode page (SAM-5 5.6, SPC-4 7.5.8), each
+// gets an SRP_RSP with status TASK ABORTED once it stopped, which Linux
+// retries at once (scsi_decide_disposition), where without a status it
+// would wait for its command timeout and an ABORT TASK; the retry then
+// hears of the reset through the unit attention. LIO does the same with
+// its default emulate_tas. The requester's own commands still get no
+// SRP_RSP: TAS is about other nexuses' commands, and ib_srp completed
+// them itself when it sent the reset (srp_reset_device).
 
 import (
 	"fmt"
@@ -46,13 +62,13 @@ import (
 // answered: ib_srp sends it on the command's channel), ABORT TASK SET
 // and CLEAR TASK SET (every unanswered command of the LUN on every
 // channel of the I_T nexus; SRP's task sets are per I_T nexus, and this
-// target shares none across nexuses), LOGICAL UNIT RESET (the same, and
-// the reset unit attention for the other nexuses; the unit has no other
-// state to reset). The answer is FUNCTION COMPLETE once
-// the aborted commands stopped, also when there was nothing to abort
-// (SAM-5 7.2: an ABORT TASK for a task that does not exist completes);
-// CLEAR ACA and unknown functions are FUNCTION NOT SUPPORTED, a LUN field
-// that addresses no LUN is INVALID IU.
+// target shares none across nexuses), LOGICAL UNIT RESET (the same on
+// every nexus that has the unit, and the reset unit attention for the
+// other nexuses; the unit has no other state to reset). The answer is
+// FUNCTION COMPLETE once the aborted commands stopped, also when there
+// was nothing to abort (SAM-5 7.2: an ABORT TASK for a task that does
+// not exist completes); CLEAR ACA and unknown functions are FUNCTION NOT
+// SUPPORTED, a LUN field that addresses no LUN is INVALID IU.
 func (c *core) srpTaskMgmt(s *slot, tm *srp.TaskMgmt) {
 	s.srp.tag, s.srp.tmf = tm.Tag, true
 	lun, err := scsi.DecodeLUN(tm.LUN)
@@ -74,11 +90,13 @@ func (c *core) srpTaskMgmt(s *slot, tm *srp.TaskMgmt) {
 		}
 		s.srp.resp[3] = srp.TaskComplete
 		if u := c.srpUnitOf(lun); u != nil && tm.Function != srp.TaskAbortTask {
-			// One more to wait for: the nexus's other channels.
+			// One more to wait for: the nexus's other channels, and for
+			// a reset those of every other nexus.
+			reset := tm.Function == srp.TaskLUNReset
 			s.srp.peers = true
 			s.srp.waiting++
-			c.acts.srpAborts = append(c.acts.srpAborts, srpNexusAbort{slot: s.idx, unit: u})
-			if tm.Function == srp.TaskLUNReset {
+			c.acts.srpAborts = append(c.acts.srpAborts, srpNexusAbort{slot: s.idx, unit: u, reset: reset})
+			if reset {
 				n := u.nx.resetOthers(u.name)
 				if c.p.trace != nil {
 					c.p.trace(fmt.Sprintf("%s tag=%d: unit attention reset-occurred on %d other I_T nexuses", tm.Function, tm.Tag, n))
@@ -119,37 +137,52 @@ func (c *core) srpUnitOf(lun uint16) *srpUnit {
 }
 
 // srpNexusAbort asks the shell to have the other channels of the I_T
-// nexus abort their commands of unit (srpPeerAbort), then report to
-// this channel's task management function in slot (srpPeersDone).
+// nexus abort their commands of unit (srpPeerAbort), and for a LOGICAL
+// UNIT RESET (reset) every channel of every other SRP nexus too, then
+// report to this channel's task management function in slot
+// (srpPeersDone).
 type srpNexusAbort struct {
-	slot int32
-	unit *srpUnit
+	slot  int32
+	unit  *srpUnit
+	reset bool
 }
 
-// srpPeerAbort is a task management function of another channel of the
-// nexus, acting on this channel's commands: how many of them have not
-// stopped, and the shell's token to hand back when none is left.
+// srpPeerAbort is a task management function of another channel,
+// acting on this channel's commands: how many of them have not stopped,
+// and the shell's token to hand back when none is left.
 type srpPeerAbort struct {
 	waiting int
 	token   any
 }
 
 // srpPeerAbort aborts this channel's commands of unit for a task
-// management function received on another channel of the nexus; the
-// shell's token comes back in actions.peerAborted once they all stopped
-// (at once when there were none, or the connection is closed).
-func (c *core) srpPeerAbort(unit *srpUnit, token any) {
+// management function received on another channel: of the same nexus
+// (this channel's unit is unit), or for a LOGICAL UNIT RESET (reset) of
+// another nexus, whose unit of the same volume this channel's is; those
+// get TASK ABORTED once they stop (srpAbortDone). The shell's token
+// comes back in actions.peerAborted once they all stopped (at once when
+// there were none, or the connection is closed).
+func (c *core) srpPeerAbort(unit *srpUnit, reset bool, token any) {
 	pa := &srpPeerAbort{token: token}
 	if c.srp != nil && c.state != connClosed {
 		for i := range c.slots {
 			x := &c.slots[i]
-			if !srpRunning(x) || c.srpUnitOf(x.srp.lun) != unit {
+			if !srpRunning(x) {
 				continue
 			}
-			x.srp.aborted, x.srp.peer = true, pa
+			u := c.srpUnitOf(x.srp.lun)
+			other := u != nil && u != unit && reset && u.name == unit.name
+			if u != unit && !other {
+				continue
+			}
+			x.srp.aborted, x.srp.peer, x.srp.tas = true, pa, other
 			pa.waiting++
 			if c.p.trace != nil {
-				c.p.trace(fmt.Sprintf("another channel's task management aborts slot %d tag=%d in %s", x.idx, x.srp.tag, x.state))
+				who := "another channel's task management"
+				if other {
+					who = "another I_T nexus's LOGICAL UNIT RESET"
+				}
+				c.p.trace(fmt.Sprintf("%s aborts slot %d tag=%d in %s", who, x.idx, x.srp.tag, x.state))
 			}
 		}
 	}
@@ -194,8 +227,20 @@ func (c *core) srpPeersClosed() {
 // srpAbortDone retires an aborted command whose RDMA READs or volume job
 // finished: no SRP_RSP, its credit owed to the next one (or to an
 // SRP_CRED_REQ when none is coming, core_srp_credit.go), its slot free;
-// the last of a task management function's commands lets it answer.
+// the last of a task management function's commands lets it answer. A
+// command another nexus's reset aborted is answered TASK ABORTED
+// instead (TAS), its credit in that SRP_RSP.
 func (c *core) srpAbortDone(s *slot) {
+	if pa := s.srp.peer; pa != nil && s.srp.tas && c.state != connClosed {
+		if c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("slot %d tag=%d aborted by another I_T nexus: TASK ABORTED", s.idx, s.srp.tag))
+		}
+		c.srpAnswer(s, scsi.StatusTaskAborted, scsi.SenseNone)
+		if pa.waiting--; pa.waiting == 0 {
+			c.acts.peerAborted = append(c.acts.peerAborted, pa.token)
+		}
+		return
+	}
 	if c.p.trace != nil {
 		c.p.trace(fmt.Sprintf("slot %d tag=%d aborted, no response", s.idx, s.srp.tag))
 	}

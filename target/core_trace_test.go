@@ -122,10 +122,15 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		c.volumeResized(vol, size)
 	case "peer-abort":
 		// Another channel of the nexus aborts this one's commands of
-		// the LUN.
+		// the LUN; with other-nexus, a LOGICAL UNIT RESET of another
+		// I_T nexus on the LUN's volume.
 		var lun int
 		td.ScanArgs(t, "lun", &lun)
-		c.srpPeerAbort(c.srpUnitOf(uint16(lun)), "peer")
+		u := c.srpUnitOf(uint16(lun))
+		if td.HasArg("other-nexus") {
+			u = newSRPNexus(nil, "other").unit(u.name, u.blocks.Load(), false)
+		}
+		c.srpPeerAbort(u, td.HasArg("other-nexus"), "peer")
 	case "peers-done":
 		// The other channels report their commands stopped.
 		var slot int

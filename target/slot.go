@@ -46,7 +46,9 @@ var slotNext = [...][]slotState{
 	slotReceived:    {slotReadingData, slotBackend, slotWritingData, slotResponding, slotFetchingTable},
 	slotReadingData: {slotBackend, slotResponding, slotFree}, // FREE: an aborted SRP command
 	slotBackend:     {slotWritingData, slotResponding, slotFree},
-	slotWritingData: {slotFree},
+	// RESPONDING: a long SRP data-in that another I_T nexus's reset
+	// aborted between rounds, answered TASK ABORTED (core_srp_tmf.go).
+	slotWritingData: {slotFree, slotResponding},
 	slotResponding:  {slotFree},
 	// FREE: an aborted SRP command, whose table came after the abort.
 	slotFetchingTable: {slotReadingData, slotBackend, slotWritingData, slotResponding, slotFree},

@@ -116,14 +116,17 @@ func (d *Device) cachingPage(pc byte) []byte {
 	return b
 }
 
-// controlPage is the Control mode page (SPC-4 7.5.8), 12 bytes: queue
-// algorithm modifier 1 (byte 3 bits 7:4), unrestricted reordering of
-// SIMPLE tasks; D_SENSE 0 (fixed-format sense); everything else zero.
+// controlPage is the Control mode page (SPC-4 7.5.8), 12 bytes: TST 001b
+// (byte 2 bits 7:5), a task set per I_T nexus, as SRP's task management
+// keeps them; queue algorithm modifier 1 (byte 3 bits 7:4), unrestricted
+// reordering of SIMPLE tasks; TAS (byte 5 bit 6), commands another I_T
+// nexus aborts end with status TASK ABORTED (SAM-5 5.6); D_SENSE 0
+// (fixed-format sense); everything else zero. None is changeable.
 func controlPage(pc byte) []byte {
 	b := make([]byte, 12)
 	b[0], b[1] = pageControl, 0x0A
 	if pc != pcChangeable {
-		b[3] = 0x10
+		b[2], b[3], b[5] = 0x20, 0x10, 0x40
 	}
 	return b
 }

@@ -107,8 +107,9 @@ func TestDataIn(t *testing.T) {
 			"00", "001000", // 8 reserved, 9 block length
 			"0812", "04", // 12 caching page: WCE
 			fieldhex.Zeros(17), // 15..31
-			"0a0a", "00", "10", // 32 control page: queue algorithm modifier 1
-			"0000000000000000", // 36..43
+			"0a0a", "20", "10", // 32 control page: TST 001b, queue algorithm modifier 1
+			"00", "40", // 36 TAS
+			"000000000000", // 38..43
 		)},
 		{"MODE SENSE(6) read-only caching page, no block descriptor", ro, cdb(0x1a, 0x08, 0x08, 0, 255), fieldhex.Bytes(t,
 			"17", "00", "90", "00", // length 23, WP|DPOFUA, no descriptor
@@ -122,7 +123,7 @@ func TestDataIn(t *testing.T) {
 			"0000000200000000",         // 8 blocks 2^33
 			"00000000",                 // 16 reserved
 			"00001000",                 // 20 block length
-			"0a0a00100000000000000000", // 24 control page
+			"0a0a20100040000000000000", // 24 control page: TST 001b, TAS
 		)},
 		{"MODE SENSE(6) changeable values", disk(), cdb(0x1a, 0x08, 0x48, 0, 255), append(fieldhex.Bytes(t, "17001000", "0812"), make([]byte, 18)...)},
 		{"REQUEST SENSE, nothing pending", disk(), cdb(0x03, 0, 0, 0, 18), fieldhex.Bytes(t, "70", "00", "00", "00000000", "0a", "00000000", "00", "00", "00000000")},

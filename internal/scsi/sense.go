@@ -16,10 +16,12 @@ const (
 	StatusCheckCondition Status = 0x02 // sense data says why
 	StatusBusy           Status = 0x08
 	StatusTaskSetFull    Status = 0x28
+	StatusTaskAborted    Status = 0x40 // another I_T nexus aborted it (TAS, SAM-5 5.6)
 )
 
 var statusNames = [...]string{
 	StatusGood: "GOOD", StatusCheckCondition: "CHECK CONDITION", StatusBusy: "BUSY", StatusTaskSetFull: "TASK SET FULL",
+	StatusTaskAborted: "TASK ABORTED",
 }
 
 func (s Status) String() string { return enum.Hex(statusNames[:], s, "Status") }
