@@ -112,9 +112,11 @@
 // reinstatement does; SRP_I_LOGOUT ends the channel. The channels of a
 // nexus share its unit attentions (srp_nexus.go): each is reported once
 // per I_T nexus, on whichever channel asks first (SAM-5 5.14); ABORT
-// TASK SET, CLEAR TASK SET and LOGICAL UNIT RESET abort the unit's
-// commands on every channel of the nexus, and a reset raises a unit
-// attention for the other nexuses.
+// TASK SET and CLEAR TASK SET abort the unit's commands on every channel
+// of the nexus (a task set per I_T nexus, TST 001b). LOGICAL UNIT RESET
+// aborts them on every channel of every nexus that has the unit (SAM-5
+// 6.3.3), another nexus's answered TASK ABORTED (TAS), is answered once
+// they all stopped, and raises a unit attention for the other nexuses.
 //
 // # Structure
 //
