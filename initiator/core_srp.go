@@ -84,6 +84,9 @@ type srpResult struct {
 	err error // nil: GOOD, the whole transfer moved
 	got int   // data-in bytes moved
 	ua  bool  // CHECK CONDITION, UNIT ATTENTION
+	// aborted: TASK ABORTED, another I_T nexus's task management (a
+	// LOGICAL UNIT RESET) aborted the command (SAM-5 5.6, TAS).
+	aborted bool
 }
 
 func newSRPCore(slots, recvs int) *srpCore {
@@ -341,6 +344,7 @@ func (c *core) srpOutcome(r *Request, rsp *srp.Rsp) (srpResult, error) {
 	if rsp.Status != uint8(scsi.StatusGood) {
 		st := scsi.Status(rsp.Status)
 		if st != scsi.StatusCheckCondition || len(rsp.Sense) == 0 {
+			res.aborted = st == scsi.StatusTaskAborted
 			res.err = &SCSIError{Op: r.Op, Status: st}
 			return res, nil
 		}
@@ -374,7 +378,10 @@ func (c *core) srpOutcome(r *Request, rsp *srp.Rsp) (srpResult, error) {
 // ATTENTION is re-issued once: the condition (a reset, a capacity or
 // LUN inventory change) is reported once per I_T nexus, and what the
 // command asked for was not done (SAM-5 5.14; Linux's sd retries the
-// same way).
+// same way). One answered TASK ABORTED is re-issued once too, apart
+// from that: another host's LOGICAL UNIT RESET aborted it, and Linux
+// retries it at once (scsi_decide_disposition); its re-issue then
+// hears of the reset as a UNIT ATTENTION.
 func (c *core) completeSRP(si int) {
 	sl := &c.slots[si]
 	r := sl.req
@@ -382,12 +389,13 @@ func (c *core) completeSRP(si int) {
 	c.srp.res[si] = srpResult{}
 	sl.req, sl.hasReg, sl.state = nil, false, slotFree
 	c.free = append(c.free, si)
-	if res.ua && !r.uaRetried {
-		r.uaRetried = true
+	if res.ua && !r.uaRetried || res.aborted && !r.abortRetried {
+		r.uaRetried = r.uaRetried || res.ua
+		r.abortRetried = r.abortRetried || res.aborted
 		c.requeue(r)
 		return
 	}
-	r.uaRetried = false
+	r.uaRetried, r.abortRetried = false, false
 	if r.scsi != nil {
 		r.scsi.got = res.got
 	}

@@ -101,6 +101,12 @@ var srpLieCases = []srpLieCase{
 		}
 		return targettest.Pass
 	}},
+	// Not a lie: another host's LOGICAL UNIT RESET aborted the command
+	// (srpd answers TASK ABORTED, TAS); it is re-issued and completes.
+	{name: "task-aborted", lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
+		putRsp(iu, func(r *srp.Rsp) { r.Status = uint8(scsi.StatusTaskAborted) })
+		return targettest.Pass
+	}},
 	{name: "t-logout-mid-io", churn: true, lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
 		clear(iu)
 		l := srp.TLogout{Reason: 0x1}

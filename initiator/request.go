@@ -175,8 +175,9 @@ type Request struct {
 	// sent instead of the one Op would make (core_srp.go).
 	scsi *scsiCmd
 	// uaRetried: an SRP command answered UNIT ATTENTION was re-issued
-	// once already (core_srp.go).
-	uaRetried bool
+	// once already, abortRetried one answered TASK ABORTED (core_srp.go).
+	uaRetried    bool
+	abortRetried bool
 }
 
 func (r *Request) length() int64 {
