@@ -98,6 +98,9 @@ func (c *conn) execute() {
 	for _, name := range a.lossTold {
 		c.t.dirty.told(name, c.srpNexus())
 	}
+	for _, e := range a.taskMgmt {
+		c.logTaskMgmt(e)
+	}
 	for _, x := range a.srpAborts {
 		c.nexusAbort(x)
 	}

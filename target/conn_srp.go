@@ -212,3 +212,18 @@ func (c *conn) nexusShutdown() {
 	}
 	c.core.acts.peerAborted = c.core.acts.peerAborted[:0]
 }
+
+// logTaskMgmt logs a task management function at Info: they are rare,
+// and each says a host gave up on commands (ABORT TASK after its
+// timeout) or reset a unit, which an operator looks for first when a
+// host reports I/O errors.
+func (c *conn) logTaskMgmt(e srpTaskMgmtEvent) {
+	if e.peer {
+		c.log.Info("SRP commands aborted by another I_T nexus's task management; answered TASK ABORTED",
+			"function", e.fn.String(), "volume", e.volume, "aborted", e.aborted,
+			"initiator", c.core.initiator, "remote", c.remote, "conn", c.id)
+		return
+	}
+	c.log.Info("SRP task management", "function", e.fn.String(), "lun", e.lun, "volume", e.volume, "tag", e.tag,
+		"aborted_here", e.aborted, "initiator", c.core.initiator, "remote", c.remote, "conn", c.id)
+}

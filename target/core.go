@@ -75,6 +75,9 @@ type actions struct {
 	// (core_srp_tmf.go).
 	srpAborts   []srpNexusAbort
 	peerAborted []any
+	// taskMgmt are SRP task management functions received or acted on
+	// in this step, for the shell to log (core_srp_tmf.go).
+	taskMgmt []srpTaskMgmtEvent
 }
 
 // policyEffect is one consequence of a policy change on a session.
@@ -95,6 +98,7 @@ func (a *actions) reset() {
 	a.lossTold = a.lossTold[:0]
 	a.srpAborts = a.srpAborts[:0]
 	a.peerAborted = a.peerAborted[:0]
+	a.taskMgmt = a.taskMgmt[:0]
 }
 
 type pendingIU struct {

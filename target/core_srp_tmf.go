@@ -89,6 +89,8 @@ func (c *core) srpTaskMgmt(s *slot, tm *srp.TaskMgmt) {
 			}
 		}
 		s.srp.resp[3] = srp.TaskComplete
+		c.acts.taskMgmt = append(c.acts.taskMgmt, srpTaskMgmtEvent{fn: tm.Function, lun: lun, tag: tm.Tag,
+			volume: c.srpVolumeOf(lun), aborted: s.srp.waiting})
 		if u := c.srpUnitOf(lun); u != nil && tm.Function != srp.TaskAbortTask {
 			// One more to wait for: the nexus's other channels, and for
 			// a reset those of every other nexus.
@@ -164,6 +166,7 @@ type srpPeerAbort struct {
 // there were none, or the connection is closed).
 func (c *core) srpPeerAbort(unit *srpUnit, reset bool, token any) {
 	pa := &srpPeerAbort{token: token}
+	others := 0 // another nexus's commands, answered TASK ABORTED
 	if c.srp != nil && c.state != connClosed {
 		for i := range c.slots {
 			x := &c.slots[i]
@@ -177,6 +180,9 @@ func (c *core) srpPeerAbort(unit *srpUnit, reset bool, token any) {
 			}
 			x.srp.aborted, x.srp.peer, x.srp.tas = true, pa, other
 			pa.waiting++
+			if other {
+				others++
+			}
 			if c.p.trace != nil {
 				who := "another channel's task management"
 				if other {
@@ -186,9 +192,35 @@ func (c *core) srpPeerAbort(unit *srpUnit, reset bool, token any) {
 			}
 		}
 	}
+	if others > 0 {
+		c.acts.taskMgmt = append(c.acts.taskMgmt, srpTaskMgmtEvent{fn: srp.TaskLUNReset, volume: unit.name,
+			aborted: others, peer: true})
+	}
 	if pa.waiting == 0 {
 		c.acts.peerAborted = append(c.acts.peerAborted, token)
 	}
+}
+
+// srpTaskMgmtEvent is a task management function for the shell to log,
+// as LIO logs each ABORT_TASK and LUN_RESET: one received on this
+// channel (aborted counts its commands aborted here), or (peer) another
+// I_T nexus's LOGICAL UNIT RESET that aborted commands of volume here,
+// which are answered TASK ABORTED.
+type srpTaskMgmtEvent struct {
+	fn      srp.TaskFunc
+	lun     uint16
+	tag     uint64
+	volume  string // "" for a LUN that addresses no volume
+	aborted int
+	peer    bool
+}
+
+// srpVolumeOf is the name of the volume at lun, or "".
+func (c *core) srpVolumeOf(lun uint16) string {
+	if int(lun) < len(c.srp.luns) && c.srp.luns[lun].ov != nil {
+		return c.srp.luns[lun].ov.name
+	}
+	return ""
 }
 
 // srpPeersDone goes on with the task management function in slot idx

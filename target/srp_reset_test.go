@@ -2,8 +2,12 @@ package target
 
 import (
 	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 
+	"github.com/gosrp/gosrp/internal/logsink"
 	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/srp"
 )
@@ -104,10 +108,12 @@ func srpTUR(c *srpClient, lun uint16) srp.Rsp {
 // the status up and Linux retries it) and then A gets FUNCTION
 // COMPLETE, the WRITE's data already in the volume and not changing
 // after. B's next command, on either channel, reports BUS DEVICE RESET
-// FUNCTION OCCURRED once for the nexus, and B's retried WRITE runs.
+// FUNCTION OCCURRED once for the nexus, and B's retried WRITE runs. The
+// reset is logged where it was received and where it aborted B's WRITE.
 func TestSRPResetOtherNexus(t *testing.T) {
 	forSRPEnvs(t, func(t *testing.T, e env) {
-		r, gate, a, b, tag, data := srpResetRig(t, e, Config{}, lunVol0)
+		var logs logsink.Buffer
+		r, gate, a, b, tag, data := srpResetRig(t, e, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, lunVol0)
 		reset := resetHeld(a, lunVol0)
 		b[1].checkSense("B's channel with the WRITE, after the reset", srpTUR(b[1], lunVol0), scsi.SenseResetOccurred)
 		b[0].good("B's other channel: the nexus was told", srpTUR(b[0], lunVol0), 0)
@@ -136,6 +142,14 @@ func TestSRPResetOtherNexus(t *testing.T) {
 		}
 		if s := r.tgt.Stats(); s.Violations != 0 {
 			t.Errorf("%d protocol violations", s.Violations)
+		}
+		for _, want := range []string{
+			`msg="SRP task management" function="LOGICAL UNIT RESET" lun=` + fmt.Sprint(lunVol0) + ` volume=vol0 tag=` + fmt.Sprint(reset) + ` aborted_here=0`,
+			`msg="SRP commands aborted by another I_T nexus's task management; answered TASK ABORTED" function="LOGICAL UNIT RESET" volume=vol0 aborted=1`,
+		} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("no log line with %s in:\n%s", want, logs.String())
+			}
 		}
 		for _, c := range append([]*srpClient{a}, b...) {
 			c.logout()
