@@ -1,14 +1,16 @@
 #!/bin/sh
 # srp-guest.sh: runs INSIDE the srp guest (srp.sh). srpd serves a file
-# volume (on a tmpfs) over rxe; the kernel's ib_srp logs in to it with the add_target
-# line srpd status prints, and the volume must appear as a SCSI disk that
-# takes writes and reads back what was written, discards, grows under
-# the host, and survives srpd being SIGKILLed and restarted under a
-# mounted ext4 (ib_srp reconnecting); then a pebble-backed srpd is
-# SIGKILLed under ext4 with writes in flight, and the host must learn of
-# the lost write cache; stopped with SIGTERM instead, it must report no
-# loss and lose nothing. Leaves its logs in /mnt/out; exits non-zero on
-# failure.
+# volume (on a tmpfs) over rxe; the kernel's ib_srp logs in to it with
+# the add_target line srpd status prints, and the volume must appear as
+# a SCSI disk that takes writes and reads back what was written,
+# discards, grows under the host, and survives srpd being SIGKILLed and
+# restarted under a mounted ext4 (ib_srp reconnecting); each disk stays
+# on its own volume when volumes are created and srpd restarts, and
+# another initiator port's writes ride through the first's LUN reset.
+# Then a pebble-backed srpd is SIGKILLed under ext4 with writes in
+# flight, and the host must learn of the lost write cache; stopped with
+# SIGTERM instead, it must report no loss and lose nothing. Leaves its
+# logs in /mnt/out; exits non-zero on failure.
 export PATH=/mnt:/usr/sbin:/usr/bin:/sbin:/bin
 O=/mnt/out
 mkdir -p $O
@@ -146,6 +148,114 @@ if command -v mkfs.ext4 > /dev/null; then
   say "after the restart: both files intact, unmounted, e2fsck -fn clean"
 fi
 
+# Stable LUNs: a host keeps a SCSI disk per LUN number across
+# reconnects, so a volume created since, even one whose name sorts
+# first, must take a new number, and after srpd restarts each disk must
+# still be its own volume (target.LUNStore, DATA/srp-luns.json). Before
+# numbers were kept, LUN n was the n-th volume by name at each login, and
+# this restart would have put the new, empty volume under LUN 0. A
+# session's LUNs are those of its login (docs/srp.md), so the host logs
+# in again to see vol5.
+rescan() { for h in /sys/class/scsi_host/host*; do echo "- - -" > $h/scan; done; }
+# disk_of LUN: the sd disk of LUN on the (only) SRP target, or nothing.
+disk_of() {
+  for b in /sys/block/sd*; do
+    case "$(readlink $b/device)" in */[0-9]*:0:0:$1) basename $b; return ;; esac
+  done
+}
+# ident DISK: its VPD 0x83 designators, one line.
+ident() { sg_vpd -p di /dev/$1 2>/dev/null | grep -A1 designator | tr -s ' ' | tr '\n' ' '; }
+# drop_ports: ib_srp forgets the target; its disks go.
+drop_ports() {
+  for p in /sys/class/srp_remote_ports/port-*; do echo 1 > $p/delete 2>/dev/null; done
+  i=0
+  while ls /sys/block | grep -q '^sd' && [ $i -lt 40 ]; do i=$((i + 1)); sleep 0.5; done
+  ls /sys/block | grep -q '^sd' && fail "the SRP disks did not go away"
+  # The target goes after its disks (srp_remove_work); until it has,
+  # ib_srp refuses to add one of the same identity.
+  i=0
+  while ls /sys/class/srp_remote_ports/ 2>/dev/null | grep -q port && [ $i -lt 40 ]; do i=$((i + 1)); sleep 0.5; done
+}
+# add_target LINE: ib_srp logs in to the target LINE names, retried for
+# a few seconds (a target of the same identity may still be going).
+add_target() {
+  i=0
+  until echo "$1" 2> $O/add_target.err > /sys/class/infiniband_srp/srp-rxe0-1/add_target; do
+    i=$((i + 1)); [ $i -gt 20 ] && fail "add_target $1: $(cat $O/add_target.err); $(dmesg | grep -i srp | tail -2)"; sleep 0.5
+  done
+}
+# wait_lun LUN: waits (rescanning) until LUN has a disk.
+wait_lun() {
+  i=0
+  while [ -z "$(disk_of $1)" ] && [ $i -lt 40 ]; do i=$((i + 1)); sleep 0.5; rescan; done
+}
+srpd volume create --data /tmp/srpd --size 8MiB vol5 >> $O/steps.log 2>&1 || fail "srpd volume create vol5"
+drop_ports
+add_target "$LINE"
+wait_lun 0
+wait_lun 1
+D=$(disk_of 0) D1=$(disk_of 1)
+[ -n "$D" ] && [ -n "$D1" ] || fail "after a new login: LUN 0 '$D', LUN 1 '$D1': $(ls -l /sys/block | grep sd)"
+e2fsck -fn /dev/$D > $O/fsck-lun0.log 2>&1 || fail "LUN 0 is not vol0's ext4 after the new login: $(tail -3 $O/fsck-lun0.log)"
+dd if=/tmp/pattern of=/dev/$D1 bs=1M count=2 oflag=direct 2>> $O/steps.log || fail "write vol5"
+SUM0=$(dd if=/dev/$D bs=1M count=4 iflag=direct 2>/dev/null | md5sum)
+ID0=$(ident $D) ID1=$(ident $D1)
+say "vol5 created and the host logged in again: vol0 stays LUN 0 (/dev/$D), vol5 is LUN 1 (/dev/$D1)"
+# A volume whose name sorts before both, then a restart: ib_srp
+# reconnects and keeps its disks, which must be the same volumes.
+srpd volume create --data /tmp/srpd --size 4MiB aaa >> $O/steps.log 2>&1 || fail "srpd volume create aaa"
+kill $SRPD
+wait $SRPD 2>/dev/null
+start_srpd $O/srpd-luns.log
+relogged $O/srpd-luns.log "after the restart with a new first volume"
+[ "$(disk_of 0)" = "$D" ] && [ "$(disk_of 1)" = "$D1" ] || fail "the disks moved: LUN 0 $(disk_of 0), LUN 1 $(disk_of 1)"
+[ "$(dd if=/dev/$D bs=1M count=4 iflag=direct 2>/dev/null | md5sum)" = "$SUM0" ] || fail "/dev/$D (LUN 0) no longer reads as vol0 after the restart"
+dd if=/dev/$D1 of=/tmp/back bs=1M count=2 iflag=direct 2>> $O/steps.log || fail "read vol5 after the restart"
+cmp -n 2097152 /tmp/back /tmp/pattern || fail "/dev/$D1 (LUN 1) no longer reads as vol5 after the restart"
+[ "$(ident $D)" = "$ID0" ] && [ "$(ident $D1)" = "$ID1" ] || fail "a disk's VPD 0x83 identity changed across the restart: $ID0 / $(ident $D)"
+wait_lun 2
+D2=$(disk_of 2)
+[ -n "$D2" ] || fail "aaa did not appear as LUN 2 after a rescan"
+[ "$(cat /sys/block/$D2/size)" = 8192 ] || fail "LUN 2 (/dev/$D2) has $(cat /sys/block/$D2/size) sectors, want aaa's 8192"
+say "after a restart with aaa (sorting first) created: LUN 0 and 1 read as vol0 and vol5, same VPD 0x83 identities; aaa is LUN 2 (/dev/$D2)"
+
+# Another host's LOGICAL UNIT RESET: a second initiator port (ib_srp's
+# initiator_ext) logs in to the same target, a second I_T nexus with a
+# SCSI host and disks of its own. While it writes vol5 with verification,
+# the first host resets vol5's LUN (sg_reset -d: srp_reset_device sends
+# SRP_TSK_LUN_RESET). srpd aborts the second nexus's commands of vol5
+# too and answers them TASK ABORTED (SAM-5 6.3.3, TAS), which Linux
+# retries (scsi_decide_disposition), and then reports the reset as a unit
+# attention, which it retries too: the writer must finish without an
+# error and verify what it wrote, and neither host may lose its
+# connection.
+H0=$(readlink /sys/block/$D1/device | sed -E 's|.*/([0-9]+):0:0:1$|\1|')
+# lun1_elsewhere: the disk of LUN 1 on an SCSI host other than H0.
+lun1_elsewhere() {
+  for b in /sys/block/sd*; do
+    case "$(readlink $b/device)" in */$H0:0:0:1) ;; */[0-9]*:0:0:1) basename $b; return ;; esac
+  done
+}
+add_target "$LINE,initiator_ext=0000000000000002"
+i=0
+while [ -z "$(lun1_elsewhere)" ] && [ $i -lt 60 ]; do i=$((i + 1)); sleep 0.5; done
+B1=$(lun1_elsewhere)
+[ -n "$B1" ] || fail "the second initiator port's disk of vol5 did not appear: $(ls -l /sys/block | grep sd)"
+echo 15 > /sys/block/$B1/device/timeout
+RECONNECTS=$(dmesg | grep -c "reconnect succeeded")
+fio --name=other-host --filename=/dev/$B1 --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=16 \
+  --size=6m --loops=20 --verify=crc32c --do_verify=1 > $O/fio-other-host.log 2>&1 &
+FIO=$!
+sleep 2
+kill -0 $FIO 2>/dev/null || fail "the second host's writer ended before the reset: $(tail -5 $O/fio-other-host.log)"
+sg_reset -d /dev/$D1 > $O/sg-reset.log 2>&1 || fail "sg_reset -d /dev/$D1: $(cat $O/sg-reset.log)"
+kill -0 $FIO 2>/dev/null || fail "the second host's writer ended before the reset was answered: $(tail -5 $O/fio-other-host.log)"
+wait $FIO || fail "the second host's writer failed across the first host's LUN reset: $(grep -i -E 'err|verify|bad' $O/fio-other-host.log | head -5)"
+[ "$(dmesg | grep -c 'reconnect succeeded')" = "$RECONNECTS" ] || fail "a host reconnected during the LUN reset: $(dmesg | grep -i srp | tail -3)"
+grep -q 'msg="SRP task management" function="LOGICAL UNIT RESET" lun=1 volume=vol5' $O/srpd-luns.log || fail "srpd logged no LOGICAL UNIT RESET of vol5: $(grep -i 'task management' $O/srpd-luns.log | tail -2)"
+ABORTED=$(grep -o "msg=\"SRP commands aborted by another I_T nexus's task management; answered TASK ABORTED\" function=\"LOGICAL UNIT RESET\" volume=vol5 aborted=[0-9]*" $O/srpd-luns.log | sed 's/.*aborted=//' | awk '{ n += $1 } END { print n + 0 }')
+say "LOGICAL UNIT RESET of vol5 from /dev/$D1 during the other port's verified writes to /dev/$B1: srpd aborted $ABORTED commands of the other nexus, over its channels (TASK ABORTED); the writer verified, $(grep -o 'IOPS=[^,]*' $O/fio-other-host.log | head -1), no reconnect"
+
 # pebble under fire: srpd on the pebble backend SIGKILLed while ext4
 # writes through ib_srp. pebble's WAL writer holds acknowledged writes
 # in the process for moments, so the restarted srpd must report a lost
@@ -153,10 +263,7 @@ fi
 # fails with WRITE ERROR, jbd2's commit sees it and ext4 stops
 # writing, instead of going on over a hole. What was synced before the
 # kill must read back after e2fsck.
-for p in /sys/class/srp_remote_ports/port-*; do echo 1 > $p/delete 2>/dev/null; done
-i=0
-while ls /sys/block | grep -q '^sd' && [ $i -lt 40 ]; do i=$((i + 1)); sleep 0.5; done
-ls /sys/block | grep -q '^sd' && fail "the file backend's disk did not go away"
+drop_ports
 kill $SRPD
 wait $SRPD 2>/dev/null
 umount /tmp/srpd
@@ -168,7 +275,7 @@ start_pebble $O/srpd-pebble.log
 PLOG=$O/srpd-pebble.log
 DIAG='df -k /tmp/srpp | tail -1; du -sk /tmp/srpp/* | tr "\n" " "; echo; grep -m1 MemTotal /proc/meminfo; grep MemAvailable /proc/meminfo; grep -E "level=(ERROR|WARN)" $PLOG | tail -5'
 LINE=$(srpd status --data /tmp/srpp | sed -n 's/.*ib_srp add_target: //p')
-echo "$LINE" > /sys/class/infiniband_srp/srp-rxe0-1/add_target || fail "add_target of the pebble srpd refused"
+add_target "$LINE"
 i=0
 while ! ls /sys/block | grep -q '^sd' && [ $i -lt 60 ]; do i=$((i + 1)); sleep 0.5; done
 D=$(ls /sys/block | grep '^sd' | head -1)

@@ -6,7 +6,11 @@
 # read back, fio randwrite with crc32c verification, blkdiscard read back
 # as zeros, a resize seen after a rescan, mkfs.ext4 + a file synced, srpd
 # SIGKILLed and restarted while mounted with ib_srp reconnecting, both
-# files intact and e2fsck -fn clean; then a pebble-backed srpd SIGKILLed
+# files intact and e2fsck -fn clean; each disk still its own volume after
+# volumes are created (one sorting first) and srpd restarts; a second
+# initiator port's verified writes riding through the first's LUN reset;
+# then a
+# pebble-backed srpd SIGKILLed
 # under ext4 with direct writes in flight: ext4 must abort its journal
 # on the reported lost write cache, and the file synced before the kill
 # must read back after e2fsck. Exits non-zero on failure. Needs
