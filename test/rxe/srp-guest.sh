@@ -247,14 +247,30 @@ fio --name=other-host --filename=/dev/$B1 --ioengine=libaio --direct=1 --rw=rand
   --size=6m --loops=20 --verify=crc32c --do_verify=1 > $O/fio-other-host.log 2>&1 &
 FIO=$!
 sleep 2
-kill -0 $FIO 2>/dev/null || fail "the second host's writer ended before the reset: $(tail -5 $O/fio-other-host.log)"
-sg_reset -d /dev/$D1 > $O/sg-reset.log 2>&1 || fail "sg_reset -d /dev/$D1: $(cat $O/sg-reset.log)"
-kill -0 $FIO 2>/dev/null || fail "the second host's writer ended before the reset was answered: $(tail -5 $O/fio-other-host.log)"
-wait $FIO || fail "the second host's writer failed across the first host's LUN reset: $(grep -i -E 'err|verify|bad' $O/fio-other-host.log | head -5)"
-[ "$(dmesg | grep -c 'reconnect succeeded')" = "$RECONNECTS" ] || fail "a host reconnected during the LUN reset: $(dmesg | grep -i srp | tail -3)"
-grep -q 'msg="SRP task management" function="LOGICAL UNIT RESET" lun=1 volume=vol5' $O/srpd-luns.log || fail "srpd logged no LOGICAL UNIT RESET of vol5: $(grep -i 'task management' $O/srpd-luns.log | tail -2)"
-ABORTED=$(grep -o "msg=\"SRP commands aborted by another I_T nexus's task management; answered TASK ABORTED\" function=\"LOGICAL UNIT RESET\" volume=vol5 aborted=[0-9]*" $O/srpd-luns.log | sed 's/.*aborted=//' | awk '{ n += $1 } END { print n + 0 }')
-say "LOGICAL UNIT RESET of vol5 from /dev/$D1 during the other port's verified writes to /dev/$B1: srpd aborted $ABORTED commands of the other nexus, over its channels (TASK ABORTED); the writer verified, $(grep -o 'IOPS=[^,]*' $O/fio-other-host.log | head -1), no reconnect"
+# aborted_others: how many of the other nexus's commands srpd has
+# aborted for resets so far (one log line per channel and reset).
+aborted_others() {
+  grep -o "msg=\"SRP commands aborted by another I_T nexus's task management; answered TASK ABORTED\" function=\"LOGICAL UNIT RESET\" volume=vol5 aborted=[0-9]*" $O/srpd-luns.log |
+    sed 's/.*aborted=//' | awk '{ n += $1 } END { print n + 0 }'
+}
+# A command is abortable only while srpd holds it (its data being
+# fetched, its job running), a small part of its life over rxe, and none
+# while fio reads back to verify: reset again, up to 10 times, until one
+# reset caught some, so that every run answers TASK ABORTED to Linux.
+RESETS=0
+while [ "$(aborted_others)" = 0 ] && [ $RESETS -lt 10 ]; do
+  kill -0 $FIO 2>/dev/null || fail "the second host's writer ended before a reset caught its commands ($RESETS resets): $(tail -5 $O/fio-other-host.log)"
+  sg_reset -d /dev/$D1 > $O/sg-reset.log 2>&1 || fail "sg_reset -d /dev/$D1: $(cat $O/sg-reset.log)"
+  RESETS=$((RESETS + 1))
+  sleep 0.3
+done
+ABORTED=$(aborted_others)
+[ "$ABORTED" -gt 0 ] || fail "$RESETS LOGICAL UNIT RESETs of vol5 aborted none of the other nexus's commands"
+wait $FIO || fail "the second host's writer failed across the first host's LUN resets: $(grep -i -E 'err|verify|bad' $O/fio-other-host.log | head -5)"
+[ "$(dmesg | grep -c 'reconnect succeeded')" = "$RECONNECTS" ] || fail "a host reconnected during the LUN resets: $(dmesg | grep -i srp | tail -3)"
+[ "$(grep -c 'msg="SRP task management" function="LOGICAL UNIT RESET" lun=1 volume=vol5' $O/srpd-luns.log)" = $RESETS ] ||
+  fail "srpd logged $(grep -c 'function="LOGICAL UNIT RESET" lun=1' $O/srpd-luns.log) LOGICAL UNIT RESETs of vol5, want $RESETS"
+say "$RESETS LOGICAL UNIT RESETs of vol5 from /dev/$D1 during the other port's verified writes to /dev/$B1: srpd answered TASK ABORTED to $ABORTED of the other nexus's commands; the writer verified, $(grep -o 'IOPS=[^,]*' $O/fio-other-host.log | head -1), no reconnect"
 
 # pebble under fire: srpd on the pebble backend SIGKILLed while ext4
 # writes through ib_srp. pebble's WAL writer holds acknowledged writes
