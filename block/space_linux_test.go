@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // smallFS mounts a fresh ext4 file system of size bytes (a loop mount) and
@@ -114,7 +115,7 @@ func TestPebbleDiskUseIsWhatItWrote(t *testing.T) {
 	dir := t.TempDir()
 	probe, err := os.Create(filepath.Join(dir, "probe"))
 	require.NoError(t, err)
-	ferr := syscall.Fallocate(int(probe.Fd()), 1 /* FALLOC_FL_KEEP_SIZE */, 0, 1<<20)
+	ferr := unix.Fallocate(int(probe.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, 1<<20)
 	require.NoError(t, probe.Close())
 	require.NoError(t, os.Remove(probe.Name()))
 	if ferr != nil {

@@ -89,9 +89,13 @@ func (c *core) srpTaskMgmt(s *slot, tm *srp.TaskMgmt) {
 			}
 		}
 		s.srp.resp[3] = srp.TaskComplete
-		c.acts.taskMgmt = append(c.acts.taskMgmt, srpTaskMgmtEvent{fn: tm.Function, lun: lun, tag: tm.Tag,
-			volume: c.srpVolumeOf(lun), aborted: s.srp.waiting})
-		if u := c.srpUnitOf(lun); u != nil && tm.Function != srp.TaskAbortTask {
+		u := c.srpUnitOf(lun)
+		ev := srpTaskMgmtEvent{fn: tm.Function, lun: lun, tag: tm.Tag, aborted: s.srp.waiting}
+		if u != nil {
+			ev.volume = u.name
+		}
+		c.acts.taskMgmt = append(c.acts.taskMgmt, ev)
+		if u != nil && tm.Function != srp.TaskAbortTask {
 			// One more to wait for: the nexus's other channels, and for
 			// a reset those of every other nexus.
 			reset := tm.Function == srp.TaskLUNReset
@@ -213,14 +217,6 @@ type srpTaskMgmtEvent struct {
 	volume  string // "" for a LUN that addresses no volume
 	aborted int
 	peer    bool
-}
-
-// srpVolumeOf is the name of the volume at lun, or "".
-func (c *core) srpVolumeOf(lun uint16) string {
-	if int(lun) < len(c.srp.luns) && c.srp.luns[lun].ov != nil {
-		return c.srp.luns[lun].ov.name
-	}
-	return ""
 }
 
 // srpPeersDone goes on with the task management function in slot idx
