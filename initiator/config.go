@@ -107,7 +107,7 @@ type Config struct {
 	SRPTargetPortID [16]byte
 
 	// refusedIsLost: a reconnect that finds nobody listening at Addr
-	// (ECONNREFUSED) counts as LossTimeout passed, failing the queued
+	// (transport.ErrRefused) counts as LossTimeout passed, failing the queued
 	// I/O at once. Multipath sets it: a refused connection means the
 	// gateway's process is gone, not a blip worth waiting for.
 	refusedIsLost bool

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/gosrp/gosrp/internal/clock"
@@ -398,7 +397,7 @@ func (c *channel) reconnect() bool {
 			return true
 		}
 		c.mu.Lock()
-		if c.s.cfg.refusedIsLost && errors.Is(err, syscall.ECONNREFUSED) {
+		if c.s.cfg.refusedIsLost && errors.Is(err, transport.ErrRefused) {
 			// Nobody listens there: no blip to wait out (Multipath's
 			// fast failover on a dead gateway).
 			c.refused = true

@@ -25,6 +25,13 @@ var (
 	ErrUnsupported = errors.New("transport: not supported by device")
 	// ErrNotFound: no such provider, device or address.
 	ErrNotFound = errors.New("transport: not found")
+	// ErrRefused: Connect reached the address and nothing listens there:
+	// the peer's CM answered a REJ with IB_CM_REJ_INVALID_SERVICE_ID
+	// (IBTA 12.11.2, what cm_req_handler sends for a service ID with no
+	// listener), or the socket layer refused (ECONNREFUSED, or no socket
+	// at a unix path). Unlike a timeout it is a definite answer: a caller
+	// with another path to try can try it at once.
+	ErrRefused = errors.New("transport: connection refused (nothing listens there)")
 	// ErrBusy: the object is still in use (e.g. an MR with windows bound).
 	ErrBusy = errors.New("transport: resource busy")
 	// ErrRejected: the passive side rejected the connection; see

@@ -150,13 +150,13 @@ func (p *Provider) connectLoop(ctx context.Context, addr string, q *qp, priv []b
 	l := loopRegistry.listeners[addr]
 	loopRegistry.mu.Unlock()
 	if l == nil {
-		return nil, fmt.Errorf("emu: connect to %q: no listener (connection refused): %w", addr, transport.ErrNotFound)
+		return nil, fmt.Errorf("emu: connect to %q: no listener: %w", addr, transport.ErrRefused)
 	}
 	r := &loopReq{l: l, client: q, priv: append([]byte(nil), priv...), offer: offer, from: fmt.Sprintf("loop-qp:%d", q.num), reply: make(chan loopReply, 1)}
 	select {
 	case l.reqs <- r:
 	case <-l.done:
-		return nil, fmt.Errorf("emu: connect to %q: listener closed: %w", addr, transport.ErrNotFound)
+		return nil, fmt.Errorf("emu: connect to %q: listener closed: %w", addr, transport.ErrRefused)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("emu: connect to %q: %w", addr, ctx.Err())
 	}

@@ -7,9 +7,11 @@ package emu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gosrp/gosrp/transport"
@@ -189,6 +191,12 @@ func dialStream[W streamWire](ctx context.Context, p *Provider, addr string, q *
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, w.network(), addr)
 	if err != nil {
+		// Nothing listening: a TCP RST, or a unix path with no socket
+		// (removed by a listener's Close) or one nobody accepts on (left
+		// by a listener that was killed).
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			return nil, fmt.Errorf("emu: connect to %s: %w: %w", addr, transport.ErrRefused, err)
+		}
 		return nil, fmt.Errorf("emu: connect to %s: %w: %w", addr, transport.ErrNotFound, err)
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })

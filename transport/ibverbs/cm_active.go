@@ -84,8 +84,14 @@ func (ep *Endpoint) OfferReadCredit(c transport.ReadCredit) {
 	}
 }
 
-// IB CM reject reason "consumer defined": the peer called rdma_reject.
-const rejConsumer = 28
+// IB CM reject reasons (IBTA table 112) that Connect tells apart.
+const (
+	// rejInvalidServiceID: the peer's CM has no listener for the port
+	// (cm_req_handler's answer when cm_find_listen finds none).
+	rejInvalidServiceID = 8
+	// rejConsumer, "consumer defined": the peer called rdma_reject.
+	rejConsumer = 28
+)
 
 // Connect connects qp (RESET or INIT) in manual-QP mode: INIT, then
 // rdma_connect with qp_num; on CONNECT_RESPONSE, RTR and RTS with
@@ -147,7 +153,10 @@ func (ep *Endpoint) Connect(ctx context.Context, qp transport.QP, privateData []
 			if e.status == rejConsumer {
 				return fail(&transport.RejectError{PrivateData: e.pd})
 			}
-			return fail(fmt.Errorf("ibverbs: connect %s: rejected by the CM (reason %d, no listener?): %w", ep.remote, e.status, transport.ErrNotFound))
+			if e.status == rejInvalidServiceID {
+				return fail(fmt.Errorf("ibverbs: connect %s: rejected by the peer's CM: no listener at that port: %w", ep.remote, transport.ErrRefused))
+			}
+			return fail(fmt.Errorf("ibverbs: connect %s: rejected by the CM (reason %d): %w", ep.remote, e.status, transport.ErrNotFound))
 		case C.RDMA_CM_EVENT_UNREACHABLE, C.RDMA_CM_EVENT_CONNECT_ERROR:
 			return fail(fmt.Errorf("ibverbs: connect %s: %s (status %d): %w", ep.remote, eventName(e.typ), e.status, transport.ErrNotFound))
 		case C.RDMA_CM_EVENT_DISCONNECTED, C.RDMA_CM_EVENT_DEVICE_REMOVAL:

@@ -223,7 +223,7 @@ func testCMDisconnect(t *testing.T, p transport.Provider) {
 	}
 }
 
-// A closed listener stops accepting; connecting to it fails.
+// A closed listener stops accepting; connecting to it is refused.
 func testCMListenerClose(t *testing.T, p transport.Provider) {
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
@@ -260,9 +260,15 @@ func testCMListenerClose(t *testing.T, p transport.Provider) {
 		t.Fatal(err)
 	}
 	defer a.close()
-	if conn, err := ep.Connect(ctx, a.qp, nil); err == nil {
+	conn, err := ep.Connect(ctx, a.qp, nil)
+	if err == nil {
 		conn.Disconnect()
-		t.Error("Connect to a closed listener succeeded")
+		t.Fatal("Connect to a closed listener succeeded")
+	}
+	// Refused, not a timeout or a generic failure: multipath initiators
+	// fail over at once on it (transport.ErrRefused).
+	if !errors.Is(err, transport.ErrRefused) {
+		t.Errorf("Connect to a closed listener: %v, want ErrRefused", err)
 	}
 }
 
