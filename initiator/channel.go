@@ -252,6 +252,9 @@ func (c *channel) connect(ctx context.Context) (err error) {
 			if h, herr := wire.DecodeHello(rej.PrivateData); herr == nil {
 				return &LoginError{Reason: RejectVersion, Message: fmt.Sprintf("target speaks version %d, we speak %d", h.Version, wire.Version)}
 			}
+			if r, rerr := wire.DecodeConnReject(rej.PrivateData); rerr == nil {
+				return &LoginError{Reason: RejectReason(r.Reason), Message: r.Message}
+			}
 		}
 		return fmt.Errorf("initiator: connect to %s: %w", s.cfg.Addr, err)
 	}

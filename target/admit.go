@@ -3,6 +3,9 @@ package target
 import (
 	"net"
 	"time"
+
+	"github.com/gosrp/gosrp/internal/srp"
+	"github.com/gosrp/gosrp/internal/wire"
 )
 
 // Defaults of the caps on connections that have not logged in yet. Each
@@ -13,6 +16,28 @@ import (
 const (
 	DefaultMaxPendingLogins    = 64
 	DefaultMaxPendingPerSource = 16
+)
+
+// Defaults of the caps on all connections, logged in or not. A logged-in
+// connection holds what a pending one does (a worker goroutine per credit
+// and about 1 MB of buffers) for as long as its initiator likes, so
+// without a cap a peer that may log in could open connections until the
+// target runs out of memory. A host needs a few per session (one per
+// channel; ib_srp opens one per completion vector, bench one per job):
+// the per-source default leaves room for a large host's sessions, and
+// the total for hundreds of hosts' at about 1 GB.
+const (
+	DefaultMaxConnections          = 1024
+	DefaultMaxConnectionsPerSource = 256
+)
+
+// admitVerdict is what admitLocked decided for a connection request.
+type admitVerdict uint8
+
+const (
+	admitted admitVerdict = iota
+	refusedPending
+	refusedConnections
 )
 
 // refusalLogEvery bounds how often connection requests refused for the
@@ -78,12 +103,19 @@ func chooseVictim(pending []pendingInfo, count map[string]int, src string, now, 
 	return -1
 }
 
-// admitLocked takes a pre-login slot for c, or reports false when a cap
-// is reached and no silent connection can give up its slot (its
-// eviction is started here). REQUIRES: t.mu.
-func (t *Target) admitLocked(c *conn, now int64) bool {
+// admitLocked counts c among the target's connections and takes a
+// pre-login slot for it, or refuses it: when a connection cap is reached
+// (the connections already in are never evicted for it: they may be
+// logged in and doing I/O), or a pre-login cap is reached and no silent
+// connection can give up its slot (its eviction is started here).
+// REQUIRES: t.mu.
+func (t *Target) admitLocked(c *conn, now int64) admitVerdict {
+	if t.cfg.MaxConnectionsPerSource > 0 && t.connsBy[c.src] >= t.cfg.MaxConnectionsPerSource ||
+		t.cfg.MaxConnections > 0 && len(t.conns) >= t.cfg.MaxConnections {
+		return refusedConnections
+	}
 	if t.cfg.MaxPendingPerSource > 0 && t.pendingBy[c.src] >= t.cfg.MaxPendingPerSource {
-		return false
+		return refusedPending
 	}
 	if t.cfg.MaxPendingLogins > 0 && t.npending-t.evicting >= t.cfg.MaxPendingLogins {
 		t.scratch = t.scratch[:0]
@@ -92,7 +124,7 @@ func (t *Target) admitLocked(c *conn, now int64) bool {
 		}
 		i := chooseVictim(t.scratch, t.pendingBy, c.src, now, t.evictAge)
 		if i < 0 {
-			return false
+			return refusedPending
 		}
 		v := t.pending[i]
 		v.evicted = true
@@ -104,7 +136,17 @@ func (t *Target) admitLocked(c *conn, now int64) bool {
 	t.pendingBy[c.src]++
 	c.pendingSince = now
 	t.pending = append(t.pending, c)
-	return true
+	t.connsBy[c.src]++
+	return admitted
+}
+
+// connGoneLocked uncounts c from the connections once its goroutines are done
+// with it. REQUIRES: t.mu.
+func (t *Target) connGoneLocked(c *conn) {
+	delete(t.conns, c.id)
+	if t.connsBy[c.src]--; t.connsBy[c.src] <= 0 {
+		delete(t.connsBy, c.src)
+	}
 }
 
 // loginDone gives back c's pre-login slot, once: when it logs in or
@@ -132,16 +174,50 @@ func (t *Target) loginDone(c *conn) {
 }
 
 // refused counts and logs, at a bounded rate, a connection request
-// refused for the pre-login caps.
-func (t *Target) refused(remote string) {
+// refused for the caps (v says which).
+func (t *Target) refused(remote string, v admitVerdict) {
 	t.rejected.Add(1)
 	t.refusals.Add(1)
 	now := time.Now().UnixNano()
 	last := t.refusalLogged.Load()
 	if (last == 0 || now-last >= int64(refusalLogEvery)) && t.refusalLogged.CompareAndSwap(last, now) {
 		n := t.refusals.Swap(0)
+		if v == refusedConnections {
+			t.log.Warn("connection refused: too many connections",
+				"remote", remote, "max_connections", t.cfg.MaxConnections, "max_connections_per_source", t.cfg.MaxConnectionsPerSource,
+				"refused", n)
+			return
+		}
 		t.log.Warn("connection refused: too many connections have not logged in yet",
 			"remote", remote, "max_pending", t.cfg.MaxPendingLogins, "max_pending_per_source", t.cfg.MaxPendingPerSource,
 			"refused", n)
+	}
+}
+
+// refusalData is the private data of the reject of a connection request
+// refused before setup, so that the initiator can say why: an
+// SRP_LOGIN_REJ for an SRP login (INSUFFICIENT RESOURCES, or UNABLE TO
+// ESTABLISH while shutting down: ib_srpt's answers when it cannot take a
+// channel, srpt_cm_req_recv), a wire.ConnReject for a gosrp hello, and
+// nothing for anything else.
+func refusalData(priv []byte, v admitVerdict, shuttingDown bool) []byte {
+	var lr srp.LoginRequest
+	if lr.DecodeRDMA(priv) == nil {
+		r := srp.RejectInsufficientResources
+		if shuttingDown {
+			r = srp.RejectUnableToEstablish
+		}
+		return srpRejectData(&lr, r)
+	}
+	if _, err := wire.DecodeHello(priv); err != nil {
+		return nil
+	}
+	switch {
+	case shuttingDown:
+		return wire.ConnReject{Reason: wire.RejectShuttingDown, Message: "target shutting down"}.Encode()
+	case v == refusedConnections:
+		return wire.ConnReject{Reason: wire.RejectInsufficientResources, Message: "too many connections"}.Encode()
+	default:
+		return wire.ConnReject{Reason: wire.RejectInsufficientResources, Message: "too many connections not logged in yet"}.Encode()
 	}
 }

@@ -1,13 +1,17 @@
 package target
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/gosrp/gosrp/internal/e2etest"
+	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/internal/wire"
+	"github.com/gosrp/gosrp/transport"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -84,6 +88,58 @@ func TestPreLoginCaps(t *testing.T) {
 		t.Errorf("Rejected = %d, Evicted = %d, want %d and 1", st.Rejected, st.Evicted, 2*flood-total-1)
 	}
 	c.control(wire.ControlRequest{Op: wire.ControlList})
+}
+
+// TestConnectionCaps: logged-in connections count against the caps on
+// all connections, per source and in all, so a peer allowed to log in
+// cannot open connections until the target runs out of memory; a request
+// beyond a cap is rejected at once, no connection in is evicted for it,
+// and a slot given back by a connection that ended is taken again.
+func TestConnectionCaps(t *testing.T) {
+	const perSource, total = 3, 5
+	r := newRig(t, env{emu.WireTCP, "strict"}, Config{MaxConnectionsPerSource: perSource, MaxConnections: total,
+		MaxPendingLogins: -1, MaxPendingPerSource: -1, LoginTimeout: time.Minute})
+	var in []*client
+	for i := range perSource {
+		c := r.dial(t) // from 127.0.0.1
+		c.login(fmt.Sprintf("host-%d", i))
+		in = append(in, c)
+	}
+	// Refused with a reason the initiator can print: a gosrp connect
+	// reject for a hello, an SRP_LOGIN_REJ for an SRP login.
+	_, err := r.dialHello(t, wire.Hello{Version: wire.Version}.Encode())
+	var rej *transport.RejectError
+	if !errors.As(err, &rej) {
+		t.Fatalf("connection %d from one source: %v, want a reject", perSource+1, err)
+	}
+	if cr, err := wire.DecodeConnReject(rej.PrivateData); err != nil || cr.Reason != wire.RejectInsufficientResources {
+		t.Errorf("the reject carries %x: %+v, %v; want insufficient resources", rej.PrivateData, cr, err)
+	}
+	if got := r.srpReject(t, srpLoginReq(1)); got.Reason != srp.RejectInsufficientResources {
+		t.Errorf("SRP login beyond the cap rejected for %v, want insufficient resources", got.Reason)
+	}
+	accepted := 0
+	for range 4 {
+		if rawConnect(t, "127.0.0.2", r.addr) {
+			accepted++
+		}
+	}
+	if accepted != total-perSource {
+		t.Errorf("%d of 4 requests from a second source accepted, want %d (the total cap)", accepted, total-perSource)
+	}
+	if st := r.tgt.Stats(); st.Rejected != 2+4-(total-perSource) || st.Evicted != 0 {
+		t.Errorf("Rejected = %d, Evicted = %d, want %d and 0", st.Rejected, st.Evicted, 2+4-(total-perSource))
+	}
+	// Every logged-in connection still works.
+	for _, c := range in {
+		c.control(wire.ControlRequest{Op: wire.ControlList})
+	}
+	// One ends; once the target has let it go, its slot is free again.
+	in[0].close()
+	waitFor(t, "the target to let the closed connection go", func() bool { return r.tgt.Stats().Connections < total })
+	if !rawConnect(t, "127.0.0.3", r.addr) {
+		t.Error("a request after a connection ended was refused")
+	}
 }
 
 // TestChooseVictim is the eviction policy: a newcomer takes the slot of

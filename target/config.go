@@ -263,6 +263,14 @@ type Config struct {
 	// connection request beyond a cap is rejected at once.
 	MaxPendingLogins    int
 	MaxPendingPerSource int
+	// MaxConnections caps the target's connections, logged in or not
+	// (default DefaultMaxConnections, negative: no cap), and
+	// MaxConnectionsPerSource those of one source (default
+	// DefaultMaxConnectionsPerSource, negative: no cap). A connection
+	// request beyond a cap is rejected at once; no connection is evicted
+	// for it.
+	MaxConnections          int
+	MaxConnectionsPerSource int
 	// Logger receives connection events and protocol violations. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -357,6 +365,12 @@ func (c *Config) normalize() error {
 	}
 	if c.MaxPendingPerSource == 0 {
 		c.MaxPendingPerSource = DefaultMaxPendingPerSource
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxConnectionsPerSource == 0 {
+		c.MaxConnectionsPerSource = DefaultMaxConnectionsPerSource
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -45,6 +45,8 @@ type Target struct {
 	listeners map[transport.Listener]struct{}
 	volStats  map[string]*ioCounters
 	wg        sync.WaitGroup // connection goroutines
+	// connsBy counts conns by source (admitLocked).
+	connsBy map[string]int
 	// Connections not logged in yet, in all and by source (admitLocked).
 	npending  int
 	pendingBy map[string]int
@@ -82,7 +84,7 @@ func New(cfg Config) (*Target, error) {
 		cfg: cfg, log: cfg.Logger, epoch: time.Now(), base: ctx, cancel: cancel,
 		closedCh: make(chan struct{}),
 		conns:    map[uint64]*conn{}, listeners: map[transport.Listener]struct{}{},
-		volStats: map[string]*ioCounters{}, pendingBy: map[string]int{},
+		volStats: map[string]*ioCounters{}, pendingBy: map[string]int{}, connsBy: map[string]int{},
 		evictAge: evictAge, pr: newPRTable(),
 	}
 	t.acl.Store(cfg.ACL)
@@ -277,18 +279,18 @@ func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
 		t.mu.Lock()
 		if t.shutdown {
 			t.mu.Unlock()
-			req.Reject(nil)
+			req.Reject(refusalData(req.PrivateData(), admitted, true))
 			return ErrClosed
 		}
 		c := &conn{t: t, remote: remote, src: src, prelogin: true, log: t.log,
 			drainCh: make(chan struct{}), killCh: make(chan struct{}), evictCh: make(chan struct{}),
 			policyCh: make(chan struct{}, 1), finished: make(chan struct{})}
-		if !t.admitLocked(c, int64(time.Since(t.epoch))) {
+		if v := t.admitLocked(c, int64(time.Since(t.epoch))); v != admitted {
 			t.mu.Unlock()
 			// Counted before the peer can see the reject, so that Stats
 			// never lags what a peer has been told.
-			t.refused(remote)
-			req.Reject(nil)
+			t.refused(remote, v)
+			req.Reject(refusalData(req.PrivateData(), v, false))
 			continue
 		}
 		c.id = t.ids.Add(1)
@@ -304,7 +306,7 @@ func (t *Target) serveConn(c *conn, req transport.ConnRequest) {
 	defer func() {
 		t.loginDone(c)
 		t.mu.Lock()
-		delete(t.conns, c.id)
+		t.connGoneLocked(c)
 		t.mu.Unlock()
 		close(c.finished)
 	}()

@@ -50,9 +50,14 @@ type Config struct {
 	// MaxPendingLogins and MaxPendingPerSource are target.Config's caps
 	// on connections not logged in yet (0: the target's defaults,
 	// negative: no cap).
-	MaxPendingLogins    int      `json:"max_pending_logins" toml:"max_pending_logins"`
-	MaxPendingPerSource int      `json:"max_pending_per_source" toml:"max_pending_per_source"`
-	ShutdownTimeout     Duration `json:"shutdown_timeout" toml:"shutdown_timeout"`
+	MaxPendingLogins    int `json:"max_pending_logins" toml:"max_pending_logins"`
+	MaxPendingPerSource int `json:"max_pending_per_source" toml:"max_pending_per_source"`
+	// MaxConnections and MaxConnectionsPerSource are target.Config's
+	// caps on all connections, logged in or not (0: the target's
+	// defaults, negative: no cap).
+	MaxConnections          int      `json:"max_connections" toml:"max_connections"`
+	MaxConnectionsPerSource int      `json:"max_connections_per_source" toml:"max_connections_per_source"`
+	ShutdownTimeout         Duration `json:"shutdown_timeout" toml:"shutdown_timeout"`
 	// SpaceReserve and MaxOvercommit are the pebble store's
 	// block.PebbleOptions of the same names (0: the defaults).
 	SpaceReserve  Size    `json:"space_reserve" toml:"space_reserve"`
@@ -114,6 +119,10 @@ func (c *Config) register(fs *flag.FlagSet) {
 		"refuse connections beyond `N` accepted and not logged in yet (0: the target default, 64; negative: no cap)")
 	fs.IntVar(&c.MaxPendingPerSource, "max-pending-per-source", c.MaxPendingPerSource,
 		"refuse connections beyond `N` not logged in yet from one source host (0: the target default, 16; negative: no cap)")
+	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections,
+		"refuse connections beyond `N`, logged in or not (0: the target default, 1024; negative: no cap)")
+	fs.IntVar(&c.MaxConnectionsPerSource, "max-connections-per-source", c.MaxConnectionsPerSource,
+		"refuse connections beyond `N` from one source host, logged in or not (0: the target default, 256; negative: no cap)")
 	fs.Var(&c.ShutdownTimeout, "shutdown-timeout", "on SIGTERM, the `DURATION` in-flight I/O may take to drain")
 	fs.Var(&c.SpaceReserve, "space-reserve", "free `SIZE` the pebble store keeps on its file system; writes fail with ENOSPC below it (0: max(64MiB, 1% of the file system), at most a quarter of it)")
 	fs.StringVar(&c.SRPIDExt, "srp-id-ext", c.SRPIDExt, "SRP target port identifier extension `ID`, 16 hex digits: the id_ext of the kernel ib_srp's add_target line (with --srp-ioc-guid; unset: any is accepted)")

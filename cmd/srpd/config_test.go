@@ -52,28 +52,28 @@ func TestConfigFileAndFlags(t *testing.T) {
 	}
 }
 
-// TestPendingLoginCaps: the target's pre-login caps and the SRP request
+// TestPendingLoginCaps: the target's connection caps and the SRP request
 // limit are config keys and flags, the flag overriding the file.
 func TestPendingLoginCaps(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "srpd.toml")
-	os.WriteFile(p, []byte("max_pending_logins = 8\nmax_pending_per_source = -1\nsrp_credits = 100\n"), 0o644)
+	os.WriteFile(p, []byte("max_pending_logins = 8\nmax_pending_per_source = -1\nsrp_credits = 100\nmax_connections = 50\nmax_connections_per_source = 10\n"), 0o644)
 	c, err := loadConfig(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxPendingLogins != 8 || c.MaxPendingPerSource != -1 || c.SRPCredits != 100 {
-		t.Fatalf("toml: %d, %d, %d", c.MaxPendingLogins, c.MaxPendingPerSource, c.SRPCredits)
+	if c.MaxPendingLogins != 8 || c.MaxPendingPerSource != -1 || c.SRPCredits != 100 || c.MaxConnections != 50 || c.MaxConnectionsPerSource != 10 {
+		t.Fatalf("toml: %d, %d, %d, %d, %d", c.MaxPendingLogins, c.MaxPendingPerSource, c.SRPCredits, c.MaxConnections, c.MaxConnectionsPerSource)
 	}
 	fc := defaultConfig()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fc.register(fs)
-	if err := fs.Parse([]string{"--max-pending-per-source", "4", "--srp-credits", "70"}); err != nil {
+	if err := fs.Parse([]string{"--max-pending-per-source", "4", "--srp-credits", "70", "--max-connections-per-source", "-1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.applyFlags(fs); err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxPendingLogins != 8 || c.MaxPendingPerSource != 4 || c.SRPCredits != 70 {
-		t.Fatalf("after flags: %d, %d, %d", c.MaxPendingLogins, c.MaxPendingPerSource, c.SRPCredits)
+	if c.MaxPendingLogins != 8 || c.MaxPendingPerSource != 4 || c.SRPCredits != 70 || c.MaxConnections != 50 || c.MaxConnectionsPerSource != -1 {
+		t.Fatalf("after flags: %d, %d, %d, %d, %d", c.MaxPendingLogins, c.MaxPendingPerSource, c.SRPCredits, c.MaxConnections, c.MaxConnectionsPerSource)
 	}
 }

@@ -315,6 +315,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Name: cfg.Name, Catalog: cat, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, SRPCredits: cfg.SRPCredits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
+		MaxConnections: cfg.MaxConnections, MaxConnectionsPerSource: cfg.MaxConnectionsPerSource,
 		SRPTargetPortID: srpPort, Logger: log, Reservations: res, DirtyMarks: marks, LUNs: openLUNFile(cfg.Data),
 	})
 	if err != nil {
