@@ -499,7 +499,8 @@ func (e *SCSIError) Error() string {
 // Unwrap maps the sense callers act on to the package's sentinels, as
 // IOError does: WRITE PROTECTED is ErrReadOnly, ACCESS DENIED
 // ErrAccessDenied, SPACE ALLOCATION FAILED ErrNoSpace, INVALID COMMAND
-// OPERATION CODE errors.ErrUnsupported, LBA OUT OF RANGE ErrInvalid, and
+// OPERATION CODE errors.ErrUnsupported, LBA OUT OF RANGE ErrInvalid,
+// TARGET PORT IN STANDBY STATE ErrStandby, and
 // a flush's WRITE ERROR (under HARDWARE or MEDIUM ERROR)
 // ErrWriteCacheLost: a target reports so on the
 // nexus's first SYNCHRONIZE CACHE after it lost acknowledged writes
@@ -523,6 +524,8 @@ func (e *SCSIError) Unwrap() error {
 		return errors.ErrUnsupported
 	case scsi.SenseLBAOutOfRange:
 		return ErrInvalid
+	case scsi.SenseStandby:
+		return ErrStandby
 	}
 	return nil
 }

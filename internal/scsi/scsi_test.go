@@ -375,6 +375,7 @@ func TestFromWire(t *testing.T) {
 		{wire.SenseInternal, OpRead, SenseInternalFailure},
 		{wire.SenseAccessDenied, OpWrite, SenseAccessDenied},
 		{wire.SenseSpaceAllocFailed, OpWrite, SenseSpaceAllocFailed},
+		{wire.SenseNotActive, OpWrite, SenseStandby},
 		{wire.Sense(999), OpRead, SenseInternalFailure},
 	}
 	for _, c := range cases {

@@ -80,8 +80,15 @@ var (
 	// loss any more, succeeds: the host never sees it. A HARDWARE
 	// ERROR is final there (SCSIML_STAT_TGT_FAILURE, so dm-multipath
 	// does not retry it on another path either).
-	SenseCacheLost       = Sense{KeyHardwareError, 0x0C, 0x00}  // WRITE ERROR
-	SenseInternalFailure = Sense{KeyHardwareError, 0x44, 0x00}  // INTERNAL TARGET FAILURE
+	SenseCacheLost       = Sense{KeyHardwareError, 0x0C, 0x00} // WRITE ERROR
+	SenseInternalFailure = Sense{KeyHardwareError, 0x44, 0x00} // INTERNAL TARGET FAILURE
+	// SenseStandby is a logical unit this target port does not serve
+	// now (a standby gateway of the volume): SPC-4 5.15.2.4.4's answer
+	// for a target port in the standby ALUA state. Linux fails the
+	// command as a path error (scsi_io_completion_action), so
+	// dm-multipath retries it on another path; a HARDWARE ERROR would
+	// be final on every path.
+	SenseStandby         = Sense{KeyNotReady, 0x04, 0x0B}       // LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE
 	SenseDataPhaseError  = Sense{KeyAbortedCommand, 0x4B, 0x00} // DATA PHASE ERROR
 	SensePowerOn         = Sense{KeyUnitAttention, 0x29, 0x01}  // POWER ON OCCURRED
 	SenseResetOccurred   = Sense{KeyUnitAttention, 0x29, 0x03}  // BUS DEVICE RESET FUNCTION OCCURRED
@@ -104,6 +111,7 @@ var ascNames = map[[2]uint8]string{
 	{0x11, 0x00}: "UNRECOVERED READ ERROR",
 	{0x0C, 0x00}: "WRITE ERROR",
 	{0x44, 0x00}: "INTERNAL TARGET FAILURE",
+	{0x04, 0x0B}: "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE",
 	{0x4B, 0x00}: "DATA PHASE ERROR",
 	{0x29, 0x01}: "POWER ON OCCURRED",
 	{0x29, 0x03}: "BUS DEVICE RESET FUNCTION OCCURRED",
@@ -183,7 +191,8 @@ func ParseSense(b []byte) (Sense, error) {
 // reads UNRECOVERED READ ERROR for a read and WRITE ERROR otherwise, no
 // space is SPACE ALLOCATION FAILED WRITE PROTECT (SBC-3 4.7.3.6, what a
 // thin-provisioned disk reports), an ACL refusal ACCESS DENIED, and an
-// RDMA transfer that failed DATA PHASE ERROR (the initiator may retry).
+// RDMA transfer that failed DATA PHASE ERROR (the initiator may retry),
+// and a standby gateway's refusal NOT READY, TARGET PORT IN STANDBY STATE.
 // A sense gosrp adds later maps to INTERNAL TARGET FAILURE.
 func FromWire(s wire.Sense, op Op) Sense {
 	switch s {
@@ -210,6 +219,8 @@ func FromWire(s wire.Sense, op Op) Sense {
 		return SenseAccessDenied
 	case wire.SenseSpaceAllocFailed:
 		return SenseSpaceAllocFailed
+	case wire.SenseNotActive:
+		return SenseStandby
 	}
 	return SenseInternalFailure
 }
