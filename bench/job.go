@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/clock"
@@ -69,14 +70,13 @@ type slot struct {
 	covers []blockGen
 }
 
-// job is one --numjobs worker: its own session, volume handle, requests,
-// random source and histograms.
+// job is one --numjobs worker: its own session (or Multipath), volume
+// handle, requests, random source and histograms.
 type job struct {
 	id    int
 	ctx   context.Context // bounds the final FLUSH
 	o     *Options
-	sess  *initiator.Session
-	vol   *initiator.Volume
+	vol   benchVolume
 	vs    *verifyState // nil without --verify
 	phase *atomic.Int32
 	abort func(error)
@@ -107,13 +107,19 @@ type job struct {
 	slat, clat, lat [numOps]Histogram
 	syncLat         Histogram // FLUSH latencies
 	measured        int64     // I/Os completed in the measured phase
-	err             error
+	// lastDone is when the job's latest I/O completed (clock.Nanos),
+	// maxGap the longest time between two consecutive completions, the
+	// later one in the measured phase: the stall a failover (or a target
+	// restart) cost the job.
+	lastDone int64
+	maxGap   time.Duration
+	err      error
 }
 
-func newJob(ctx context.Context, id int, o *Options, sess *initiator.Session, vol *initiator.Volume, vs *verifyState,
+func newJob(ctx context.Context, id int, o *Options, c *conn, vs *verifyState,
 	phase *atomic.Int32, nblocks, seed uint64, abort func(error), finished func()) (*job, error) {
 	j := &job{
-		id: id, ctx: ctx, o: o, sess: sess, vol: vol, vs: vs, phase: phase, abort: abort, finished: finished,
+		id: id, ctx: ctx, o: o, vol: c.vol, vs: vs, phase: phase, abort: abort, finished: finished,
 		rng:     rand.New(rand.NewPCG(seed, uint64(id)+1)),
 		nblocks: int64(nblocks), base: o.Offset / o.BS, readPct: o.readPercent(),
 		slots:  make([]slot, o.IODepth),
@@ -127,7 +133,7 @@ func newJob(ctx context.Context, id int, o *Options, sess *initiator.Session, vo
 		j.interval[i].cur = new(Histogram)
 	}
 	bs := int(o.BS)
-	mem, err := sess.AllocBuffer(o.IODepth * bs)
+	mem, err := c.buffer(o.IODepth * bs)
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +255,10 @@ func (j *job) run() {
 			}
 		}
 		ph := j.phase.Load()
+		if ph == phaseMeasure && j.lastDone != 0 {
+			j.maxGap = max(j.maxGap, time.Duration(t2-j.lastDone))
+		}
+		j.lastDone = t2
 		if ph == phaseMeasure && s.op == opFlush {
 			j.syncLat.Record(t2 - s.t0)
 		} else if ph == phaseMeasure {

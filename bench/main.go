@@ -54,6 +54,17 @@ the exit status 1. --verify-state FILE saves what the run knew of every
 block when it ended (generation acknowledged, submitted, covered by a
 successful FLUSH), for a check of the volume after a target crash.
 
+--target more than once names gateways of one shared volume (srpd
+processes over one RBD image): each job then drives an
+initiator.Multipath of them through MultipathVolume.Submit, which fails
+over when the active gateway dies or turns standby and re-issues what
+it had in flight, as a fio job through dm-multipath would see it. Its
+buffers are plain memory (each path's session bounces them through
+registered buffers of its own), and still nothing is allocated per I/O.
+The report gives the paths, the failovers of all jobs and the longest
+time between two consecutive completions of a job: what a failover cost.
+--protocol srp takes a single --target.
+
 --fsync N issues a FLUSH after every N writes and one more when a job
 ends. A target restart that lost acknowledged writes fails the next FLUSH
 unless --replay-buffer gives each session a replay buffer, which re-issues

@@ -41,8 +41,12 @@ type Options struct {
 	Output     string // file for the report ("": stdout)
 	Plot       string
 	CPUProfile string
-	Target     string
-	Volume     string
+	// Target is the first --target (the only one, but for a multipath
+	// run); Targets are all of them, in order: with more than one, each
+	// job drives an initiator.Multipath of those gateways.
+	Target  string
+	Targets []string
+	Volume  string
 	// Protocol and SRPTargetPort: --protocol srp benchmarks a standard
 	// SRP target (its LUN --volume lunN) with the initiator's SRP mode.
 	Protocol      string
@@ -213,7 +217,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Output, "output", "", "write the report to `FILE` instead of stdout")
 	fs.StringVar(&o.Plot, "plot", "", "draw IOPS over time and the latency distribution into an SVG `FILE`")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (go tool pprof) to `FILE`; with --embedded it covers the target too")
-	fs.StringVar(&o.Target, "target", "", "benchmark a running target at `HOST:PORT` (for --wire shm: its socket path)")
+	fs.Func("target", "benchmark a running target at `HOST:PORT` (for --wire shm: its socket path); repeat it for gateways of one shared volume (srpd over one RBD image): each job then drives a Multipath of them, failing over as srpc does", o.addTarget)
 	fs.StringVar(&o.Protocol, "protocol", "gosrp", "with --target: `PROTOCOL` gosrp, or srp for a standard SRP target (the kernel's ib_srpt, srpd's SRP personality), whose LUN n --volume names lunN")
 	fs.StringVar(&o.SRPTargetPort, "srp-target-port", "", "with --protocol srp: the target port `ID`, 32 hex digits (id_ext then ioc_guid)")
 	fs.StringVar(&o.Volume, "volume", o.Volume, "volume `NAME` to open on the target (embedded: the name of the volume created)")
@@ -242,9 +246,28 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Name, "name", o.Name, "initiator `NAME` the target's ACL and secrets know")
 	fs.StringVar(&o.SecretFile, "secret-file", "", "read the shared secret from `FILE` (one line)")
 	fs.IntVar(&o.Channels, "channels", o.Channels, "connections (QPs) per job's session, `N`")
-	fs.IntVar(&o.TargetPID, "target-pid", 0, "count the CPU time of process `PID` as the target's (default: found from the listening socket when the target is local)")
+	fs.IntVar(&o.TargetPID, "target-pid", 0, "count the CPU time of process `PID` as the target's (default: found from the listening socket when the one --target is local; none through several)")
 	fs.Var(durationValue{&o.Interval}, "interval", "print a table row every `DURATION`")
 }
+
+// addTarget is --target's flag function: each one is another path.
+func (o *Options) addTarget(s string) error {
+	if s == "" {
+		return fmt.Errorf("empty address")
+	}
+	for _, t := range o.Targets {
+		if t == s {
+			return fmt.Errorf("%s given twice", s)
+		}
+	}
+	o.Targets = append(o.Targets, s)
+	o.Target = o.Targets[0]
+	return nil
+}
+
+// multipath reports whether the run goes through several --target
+// paths.
+func (o *Options) multipath() bool { return len(o.Targets) > 1 }
 
 // procsAuto is --procs auto.
 const procsAuto = -1
@@ -341,6 +364,9 @@ func (o *Options) validate() error {
 	}
 	if o.proto == initiator.ProtocolSRP && o.Embedded {
 		return cli.Usagef("--protocol srp needs --target (the embedded target is benchmarked with gosrp's protocol)")
+	}
+	if o.proto == initiator.ProtocolSRP && o.multipath() {
+		return cli.Usagef("--protocol srp takes one --target (a Multipath of several speaks gosrp's protocol only: it needs their path states)")
 	}
 	if o.SRPTargetPort != "" {
 		if o.srpPort, err = initiator.ParseSRPPortID(o.SRPTargetPort); err != nil || o.proto != initiator.ProtocolSRP {

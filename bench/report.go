@@ -63,11 +63,13 @@ func writeSummary(w io.Writer, r *result) {
 	if ios > 0 {
 		fmt.Fprintf(w, "  mem  : %.3f heap allocations per I/O (whole process, incl. the per-interval report)\n", float64(r.mallocs)/float64(ios))
 	}
-	f := r.frmr
-	fmt.Fprintf(w, "  frmr : pools=%d mrs=%d registrations=%d remote-inv=%d local-inv=%d (ok %d) bogus-inv=%d taints=%d replacements=%d rotations=%d post-failures=%d qp-errors=%d lost-completions=%d deadlines=%d\n",
-		r.frmrPools, f.Size, f.Registrations, f.RemoteInvalidations, f.LocalInvalidations, f.LocalInvalidationsOK,
-		f.BogusInvalidations, f.Taints, f.Replacements, f.Rotations, f.PostFailures, f.QPErrors, f.LostCompletions, f.Deadlines)
-	fmt.Fprintf(w, "  conn : connections-lost=%d reconnects=%d\n", r.connLost, r.reconnects)
+	g, gj := r.maxGap()
+	fmt.Fprintf(w, "  paths: %d, failovers=%d, longest completion gap %.1fms (job %d)\n", r.paths, r.failovers, float64(g)/1e6, gj)
+	if o.multipath() {
+		fmt.Fprintf(w, "  frmr, conn: not reported through a Multipath (its paths' sessions keep them)\n")
+	} else {
+		writeFRMR(w, r)
+	}
 	if v := r.verify; v != nil {
 		fmt.Fprintf(w, "  verify: %d blocks checked (%d zero, %d of an earlier run), %d mismatches\n",
 			v.checked.Load(), v.zero.Load(), v.prior.Load(), v.mismatches.Load())
@@ -75,6 +77,15 @@ func writeSummary(w io.Writer, r *result) {
 			fmt.Fprintf(w, "    mismatch: %s\n", s)
 		}
 	}
+}
+
+// writeFRMR prints the sessions' FRMR pool and connection counters.
+func writeFRMR(w io.Writer, r *result) {
+	f := r.frmr
+	fmt.Fprintf(w, "  frmr : pools=%d mrs=%d registrations=%d remote-inv=%d local-inv=%d (ok %d) bogus-inv=%d taints=%d replacements=%d rotations=%d post-failures=%d qp-errors=%d lost-completions=%d deadlines=%d\n",
+		r.frmrPools, f.Size, f.Registrations, f.RemoteInvalidations, f.LocalInvalidations, f.LocalInvalidationsOK,
+		f.BogusInvalidations, f.Taints, f.Replacements, f.Rotations, f.PostFailures, f.QPErrors, f.LostCompletions, f.Deadlines)
+	fmt.Fprintf(w, "  conn : connections-lost=%d reconnects=%d\n", r.connLost, r.reconnects)
 }
 
 func kiopsPerCore(ios uint64, cpu time.Duration) float64 {
@@ -202,6 +213,27 @@ type gosrpJSON struct {
 	Verify          *verifyJSON `json:"verify,omitempty"`
 	Interrupted     bool        `json:"interrupted,omitempty"`
 	AllocsPerIO     float64     `json:"allocs_per_io"`
+	// Paths counts the --target paths (1: one target, or embedded);
+	// with more than one, each job drives an initiator.Multipath of
+	// them, and the FRMR and connection counters above stay zero (its
+	// paths' sessions keep them).
+	Paths int `json:"paths"`
+	// Failovers sums the jobs' MultipathVolume.Failovers.
+	Failovers int `json:"failovers"`
+	// MaxCompletionGapNS is the longest time, in nanoseconds, between
+	// two consecutive completions of one job, the later one in the
+	// measured phase: what a failover (or a target restart) cost.
+	MaxCompletionGapNS int64 `json:"max_completion_gap_ns"`
+	// JobPaths are the same per job, in the order of jobs.
+	JobPaths []jobPathJSON `json:"job_paths"`
+}
+
+// jobPathJSON is what one job saw of its paths.
+type jobPathJSON struct {
+	// Path is the address its I/O went to at the end.
+	Path               string `json:"path"`
+	Failovers          int    `json:"failovers"`
+	MaxCompletionGapNS int64  `json:"max_completion_gap_ns"`
 }
 
 // frmrJSON are the initiator's FRMR pool counters, summed over sessions
@@ -396,7 +428,12 @@ func writeJSON(w io.Writer, r *result) error {
 			QPErrors: r.frmr.QPErrors, LostCompletions: r.frmr.LostCompletions, Rotations: r.frmr.Rotations,
 			Deadlines: r.frmr.Deadlines},
 		ConnectionsLost: r.connLost, Reconnects: r.reconnects,
-		Interrupted: r.interrupt,
+		Interrupted: r.interrupt, Paths: r.paths, Failovers: r.failovers,
+	}
+	gap, _ := r.maxGap()
+	g.MaxCompletionGapNS = gap.Nanoseconds()
+	for _, p := range r.jobPaths {
+		g.JobPaths = append(g.JobPaths, jobPathJSON{Path: p.path, Failovers: p.failovers, MaxCompletionGapNS: p.maxGap.Nanoseconds()})
 	}
 	if r.elapsed > 0 {
 		g.IOPS = float64(ios) / r.elapsed.Seconds()

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/frmr"
-	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
 )
 
@@ -70,6 +69,34 @@ type result struct {
 	interrupt            bool
 	targetNote           string
 	mallocs              uint64 // heap allocations of the whole process while measuring
+	// paths counts the --target paths (1 for one target or embedded);
+	// failovers sums the jobs' Multipath failovers; jobPaths are each
+	// job's.
+	paths     int
+	failovers int
+	jobPaths  []jobPath
+}
+
+// jobPath is what a job saw of its paths: its volume's failovers, the
+// path its I/O went to at the end, and the longest time between two of
+// its consecutive completions in the measured phase (what a failover
+// cost it).
+type jobPath struct {
+	failovers int
+	path      string
+	maxGap    time.Duration
+}
+
+// maxGap is the longest completion gap of any job, and that job.
+func (r *result) maxGap() (time.Duration, int) {
+	var g time.Duration
+	job := 0
+	for i, p := range r.jobPaths {
+		if p.maxGap > g {
+			g, job = p.maxGap, i
+		}
+	}
+	return g, job
 }
 
 func mallocs() uint64 {
@@ -141,37 +168,39 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 		res.targetNote = "in this process"
 	} else {
 		res.targetPID = o.TargetPID
-		if res.targetPID == 0 {
+		switch {
+		case o.multipath():
+			// No target's CPU unless --target-pid names one: the
+			// first path's process goes idle at a failover.
+			res.target = strings.Join(o.Targets, ",")
+		case res.targetPID == 0:
 			res.targetPID = findTargetPID(addr, o.Wire)
 		}
 	}
 
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	type conn struct {
-		s *initiator.Session
-		v *initiator.Volume
-	}
-	conns := make([]conn, 0, o.NumJobs)
+	conns := make([]*conn, 0, o.NumJobs)
 	defer func() {
 		for _, c := range conns {
-			c.v.Close()
-			c.s.Close()
+			c.close()
 		}
 	}()
 	for i := 0; i < o.NumJobs; i++ {
-		s, v, err := dialJob(dctx, o, i, ip, addr, secret, log)
+		c, err := dialJob(dctx, o, i, ip, addr, secret, log)
 		if err != nil {
-			return nil, fmt.Errorf("job %d: connect to %s: %w", i, addr, err)
+			return nil, fmt.Errorf("job %d: connect to %s: %w", i, res.target, err)
 		}
-		conns = append(conns, conn{s, v})
+		conns = append(conns, c)
 	}
-	v0, s0 := conns[0].v, conns[0].s
+	v0, s0 := conns[0].vol, conns[0].s
 	res.volSize, res.blockSize = v0.Size(), v0.BlockSize()
 	switch {
 	case o.BS%int64(v0.BlockSize()) != 0:
 		return nil, cli.Usagef("--bs %s is not a multiple of the volume's %d-byte blocks", formatFioSize(o.BS), v0.BlockSize())
-	case o.BS > int64(s0.MaxTransfer()):
+	case s0 != nil && o.BS > int64(s0.MaxTransfer()):
+		// A Multipath does not say; a --bs its paths refuse fails
+		// the first I/O, naming the limit.
 		return nil, cli.Usagef("--bs %s exceeds the %d bytes per command the target allows", formatFioSize(o.BS), s0.MaxTransfer())
 	case o.Offset >= v0.Size():
 		return nil, cli.Usagef("--offset %s is beyond the end of the %s volume", formatFioSize(o.Offset), formatFioSize(v0.Size()))
@@ -227,7 +256,7 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 	}
 	jobs := make([]*job, o.NumJobs)
 	for i := range jobs {
-		if jobs[i], err = newJob(ctx, i, o, conns[i].s, conns[i].v, res.verify, &phase, uint64(nblocks), o.Seed, abort, finished); err != nil {
+		if jobs[i], err = newJob(ctx, i, o, conns[i], res.verify, &phase, uint64(nblocks), o.Seed, abort, finished); err != nil {
 			return nil, err
 		}
 	}
@@ -374,7 +403,14 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 	}
 	// The sessions publish their pools' counters on a 100 ms tick.
 	time.Sleep(120 * time.Millisecond)
-	for _, c := range conns {
+	res.paths = max(1, len(o.Targets))
+	res.jobPaths = make([]jobPath, len(jobs))
+	for ji, c := range conns {
+		res.jobPaths[ji] = jobPath{failovers: c.failovers(), path: c.path(addr), maxGap: jobs[ji].maxGap}
+		res.failovers += res.jobPaths[ji].failovers
+		if c.s == nil {
+			continue // a Multipath keeps its paths' sessions to itself
+		}
 		st := c.s.Stats()
 		for _, f := range st.FRMR {
 			res.frmr = addFRMR(res.frmr, f)

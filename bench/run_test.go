@@ -11,13 +11,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gosrp/gosrp/internal/logsink"
 )
 
 // bench runs the program with args and returns its exit code, stdout and
 // stderr.
 func bench(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	// Safe for writes from several goroutines: with --output-format
+	// json the table rows and the sessions' warnings both go to stderr.
+	var out, errb logsink.Buffer
 	code := executeForTest(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
@@ -37,7 +41,7 @@ func benchJSON(t *testing.T, args ...string) fioJSONReport {
 	return rep
 }
 
-func executeForTest(ctx context.Context, args []string, stdout, stderr *bytes.Buffer) int {
+func executeForTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return cliExecute(ctx, rootCommand(defaultOptions(), stdout, stderr), args, stdout, stderr)
 }
 
@@ -248,14 +252,21 @@ func TestUsage(t *testing.T) {
 		{"--target", "127.0.0.1:1", "--embedded"}, {"--wire", "carrier-pigeon"}, {"extra"}, {"--bogus"},
 		{"--procs", "0"}, {"--procs", "many"}, {"--fsync", "-1"}, {"--mechanism", "windows"},
 		{"--verify", "--size", "16k", "--iodepth", "4", "--runtime", "100ms"}, {"--bs", "6k", "--runtime", "100ms", "--size", "60k"},
+		// Several --target paths: a Multipath, which speaks gosrp's
+		// protocol to running gateways only.
+		{"--target", "127.0.0.1:1", "--target", "127.0.0.1:2", "--protocol", "srp"},
+		{"--target", "127.0.0.1:1", "--target", "127.0.0.1:2", "--embedded"},
+		{"--target", "127.0.0.1:1", "--target", "127.0.0.1:1"}, {"--target", ""},
 	} {
 		if code, _, errs := bench(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2 (%s)", args, code, errs)
 		}
 	}
-	code, _, errs := bench(t, "--target", "127.0.0.1:1", "--runtime", "100ms")
-	if code != 1 || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
-		t.Errorf("unreachable target: exit %d, stderr %q; want 1 and one line", code, errs)
+	for _, targets := range [][]string{{"--target", "127.0.0.1:1"}, {"--target", "127.0.0.1:1", "--target", "127.0.0.1:2"}} {
+		code, _, errs := bench(t, append(targets, "--runtime", "100ms")...)
+		if code != 1 || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+			t.Errorf("unreachable %q: exit %d, stderr %q; want 1 and one line", targets, code, errs)
+		}
 	}
 }
 

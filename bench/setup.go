@@ -156,43 +156,17 @@ func (o *Options) srpSessionPort(role string) [16]byte {
 	return initiator.SRPPortID(o.Name + "/" + role)
 }
 
-// dialJob opens one job's session and volume.
-func dialJob(ctx context.Context, o *Options, job int, p transport.Provider, addr string, secret []byte, log *slog.Logger) (*initiator.Session, *initiator.Volume, error) {
-	bsPage := pageRound(o.BS)
-	cfg := initiator.Config{
-		Provider: p, Addr: addr, Name: o.Name, Secret: secret,
-		Channels: o.Channels, Credits: o.IODepth, Mechanism: o.Mechanism, MaxTransfer: int(max(bsPage, int64(transport.PageSize))),
-		BufferBytes: o.IODepth * int(o.BS), ReplayBuffer: int(o.ReplayBuf), Logger: log,
-		Protocol: o.proto, SRPTargetPortID: o.srpPort, SRPInitiatorPortID: o.srpSessionPort(fmt.Sprintf("job%d", job)),
-	}
-	cfg.BufferBytes = int(pageRound(int64(cfg.BufferBytes)))
-	s, err := initiator.Dial(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	v, err := s.Open(ctx, o.Volume, initiator.OpenOptions{ReadOnly: !o.writes() && !o.prefill()})
-	if err != nil {
-		s.Close()
-		return nil, nil, err
-	}
-	return s, v, nil
-}
-
 // prefill writes the whole region before the run, patterned as
-// generation 1 with --verify, through a session of its own with large
-// transfers.
+// generation 1 with --verify, through a session (or Multipath) of its
+// own with large transfers.
 func prefill(ctx context.Context, o *Options, p transport.Provider, addr string, secret []byte, vs *verifyState, log *slog.Logger, msg io.Writer) error {
-	s, err := initiator.Dial(ctx, initiator.Config{Provider: p, Addr: addr, Name: o.Name, Secret: secret, Credits: 32, Logger: log,
-		Protocol: o.proto, SRPTargetPortID: o.srpPort, SRPInitiatorPortID: o.srpSessionPort("prefill")})
+	c, err := dialConn(ctx, o, initiator.Config{Provider: p, Name: o.Name, Secret: secret, Credits: 32, Logger: log,
+		Protocol: o.proto, SRPTargetPortID: o.srpPort, SRPInitiatorPortID: o.srpSessionPort("prefill")}, addr, false)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	v, err := s.Open(ctx, o.Volume, initiator.OpenOptions{})
-	if err != nil {
-		return err
-	}
-	defer v.Close()
+	defer c.close()
+	v := c.vol
 	start := time.Now()
 	chunk := max(o.BS, (4<<20)/o.BS*o.BS)
 	end := o.Offset + o.Size

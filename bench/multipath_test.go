@@ -1,0 +1,180 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/internal/gateway"
+	"github.com/gosrp/gosrp/internal/gateway/gatewaytest"
+	"github.com/gosrp/gosrp/internal/servetest"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// ioCounter counts the reads and writes a gateway's store served and
+// closes hit once there were at.
+type ioCounter struct {
+	n    atomic.Int64
+	at   int64
+	hit  chan struct{}
+	once sync.Once
+}
+
+func (c *ioCounter) count() {
+	if c.n.Add(1) == c.at {
+		c.once.Do(func() { close(c.hit) })
+	}
+}
+
+// countingClient is a gatewaytest client whose volumes count their
+// reads and writes.
+type countingClient struct {
+	*gatewaytest.Client
+	c *ioCounter
+}
+
+func (s countingClient) Open(name string) (block.Volume, error) { return s.OpenShared(name) }
+
+func (s countingClient) OpenShared(name string) (block.Volume, error) {
+	v, err := s.Client.OpenShared(name)
+	if err != nil {
+		return nil, err
+	}
+	return countingVolume{v, s.c}, nil
+}
+
+type countingVolume struct {
+	block.Volume
+	c *ioCounter
+}
+
+func (v countingVolume) ReadAt(p []byte, off int64) (int, error) {
+	n, err := v.Volume.ReadAt(p, off)
+	v.c.count()
+	return n, err
+}
+
+func (v countingVolume) WriteAt(p []byte, off int64) (int, error) {
+	n, err := v.Volume.WriteAt(p, off)
+	v.c.count()
+	return n, err
+}
+
+// gateways serves vol0 (16 MiB) of one gatewaytest cluster from two
+// targets, each on a software NIC of its own (tcp wire), as two srpd
+// over one RBD image; the first counts its I/O in c. kill[i] closes
+// gateway i's NIC: every connection goes, and its address refuses
+// connections, as a killed srpd's.
+func gateways(t *testing.T, c *ioCounter) (addrs []string, kill []func()) {
+	t.Helper()
+	cl := gatewaytest.NewCluster()
+	if err := cl.Create("vol0", 16<<20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st block.Store = cl.Client()
+		if i == 0 {
+			st = countingClient{cl.Client(), c}
+		}
+		cat := gateway.New(st)
+		tgt, err := target.New(target.Config{Name: "gw", Catalog: cat})
+		if err != nil {
+			nic.Close()
+			t.Fatal(err)
+		}
+		// As srpd does: state changes reach the sessions as path notices.
+		cat.OnStateChange(func(name string, s gateway.State) { tgt.PathStateChanged(name, s != gateway.Active) })
+		addrs = append(addrs, servetest.Serve(t, tgt, nic.Listen, nic.Close))
+		kill = append(kill, func() { nic.Close() })
+	}
+	return addrs, kill
+}
+
+// TestMultipathFailover: bench --verify through two gateways of one
+// volume (--target twice), randrw at QD8 in two jobs; the active gateway
+// is killed once it served 1500 I/Os (of the prefill's and the jobs'),
+// and the run goes on through the other. It must exit 0 with no
+// mismatch, and report both paths, a failover per job (each job has a
+// Multipath of its own) and each job's longest completion gap.
+func TestMultipathFailover(t *testing.T) {
+	c := &ioCounter{at: 1500, hit: make(chan struct{})}
+	addrs, kill := gateways(t, c)
+	go func() {
+		<-c.hit
+		kill[0]()
+	}()
+	killed := func() bool {
+		select {
+		case <-c.hit:
+			return true
+		default:
+			return false
+		}
+	}
+	code, out, errs := bench(t, "--output-format", "json", "--target", addrs[0], "--target", addrs[1], "--wire", "tcp",
+		"--rw", "randrw", "--verify", "--prefill", "--size", "4m", "--bs", "4k", "--iodepth", "8", "--numjobs", "2",
+		"--number_ios", "3000", "--runtime", "60s", "--seed", "3")
+	if code != 0 {
+		t.Fatalf("exit %d (gateway 0 killed: %v)\nstderr:\n%s", code, killed(), errs)
+	}
+	var rep struct {
+		Gosrp gosrpJSON `json:"gosrp"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	g := rep.Gosrp
+	t.Logf("paths %d, failovers %d, longest completion gap %v, allocations per I/O %.3f",
+		g.Paths, g.Failovers, time.Duration(g.MaxCompletionGapNS), g.AllocsPerIO)
+	if !killed() {
+		t.Fatalf("gateway 0 served %d I/Os, the test wanted to kill it at %d", c.n.Load(), c.at)
+	}
+	if v := g.Verify; v == nil || v.Checked == 0 || v.Mismatches != 0 {
+		t.Fatalf("gosrp.verify = %+v", v)
+	}
+	if g.Paths != 2 || g.Failovers != 2 || len(g.JobPaths) != 2 {
+		t.Fatalf("paths %d, failovers %d, %d job_paths; want 2, 2 (one per job), 2", g.Paths, g.Failovers, len(g.JobPaths))
+	}
+	for i, j := range g.JobPaths {
+		if j.Failovers != 1 || j.Path != addrs[1] || j.MaxCompletionGapNS <= 0 || j.MaxCompletionGapNS > g.MaxCompletionGapNS {
+			t.Errorf("job %d: %+v; want one failover, to %s, and a gap", i, j, addrs[1])
+		}
+	}
+}
+
+// TestMultipathReport: two paths, nothing killed: the text report says
+// so, and the jobs' I/O allocates nothing: what the whole process
+// allocates while measuring (the reporter, the paths' keepalive ticks),
+// over 20000 I/Os, is far below one per I/O.
+func TestMultipathReport(t *testing.T) {
+	addrs, _ := gateways(t, &ioCounter{at: -1})
+	code, out, errs := bench(t, "--target", addrs[0], "--target", addrs[1], "--wire", "tcp",
+		"--rw", "randrw", "--verify", "--size", "4m", "--iodepth", "4", "--number_ios", "20000", "--runtime", "60s")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errs)
+	}
+	for _, want := range []string{"paths: 2, failovers=0, longest completion gap", "not reported through a Multipath", ", 0 mismatches",
+		"target=" + addrs[0] + "," + addrs[1] + " "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if raceEnabled {
+		return
+	}
+	_, mem, _ := strings.Cut(out, "  mem  : ")
+	var perIO float64
+	if _, err := fmt.Sscanf(mem, "%f heap allocations per I/O", &perIO); err != nil || perIO > 0.05 {
+		t.Errorf("%.3f heap allocations per I/O through a Multipath (%v), want about 0", perIO, err)
+	}
+}
