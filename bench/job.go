@@ -113,6 +113,7 @@ type job struct {
 	// restart) cost the job.
 	lastDone int64
 	maxGap   time.Duration
+	gapEnd   int64 // clock.Nanos of the completion that ended maxGap
 	err      error
 }
 
@@ -255,8 +256,8 @@ func (j *job) run() {
 			}
 		}
 		ph := j.phase.Load()
-		if ph == phaseMeasure && j.lastDone != 0 {
-			j.maxGap = max(j.maxGap, time.Duration(t2-j.lastDone))
+		if g := time.Duration(t2 - j.lastDone); ph == phaseMeasure && j.lastDone != 0 && g > j.maxGap {
+			j.maxGap, j.gapEnd = g, t2
 		}
 		j.lastDone = t2
 		if ph == phaseMeasure && s.op == opFlush {

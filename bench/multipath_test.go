@@ -146,7 +146,8 @@ func TestMultipathFailover(t *testing.T) {
 		t.Fatalf("paths %d, failovers %d, %d job_paths; want 2, 2 (one per job), 2", g.Paths, g.Failovers, len(g.JobPaths))
 	}
 	for i, j := range g.JobPaths {
-		if j.Failovers != 1 || j.Path != addrs[1] || j.MaxCompletionGapNS <= 0 || j.MaxCompletionGapNS > g.MaxCompletionGapNS {
+		if j.Failovers != 1 || j.Path != addrs[1] || j.MaxCompletionGapNS <= 0 || j.MaxCompletionGapNS > g.MaxCompletionGapNS ||
+			j.MaxCompletionGapEnd <= 0 || j.MaxCompletionGapEnd > g.Elapsed {
 			t.Errorf("job %d: %+v; want one failover, to %s, and a gap", i, j, addrs[1])
 		}
 	}

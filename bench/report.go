@@ -63,8 +63,12 @@ func writeSummary(w io.Writer, r *result) {
 	if ios > 0 {
 		fmt.Fprintf(w, "  mem  : %.3f heap allocations per I/O (whole process, incl. the per-interval report)\n", float64(r.mallocs)/float64(ios))
 	}
-	g, gj := r.maxGap()
-	fmt.Fprintf(w, "  paths: %d, failovers=%d, longest completion gap %.1fms (job %d)\n", r.paths, r.failovers, float64(g)/1e6, gj)
+	fmt.Fprintf(w, "  paths: %d, failovers=%d", r.paths, r.failovers)
+	if len(r.jobPaths) > 0 {
+		p := r.jobPaths[r.maxGap()]
+		fmt.Fprintf(w, ", longest completion gap %.1fms (job %d, ended at %s)", float64(p.maxGap)/1e6, r.maxGap(), fmtElapsed(p.gapEnd))
+	}
+	fmt.Fprintln(w)
 	if o.multipath() {
 		fmt.Fprintf(w, "  frmr, conn: not reported through a Multipath (its paths' sessions keep them)\n")
 	} else {
@@ -234,6 +238,9 @@ type jobPathJSON struct {
 	Path               string `json:"path"`
 	Failovers          int    `json:"failovers"`
 	MaxCompletionGapNS int64  `json:"max_completion_gap_ns"`
+	// MaxCompletionGapEnd is when the gap ended, in seconds from the
+	// start of measuring, to be told from the store's own stalls.
+	MaxCompletionGapEnd float64 `json:"max_completion_gap_end_s"`
 }
 
 // frmrJSON are the initiator's FRMR pool counters, summed over sessions
@@ -430,10 +437,10 @@ func writeJSON(w io.Writer, r *result) error {
 		ConnectionsLost: r.connLost, Reconnects: r.reconnects,
 		Interrupted: r.interrupt, Paths: r.paths, Failovers: r.failovers,
 	}
-	gap, _ := r.maxGap()
-	g.MaxCompletionGapNS = gap.Nanoseconds()
 	for _, p := range r.jobPaths {
-		g.JobPaths = append(g.JobPaths, jobPathJSON{Path: p.path, Failovers: p.failovers, MaxCompletionGapNS: p.maxGap.Nanoseconds()})
+		g.MaxCompletionGapNS = max(g.MaxCompletionGapNS, p.maxGap.Nanoseconds())
+		g.JobPaths = append(g.JobPaths, jobPathJSON{Path: p.path, Failovers: p.failovers, MaxCompletionGapNS: p.maxGap.Nanoseconds(),
+			MaxCompletionGapEnd: p.gapEnd.Seconds()})
 	}
 	if r.elapsed > 0 {
 		g.IOPS = float64(ios) / r.elapsed.Seconds()

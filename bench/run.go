@@ -17,6 +17,7 @@ import (
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/internal/cli"
+	"github.com/gosrp/gosrp/internal/clock"
 )
 
 // prefill reports whether the region is written before the run.
@@ -80,23 +81,25 @@ type result struct {
 // jobPath is what a job saw of its paths: its volume's failovers, the
 // path its I/O went to at the end, and the longest time between two of
 // its consecutive completions in the measured phase (what a failover
-// cost it).
+// cost it), with when it ended (from the start of measuring), so that
+// it can be told from a stall of the store.
 type jobPath struct {
 	failovers int
 	path      string
 	maxGap    time.Duration
+	gapEnd    time.Duration
 }
 
-// maxGap is the longest completion gap of any job, and that job.
-func (r *result) maxGap() (time.Duration, int) {
-	var g time.Duration
+// maxGap is the job whose completion gap was the longest (0 when none
+// was measured).
+func (r *result) maxGap() int {
 	job := 0
 	for i, p := range r.jobPaths {
-		if p.maxGap > g {
-			g, job = p.maxGap, i
+		if p.maxGap > r.jobPaths[job].maxGap {
+			job = i
 		}
 	}
-	return g, job
+	return job
 }
 
 func mallocs() uint64 {
@@ -294,7 +297,7 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 	}
 	m0 := mallocs()
 	phase.CompareAndSwap(phaseRamp, phaseMeasure)
-	measureStart := time.Now()
+	measureStart, measureNanos := time.Now(), clock.Nanos()
 
 	// The reporter: every interval, take each job's interval histograms.
 	spare := make([][numOps]*Histogram, len(jobs))
@@ -407,6 +410,9 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 	res.jobPaths = make([]jobPath, len(jobs))
 	for ji, c := range conns {
 		res.jobPaths[ji] = jobPath{failovers: c.failovers(), path: c.path(addr), maxGap: jobs[ji].maxGap}
+		if jobs[ji].maxGap > 0 {
+			res.jobPaths[ji].gapEnd = time.Duration(jobs[ji].gapEnd - measureNanos)
+		}
 		res.failovers += res.jobPaths[ji].failovers
 		if c.s == nil {
 			continue // a Multipath keeps its paths' sessions to itself
