@@ -65,8 +65,9 @@ func writeSummary(w io.Writer, r *result) {
 	}
 	fmt.Fprintf(w, "  paths: %d, failovers=%d", r.paths, r.failovers)
 	if len(r.jobPaths) > 0 {
-		p := r.jobPaths[r.maxGap()]
-		fmt.Fprintf(w, ", longest completion gap %.1fms (job %d, ended at %s)", float64(p.maxGap)/1e6, r.maxGap(), fmtElapsed(p.gapEnd))
+		j := r.gapJob()
+		p := r.jobPaths[j]
+		fmt.Fprintf(w, ", longest completion gap %.1fms (job %d, ended at %s)", float64(p.maxGap)/1e6, j, fmtElapsed(p.gapEnd))
 	}
 	fmt.Fprintln(w)
 	if o.multipath() {

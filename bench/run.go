@@ -90,9 +90,9 @@ type jobPath struct {
 	gapEnd    time.Duration
 }
 
-// maxGap is the job whose completion gap was the longest (0 when none
+// gapJob is the job whose completion gap was the longest (0 when none
 // was measured).
-func (r *result) maxGap() int {
+func (r *result) gapJob() int {
 	job := 0
 	for i, p := range r.jobPaths {
 		if p.maxGap > r.jobPaths[job].maxGap {
