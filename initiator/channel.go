@@ -109,6 +109,7 @@ func (c *channel) submit(r *Request) error {
 		return fmt.Errorf("initiator: channel %d down since %s: %w", c.id, c.downAt.Format(time.RFC3339), ErrConnectionLost)
 	}
 	r.start = clock.Nanos()
+	r.srpRetries, r.srpLast = 0, nil
 	c.q.push(r)
 	c.mu.Unlock()
 	c.ring()

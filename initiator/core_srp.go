@@ -20,6 +20,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/gosrp/gosrp/frmr"
@@ -100,6 +101,9 @@ func newSRPCore(slots, recvs int) *srpCore {
 // startSRP is start for an SRP session: r becomes an SRP_CMD on a free
 // slot (the caller checked canStart).
 func (c *core) startSRP(r *Request, now int64) bool {
+	if c.srpRetryExpired(r, now) {
+		return true
+	}
 	s := c.srp
 	si := c.free[len(c.free)-1]
 	sl := &c.slots[si]
@@ -375,13 +379,17 @@ func (c *core) srpOutcome(r *Request, rsp *srp.Rsp) (srpResult, error) {
 }
 
 // completeSRP is complete for an SRP session. A command answered UNIT
-// ATTENTION is re-issued once: the condition (a reset, a capacity or
-// LUN inventory change) is reported once per I_T nexus, and what the
-// command asked for was not done (SAM-5 5.14; Linux's sd retries the
-// same way). One answered TASK ABORTED is re-issued once too, apart
-// from that: another host's LOGICAL UNIT RESET aborted it, and Linux
-// retries it at once (scsi_decide_disposition); its re-issue then
-// hears of the reset as a UNIT ATTENTION.
+// ATTENTION or TASK ABORTED did not do what it asked, and is re-issued
+// at once: a UNIT ATTENTION (a reset, a capacity or LUN inventory
+// change) is reported once per I_T nexus and condition (SAM-5 5.14), and
+// TASK ABORTED means another host's LOGICAL UNIT RESET aborted the
+// command (SAM-5 6.3.3, TAS), whose re-issue then hears of the reset as
+// a UNIT ATTENTION; Linux retries both (scsi_decide_disposition). The
+// bound is the command's time, not a count: another host that resets the
+// unit as fast as it can aborts every try, and a count it can exhaust
+// would turn its flood into this host's I/O errors. A command still
+// answered so Config.IOTimeout after it was first sent ends with the
+// last answer (startSRP), so one aborted forever does not loop forever.
 func (c *core) completeSRP(si int) {
 	sl := &c.slots[si]
 	r := sl.req
@@ -389,17 +397,36 @@ func (c *core) completeSRP(si int) {
 	c.srp.res[si] = srpResult{}
 	sl.req, sl.hasReg, sl.state = nil, false, slotFree
 	c.free = append(c.free, si)
-	if res.ua && !r.uaRetried || res.aborted && !r.abortRetried {
-		r.uaRetried = r.uaRetried || res.ua
-		r.abortRetried = r.abortRetried || res.aborted
+	if res.ua || res.aborted {
+		if r.srpRetries == 0 {
+			r.srpFirst = sl.started
+		}
+		r.srpRetries++
+		r.srpLast = res.err
 		c.requeue(r)
 		return
 	}
-	r.uaRetried, r.abortRetried = false, false
+	r.srpRetries, r.srpLast = 0, nil
 	if r.scsi != nil {
 		r.scsi.got = res.got
 	}
 	c.acts.done = append(c.acts.done, doneIO{req: r, err: res.err, bounce: sl.bounce, rsp: true})
+}
+
+// srpRetryExpired completes r, re-issued after UNIT ATTENTION or TASK
+// ABORTED (completeSRP), if Config.IOTimeout has passed since it was
+// first sent: with the last answer, and how often it was tried. The
+// error is os.ErrDeadlineExceeded as well as the last answer's
+// SCSIError: the command ran out of time, as an I/O deadline does.
+func (c *core) srpRetryExpired(r *Request, now int64) bool {
+	if r.srpRetries == 0 || now-r.srpFirst <= c.p.ioTimeout {
+		return false
+	}
+	err := fmt.Errorf("%w (re-issued %d times in %s, past the I/O timeout %s): %w",
+		r.srpLast, r.srpRetries, time.Duration(now-r.srpFirst).Round(time.Millisecond), time.Duration(c.p.ioTimeout), os.ErrDeadlineExceeded)
+	r.srpRetries, r.srpLast = 0, nil
+	c.finish(r, err)
+	return true
 }
 
 // srpAnswer answers a target request in the receive buffer it arrived

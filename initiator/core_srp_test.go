@@ -77,7 +77,7 @@ func cdbName(cdb []byte) string {
 }
 
 // recvSRP writes an IU from an SRP target into buf and returns its
-// length: kind=rsp (the default; status=good|check with
+// length: kind=rsp (the default; status=good|busy|aborted|check with
 // sense=medium|protect|ua, resid=N for DIUNDER/DOUNDER of N bytes,
 // over=N for DIOVER), cred-req, aer-req, t-logout, gosrp (a gosrp
 // response, which an SRP target never sends) or garbage.
@@ -95,6 +95,8 @@ func (h *coreHarness) recvSRP(t testing.TB, td *datadriven.TestData, buf []byte,
 			rsp.Status, rsp.Flags, rsp.Sense = uint8(scsi.StatusCheckCondition), srp.SnsValid, sn.AppendFixed(nil)
 		} else if st == "busy" {
 			rsp.Status = uint8(scsi.StatusBusy)
+		} else if st == "aborted" {
+			rsp.Status = uint8(scsi.StatusTaskAborted)
 		}
 		var resid, over int
 		td.MaybeScanArgs(t, "resid", &resid)
@@ -171,7 +173,7 @@ func FuzzSRPCore(f *testing.F) {
 				}
 				kinds := []string{"rsp", "rsp", "rsp", "rsp", "cred-req", "aer-req", "t-logout", "gosrp", "garbage"}
 				args = append(args, "kind="+kinds[next()%len(kinds)])
-				args = append(args, "status="+[]string{"good", "good", "check", "busy"}[next()%4])
+				args = append(args, "status="+[]string{"good", "good", "check", "busy", "aborted"}[next()%5])
 				args = append(args, "sense="+[]string{"medium", "protect", "ua"}[next()%3])
 				switch next() % 4 {
 				case 0:

@@ -195,6 +195,11 @@ func (h *coreHarness) run(t testing.TB, td *datadriven.TestData) string {
 		td.ScanArgs(t, "name", &name)
 		h.printf("abandoned: %v\n", h.reqs[name].abandon())
 	case "dispatch":
+		// ms: the time of the pass (the shell's clock), 0 unless given.
+		var ms int
+		if td.HasArg("ms") {
+			td.ScanArgs(t, "ms", &ms)
+		}
 		if c.stageInvalidations() {
 			for c.canStart() && len(h.queue) > 0 {
 				r := h.queue[0]
@@ -203,7 +208,7 @@ func (h *coreHarness) run(t testing.TB, td *datadriven.TestData) string {
 					h.printf("drop %s (abandoned)\n", h.names[r])
 					continue
 				}
-				if !c.start(r, 0) {
+				if !c.start(r, int64(ms)*int64(time.Millisecond)) {
 					h.queue = slices.Insert(h.queue, 0, r)
 					break
 				}

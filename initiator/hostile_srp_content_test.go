@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,12 @@ var srpLieCases = []srpLieCase{
 		putRsp(iu, func(r *srp.Rsp) { r.Status = uint8(scsi.StatusTaskAborted) })
 		return targettest.Pass
 	}},
+	// Every command answered TASK ABORTED: it is re-issued until its I/O
+	// timeout and then fails, rather than looping forever.
+	{name: "task-aborted-forever", every: true, failErr: os.ErrDeadlineExceeded, lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
+		putRsp(iu, func(r *srp.Rsp) { r.Status = uint8(scsi.StatusTaskAborted) })
+		return targettest.Pass
+	}, cfg: func(c *initiator.Config) { c.IOTimeout = 200 * time.Millisecond }, rounds: 4},
 	{name: "t-logout-mid-io", churn: true, lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
 		clear(iu)
 		l := srp.TLogout{Reason: 0x1}

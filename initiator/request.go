@@ -174,10 +174,14 @@ type Request struct {
 	// session's own (discovery: REPORT LUNS, INQUIRY, READ CAPACITY)
 	// sent instead of the one Op would make (core_srp.go).
 	scsi *scsiCmd
-	// uaRetried: an SRP command answered UNIT ATTENTION was re-issued
-	// once already, abortRetried one answered TASK ABORTED (core_srp.go).
-	uaRetried    bool
-	abortRetried bool
+	// srpRetries counts the re-issues of an SRP command answered UNIT
+	// ATTENTION or TASK ABORTED since it was submitted, srpFirst is when
+	// it was first staged, and srpLast is the answer that re-issued it
+	// last: past Config.IOTimeout from srpFirst it is not re-issued
+	// again but completes with srpLast (core_srp.go).
+	srpRetries uint32
+	srpFirst   int64
+	srpLast    error
 }
 
 func (r *Request) length() int64 {
