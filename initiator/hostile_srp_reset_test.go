@@ -6,13 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/logsink"
 	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/target"
@@ -219,7 +222,9 @@ func resetFlood(t *testing.T, profile string) {
 	}}
 	portB := initiator.SRPPortID("resetter")
 	acl := &target.ACL{Rules: []target.ACLRule{{Initiator: hex.EncodeToString(portB[:]), Volume: "vol0", Access: target.AccessReadOnly}}}
-	r := newHostileRigWith(t, profile, script, target.Config{SRPTargetPortID: srpPort, ACL: acl})
+	var logs logsink.Buffer
+	r := newHostileRigWith(t, profile, script, target.Config{SRPTargetPortID: srpPort, ACL: acl,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	s := dial(t, initiator.Config{Provider: r.ip, Addr: r.addr, Name: "writer", Logger: quiet, Protocol: initiator.ProtocolSRP,
 		SRPTargetPortID: srpPort, Credits: 16})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -335,6 +340,11 @@ func resetFlood(t *testing.T, profile string) {
 	t.Logf("A: %d writes read back at QD %d: %d I/O errors, %d mismatches, %d commands answered TASK ABORTED and %d UNIT ATTENTION, %d connections lost; "+
 		"B: %d LOGICAL UNIT RESETs, %d ABORT TASK SETs", workers*perW, workers, ioErrs.Load(), mismatches.Load(), aborted.Load(), attentions.Load(),
 		st.ConnectionsLost, resets.Load(), sets.Load())
+	lines := strings.Count(logs.String(), `msg="SRP`)
+	t.Logf("target: %d log lines about task management", lines)
+	if lines > 2*32+2 { // target's tmfLogBurst a minute on each connection
+		t.Errorf("the target logged %d lines about task management: the flood fills its log", lines)
+	}
 	if aborted.Load() == 0 {
 		t.Fatal("no command of A's was aborted: the test proves nothing")
 	}

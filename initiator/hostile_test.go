@@ -40,7 +40,7 @@ func newHostileRig(t testing.TB, profile string, script targettest.Script) *host
 }
 
 // newHostileRigWith is newHostileRig with the target's configuration
-// (its name, catalog and logger are set here).
+// (its name and catalog are set here, and its logger if it has none).
 func newHostileRigWith(t testing.TB, profile string, script targettest.Script, tcfg target.Config) *hostileRig {
 	t.Helper()
 	cfg := emu.Config{Profile: profile, Wire: emu.WireTCP, Logger: quiet}
@@ -56,7 +56,10 @@ func newHostileRigWith(t testing.TB, profile string, script targettest.Script, t
 	if _, err := st.Create("vol0", 8<<20, 4096); err != nil {
 		t.Fatal(err)
 	}
-	tcfg.Name, tcfg.Catalog, tcfg.Logger = "hostile", storecatalog.Catalog{Store: st}, quiet
+	tcfg.Name, tcfg.Catalog = "hostile", storecatalog.Catalog{Store: st}
+	if tcfg.Logger == nil {
+		tcfg.Logger = quiet
+	}
 	tgt, err := target.New(tcfg)
 	if err != nil {
 		t.Fatal(err)

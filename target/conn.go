@@ -118,6 +118,9 @@ type conn struct {
 	nexusMu   sync.Mutex
 	nexusIn   []nexusMsg
 	nexusShut bool
+	// tmfLogs aggregate the run loop's task management log lines: its
+	// own functions, then other nexuses' aborts here (logTaskMgmt).
+	tmfLogs [2]tmfLog
 }
 
 func (c *conn) drain() { c.drainOnce.Do(func() { close(c.drainCh); c.signals.Add(1) }) }

@@ -99,7 +99,7 @@ func (c *conn) execute() {
 		c.t.dirty.told(name, c.srpNexus())
 	}
 	for _, e := range a.taskMgmt {
-		c.logTaskMgmt(e)
+		c.logTaskMgmt(e, c.now())
 	}
 	for _, x := range a.srpAborts {
 		c.nexusAbort(x)

@@ -208,6 +208,7 @@ func (c *conn) teardown() {
 		c.finish(<-c.done, c.now())
 	}
 	c.nexusShutdown()
+	c.flushTaskMgmtLog()
 	close(c.jobs)
 	c.workers.Wait()
 	c.stopW()

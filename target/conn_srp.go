@@ -7,6 +7,7 @@ package target
 import (
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gosrp/gosrp/internal/srp"
 )
@@ -213,17 +214,77 @@ func (c *conn) nexusShutdown() {
 	c.core.acts.peerAborted = c.core.acts.peerAborted[:0]
 }
 
-// logTaskMgmt logs a task management function at Info: they are rare,
-// and each says a host gave up on commands (ABORT TASK after its
-// timeout) or reset a unit, which an operator looks for first when a
-// host reports I/O errors.
-func (c *conn) logTaskMgmt(e srpTaskMgmtEvent) {
+// A connection logs at most tmfLogBurst lines of each kind of task
+// management (its own functions, or another nexus's aborting its
+// commands) per tmfLogWindow, and counts the rest into its next line, as
+// refused connections are counted (admit.go). Every function is answered
+// (SAM-5 7.1), so a host that resets a unit in a loop would otherwise
+// write a line per reset here, and one per reset that caught commands on
+// every other nexus's connection. The burst keeps what a host's error
+// handling sends (a few ABORT TASKs, then a LOGICAL UNIT RESET) and a
+// handful of deliberate resets (test/rxe's sg_reset phase counts them)
+// one line each.
+const (
+	tmfLogWindow = time.Minute
+	tmfLogBurst  = 32
+)
+
+// tmfLog is one kind of task management line of a connection: the
+// current window, and what was left out since the last line.
+type tmfLog struct {
+	start   int64 // when the window began (conn.now)
+	lines   int   // lines logged in it
+	n       int   // functions left out since the last line
+	aborted int   // the commands they aborted
+	last    srp.TaskFunc
+}
+
+// logTaskMgmt logs a task management function at Info: each says a host
+// gave up on commands (ABORT TASK after its timeout) or reset a unit,
+// which an operator looks for first when a host reports I/O errors. Past
+// the window's burst a function is counted instead, and the next line
+// carries the count (not_logged, aborted_not_logged).
+func (c *conn) logTaskMgmt(e srpTaskMgmtEvent, now int64) {
+	l := &c.tmfLogs[0]
 	if e.peer {
-		c.log.Info("SRP commands aborted by another I_T nexus's task management; answered TASK ABORTED",
-			"function", e.fn.String(), "volume", e.volume, "aborted", e.aborted,
-			"initiator", c.core.initiator, "remote", c.remote, "conn", c.id)
+		l = &c.tmfLogs[1]
+	}
+	if l.lines == 0 || now-l.start >= int64(tmfLogWindow) {
+		l.start, l.lines = now, 0
+	}
+	if l.lines >= tmfLogBurst {
+		l.n++
+		l.aborted += e.aborted
+		l.last = e.fn
 		return
 	}
-	c.log.Info("SRP task management", "function", e.fn.String(), "lun", e.lun, "volume", e.volume, "tag", e.tag,
-		"aborted_here", e.aborted, "initiator", c.core.initiator, "remote", c.remote, "conn", c.id)
+	l.lines++
+	var more []any
+	if l.n > 0 {
+		more = []any{"not_logged", l.n, "aborted_not_logged", l.aborted}
+	}
+	l.n, l.aborted = 0, 0
+	if e.peer {
+		c.log.Info("SRP commands aborted by another I_T nexus's task management; answered TASK ABORTED",
+			append([]any{"function", e.fn.String(), "volume", e.volume, "aborted", e.aborted,
+				"initiator", c.core.initiator, "remote", c.remote, "conn", c.id}, more...)...)
+		return
+	}
+	c.log.Info("SRP task management", append([]any{"function", e.fn.String(), "lun", e.lun, "volume", e.volume, "tag", e.tag,
+		"aborted_here", e.aborted, "initiator", c.core.initiator, "remote", c.remote, "conn", c.id}, more...)...)
+}
+
+// flushTaskMgmtLog, at teardown, logs the task management left out since
+// each kind's last line, so that the end of a flood is counted too.
+func (c *conn) flushTaskMgmtLog() {
+	for i := range c.tmfLogs {
+		l := &c.tmfLogs[i]
+		if l.n == 0 {
+			continue
+		}
+		c.log.Info("SRP task management not logged before the connection ended", "peer", i == 1, "not_logged", l.n,
+			"aborted_not_logged", l.aborted, "last_function", l.last.String(), "initiator", c.core.initiator,
+			"remote", c.remote, "conn", c.id)
+		l.n, l.aborted = 0, 0
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -224,3 +226,46 @@ func TestSRPResetOtherNexusGone(t *testing.T) {
 		}
 	})
 }
+
+// TestSRPTaskManagementLogFlood: a host that resets a unit 200 times in
+// a row has every reset answered FUNCTION COMPLETE, and its connection
+// logs the first tmfLogBurst and then, when it ends, one line counting
+// the rest, not a line per reset: every line and every not_logged count
+// together account for the 200.
+func TestSRPTaskManagementLogFlood(t *testing.T) {
+	const resets = 200
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		var logs logsink.Buffer
+		// Registered before the rig's: runs after its shutdown, when the
+		// connection's teardown has logged.
+		t.Cleanup(func() {
+			out := logs.String()
+			lines, counted := 0, 0
+			for _, l := range strings.Split(out, "\n") {
+				if !strings.Contains(l, `msg="SRP task management`) {
+					continue
+				}
+				lines++
+				if !strings.Contains(l, "not logged before") {
+					counted++ // a line for a function of its own
+				}
+				if m := notLogged.FindStringSubmatch(l); m != nil {
+					n, _ := strconv.Atoi(m[1])
+					counted += n
+				}
+			}
+			if lines > tmfLogBurst+1 || counted != resets {
+				t.Errorf("%d lines accounting for %d resets, want a few for %d:\n%s", lines, counted, resets, out)
+			}
+		})
+		_, a := srpLoggedIn(t, e, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		a.good("TEST UNIT READY", srpTUR(a, lunVol0), 0)
+		for range resets {
+			a.tmfRsp("LOGICAL UNIT RESET", a.tmf(srp.TaskLUNReset, lunVol0, 0), srp.TaskComplete, 1)
+		}
+		a.logout()
+	})
+}
+
+// notLogged finds a log line's count of functions left out.
+var notLogged = regexp.MustCompile(` not_logged=(\d+)`)
