@@ -113,7 +113,7 @@ var srpLieCases = []srpLieCase{
 	{name: "task-aborted-forever", every: true, failErr: os.ErrDeadlineExceeded, lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
 		putRsp(iu, func(r *srp.Rsp) { r.Status = uint8(scsi.StatusTaskAborted) })
 		return targettest.Pass
-	}, cfg: func(c *initiator.Config) { c.IOTimeout = 200 * time.Millisecond }, rounds: 4},
+	}, cfg: func(c *initiator.Config) { c.IOTimeout = time.Second }, rounds: 2},
 	{name: "t-logout-mid-io", churn: true, lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
 		clear(iu)
 		l := srp.TLogout{Reason: 0x1}
