@@ -52,7 +52,10 @@ type Config struct {
 	ImmediateData int
 	// IOTimeout bounds one command on the wire; past it the channel is
 	// torn down and reconnected (an RDMA operation cannot be aborted any
-	// other way). Default 30 s.
+	// other way). In ProtocolSRP it also bounds the re-issues of a
+	// command answered UNIT ATTENTION or TASK ABORTED (another host's
+	// reset), counted from its first sending: past it the command fails
+	// with os.ErrDeadlineExceeded. Default 30 s.
 	IOTimeout time.Duration
 	// LossTimeout bounds how long I/O waits for a lost connection to come
 	// back before failing with ErrConnectionLost. Default 60 s.
