@@ -83,8 +83,12 @@ type conn struct {
 	// Target.PathStateChanged.
 	paths map[string]bool
 	// lunsChanged: the catalog's volumes changed (Target.CatalogChanged;
-	// conn_srp.go), for the run loop to tell an SRP session.
+	// conn_srp.go), for the run loop to bring an SRP session's LUNs up
+	// to date (conn_srp_luns.go); refreshing, the run loop's, says a
+	// refresh goroutine (refreshers) is running.
 	lunsChanged atomic.Bool
+	refreshing  bool
+	refreshers  sync.WaitGroup
 	// signals counts closes of drainCh and killCh and sends on policyCh,
 	// each bumped after it: the busy loop reads it instead of selecting
 	// on the channels.
@@ -121,6 +125,9 @@ type conn struct {
 	// tmfLogs aggregate the run loop's task management log lines: its
 	// own functions, then other nexuses' aborts here (logTaskMgmt).
 	tmfLogs [2]tmfLog
+	// refreshIn, under nexusMu, is a LUN refresh step's result for the
+	// run loop (conn_srp_luns.go).
+	refreshIn *srpRefresh
 }
 
 func (c *conn) drain() { c.drainOnce.Do(func() { close(c.drainCh); c.signals.Add(1) }) }
@@ -188,9 +195,7 @@ func (c *conn) onExternal(now int64) {
 	for name, standby := range ps {
 		c.core.pathChanged(name, standby)
 	}
-	if c.lunsChanged.Swap(false) {
-		c.core.srpLUNsChanged(c.t.srpNexuses.catalogGen.Load())
-	}
+	c.srpLUNsStep()
 	c.nexusTake()
 	for _, w := range waits {
 		close(w)

@@ -209,6 +209,7 @@ func (c *conn) teardown() {
 	}
 	c.nexusShutdown()
 	c.flushTaskMgmtLog()
+	c.refreshers.Wait() // each closes what it opened once it finds c shut
 	close(c.jobs)
 	c.workers.Wait()
 	c.stopW()

@@ -19,6 +19,9 @@ import (
 // write an old channel had fetched must not land after the initiator
 // re-issued it on the new one).
 func (c *conn) srpLogin(req *srp.LoginRequest) srpLoginResult {
+	// Read before the list: the table is at least this change's
+	// (srpNexus.tableAt); a later change reaches c through t.conns.
+	gen := c.t.srpNexuses.catalogGen.Load()
 	list, err := c.t.cfg.Catalog.List()
 	var byLUN []string
 	if err == nil {
@@ -35,7 +38,7 @@ func (c *conn) srpLogin(req *srp.LoginRequest) srpLoginResult {
 	}
 	// Joined before SINGLE ends the older channels, so that the nexus,
 	// and what it has yet to report, outlives them.
-	c.srpNx = c.t.srpNexuses.join(key)
+	c.srpNx = c.t.srpNexuses.join(key, c.id, gen)
 	if req.Flags&srp.MultiChanMask == srp.MultiChanMulti {
 		c.chanKey.Store(&key)
 		return res
@@ -51,7 +54,7 @@ func (c *conn) srpLogin(req *srp.LoginRequest) srpLoginResult {
 // one; release calls it, once the connection's I/O is done.
 func (c *conn) srpLeave() {
 	if c.srpNx != nil {
-		c.t.srpNexuses.leave(c.srpNx)
+		c.t.srpNexuses.leave(c.srpNx, c.id)
 		c.srpNx = nil
 	}
 }
@@ -78,15 +81,9 @@ func (c *conn) srpOpen(names []string) {
 	vols := make([]srpVolume, len(names))
 	nexus := c.srpNexus()
 	for i, name := range names {
-		if name == "" {
-			continue
+		if name != "" {
+			vols[i] = c.srpOpenVolume(name, i, nexus)
 		}
-		v, info, err := openVolume(c.t.cfg.Catalog, name)
-		if err != nil {
-			c.log.Warn("SRP LUN left empty: open volume", "volume", name, "lun", i, "conn", c.id, "err", err)
-			continue
-		}
-		vols[i] = srpVolume{vol: v, info: info, mark: c.t.dirty.mark(name), lost: c.t.dirty.lostFor(name, nexus)}
 	}
 	c.core.srpAttach(c.srpNx, vols)
 }
@@ -98,8 +95,8 @@ func (c *conn) srpNexus() string {
 	return srpInitiatorName(s.port) + "\x00" + srpInitiatorName(s.tport)
 }
 
-// catalogChanged asks the run loop to tell an SRP session that the
-// catalog's volumes changed (core.srpLUNsChanged). It never blocks.
+// catalogChanged asks the run loop to bring an SRP session's LUN table
+// up to the catalog's (srpLUNsStep, conn_srp_luns.go). It never blocks.
 func (c *conn) catalogChanged() {
 	c.lunsChanged.Store(true)
 	c.policyChanged()
@@ -195,13 +192,15 @@ func (c *conn) nexusTake() {
 
 // nexusShutdown, in teardown once the last job is done, takes nothing
 // more and finishes every abort another channel is waiting for here:
-// this connection's commands have all stopped.
+// this connection's commands have all stopped. Volumes a LUN refresh
+// opened and the core never took are closed.
 func (c *conn) nexusShutdown() {
 	c.nexusMu.Lock()
 	c.nexusShut = true
-	in := c.nexusIn
-	c.nexusIn = nil
+	in, r := c.nexusIn, c.refreshIn
+	c.nexusIn, c.refreshIn = nil, nil
 	c.nexusMu.Unlock()
+	c.srpCloseOpened(r)
 	for _, m := range in {
 		if m.abort != nil {
 			m.abort.finish()

@@ -502,16 +502,3 @@ func (c *core) srpResized(name string, size int64) {
 		}
 	}
 }
-
-// srpLUNsChanged raises REPORTED LUNS DATA HAS CHANGED on the session's
-// nexus for each of its logical units (SPC-4 6.33 asks for it on every
-// I_T nexus; Linux reports any of them as a rescan event), for catalog
-// change gen: once per nexus, by the first of its channels to hear.
-func (c *core) srpLUNsChanged(gen uint64) {
-	if c.srp == nil || c.srp.nx == nil || c.state == connClosed {
-		return
-	}
-	if c.srp.nx.lunsChanged(gen) && c.p.trace != nil {
-		c.p.trace("catalog changed: unit attention luns-changed on every LUN")
-	}
-}

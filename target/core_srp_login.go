@@ -159,35 +159,44 @@ func (c *core) srpAttach(nx *srpNexus, vols []srpVolume) {
 			c.handles = append(c.handles, nil)
 			continue
 		}
-		v := &vols[i]
-		ov := &openVol{handle: uint32(i + 1), name: s.names[i], vol: v.vol, size: v.info.Size, bs: int64(v.info.BlockSize),
-			ro: v.info.ReadOnly || s.access[i] == AccessReadOnly, stats: c.p.volStats(s.names[i])}
-		if im, ok := v.vol.(Immediate); ok {
-			ov.now = im.Immediate()
-		}
-		if !ov.now && !ov.ro {
-			// A volume whose I/O is immediate lives in memory: a
-			// restart loses all of it, not a cache.
-			ov.mark = v.mark
-		}
-		if bw, ok := v.vol.(BatchWriter); ok && !ov.now && !ov.ro {
-			ov.batch = bw
-		}
-		discard := false
-		if d, ok := v.vol.(Deallocator); ok {
-			discard = d.Deallocates()
-		}
-		c.handles = append(c.handles, ov)
-		c.nhandles++
-		h := fnv.New64a()
-		h.Write([]byte(c.p.name + "\x00" + ov.name))
-		blocks := uint64(ov.size / ov.bs)
-		s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: blocks,
-			ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
-			Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs)},
-			unit: nx.unit(ov.name, blocks, v.lost)}
-		if v.lost && c.p.trace != nil {
-			c.p.trace(fmt.Sprintf("LUN %d %s: unit attention %s", i, ov.name, s.luns[i].unit.pending()))
-		}
+		c.handles = append(c.handles, nil)
+		c.srpAttachLUN(i, &vols[i], 0)
+	}
+}
+
+// srpAttachLUN makes v the logical unit of LUN i (its handle i+1, its
+// slot in s.luns and c.handles there already), with the access the
+// session has in s.access[i]; gen is the catalog change that adds it
+// to a live session, 0 at login (srpNexus.unit).
+func (c *core) srpAttachLUN(i int, v *srpVolume, gen uint64) {
+	s := c.srp
+	ov := &openVol{handle: uint32(i + 1), name: s.names[i], vol: v.vol, size: v.info.Size, bs: int64(v.info.BlockSize),
+		ro: v.info.ReadOnly || s.access[i] == AccessReadOnly, stats: c.p.volStats(s.names[i])}
+	if im, ok := v.vol.(Immediate); ok {
+		ov.now = im.Immediate()
+	}
+	if !ov.now && !ov.ro {
+		// A volume whose I/O is immediate lives in memory: a
+		// restart loses all of it, not a cache.
+		ov.mark = v.mark
+	}
+	if bw, ok := v.vol.(BatchWriter); ok && !ov.now && !ov.ro {
+		ov.batch = bw
+	}
+	discard := false
+	if d, ok := v.vol.(Deallocator); ok {
+		discard = d.Deallocates()
+	}
+	c.handles[i] = ov
+	c.nhandles++
+	h := fnv.New64a()
+	h.Write([]byte(c.p.name + "\x00" + ov.name))
+	blocks := uint64(ov.size / ov.bs)
+	s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: blocks,
+		ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
+		Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs)},
+		unit: s.nx.unit(ov.name, blocks, v.lost, gen)}
+	if v.lost && c.p.trace != nil {
+		c.p.trace(fmt.Sprintf("LUN %d %s: unit attention %s", i, ov.name, s.luns[i].unit.pending()))
 	}
 }

@@ -254,6 +254,54 @@ func (h *traceHarness) srpLogin(t *testing.T, td *datadriven.TestData) {
 	h.c.srpAttach(nil, []srpVolume{{vol: v, info: info}})
 }
 
+// catalogChanged (trace command catalog-changed) plays the shell on a
+// catalog change: the catalog numbered by LUN (luns=A,-,B: "-" for a
+// number with no volume; the harness catalog's by default) goes to the
+// core, the volumes of the LUNs it asks for are opened ("nosuch" fails
+// to), and the core attaches them; the volumes it hands back are
+// closed.
+func (h *traceHarness) catalogChanged(t *testing.T, td *datadriven.TestData) {
+	h.catalogGen++
+	byLUN, err := catalogLUNs(h.cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var luns string
+	if td.MaybeScanArgs(t, "luns", &luns) {
+		byLUN = strings.Split(luns, ",")
+		for i, n := range byLUN {
+			if n == "-" {
+				byLUN[i] = ""
+			}
+		}
+	}
+	open := h.c.srpCatalog(h.catalogGen, byLUN, nil)
+	h.closed()
+	if len(open) == 0 {
+		return
+	}
+	opened := make([]srpOpened, len(open))
+	for i, l := range open {
+		h.printf("open LUN %d %s\n", l.lun, l.name)
+		opened[i].srpNewLUN = l
+		if v, info, err := openVolume(h.cat, l.name); err == nil {
+			opened[i].srpVolume = srpVolume{vol: v, info: info}
+		}
+	}
+	h.c.srpAttachNew(h.catalogGen, opened)
+	h.closed()
+}
+
+// closed prints and clears the volumes the core asked the shell to
+// close.
+func (h *traceHarness) closed() {
+	for _, ov := range h.c.acts.closeVols {
+		h.printf("close volume %s\n", ov.name)
+	}
+	h.c.acts.closeVols = nil
+	h.c.acts.policy = nil
+}
+
 // srpTableVA is where trace and fuzz commands put an indirect table in
 // the initiator's memory (coreHarness.remote); its key is srpTableKey.
 const (

@@ -128,7 +128,7 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		td.ScanArgs(t, "lun", &lun)
 		u := c.srpUnitOf(uint16(lun))
 		if td.HasArg("other-nexus") {
-			u = newSRPNexus(nil, "other").unit(u.name, u.blocks.Load(), false)
+			u = newSRPNexus(nil, "other").unit(u.name, u.blocks.Load(), false, 0)
 		}
 		c.srpPeerAbort(u, td.HasArg("other-nexus"), "peer")
 	case "peers-done":
@@ -141,8 +141,7 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		td.ScanArgs(t, "vol", &vol)
 		c.pathChanged(vol, td.HasArg("standby"))
 	case "catalog-changed":
-		h.catalogGen++
-		c.srpLUNsChanged(h.catalogGen)
+		h.catalogChanged(t, td) // core_srp_test.go
 	case "pr", "pr-check", "pr-open", "pr-close", "pr-show", "pr-table":
 		h.prTrace(t, td) // core_pr_trace_test.go
 	case "drain":

@@ -160,11 +160,7 @@ func TestSRPStableLUNs(t *testing.T) {
 	c.good("WRITE(10) to vol0's LUN", c.do(c.out(srpCmd(lunVol0, rw10(0x2A, 0, 1, false)...), 0, bs)), 0)
 	c.logout()
 	for _, n := range []string{"a", "aa"} {
-		v, err := r.store.Create(n, volSize, bs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.Close()
+		r.createVolume(t, n)
 	}
 	// The target restarts on the same store and LUN map.
 	r2 := newRig(t, e, Config{LUNs: st, Catalog: r.cat})

@@ -27,14 +27,17 @@ type srpNexusTable struct {
 	mu sync.Mutex
 	m  map[string]*srpNexus
 	// catalogGen counts Target.CatalogChanged calls: a nexus hears of
-	// each change once (srpNexus.lunsChanged), and one made after a
-	// change has nothing to hear.
+	// each change once, when all its channels have the LUN table of
+	// that change (srpNexus.tableAt), and one made after a change has
+	// nothing to hear.
 	catalogGen atomic.Uint64
 }
 
 // join returns the nexus named key, made on its first channel, and
-// counts the channel in; leave counts it out.
-func (t *srpNexusTable) join(key string) *srpNexus {
+// counts channel ch in, its LUN table that of catalog change gen (the
+// generation read before its login listed the catalog); leave counts
+// it out.
+func (t *srpNexusTable) join(key string, ch, gen uint64) *srpNexus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m == nil {
@@ -43,19 +46,27 @@ func (t *srpNexusTable) join(key string) *srpNexus {
 	n := t.m[key]
 	if n == nil {
 		n = newSRPNexus(t, key)
-		n.lunsGen = t.catalogGen.Load()
+		n.lunsGen = gen
 		t.m[key] = n
 	}
 	n.refs++
+	n.mu.Lock()
+	n.chans[ch] = gen
+	n.mu.Unlock()
 	return n
 }
 
-// leave counts a channel of n out; the nexus, and its pending unit
+// leave counts channel ch of n out; the nexus, and its pending unit
 // attentions, go with its last channel (a new login is a new nexus,
-// SAM-5's power on for it: nothing to report).
-func (t *srpNexusTable) leave(n *srpNexus) {
+// SAM-5's power on for it: nothing to report). A channel that leaves
+// may be the last the nexus waited for to raise a catalog change.
+func (t *srpNexusTable) leave(n *srpNexus, ch uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	n.mu.Lock()
+	delete(n.chans, ch)
+	n.raiseLocked()
+	n.mu.Unlock()
 	if n.refs--; n.refs == 0 && t.m[n.key] == n {
 		delete(t.m, n.key)
 	}
@@ -94,23 +105,31 @@ type srpNexus struct {
 	mu      sync.Mutex
 	units   map[string]*srpUnit
 	lunsGen uint64 // the last catalog change raised on the units
+	// chans is the catalog change each channel's LUN table is up to,
+	// by channel (connection id): REPORTED LUNS DATA HAS CHANGED is
+	// raised once every channel is there (tableAt).
+	chans map[uint64]uint64
 }
 
 func newSRPNexus(t *srpNexusTable, key string) *srpNexus {
-	return &srpNexus{table: t, key: key, units: map[string]*srpUnit{}}
+	return &srpNexus{table: t, key: key, units: map[string]*srpUnit{}, chans: map[uint64]uint64{}}
 }
 
 // unit returns the nexus's logical unit of volume, made with blocks
 // blocks on first use; lost raises WriteCacheLost on a new unit (the
 // volume lost its write cache and this nexus was not told yet). A unit
 // that exists keeps its state: a later channel's login changes nothing
-// the nexus was or was not told.
-func (n *srpNexus) unit(volume string, blocks uint64, lost bool) *srpUnit {
+// the nexus was or was not told. gen is the catalog change that added
+// the unit to a live session (0 at login): such a unit is not told of
+// that change, as LIO does not tell a LUN it adds
+// (target_luns_data_has_changed skips it), since the host has no
+// device for it yet and would only scan again.
+func (n *srpNexus) unit(volume string, blocks uint64, lost bool, gen uint64) *srpUnit {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	u := n.units[volume]
 	if u == nil {
-		u = &srpUnit{nx: n, name: volume}
+		u = &srpUnit{nx: n, name: volume, born: gen}
 		u.blocks.Store(blocks)
 		n.units[volume] = u
 		if lost {
@@ -120,18 +139,48 @@ func (n *srpNexus) unit(volume string, blocks uint64, lost bool) *srpUnit {
 	return u
 }
 
-// lunsChanged raises LUNsChanged on every unit of the nexus for catalog
-// change gen, once: each channel passes it on, the first raises it.
-func (n *srpNexus) lunsChanged(gen uint64) bool {
+// tableAt records that channel ch's LUN table is that of catalog
+// change gen (its units attached, its gone volumes retired) and raises
+// LUNsChanged on the nexus's units once every channel of the nexus is
+// there, never before: a host told on one channel may send REPORT LUNS
+// on any, and must find the new LUNs on all. It reports whether this
+// call raised it.
+func (n *srpNexus) tableAt(ch, gen uint64) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if gen <= n.lunsGen {
+	if gen > n.chans[ch] {
+		n.chans[ch] = gen
+	}
+	return n.raiseLocked()
+}
+
+// raiseLocked raises LUNsChanged for the catalog changes every channel
+// has reached and the units have not heard of (n.mu held): on the units
+// that existed before them, or on all when none did.
+func (n *srpNexus) raiseLocked() bool {
+	if len(n.chans) == 0 {
 		return false
 	}
-	n.lunsGen = gen
-	for _, u := range n.units {
-		u.raiseLocked(scsi.LUNsChanged)
+	low := ^uint64(0)
+	for _, g := range n.chans {
+		low = min(low, g)
 	}
+	if low <= n.lunsGen {
+		return false
+	}
+	old := 0
+	for _, u := range n.units {
+		if u.born <= n.lunsGen {
+			u.raiseLocked(scsi.LUNsChanged)
+			old++
+		}
+	}
+	if old == 0 {
+		for _, u := range n.units {
+			u.raiseLocked(scsi.LUNsChanged)
+		}
+	}
+	n.lunsGen = low
 	return true
 }
 
@@ -149,6 +198,9 @@ func (n *srpNexus) resetOthers(volume string) int {
 type srpUnit struct {
 	nx   *srpNexus
 	name string
+	// born is the catalog change that added the unit to a live session
+	// (0: a login made it; srpNexus.unit).
+	born uint64
 	// armed says st is not idle; set under nx.mu, read without it by
 	// every command.
 	armed atomic.Bool

@@ -31,6 +31,20 @@ func (r *rig) srpChannels(t *testing.T, port byte, n int) []*srpClient {
 	return cs
 }
 
+// srpNexusTrio logs in two channels of initiator port 1 (a and b, one
+// nexus) and one of port 2 (other, another nexus), and returns once
+// each answered a TEST UNIT READY: its LUNs are open.
+func (r *rig) srpNexusTrio(t *testing.T) (a, b, other *srpClient) {
+	t.Helper()
+	chans := r.srpChannels(t, 1, 2)
+	a, b = chans[0], chans[1]
+	other = r.srpChannels(t, 2, 1)[0]
+	for _, c := range []*srpClient{a, b, other} {
+		c.good("TEST UNIT READY after the login", srpTUR(c, lunVol1), 0)
+	}
+	return a, b, other
+}
+
 // srpGatedPair starts a rig whose volume reads wait for gate (rig.gateReads)
 // and logs in two channels, a and b, of one nexus.
 func srpGatedPair(t *testing.T, e env) (r *rig, gate, entered chan struct{}, a, b *srpClient) {
@@ -67,13 +81,8 @@ func (r *rig) resize(t *testing.T, name string, size int64) {
 func TestSRPNexusUnitAttention(t *testing.T) {
 	forSRPEnvs(t, func(t *testing.T, e env) {
 		r := newRig(t, e, Config{})
-		chans := r.srpChannels(t, 1, 2)
-		a, b := chans[0], chans[1]
-		other := r.srpChannels(t, 2, 1)[0]
-		tur := func(c *srpClient, lun uint16) srp.Rsp { return c.do(srpCmd(lun, 0, 0, 0, 0, 0, 0)) }
-		for _, c := range []*srpClient{a, b, other} {
-			c.good("TEST UNIT READY before the resize", tur(c, lunVol1), 0) // the LUNs are open
-		}
+		a, b, other := r.srpNexusTrio(t)
+		tur := srpTUR
 		r.resize(t, "vol1", 2*volSize)
 		b.checkSense("second channel: TEST UNIT READY after the resize", tur(b, lunVol1), scsi.SenseCapacityChanged)
 		a.good("first channel: TEST UNIT READY after the second was told", tur(a, lunVol1), 0)
@@ -86,11 +95,7 @@ func TestSRPNexusUnitAttention(t *testing.T) {
 		other.checkSense("another nexus: TEST UNIT READY after the resize", tur(other, lunVol1), scsi.SenseCapacityChanged)
 
 		r.tgt.CatalogChanged()
-		// VolumeResized returns once every connection handled its
-		// signals, the catalog change's included.
-		if err := r.tgt.VolumeResized(context.Background(), "vol1", 2*volSize); err != nil {
-			t.Fatal(err)
-		}
+		r.waitLUNTables(t)
 		a.checkSense("first channel, LUN vol0: after the catalog change", tur(a, lunVol0), scsi.SenseLUNsChanged)
 		b.good("second channel, LUN vol0", tur(b, lunVol0), 0)
 		b.checkSense("second channel, LUN vol1: after the catalog change", tur(b, lunVol1), scsi.SenseLUNsChanged)
@@ -102,48 +107,86 @@ func TestSRPNexusUnitAttention(t *testing.T) {
 	})
 }
 
+// waitLUNTables waits until every SRP nexus of the rig's target has
+// raised the last catalog change: each of its channels has listed the
+// catalog and attached the new LUNs (srpNexus.tableAt).
+func (r *rig) waitLUNTables(t *testing.T) {
+	t.Helper()
+	tbl := &r.tgt.srpNexuses
+	waitFor(t, "every SRP nexus's LUN table", func() bool {
+		gen := tbl.catalogGen.Load()
+		tbl.mu.Lock()
+		defer tbl.mu.Unlock()
+		for _, n := range tbl.m {
+			n.mu.Lock()
+			behind := n.lunsGen < gen
+			n.mu.Unlock()
+			if behind {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // TestSRPNexusTable: channels joining one key share a nexus, which
 // goes with its last channel; a unit is made once per nexus and volume
 // (a lost write cache raised on that first making only); a catalog
-// change is raised once per generation, not for a nexus made after it;
-// a reset raises ResetOccurred on the volume's unit of every other
-// nexus.
+// change is raised once per generation, only when every channel of the
+// nexus has that change's LUN table (or the last one behind left), not
+// on a unit the change added while others exist, and not for a nexus
+// made after it; a reset raises ResetOccurred on the volume's unit of
+// every other nexus.
 func TestSRPNexusTable(t *testing.T) {
 	var tbl srpNexusTable
-	a1, a2 := tbl.join("a"), tbl.join("a")
+	a1, a2 := tbl.join("a", 1, 0), tbl.join("a", 2, 0)
 	if a1 != a2 {
 		t.Fatal("two channels of one key got two nexuses")
 	}
-	u := a1.unit("vol", 10, true)
-	if a2.unit("vol", 20, true) != u || u.pending() != scsi.WriteCacheLost || u.blocks.Load() != 10 {
+	u := a1.unit("vol", 10, true, 0)
+	if a2.unit("vol", 20, true, 0) != u || u.pending() != scsi.WriteCacheLost || u.blocks.Load() != 10 {
 		t.Fatalf("second channel's unit: pending %s, blocks %d; want the first's (write-cache-lost, 10)", u.pending(), u.blocks.Load())
 	}
 	if !u.resize(20) || u.resize(20) {
 		t.Error("a resize is raised once per change")
 	}
 	tbl.catalogGen.Add(1)
-	if !a1.lunsChanged(1) || a2.lunsChanged(1) {
-		t.Error("a catalog change is raised once per nexus")
+	added := a1.unit("new", 20, false, 1)
+	if a1.tableAt(1, 1) || u.pending()&scsi.LUNsChanged != 0 {
+		t.Error("a catalog change was raised before the nexus's second channel had its table")
 	}
-	b := tbl.join("b")
-	if b.lunsChanged(1) {
+	if !a2.tableAt(2, 1) || a1.tableAt(1, 1) || u.pending()&scsi.LUNsChanged == 0 {
+		t.Error("a catalog change is raised once per nexus, when its last channel has the table")
+	}
+	if added.pending() != 0 {
+		t.Errorf("the unit the change added has %s pending; want nothing", added.pending())
+	}
+	tbl.catalogGen.Add(1)
+	a1.tableAt(1, 2)
+	tbl.leave(a2, 2)
+	if u.pending()&scsi.LUNsChanged == 0 || a1.lunsGen != 2 {
+		t.Error("the channel behind left, and the change it held back was not raised")
+	}
+	a2 = tbl.join("a", 2, 2)
+	b := tbl.join("b", 3, 1)
+	if b.tableAt(3, 1) {
 		t.Error("a nexus made after the catalog change heard of it")
 	}
-	bu := b.unit("vol", 20, false)
-	b.unit("other", 20, false)
+	bu := b.unit("vol", 20, false, 0)
+	b.unit("other", 20, false, 0)
 	if n := a1.resetOthers("vol"); n != 1 || bu.pending() != scsi.ResetOccurred {
 		t.Errorf("reset from a: raised on %d nexuses, b's unit pending %s; want 1, reset-occurred", n, bu.pending())
 	}
 	if u.pending()&scsi.ResetOccurred != 0 {
 		t.Error("the resetting nexus heard of its own reset")
 	}
-	tbl.leave(a1)
-	if tbl.join("a") != a2 {
+	tbl.leave(a1, 1)
+	if tbl.join("a", 4, 2) != a2 {
 		t.Error("the nexus went before its last channel")
 	}
-	tbl.leave(a2)
-	tbl.leave(a2)
-	if tbl.join("a") == a1 {
+	tbl.leave(a2, 2)
+	tbl.leave(a2, 4)
+	if tbl.join("a", 5, 2) == a1 {
 		t.Error("the nexus outlived its channels")
 	}
 }

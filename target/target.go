@@ -199,11 +199,13 @@ func (t *Target) VolumeResized(ctx context.Context, volume string, size int64) e
 
 // CatalogChanged tells the target that the catalog's list of volumes
 // changed (a volume or snapshot created or deleted). A gosrp session
-// sees it in its next LIST; every SRP session gets REPORTED LUNS DATA
-// HAS CHANGED as a unit attention on each of its logical units (SPC-4
-// 6.33), so that Linux rescans. Its LUNs stay those of its login
-// (docs/srp.md): the new volume is a LUN from the next login on.
-// CatalogChanged does not block.
+// sees it in its next LIST. Every SRP session brings its LUN table up
+// to the catalog (docs/srp.md, LUNs): a new volume the initiator may
+// see becomes a LUN with the number the LUN map saved for it, a gone
+// volume's LUN is retired; then each I_T nexus gets REPORTED LUNS DATA
+// HAS CHANGED as a unit attention on its logical units (SPC-4 6.33),
+// so that Linux rescans and finds the new LUN. CatalogChanged does not
+// block: the sessions list and open off their run loops.
 func (t *Target) CatalogChanged() {
 	t.srpNexuses.catalogGen.Add(1)
 	t.mu.Lock()
