@@ -207,3 +207,52 @@ func testSRPSteadyStateAllocs(t *testing.T, prof string) {
 		}
 	}
 }
+
+// TestSRPLiveLUN: a volume created while the initiator is logged in
+// (issue 25) becomes a LUN without a new login: a listing finds the new
+// LUN with the next number, and it is written and read back. The
+// target's REPORTED LUNS DATA HAS CHANGED on the way is retried by the
+// session, as Linux retries it, and fails nothing (target's
+// TestSRPLiveLUN sees it on the wire).
+func TestSRPLiveLUN(t *testing.T) {
+	r := newSRPRig(t, emu.Config{})
+	s := r.dial(t, initiator.Config{Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if vols, err := s.Volumes(ctx); err != nil || len(vols) != 3 {
+		t.Fatalf("Volumes before the create = %+v, %v; want 3", vols, err)
+	}
+	if _, err := r.store.Create("vol3", 1<<20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	r.tgt.CatalogChanged()
+	var vols []initiator.VolumeInfo
+	for start := time.Now(); len(vols) != 4; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the new LUN was not listed: last %+v", vols)
+		}
+		var err error
+		if vols, err = s.Volumes(ctx); err != nil {
+			t.Fatalf("Volumes after the create: %v", err)
+		}
+	}
+	if vols[3].Name != "lun3" || vols[3].Size != 1<<20 {
+		t.Fatalf("Volumes after the create = %+v; want lun3 of 1 MiB", vols)
+	}
+	v, err := s.Open(ctx, "lun3", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8192)
+	pattern(buf, 0, 7, 1)
+	if _, err := v.WriteAt(buf, 4096); err != nil {
+		t.Fatalf("write the new LUN: %v", err)
+	}
+	clear(buf)
+	if _, err := v.ReadAt(buf, 4096); err != nil || check(buf, 0, 7) != nil {
+		t.Fatalf("read the new LUN back: %v, %v", err, check(buf, 0, 7))
+	}
+	if st := s.Stats(); st.ConnectionsLost != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
