@@ -4,8 +4,10 @@
 # the add_target line srpd status prints, and the volume must appear as
 # a SCSI disk that takes writes and reads back what was written,
 # discards, grows under the host, and survives srpd being SIGKILLed and
-# restarted under a mounted ext4 (ib_srp reconnecting); each disk stays
-# on its own volume when volumes are created and srpd restarts, and
+# restarted under a mounted ext4 (ib_srp reconnecting); a volume created
+# under the logged-in host appears by a rescan, without a new login;
+# each disk stays on its own volume when volumes are created and srpd
+# restarts, and
 # another initiator port's writes ride through the first's LUN reset.
 # Then a pebble-backed srpd is SIGKILLed under ext4 with writes in
 # flight, and the host must learn of the lost write cache; stopped with
@@ -153,9 +155,11 @@ fi
 # first, must take a new number, and after srpd restarts each disk must
 # still be its own volume (target.LUNStore, DATA/srp-luns.json). Before
 # numbers were kept, LUN n was the n-th volume by name at each login, and
-# this restart would have put the new, empty volume under LUN 0. A
-# session's LUNs are those of its login (docs/srp.md), so the host logs
-# in again to see vol5.
+# this restart would have put the new, empty volume under LUN 0. vol5
+# is created while the host is logged in: srpd adds it to the live
+# session as LUN 1 (docs/srp.md, "Live LUN table") and raises REPORTED
+# LUNS DATA HAS CHANGED on LUN 0, and a sysfs rescan (what udev does on
+# that unit attention) finds it without a new login.
 rescan() { for h in /sys/class/scsi_host/host*; do echo "- - -" > $h/scan; done; }
 # disk_of LUN: the sd disk of LUN on the (only) SRP target, or nothing.
 disk_of() {
@@ -189,18 +193,34 @@ wait_lun() {
   i=0
   while [ -z "$(disk_of $1)" ] && [ $i -lt 40 ]; do i=$((i + 1)); sleep 0.5; rescan; done
 }
+# logins: how many SRP logins srpd has logged, over its restarts.
+logins() { cat $O/srpd*.log | grep -c "msg=login "; }
+D=$(disk_of 0)
+[ -n "$D" ] || fail "no disk for LUN 0 before vol5: $(ls -l /sys/block | grep sd)"
+L0=$(logins) PORTS0=$(ls /sys/class/srp_remote_ports/)
 srpd volume create --data /tmp/srpd --size 8MiB vol5 >> $O/steps.log 2>&1 || fail "srpd volume create vol5"
-drop_ports
-add_target "$LINE"
-wait_lun 0
+grep -q '"vol5": 1' /tmp/srpd/srp-luns.json || fail "srp-luns.json does not give vol5 LUN 1: $(cat /tmp/srpd/srp-luns.json)"
+# A command on LUN 0 meets the unit attention (Linux logs it and retries).
+i=0
+until dmesg | grep -q "LUN assignments on this target have changed" || [ $i -ge 20 ]; do
+  dd if=/dev/$D of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null; i=$((i + 1)); sleep 0.2
+done
+UA=no
+dmesg | grep -q "LUN assignments on this target have changed" && UA=yes
 wait_lun 1
-D=$(disk_of 0) D1=$(disk_of 1)
-[ -n "$D" ] && [ -n "$D1" ] || fail "after a new login: LUN 0 '$D', LUN 1 '$D1': $(ls -l /sys/block | grep sd)"
-e2fsck -fn /dev/$D > $O/fsck-lun0.log 2>&1 || fail "LUN 0 is not vol0's ext4 after the new login: $(tail -3 $O/fsck-lun0.log)"
+D1=$(disk_of 1)
+[ -n "$D1" ] || fail "vol5 did not appear as LUN 1 after a rescan without a new login (unit attention logged: $UA): $(ls -l /sys/block | grep sd)"
+[ "$(disk_of 0)" = "$D" ] || fail "LUN 0 moved from /dev/$D to /dev/$(disk_of 0)"
+[ "$(logins)" = "$L0" ] && [ "$(ls /sys/class/srp_remote_ports/)" = "$PORTS0" ] ||
+  fail "vol5 appeared through a new login ($L0 -> $(logins) logins, ports '$PORTS0' -> '$(ls /sys/class/srp_remote_ports/)')"
+[ "$(cat /sys/block/$D1/size)" = 16384 ] || fail "LUN 1 (/dev/$D1) has $(cat /sys/block/$D1/size) sectors, want vol5's 16384"
+e2fsck -fn /dev/$D > $O/fsck-lun0.log 2>&1 || fail "LUN 0 is not vol0's ext4 after vol5 came: $(tail -3 $O/fsck-lun0.log)"
 dd if=/tmp/pattern of=/dev/$D1 bs=1M count=2 oflag=direct 2>> $O/steps.log || fail "write vol5"
+dd if=/dev/$D1 of=/tmp/back bs=1M count=2 iflag=direct 2>> $O/steps.log || fail "read vol5"
+cmp -n 2097152 /tmp/back /tmp/pattern || fail "/dev/$D1 (LUN 1) does not read back what was written to vol5"
 SUM0=$(dd if=/dev/$D bs=1M count=4 iflag=direct 2>/dev/null | md5sum)
 ID0=$(ident $D) ID1=$(ident $D1)
-say "vol5 created and the host logged in again: vol0 stays LUN 0 (/dev/$D), vol5 is LUN 1 (/dev/$D1)"
+say "vol5 created under the logged-in host: LUN 1 (/dev/$D1) after a sysfs rescan, no new login, written and read back; vol0 stays LUN 0 (/dev/$D); REPORTED LUNS DATA HAS CHANGED logged: $UA"
 # A volume whose name sorts before both, then a restart: ib_srp
 # reconnects and keeps its disks, which must be the same volumes.
 srpd volume create --data /tmp/srpd --size 4MiB aaa >> $O/steps.log 2>&1 || fail "srpd volume create aaa"

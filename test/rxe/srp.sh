@@ -6,8 +6,10 @@
 # read back, fio randwrite with crc32c verification, blkdiscard read back
 # as zeros, a resize seen after a rescan, mkfs.ext4 + a file synced, srpd
 # SIGKILLed and restarted while mounted with ib_srp reconnecting, both
-# files intact and e2fsck -fn clean; each disk still its own volume after
-# volumes are created (one sorting first) and srpd restarts; a second
+# files intact and e2fsck -fn clean; a volume created under the
+# logged-in host found by a rescan without a new login; each disk still
+# its own volume after volumes are created (one sorting first) and srpd
+# restarts; a second
 # initiator port's verified writes riding through the first's LUN reset;
 # then a
 # pebble-backed srpd SIGKILLed
