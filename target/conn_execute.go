@@ -89,6 +89,11 @@ func (c *conn) execute() {
 				"remote", c.remote, "conn", c.id)
 			continue
 		}
+		if e.retired {
+			c.log.Warn("SRP LUN retired for the session: its volume left the catalog; the LUN stays empty until the next login",
+				"lun", e.handle-1, "volume", e.volume, "reason", e.reason, "initiator", c.core.initiator, "remote", c.remote, "conn", c.id)
+			continue
+		}
 		c.log.Info("open volume re-evaluated after a policy change", "reason", e.reason, "volume", e.volume,
 			"handle", e.handle, "access", e.access.String(), "initiator", c.core.initiator, "remote", c.remote, "conn", c.id)
 	}

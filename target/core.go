@@ -86,6 +86,9 @@ type policyEffect struct {
 	handle uint32
 	access Access // what the volume's handle now allows
 	reason string
+	// retired: not the policy but the catalog took the volume away (an
+	// SRP LUN whose volume went, core_srp_luns.go).
+	retired bool
 }
 
 func (a *actions) reset() {

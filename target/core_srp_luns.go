@@ -90,7 +90,7 @@ func (c *core) srpRetire(byLUN []string) {
 		c.handlesGen++
 		c.acts.closeVols = append(c.acts.closeVols, ov)
 		c.acts.policy = append(c.acts.policy, policyEffect{volume: ov.name, handle: ov.handle, access: AccessNone,
-			reason: "volume gone from the catalog: its LUN is retired for the session"})
+			reason: "the volume is no longer the catalog's volume of this LUN", retired: true})
 		if c.p.trace != nil {
 			c.p.trace(fmt.Sprintf("LUN %d %s: volume gone, LUN retired", i, ov.name))
 		}

@@ -177,3 +177,57 @@ func TestSRPLiveLUNOrder(t *testing.T) {
 		c.logout()
 	}
 }
+
+// hideCatalog is the rig's catalog with the volume hidden (when set)
+// left out of its list: a volume deleted under the session, which
+// srpd's stores refuse while it is open.
+type hideCatalog struct {
+	Catalog
+	hidden atomic.Pointer[string]
+}
+
+func (h *hideCatalog) List() ([]VolumeInfo, error) {
+	l, err := h.Catalog.List()
+	if p := h.hidden.Load(); p != nil {
+		l = slices.DeleteFunc(l, func(v VolumeInfo) bool { return v.Name == *p })
+	}
+	return l, err
+}
+
+// TestSRPLiveLUNGone: a volume that leaves the catalog under a live
+// session loses its LUN for the session: REPORT LUNS leaves it out, a
+// command to it is LOGICAL UNIT NOT SUPPORTED, and its volume is closed
+// (the store can delete it). A new volume of the same name is another
+// volume: it gets a new number, and the old one names nothing until
+// the next login.
+func TestSRPLiveLUNGone(t *testing.T) {
+	e := srpEnvs[0]
+	h := &hideCatalog{}
+	r := newRig(t, e, Config{Catalog: h})
+	h.Catalog = r.cat
+	c, err := r.srpDial(t, srpLoginReq(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.good("TEST UNIT READY", srpTUR(c, lunVol1), 0)
+	gone := "vol1"
+	h.hidden.Store(&gone)
+	r.tgt.CatalogChanged()
+	r.waitLUNTables(t)
+	c.checkSense("TEST UNIT READY after the catalog change", srpTUR(c, lunVol0), scsi.SenseLUNsChanged)
+	if got := c.reportLUNs(t, "REPORT LUNS after vol1 went"); !slices.Equal(got, []uint16{lunRO, lunVol0}) {
+		t.Fatalf("REPORT LUNS after vol1 went: %v", got)
+	}
+	c.checkSense("TEST UNIT READY of vol1's LUN", srpTUR(c, lunVol1), scsi.SenseLUNotSupported)
+	waitFor(t, "vol1's handle closed", func() bool { return r.store.Delete("vol1") == nil })
+	r.createVolume(t, "vol1")
+	h.hidden.Store(nil)
+	r.tgt.CatalogChanged()
+	r.waitLUNTables(t)
+	if got := c.reportLUNs(t, "REPORT LUNS after a new vol1 came"); !slices.Equal(got, []uint16{lunRO, lunVol0, 3}) {
+		t.Fatalf("REPORT LUNS after a new vol1 came: %v; want it at a new number", got)
+	}
+	c.checkSense("TEST UNIT READY of the old vol1's LUN", srpTUR(c, lunVol1), scsi.SenseLUNotSupported)
+	c.good("TEST UNIT READY of the new vol1", srpTUR(c, 3), 0)
+	c.logout()
+}

@@ -86,9 +86,11 @@ func (t *srpNexusTable) resetOthers(volume string, from *srpNexus) int {
 	raised := 0
 	for _, n := range nexuses {
 		n.mu.Lock()
-		if u := n.units[volume]; u != nil {
-			u.raiseLocked(scsi.ResetOccurred)
-			raised++
+		for _, u := range n.units {
+			if u.name == volume {
+				u.raiseLocked(scsi.ResetOccurred)
+				raised++
+			}
 		}
 		n.mu.Unlock()
 	}
@@ -96,14 +98,18 @@ func (t *srpNexusTable) resetOthers(volume string, from *srpNexus) int {
 }
 
 // srpNexus is one SRP I_T nexus: the logical units its channels have,
-// by volume name (a LUN number is per login, the volume is the unit).
+// by volume and LUN number. The volume is the unit; the number is in
+// the key too because a volume deleted and created again under the
+// session is another volume with another number (the LUN map retires
+// the old one), which must not inherit the old unit's capacity and
+// conditions.
 type srpNexus struct {
 	table *srpNexusTable // nil for a nexus of one core alone (tests)
 	key   string
 	refs  int // channels logged in, under table.mu
 
 	mu      sync.Mutex
-	units   map[string]*srpUnit
+	units   map[srpUnitKey]*srpUnit
 	lunsGen uint64 // the last catalog change raised on the units
 	// chans is the catalog change each channel's LUN table is up to,
 	// by channel (connection id): REPORTED LUNS DATA HAS CHANGED is
@@ -112,10 +118,16 @@ type srpNexus struct {
 }
 
 func newSRPNexus(t *srpNexusTable, key string) *srpNexus {
-	return &srpNexus{table: t, key: key, units: map[string]*srpUnit{}, chans: map[uint64]uint64{}}
+	return &srpNexus{table: t, key: key, units: map[srpUnitKey]*srpUnit{}, chans: map[uint64]uint64{}}
 }
 
-// unit returns the nexus's logical unit of volume, made with blocks
+// srpUnitKey names a unit of a nexus: its volume and LUN number.
+type srpUnitKey struct {
+	volume string
+	lun    int
+}
+
+// unit returns the nexus's logical unit of volume at LUN lun, made with blocks
 // blocks on first use; lost raises WriteCacheLost on a new unit (the
 // volume lost its write cache and this nexus was not told yet). A unit
 // that exists keeps its state: a later channel's login changes nothing
@@ -124,14 +136,15 @@ func newSRPNexus(t *srpNexusTable, key string) *srpNexus {
 // that change, as LIO does not tell a LUN it adds
 // (target_luns_data_has_changed skips it), since the host has no
 // device for it yet and would only scan again.
-func (n *srpNexus) unit(volume string, blocks uint64, lost bool, gen uint64) *srpUnit {
+func (n *srpNexus) unit(volume string, lun int, blocks uint64, lost bool, gen uint64) *srpUnit {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	u := n.units[volume]
+	k := srpUnitKey{volume, lun}
+	u := n.units[k]
 	if u == nil {
 		u = &srpUnit{nx: n, name: volume, born: gen}
 		u.blocks.Store(blocks)
-		n.units[volume] = u
+		n.units[k] = u
 		if lost {
 			u.raiseLocked(scsi.WriteCacheLost)
 		}
