@@ -36,7 +36,7 @@ func honestLogin(t *testing.T, srpc, wire, addr, when string, tries int) time.Du
 			t.Logf("honest 'srpc list' %s: logged in and listed in %v (attempt %d)", when, el, try)
 			return el
 		}
-		if try >= tries || wire == "tcp" && !strings.Contains(string(out), "login rejected: insufficient resources") {
+		if try >= tries || wire == "tcp" && !strings.Contains(string(out), "insufficient resources: too many connections") {
 			t.Fatalf("honest 'srpc list' %s, attempt %d: %v after %v:\n%s", when, try, err, el, out)
 		}
 		select {
