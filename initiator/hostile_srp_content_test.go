@@ -432,7 +432,13 @@ func TestHostileSRPRequestFlood(t *testing.T) {
 						return true
 					},
 				}
-				r := newHostileRigWith(t, profile, script, target.Config{SRPTargetPortID: srpPort})
+				// Two requests per response outrun the one receive the
+				// initiator keeps for target requests (as ib_srp does),
+				// so the target's SENDs meet RNR NAKs. Its NIC retries
+				// them without limit, as ib_srp's CM request asks the
+				// target's QP to (rnr_retry_count 7): the flood is paced,
+				// however late a loaded machine runs the initiator.
+				r := newHostileRigNIC(t, profile, script, target.Config{SRPTargetPortID: srpPort}, emu.RNRRetryForever)
 				s := dial(t, initiator.Config{Provider: r.ip, Addr: r.addr, Name: "victim", Logger: quiet, Protocol: initiator.ProtocolSRP,
 					SRPTargetPortID: srpPort, Credits: 4})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -502,7 +508,13 @@ func TestHostileSRPRequestFlood(t *testing.T) {
 					}
 				}
 				if len(answered) != len(asked) {
-					t.Fatalf("%d requests, %d answered", len(asked), len(answered))
+					var missing []string
+					for tag := range asked {
+						if answered[tag] == 0 {
+							missing = append(missing, fmt.Sprintf("%#x", tag))
+						}
+					}
+					t.Fatalf("%d requests, %d answered (missing %v); connections lost %d", len(asked), len(answered), missing, s.Stats().ConnectionsLost)
 				}
 				if err := s.Check(ctx); err != nil {
 					t.Fatal(err)

@@ -43,8 +43,19 @@ func newHostileRig(t testing.TB, profile string, script targettest.Script) *host
 // (its name and catalog are set here, and its logger if it has none).
 func newHostileRigWith(t testing.TB, profile string, script targettest.Script, tcfg target.Config) *hostileRig {
 	t.Helper()
+	return newHostileRigNIC(t, profile, script, tcfg, 0)
+}
+
+// newHostileRigNIC is newHostileRigWith whose target NIC retries a
+// receiver not ready rnrRetry times (0: emu's default), as the passive
+// side of a connection does with the rnr_retry_count its peer's CM
+// request asked for.
+func newHostileRigNIC(t testing.TB, profile string, script targettest.Script, tcfg target.Config, rnrRetry int) *hostileRig {
+	t.Helper()
 	cfg := emu.Config{Profile: profile, Wire: emu.WireTCP, Logger: quiet}
-	tp, err := emu.New(cfg)
+	tcfgNIC := cfg
+	tcfgNIC.RNRRetry = rnrRetry
+	tp, err := emu.New(tcfgNIC)
 	if err != nil {
 		t.Fatal(err)
 	}

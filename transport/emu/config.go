@@ -25,6 +25,13 @@ const (
 	ShmPollEager    = "eager"
 )
 
+// RNRRetryForever is the Config.RNRRetry that never gives up on a
+// receiver not ready: IBA's rnr_retry of 7 means retry without limit,
+// and the SRP stacks use it (ib_srp's srp_send_req and ib_srpt's
+// srpt_cm_req_recv set rnr_retry_count 7), so that a busy peer paces a
+// sender instead of ending its connection.
+const RNRRetryForever = 7
+
 // Config configures a software NIC.
 type Config struct {
 	// Profile names a quirk bundle: strict (default), ib, iwarp, rxe.
@@ -47,7 +54,9 @@ type Config struct {
 	RetryTimeout time.Duration
 	RetryCount   int
 	// RNRTimeout and RNRRetry bound receiver-not-ready retries; defaults
-	// 1ms and 7.
+	// 1ms and 6, as the ibverbs provider's rnr_retry. RNRRetryForever (7)
+	// retries for as long as the receiver stays not ready, as IBA's
+	// rnr_retry of 7 does; ib_srp and ib_srpt connect with it.
 	RNRTimeout time.Duration
 	RNRRetry   int
 	// ShmPoll is how the shm wire's ring readers wait for answers to

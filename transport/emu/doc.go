@@ -21,7 +21,8 @@
 //   - The responder: a bad rkey, permission or bound NAKs with a remote
 //     access error and moves the responder to ERR; a bad SEND_WITH_INV
 //     fails the receive with REM_INV_REQ_ERR; no receive posted means RNR
-//     retries and then RNR_RETRY_EXC_ERR; duplicate requests are detected
+//     retries and then RNR_RETRY_EXC_ERR (never, with RNRRetryForever:
+//     IBA's rnr_retry 7); duplicate requests are detected
 //     by sequence number and a duplicate READ is re-executed against the
 //     current memory state.
 //   - Device quirks, bundled as profiles (strict, ib, iwarp, rxe) or set one

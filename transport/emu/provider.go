@@ -91,7 +91,7 @@ func New(cfg Config) (*Provider, error) {
 		cfg.RNRTimeout = time.Millisecond
 	}
 	if cfg.RNRRetry <= 0 {
-		cfg.RNRRetry = 7
+		cfg.RNRRetry = 6 // as the ibverbs provider's rnr_retry
 	}
 	if cfg.Faults.Delay > 0 && cfg.Faults.MaxDelay <= 0 {
 		cfg.Faults.MaxDelay = time.Millisecond

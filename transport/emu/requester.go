@@ -450,7 +450,7 @@ func (q *qp) onResponse(pkt *packet) {
 		switch pkt.nak {
 		case nakRNR:
 			w.rnr++
-			if w.rnr <= p.cfg.RNRRetry {
+			if p.cfg.RNRRetry >= RNRRetryForever || w.rnr <= p.cfg.RNRRetry {
 				q.rewindLocked(idx)
 				q.rnrUntil = time.Now().Add(p.cfg.RNRTimeout)
 				q.unlock()
