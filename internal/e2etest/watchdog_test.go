@@ -2,6 +2,7 @@ package e2etest
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -15,10 +16,17 @@ func TestWatchdogReport(t *testing.T) {
 		t.Skip("needs sh")
 	}
 	p := StartProc(t, "sh", "-c", "sleep 60 & wait")
+	// The grandchild is there from the fork, but reads as sleep only
+	// once its exec is done, which on a cold page cache takes a while
+	// (CI saw it report "sh -c sleep 60 & wait", in state D in execve).
 	var grandchild []int
 	p.WaitFor(t, 10e9, "sleep", func() bool {
 		grandchild = descendants(p.Cmd.Process.Pid)
-		return len(grandchild) > 0
+		if len(grandchild) == 0 {
+			return false
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", grandchild[0]))
+		return string(cmdline) == "sleep\x0060\x00"
 	})
 	var b strings.Builder
 	watchdogReport(&b, 0)
