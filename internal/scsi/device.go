@@ -82,6 +82,18 @@ type Device struct {
 	MaxUnmapBlocks      uint32
 	MaxUnmapDescriptors uint32
 	MaxWriteSameBlocks  uint32
+	// PortGroup turns on asymmetric logical unit access (SPC-4 5.15,
+	// alua.go) for a unit that several gateways export, one of them
+	// serving it at a time: it is this gateway's target port group
+	// (and its relative target port identifier), non-zero and
+	// different at each gateway of the unit. The model then reports
+	// ALUA in INQUIRY and VPD 0x83, answers REPORT and SET TARGET PORT
+	// GROUPS, and while Standby refuses what a standby port refuses.
+	PortGroup uint16
+	// Standby says this gateway does not serve the unit now: the ALUA
+	// standby state (only with PortGroup; without it a standby
+	// gateway's I/O fails in its store, with the same sense).
+	Standby bool
 }
 
 // maxTransfer is the most blocks one READ or WRITE moves, at most what
@@ -143,10 +155,15 @@ const (
 	// Unmap the target may deallocate instead, where the result reads
 	// the same (the block is zeros and the device DiscardZeroes).
 	OpWriteSame
+	// OpSetPortGroups: fetch DataOut bytes of SET TARGET PORT GROUPS
+	// parameter list and pass them to Device.SetPortGroups, which says
+	// whether to take the unit over.
+	OpSetPortGroups
 )
 
 var opNames = [...]string{
 	OpNone: "none", OpRead: "read", OpWrite: "write", OpFlush: "flush", OpUnmap: "unmap", OpWriteSame: "write-same",
+	OpSetPortGroups: "set-port-groups",
 }
 
 func (o Op) String() string { return enum.Name(opNames[:], o, "Op") }
@@ -235,6 +252,9 @@ func (d *Device) Execute(n *Nexus, cdb []byte, luns []uint16) Action {
 		}
 		return check(SenseInvalidField)
 	}
+	if d.PortGroup != 0 && d.Standby && !standbyServes(cdb) {
+		return check(SenseStandby)
+	}
 	switch op {
 	case opTestUnitReady:
 		return good()
@@ -260,8 +280,19 @@ func (d *Device) Execute(n *Nexus, cdb []byte, luns []uint16) Action {
 	case opUnmap:
 		return d.unmap(cdb)
 	case opMaintenanceIn:
-		if cdb[1]&0x1f == saReportOpcodes {
+		switch {
+		case cdb[1]&0x1f == saReportOpcodes:
 			return d.reportOpcodes(cdb)
+		case cdb[1]&0x1f == saPortGroups && d.PortGroup != 0:
+			return d.reportPortGroups(cdb)
+		}
+		return check(SenseInvalidField)
+	case opMaintenanceOut:
+		if d.PortGroup == 0 {
+			break
+		}
+		if cdb[1]&0x1f == saPortGroups {
+			return d.setPortGroups(cdb)
 		}
 		return check(SenseInvalidField)
 	}

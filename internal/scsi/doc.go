@@ -56,6 +56,17 @@
 // write cache also fails the nexus's next SYNCHRONIZE CACHE and next FUA
 // write (see WriteCacheLost). testdata/unit_attention traces the rules.
 //
+// # Gateways
+//
+// A unit that several gateways export, one serving it at a time, is
+// given a Device.PortGroup: the model then speaks ALUA (SPC-4 5.15;
+// alua.go). It reports the gateway's target port group and whether the
+// unit is Standby there, refuses what a standby port refuses, and turns
+// SET TARGET PORT GROUPS into OpSetPortGroups, whose parameter list
+// SetPortGroups reads: a takeover for the target to run. A state change
+// the target makes is the AccessChanged condition. testdata/alua traces
+// the rules.
+//
 // Anything the model does not implement answers ILLEGAL REQUEST,
 // INVALID COMMAND OPERATION CODE; a field it does not accept, INVALID
 // FIELD IN CDB. Sense is fixed format unless REQUEST SENSE asks for

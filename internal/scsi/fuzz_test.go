@@ -14,10 +14,12 @@ func FuzzExecute(f *testing.F) {
 		cdb(0x42, 0, 0, 0, 0, 0, 0, 0, 24), cdb(0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0), cdb(0x03, 1, 0, 0, 18),
 		cdb(0xa3, 0x0c, 0x01, 0x93, 0, 0, 0, 0, 2, 0), cdb(0xa3, 0x0c, 0x83, 0x9e, 0, 0x10, 0, 0, 2, 0),
 		cdb(0xa3, 0x0c, 0x80, 0, 0, 0, 0, 0, 2, 0),
+		cdb(0xa3, 0x2a, 0, 0, 0, 0, 0, 0, 1, 0), cdb(0xa4, 0x0a, 0, 0, 0, 0, 0, 0, 0, 8),
 	}
 	unmap := []byte{0, 22, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 8, 0, 0, 0, 0}
 	for i, s := range seeds {
 		f.Add(s, unmap, uint8(i), uint64(262144), uint8(3), "vol-0001", uint32(0))
+		f.Add(s, []byte{0, 0, 0, 0, 0, 0, 0, 2}, uint8(i&7), uint64(262144), uint8(3), "vol-0001", uint32(1<<16|2))
 	}
 	f.Fuzz(func(t *testing.T, c, params []byte, kind uint8, blocks uint64, bsShift uint8, serial string, limit uint32) {
 		d := disk()
@@ -27,6 +29,9 @@ func FuzzExecute(f *testing.F) {
 		d.Blocks, d.BlockSize, d.Serial = blocks, 512<<(bsShift%8), serial
 		if kind&8 != 0 {
 			d.MaxTransferBlocks, d.MaxUnmapBlocks, d.MaxUnmapDescriptors, d.MaxWriteSameBlocks = limit, limit, limit, limit
+		} else {
+			// A gateway's unit: limit holds its port group and state.
+			d.PortGroup, d.Standby = uint16(limit), limit&(1<<16) != 0
 		}
 		n := &Nexus{}
 		n.Raise(Condition(kind >> 4))
@@ -36,6 +41,19 @@ func FuzzExecute(f *testing.F) {
 			if len(c) >= 6 && c[0] == opInquiry && c[1]&1 != 0 && a.Status == StatusGood && be.Uint16(c[3:]) == 0xFFFF {
 				if n := int(be.Uint16(a.Data[2:])); n != len(a.Data)-4 {
 					t.Fatalf("VPD %#x says %d bytes, has %d", c[2], n, len(a.Data)-4)
+				}
+			}
+			if a.Op != OpNone && d.PortGroup != 0 && d.Standby && a.Op != OpSetPortGroups {
+				t.Fatalf("%v on a standby port", a.Op)
+			}
+			if a.Op == OpSetPortGroups {
+				if d.PortGroup == 0 || a.DataOut < 4 || a.DataOut%4 != 0 {
+					t.Fatalf("SET TARGET PORT GROUPS fetching %d bytes on port group %d", a.DataOut, d.PortGroup)
+				}
+				act, res := d.SetPortGroups(params)
+				checkAction(t, d, res)
+				if act && res.Status != StatusGood {
+					t.Fatalf("takeover asked with %+v", res)
 				}
 			}
 			if a.Op == OpUnmap {

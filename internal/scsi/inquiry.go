@@ -56,6 +56,7 @@ func vpd(page byte, body []byte) []byte {
 //	2  version 6: SPC-4
 //	3  HISUP (bit 4) 1: hierarchical LUNs; response data format 2
 //	4  additional length 31
+//	5  TPGS (bits 5:4) 11b with a PortGroup: implicit and explicit ALUA
 //	7  CMDQUE (bit 1) 1: command queuing
 //	8  T10 vendor identification [8]
 //	16 product identification [16]
@@ -63,6 +64,9 @@ func vpd(page byte, body []byte) []byte {
 func (d *Device) standardInquiry() []byte {
 	b := make([]byte, 36)
 	b[2], b[3], b[4], b[7] = 0x06, 0x12, 31, 0x02
+	if d.PortGroup != 0 {
+		b[5] = tpgsBoth
+	}
 	pad(b[8:16], d.Vendor, "GOSRP")
 	pad(b[16:32], d.Product, "srpd volume")
 	pad(b[32:36], d.Revision, "0001")
@@ -96,7 +100,9 @@ func (d *Device) serial() string {
 
 // designators is the device identification page's body (VPD 0x83, SPC-4
 // 7.8.6): an NAA designator and a T10 vendor ID one, both for the logical
-// unit (association 00b).
+// unit (association 00b); with a PortGroup, a relative target port and a
+// target port group designator too (association 01b, the target port),
+// which Linux's scsi_dh_alua needs to attach (scsi_vpd_tpg_id).
 //
 // The NAA is Locally Assigned (NAA 3h, SPC-4 7.8.6.6.5): gosrp owns no
 // IEEE company ID, and the ID is unique only within the target's site,
@@ -120,7 +126,17 @@ func (d *Device) designators() []byte {
 		0x00,
 		byte(len(t10)), // designator length
 	)
-	return append(b, t10...)
+	b = append(b, t10...)
+	if d.PortGroup != 0 {
+		// Code set 1 (binary); association 01b, designator type 4h
+		// (relative target port) and 5h (target port group); 4 bytes,
+		// the number in the last two (SPC-4 7.8.6.7, 7.8.6.8).
+		b = append(b, 0x01, 0x14, 0x00, 0x04, 0x00, 0x00)
+		b = be.AppendUint16(b, d.PortGroup)
+		b = append(b, 0x01, 0x15, 0x00, 0x04, 0x00, 0x00)
+		b = be.AppendUint16(b, d.PortGroup)
+	}
+	return b
 }
 
 // blockLimits is the Block Limits page's body (VPD 0xB0, SBC-3 6.6.4),

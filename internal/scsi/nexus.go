@@ -29,6 +29,11 @@ const (
 	// UNIT RESET aborted its tasks; SAM-5 7.7 establishes BUS DEVICE
 	// RESET FUNCTION OCCURRED for every I_T nexus but that one).
 	ResetOccurred
+	// AccessChanged: the unit's ALUA state at this target port changed
+	// on its own (another gateway took it over, or this one took it
+	// over for another nexus): ASYMMETRIC ACCESS STATE CHANGED, on which
+	// Linux's scsi_dh_alua asks REPORT TARGET PORT GROUPS again.
+	AccessChanged
 )
 
 // uaOrder lists the conditions with their sense, in reporting order.
@@ -40,10 +45,11 @@ var uaOrder = [...]struct {
 	{ResetOccurred, SenseResetOccurred},
 	{CapacityChanged, SenseCapacityChanged},
 	{LUNsChanged, SenseLUNsChanged},
+	{AccessChanged, SenseAccessChanged},
 }
 
 // conditionNames names the conditions by bit.
-var conditionNames = []string{"write-cache-lost", "capacity-changed", "luns-changed", "reset-occurred"}
+var conditionNames = []string{"write-cache-lost", "capacity-changed", "luns-changed", "reset-occurred", "access-changed"}
 
 func (c Condition) String() string { return enum.Flags(conditionNames, c) }
 

@@ -25,6 +25,9 @@ type opcode struct {
 	usage []byte
 	// discard: served only when the unit deallocates (UNMAP).
 	discard bool
+	// alua: served only with a PortGroup (the TARGET PORT GROUPS
+	// commands).
+	alua bool
 }
 
 // opcodes are the commands Execute serves, in operation code order.
@@ -52,10 +55,16 @@ var opcodes = []opcode{
 	// REPORT SUPPORTED OPERATION CODES: RCTD and REPORTING OPTIONS, the
 	// requested operation code and service action, allocation length.
 	{op: opMaintenanceIn, sa: saReportOpcodes, hasSA: true, usage: []byte{0xA3, 0x1f, 0x87, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0}},
+	// REPORT TARGET PORT GROUPS: PARAMETER DATA FORMAT, allocation length.
+	{op: opMaintenanceIn, sa: saPortGroups, hasSA: true, alua: true, usage: []byte{0xA3, 0xff, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0}},
+	// SET TARGET PORT GROUPS: parameter list length.
+	{op: opMaintenanceOut, sa: saPortGroups, hasSA: true, alua: true, usage: []byte{0xA4, 0x1f, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0}},
 }
 
 // served reports whether the unit serves x.
-func (d *Device) served(x *opcode) bool { return !x.discard || d.Discard }
+func (d *Device) served(x *opcode) bool {
+	return (!x.discard || d.Discard) && (!x.alua || d.PortGroup != 0)
+}
 
 // reportOpcodes: REPORT SUPPORTED OPERATION CODES (SPC-4 6.35),
 // MAINTENANCE IN with service action 0x0C. CDB (12 bytes): byte 2 RCTD
@@ -111,8 +120,11 @@ func (d *Device) reportOpcodes(cdb []byte) Action {
 			if x.op != reqOp {
 				continue
 			}
+			if !d.served(x) {
+				continue
+			}
 			hasSA = x.hasSA
-			if (!x.hasSA || x.sa == reqSA) && d.served(x) {
+			if !x.hasSA || x.sa == reqSA {
 				found = x
 			}
 		}

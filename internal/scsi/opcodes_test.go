@@ -99,7 +99,9 @@ func TestReportOpcodes(t *testing.T) {
 func TestReportOpcodesTruth(t *testing.T) {
 	thick := disk()
 	thick.Discard = false
-	for _, dev := range []*Device{disk(), thick} {
+	alua := disk()
+	alua.PortGroup = 3
+	for _, dev := range []*Device{disk(), thick, alua} {
 		for op := 0; op < 256; op++ {
 			c := make([]byte, 16)
 			c[0] = byte(op)
@@ -109,6 +111,8 @@ func TestReportOpcodesTruth(t *testing.T) {
 				c[1], opts, sa = saReadCapacity16, 3, saReadCapacity16
 			case opMaintenanceIn:
 				c[1], opts, sa = saReportOpcodes, 3, saReportOpcodes
+			case opMaintenanceOut:
+				c[1], opts, sa = saPortGroups, 3, saPortGroups
 			}
 			a := dev.Execute(&Nexus{}, c, nil)
 			served := !(a.Status == StatusCheckCondition && a.Sense == SenseInvalidOpcode)
@@ -117,7 +121,7 @@ func TestReportOpcodesTruth(t *testing.T) {
 				t.Fatalf("opcode %#02x: REPORT SUPPORTED OPERATION CODES %v %v", op, r.Status, r.Sense)
 			}
 			if got := r.Data[1]&7 == 3; got != served {
-				t.Errorf("opcode %#02x (discard %t): reported supported %t, Execute serves it %t", op, dev.Discard, got, served)
+				t.Errorf("opcode %#02x (discard %t, port group %d): reported supported %t, Execute serves it %t", op, dev.Discard, dev.PortGroup, got, served)
 			}
 			if served && (int(be.Uint16(r.Data[2:])) != cdbLen(byte(op)) || len(r.Data) != 4+cdbLen(byte(op)) || r.Data[4] != byte(op)) {
 				t.Errorf("opcode %#02x: CDB usage data % x for a %d-byte CDB", op, r.Data[4:], cdbLen(byte(op)))

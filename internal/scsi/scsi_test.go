@@ -26,6 +26,8 @@ func TestDataIn(t *testing.T) {
 	ro.ReadOnly, ro.WriteCache, ro.Discard = true, false, false
 	big := disk()
 	big.Blocks = 1 << 33
+	gw := disk()
+	gw.PortGroup = 0x0102
 	cases := []struct {
 		name string
 		dev  *Device
@@ -60,6 +62,32 @@ func TestDataIn(t *testing.T) {
 			"02", "01", "00", "10", // 16 ASCII, LU, T10 vendor ID, length 16
 			"474f535250202020", // 20 "GOSRP   "
 			"766f6c2d30303031", // 28 "vol-0001"
+		)},
+		{"standard INQUIRY of a gateway's unit", gw, cdb(0x12, 0, 0, 0, 8), fieldhex.Bytes(t,
+			"00", "00", "06", "12", "1f",
+			"30",       // 5 TPGS 11b: implicit and explicit ALUA
+			"00", "02", // 6, 7 CMDQUE
+		)},
+		{"VPD 0x83 of a gateway's unit", gw, cdb(0x12, 1, 0x83, 0, 255), fieldhex.Bytes(t,
+			"00", "83", "0030", // page length 48
+			"01", "03", "00", "08", "3123456789abcdef",
+			"02", "01", "00", "10", "474f535250202020", "766f6c2d30303031",
+			"01", "14", "00", "04", "0000", "0102", // 36 binary, target port, relative target port 0x0102
+			"01", "15", "00", "04", "0000", "0102", // 44 binary, target port, target port group 0x0102
+		)},
+		{"REPORT TARGET PORT GROUPS, length header", gw, cdb(0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 1, 0), fieldhex.Bytes(t,
+			"0000000c", // 0 return data length 12
+			"00",       // 4 PREF 0, active/optimized
+			"05",       // 5 S_SUP, AO_SUP
+			"0102",     // 6 target port group
+			"00", "00", // 8 reserved, 9 status: none
+			"00", "01", // 10 vendor specific, 11 target port count
+			"0000", "0102", // 12 the target port's relative identifier
+		)},
+		{"REPORT TARGET PORT GROUPS, extended header", gw, cdb(0xa3, 0x2a, 0, 0, 0, 0, 0, 0, 1, 0), fieldhex.Bytes(t,
+			"00000010",         // 0 return data length 16
+			"10", "0a", "0000", // 4 format type 001b, implicit transition time 10 s
+			"00", "05", "0102", "00", "00", "00", "01", "0000", "0102",
 		)},
 		{"VPD 0xB0 limits", disk(), cdb(0x12, 1, 0xb0, 0, 255), fieldhex.Bytes(t,
 			"00", "b0", "003c",

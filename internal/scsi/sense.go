@@ -82,6 +82,9 @@ var (
 	// does not retry it on another path either).
 	SenseCacheLost       = Sense{KeyHardwareError, 0x0C, 0x00} // WRITE ERROR
 	SenseInternalFailure = Sense{KeyHardwareError, 0x44, 0x00} // INTERNAL TARGET FAILURE
+	// SenseSetPortGroupsFailed is a SET TARGET PORT GROUPS whose
+	// takeover failed (SPC-4 6.37).
+	SenseSetPortGroupsFailed = Sense{KeyHardwareError, 0x67, 0x0A} // SET TARGET PORT GROUPS COMMAND FAILED
 	// SenseStandby is a logical unit this target port does not serve
 	// now (a standby gateway of the volume): SPC-4 5.15.2.4.4's answer
 	// for a target port in the standby ALUA state. Linux fails the
@@ -94,6 +97,7 @@ var (
 	SenseResetOccurred   = Sense{KeyUnitAttention, 0x29, 0x03}  // BUS DEVICE RESET FUNCTION OCCURRED
 	SenseCapacityChanged = Sense{KeyUnitAttention, 0x2A, 0x09}  // CAPACITY DATA HAS CHANGED
 	SenseLUNsChanged     = Sense{KeyUnitAttention, 0x3F, 0x0E}  // REPORTED LUNS DATA HAS CHANGED
+	SenseAccessChanged   = Sense{KeyUnitAttention, 0x2A, 0x06}  // ASYMMETRIC ACCESS STATE CHANGED
 )
 
 var ascNames = map[[2]uint8]string{
@@ -111,12 +115,14 @@ var ascNames = map[[2]uint8]string{
 	{0x11, 0x00}: "UNRECOVERED READ ERROR",
 	{0x0C, 0x00}: "WRITE ERROR",
 	{0x44, 0x00}: "INTERNAL TARGET FAILURE",
+	{0x67, 0x0A}: "SET TARGET PORT GROUPS COMMAND FAILED",
 	{0x04, 0x0B}: "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE",
 	{0x4B, 0x00}: "DATA PHASE ERROR",
 	{0x29, 0x01}: "POWER ON OCCURRED",
 	{0x29, 0x03}: "BUS DEVICE RESET FUNCTION OCCURRED",
 	{0x2A, 0x09}: "CAPACITY DATA HAS CHANGED",
 	{0x3F, 0x0E}: "REPORTED LUNS DATA HAS CHANGED",
+	{0x2A, 0x06}: "ASYMMETRIC ACCESS STATE CHANGED",
 }
 
 // String reads as "ILLEGAL REQUEST: INVALID FIELD IN CDB (24/00)".
@@ -193,8 +199,13 @@ func ParseSense(b []byte) (Sense, error) {
 // thin-provisioned disk reports), an ACL refusal ACCESS DENIED, and an
 // RDMA transfer that failed DATA PHASE ERROR (the initiator may retry),
 // and a standby gateway's refusal NOT READY, TARGET PORT IN STANDBY STATE.
-// A sense gosrp adds later maps to INTERNAL TARGET FAILURE.
+// A sense gosrp adds later maps to INTERNAL TARGET FAILURE. Any failure
+// of a SET TARGET PORT GROUPS's takeover is SET TARGET PORT GROUPS
+// COMMAND FAILED (SPC-4 6.37).
 func FromWire(s wire.Sense, op Op) Sense {
+	if op == OpSetPortGroups && s != wire.SenseNone {
+		return SenseSetPortGroupsFailed
+	}
 	switch s {
 	case wire.SenseNone:
 		return SenseNone

@@ -29,6 +29,10 @@ func TestTraces(t *testing.T) {
 				}
 				dev.WriteCache = td.HasArg("wc")
 				dev.ReadOnly = td.HasArg("ro")
+				var group int
+				td.MaybeScanArgs(t, "group", &group)
+				dev.PortGroup = uint16(group)
+				dev.Standby = td.HasArg("standby")
 				clear(nexus)
 				return "ok"
 			case "login":
@@ -36,6 +40,40 @@ func TestTraces(t *testing.T) {
 				td.ScanArgs(t, "nexus", &name)
 				nexus[name] = &Nexus{}
 				return "ok"
+			case "standby", "active":
+				// The target changes the unit's ALUA state and tells
+				// every nexus but the one that asked for it, if any.
+				dev.Standby = td.Cmd == "standby"
+				var except string
+				td.MaybeScanArgs(t, "except", &except)
+				var b strings.Builder
+				for _, name := range slices.Sorted(maps.Keys(nexus)) {
+					if name != except {
+						nexus[name].Raise(AccessChanged)
+					}
+					fmt.Fprintf(&b, "%s: pending %s\n", name, nexus[name].Pending())
+				}
+				return b.String()
+			case "set-port-groups":
+				// The parameter list of SET TARGET PORT GROUPS, one
+				// group:state pair per descriptor.
+				var descs []string
+				td.MaybeScanArgs(t, "desc", &descs)
+				param := make([]byte, 4)
+				for _, d := range descs {
+					var g uint16
+					var st byte
+					if _, err := fmt.Sscanf(d, "%d:%d", &g, &st); err != nil {
+						t.Fatalf("%s: desc %q: %v", td.Pos, d, err)
+					}
+					param = append(param, st, 0)
+					param = be.AppendUint16(param, g)
+				}
+				if td.HasArg("short") {
+					param = param[:len(param)-1]
+				}
+				act, a := dev.SetPortGroups(param)
+				return fmt.Sprintf("activate=%v %s", act, describe(a, ""))
 			case "resize":
 				td.ScanArgs(t, "blocks", &dev.Blocks)
 				return raiseAll(nexus, CapacityChanged)
@@ -53,6 +91,8 @@ func TestTraces(t *testing.T) {
 						c |= LUNsChanged
 					case "reset-occurred":
 						c |= ResetOccurred
+					case "access-changed":
+						c |= AccessChanged
 					default:
 						t.Fatalf("%s: unknown condition %q", td.Pos, n)
 					}
@@ -120,6 +160,18 @@ func traceCDB(t *testing.T, td *datadriven.TestData, op string, lba, blocks uint
 		}
 	case "sync":
 		c[0] = opSyncCache10
+	case "mode-sense":
+		c[0], c[2], c[4] = opModeSense6, 0x3f, 255
+	case "rtpg":
+		c[0], c[1], c[9] = opMaintenanceIn, saPortGroups, 255
+		if td.HasArg("ext") {
+			c[1] |= rtpgExtended
+		}
+	case "stpg":
+		var n uint32
+		td.MaybeScanArgs(t, "len", &n)
+		c[0], c[1] = opMaintenanceOut, saPortGroups
+		be.PutUint32(c[6:], n)
 	default:
 		t.Fatalf("%s: unknown op %q", td.Pos, op)
 	}
@@ -137,6 +189,9 @@ func describe(a Action, op string) string {
 		if a.Op == OpRead || a.Op == OpWrite {
 			s += fmt.Sprintf(" lba=%d blocks=%d", a.LBA, a.Blocks)
 		}
+		if a.Op == OpSetPortGroups {
+			s += fmt.Sprintf(" data-out=%d", a.DataOut)
+		}
 		if a.FUA {
 			s += " fua"
 		}
@@ -151,8 +206,40 @@ func describe(a Action, op string) string {
 		return fmt.Sprintf("GOOD last-lba=%d block-size=%d\n", be.Uint64(a.Data), be.Uint32(a.Data[8:]))
 	case op == "report-luns":
 		return fmt.Sprintf("GOOD %d luns\n", be.Uint32(a.Data)/8)
+	case op == "rtpg":
+		return describeRTPG(a.Data)
 	case len(a.Data) > 0:
 		return fmt.Sprintf("GOOD %d bytes\n", len(a.Data))
 	}
 	return "GOOD\n"
+}
+
+// describeRTPG prints REPORT TARGET PORT GROUPS data: the header's
+// format and transition time, then each group's state, supported states
+// and relative target ports.
+func describeRTPG(b []byte) string {
+	var s strings.Builder
+	off := 4
+	if len(b) >= 8 && b[4]&0x70 == rtpgFormatExtended {
+		fmt.Fprintf(&s, "GOOD extended transition=%ds", b[5])
+		off = 8
+	} else {
+		s.WriteString("GOOD")
+	}
+	if int(be.Uint32(b))+4 != len(b) {
+		fmt.Fprintf(&s, " (length %d, %d bytes)", be.Uint32(b), len(b))
+	}
+	for off+8 <= len(b) {
+		d := b[off:]
+		fmt.Fprintf(&s, " group=%d state=%d supported=%#02x status=%d ports=", be.Uint16(d[2:]), d[0]&0x0f, d[1], d[5])
+		off += 8
+		for range int(d[7]) {
+			if off+4 > len(b) {
+				break
+			}
+			fmt.Fprintf(&s, "%d", be.Uint16(b[off+2:]))
+			off += 4
+		}
+	}
+	return s.String() + "\n"
 }
