@@ -278,6 +278,16 @@ type Config struct {
 	// ioc_guid, SRP r16a 5.3) an SRP login must name; the zero value
 	// accepts any. See docs/srp.md.
 	SRPTargetPortID [16]byte
+	// SRPPortGroup turns on ALUA (SPC-4 5.15) for SRP hosts of the
+	// volumes that several gateways export (PathStater): it is this
+	// gateway's target port group, and must differ between the gateways
+	// of a volume. An SRP host then sees each gateway as a path whose
+	// state REPORT TARGET PORT GROUPS gives (active where the volume is
+	// served, standby elsewhere), and a SET TARGET PORT GROUPS asking for
+	// this gateway to be active takes the volume over, as an OPEN with
+	// Takeover does. Zero (the default) leaves ALUA off. See
+	// docs/gateways.md.
+	SRPPortGroup uint16
 	// Reservations, if set, keeps the volumes' persistent reservations
 	// across restarts: New loads them, and every change is saved before
 	// the initiator that asked is answered. nil keeps them in memory,

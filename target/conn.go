@@ -320,7 +320,7 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 		iu: c.iuArena.Bytes()[recvLen:iuLen], iuAddr: c.iuMR.Addr() + uint64(recvLen), iuLKey: c.iuMR.LKey(),
 		data: c.dataArena.Bytes()[:dataLen], dataAddr: c.dataMR.Addr(), dataLKey: c.dataMR.LKey(),
 		rand: func(b []byte) { rand.Read(b) }, instance: t.instance, volStats: t.volumeCounters, connStats: &c.stats,
-		srpPort: cfg.SRPTargetPortID, pr: t.pr, source: c.src,
+		srpPort: cfg.SRPTargetPortID, portGroup: cfg.SRPPortGroup, pr: t.pr, source: c.src,
 	})
 	c.creditsGr.Store(int32(credits))
 	if err := c.qp.Modify(transport.QPInit); err != nil {

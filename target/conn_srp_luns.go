@@ -38,6 +38,9 @@ func (c *conn) srpLUNsStep() {
 				c.srpRefreshGo(func() *srpRefresh { return &srpRefresh{gen: r.gen, opened: c.srpOpenNew(open, nexus)} })
 			}
 		} else {
+			for i := range r.opened {
+				r.opened[i].standby = standbyOf(r.opened[i].vol)
+			}
 			c.core.srpAttachNew(r.gen, r.opened)
 		}
 	}

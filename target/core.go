@@ -38,6 +38,7 @@ type coreParams struct {
 	connStats *ioCounters
 	instance  uint64   // the Target's write verifier, drawn by the shell
 	srpPort   [16]byte // Config.SRPTargetPortID
+	portGroup uint16   // Config.SRPPortGroup
 	// source is the host the connection came from (its RDMA CM source
 	// address), which an SRP session's ACL rules may name (ACL).
 	source string
@@ -384,6 +385,9 @@ func (c *core) backendDone(idx int32, now int64) {
 	}
 	s := &c.slots[idx]
 	c.jobsInFlight--
+	if s.job == jobTakeOver {
+		c.srpTakeOverDone(s)
+	}
 	if c.state == connClosed {
 		if s.job == jobOpen && s.opened != nil {
 			c.orphans = append(c.orphans, s.opened)

@@ -25,8 +25,12 @@ type noticeQueue struct {
 
 // pathChanged records that the volume named name is now standby (or
 // active) at this gateway: each handle of it gets a notice, if the
-// initiator asked for them at login.
+// initiator asked for them at login; an SRP session's units of it with
+// ALUA on change state (srpPathChanged).
 func (c *core) pathChanged(name string, standby bool) {
+	if c.srp != nil && c.state != connClosed {
+		c.srpPathChanged(name, standby)
+	}
 	if !c.pathNotices || (c.state != connActive && c.state != connDraining) {
 		return
 	}

@@ -269,7 +269,7 @@ func (c *core) srpExecute(s *slot, rawLUN srp.LUN, cdb []byte) {
 		} else {
 			c.postReads(s)
 		}
-	case scsi.OpUnmap, scsi.OpWriteSame:
+	case scsi.OpUnmap, scsi.OpWriteSame, scsi.OpSetPortGroups:
 		s.srp.lu, s.srp.act = lu, a
 		if a.DataOut > c.maxXfer { // an UNMAP list beyond a slot's buffer
 			c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
@@ -324,6 +324,8 @@ func (c *core) srpFetched(s *slot) {
 		c.dispatch(s, jobUnmap)
 	case scsi.OpWriteSame:
 		c.srpWriteSame(s, allZero(s.data[:s.srp.lu.dev.BlockSize]))
+	case scsi.OpSetPortGroups:
+		c.srpSetPortGroups(s)
 	default:
 		c.noteBug(fmt.Errorf("target: SRP data-out fetched for %s", a.Op))
 		c.close("internal error: "+c.bug.Error(), false)
@@ -478,6 +480,50 @@ func (c *core) srpRespond(s *slot, st wire.Status, sense wire.Sense, k int) {
 	s.sges[k] = transport.SGE{Addr: s.sendAddr, Length: uint32(n), LKey: c.p.iuLKey}
 	c.sent(s, transport.SendWR{ID: makeWRID(c.p.gen, kindResp, int(s.idx)), Opcode: transport.OpSend,
 		Flags: transport.FlagSignaled, SGL: s.sges[k : k+1]}, r.Status != uint8(scsi.StatusGood))
+}
+
+// srpSetPortGroups goes on with a SET TARGET PORT GROUPS once its
+// parameter list is in: a list asking for this gateway's group to be
+// active starts a takeover (jobTakeOver, a no-op where the volume is
+// served already), anything else is answered now.
+func (c *core) srpSetPortGroups(s *slot) {
+	lu := s.srp.lu
+	activate, a := lu.dev.SetPortGroups(s.data[:s.cmd.Length])
+	if !activate {
+		c.srpAnswer(s, a.Status, a.Sense)
+		return
+	}
+	lu.unit.takeOver(1, false)
+	s.ov = lu.ov
+	c.dispatch(s, jobTakeOver)
+}
+
+// srpTakeOverDone ends slot s's takeover: the unit is active from now
+// on for a takeover that succeeded, and the nexus, which asked for it,
+// is not told of the change.
+func (c *core) srpTakeOverDone(s *slot) {
+	if s.srp.lu == nil {
+		return
+	}
+	s.srp.lu.unit.takeOver(-1, s.err == nil)
+	if c.p.trace != nil {
+		c.p.trace(fmt.Sprintf("LUN %d %s: takeover done (err %v)", s.srp.lun, s.srp.lu.ov.name, s.err))
+	}
+}
+
+// srpPathChanged gives the units of the volume named name, where ALUA
+// is on, their new state at this gateway: ASYMMETRIC ACCESS STATE
+// CHANGED for each I_T nexus, once (srpUnit.setStandby).
+func (c *core) srpPathChanged(name string, standby bool) {
+	for i := range c.srp.luns {
+		lu := &c.srp.luns[i]
+		if lu.ov == nil || lu.ov.revoked || lu.ov.name != name || lu.dev.PortGroup == 0 {
+			continue
+		}
+		if lu.unit.setStandby(standby) && c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("LUN %d %s: standby %v, unit attention %s", i, name, standby, lu.unit.pending()))
+		}
+	}
 }
 
 // srpResized gives the LUN of the volume named name its new size of size

@@ -195,5 +195,9 @@
 // catalog's hook) tells every session that has the volume open, unasked,
 // with a wire.PathNotice when its state changes (core_notice.go), and a
 // wire.ControlPing is answered on the connection's loop, the initiator's
-// keepalive. docs/gateways.md has the whole design.
+// keepalive. SRP hosts see the same states as ALUA target port groups
+// when Config.SRPPortGroup is set: REPORT TARGET PORT GROUPS gives the
+// state, SET TARGET PORT GROUPS runs TakeOver, and a change is a unit
+// attention (internal/scsi/alua.go). docs/gateways.md has the whole
+// design.
 package target

@@ -12,7 +12,9 @@ import (
 // runJob does a slot's backend work on a worker goroutine. It reads only
 // the slot's job fields and writes only its result fields.
 func runJob(s *slot, cat Catalog) {
-	isIO := s.job >= jobRead && s.job <= jobWriteZeroes || s.job == jobUnmap
+	// Counted in the handle's inflight by dispatch: a close waits for
+	// them (a takeover too: the volume must not close under it).
+	isIO := s.job >= jobRead && s.job <= jobWriteZeroes || s.job == jobUnmap || s.job == jobTakeOver
 	defer func() {
 		if r := recover(); r != nil {
 			s.err = fmt.Errorf("target: %s job panicked: %v", jobName(s.job), r)
@@ -76,6 +78,12 @@ func runJob(s *slot, cat Catalog) {
 		s.prOut, s.prGen = s.ov.pr.apply(s.prIni, s.ctl.Action, s.ctl.Key, s.ctl.NewKey, s.ctl.Type)
 	case jobReport:
 		s.prRep = s.ov.pr.report()
+	case jobTakeOver:
+		if ps, ok := s.ov.vol.(PathStater); ok {
+			s.err = ps.TakeOver()
+		} else {
+			s.err = fmt.Errorf("target: volume %q has no path state to take over", s.ov.name)
+		}
 	}
 }
 
@@ -193,7 +201,7 @@ func closeVolume(v Volume) error {
 }
 
 func jobName(j jobKind) string {
-	names := [...]string{"none", "read", "write", "write-fua", "flush", "discard", "write-zeroes", "list", "open", "close", "extents", "unmap", "reserve", "report"}
+	names := [...]string{"none", "read", "write", "write-fua", "flush", "discard", "write-zeroes", "list", "open", "close", "extents", "unmap", "reserve", "report", "take-over"}
 	if int(j) < len(names) {
 		return names[j]
 	}

@@ -49,6 +49,13 @@ func takeOver(s *slot) error {
 	return nil
 }
 
+// standbyOf reports whether v is a volume this gateway does not serve
+// now (false for one without path states, and for nil).
+func standbyOf(v Volume) bool {
+	ps, ok := v.(PathStater)
+	return ok && ps.Standby()
+}
+
 // PathStateChanged tells the target that the volume named name is now
 // standby (or active) at this gateway: it was fenced or lost its lock,
 // or took it. Every session that has the volume open and asked for

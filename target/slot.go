@@ -131,6 +131,9 @@ const (
 	jobUnmap
 	jobReserve // a PERSISTENT RESERVE OUT action (reservation.go)
 	jobReport  // a PERSISTENT RESERVE IN report
+	// jobTakeOver makes this gateway serve the volume, for an SRP SET
+	// TARGET PORT GROUPS (PathStater.TakeOver).
+	jobTakeOver
 )
 
 // openVol is a volume opened on one connection.

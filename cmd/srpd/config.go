@@ -67,6 +67,9 @@ type Config struct {
 	// add_target line names. Empty: any is accepted.
 	SRPIDExt   string `json:"srp_id_ext" toml:"srp_id_ext"`
 	SRPIOCGUID string `json:"srp_ioc_guid" toml:"srp_ioc_guid"`
+	// SRPPortGroup is target.Config.SRPPortGroup: this gateway's ALUA
+	// target port group for SRP hosts (0: ALUA off).
+	SRPPortGroup int `json:"srp_port_group" toml:"srp_port_group"`
 	// RBDPool, RBDNamespace and CephConf place the rbd backend's volumes
 	// (block.RBDOptions); the data directory then holds only the admin
 	// socket and access.json.
@@ -126,6 +129,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var(&c.ShutdownTimeout, "shutdown-timeout", "on SIGTERM, the `DURATION` in-flight I/O may take to drain")
 	fs.Var(&c.SpaceReserve, "space-reserve", "free `SIZE` the pebble store keeps on its file system; writes fail with ENOSPC below it (0: max(64MiB, 1% of the file system), at most a quarter of it)")
 	fs.StringVar(&c.SRPIDExt, "srp-id-ext", c.SRPIDExt, "SRP target port identifier extension `ID`, 16 hex digits: the id_ext of the kernel ib_srp's add_target line (with --srp-ioc-guid; unset: any is accepted)")
+	fs.IntVar(&c.SRPPortGroup, "srp-port-group", c.SRPPortGroup, "this gateway's ALUA target port group `N` (1-65535, a different one on each gateway of an rbd image) for SRP hosts: INQUIRY then reports ALUA, REPORT TARGET PORT GROUPS a volume's state here, and SET TARGET PORT GROUPS takes it over (0: ALUA off)")
 	fs.StringVar(&c.SRPIOCGUID, "srp-ioc-guid", c.SRPIOCGUID, "SRP I/O controller `GUID`, 16 hex digits (colons allowed): the ioc_guid of ib_srp's add_target line (with --srp-id-ext)")
 	fs.StringVar(&c.RBDPool, "rbd-pool", c.RBDPool, "with --backend rbd: the Ceph `POOL` holding the volumes (RBD images)")
 	fs.StringVar(&c.RBDNamespace, "rbd-namespace", c.RBDNamespace, "with --backend rbd: an RBD `NAMESPACE` of the pool (optional; must exist)")

@@ -223,6 +223,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.SpaceReserve < 0 {
 		return cli.Usagef("--space-reserve %d: want a size >= 0", cfg.SpaceReserve)
 	}
+	portGroup, err := cfg.srpPortGroup()
+	if err != nil {
+		return err
+	}
 	srpPort, err := cfg.srpTargetPort()
 	if err != nil {
 		return err
@@ -316,7 +320,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Credits: cfg.Credits, SRPCredits: cfg.SRPCredits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
 		MaxConnections: cfg.MaxConnections, MaxConnectionsPerSource: cfg.MaxConnectionsPerSource,
-		SRPTargetPortID: srpPort, Logger: log, Reservations: res, DirtyMarks: marks, LUNs: openLUNFile(cfg.Data),
+		SRPTargetPortID: srpPort, SRPPortGroup: portGroup, Logger: log, Reservations: res, DirtyMarks: marks, LUNs: openLUNFile(cfg.Data),
 	})
 	if err != nil {
 		return err

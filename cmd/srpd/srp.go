@@ -78,3 +78,13 @@ func srpStatusLine(p *admin.SRPPort) string {
 	}
 	return fmt.Sprintf("SRP target port id_ext %s ioc_guid %s%s; ib_srp add_target: %s", p.IDExt, p.IOCGUID, note, p.AddTarget)
 }
+
+// srpPortGroup is --srp-port-group as target.Config.SRPPortGroup: a
+// number that fits a target port group field (SPC-4 6.27, two bytes),
+// 0 for none.
+func (c *Config) srpPortGroup() (uint16, error) {
+	if c.SRPPortGroup < 0 || c.SRPPortGroup > 0xFFFF {
+		return 0, cli.Usagef("--srp-port-group %d: want a target port group from 1 to 65535, or 0 for none", c.SRPPortGroup)
+	}
+	return uint16(c.SRPPortGroup), nil
+}

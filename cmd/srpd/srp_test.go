@@ -44,6 +44,17 @@ func TestSRPTargetPort(t *testing.T) {
 			t.Errorf("%q/%q: port %x, want %s", tc.idExt, tc.ioc, port, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		n    int
+		want uint16
+		ok   bool
+	}{{0, 0, true}, {1, 1, true}, {65535, 65535, true}, {65536, 0, false}, {-1, 0, false}} {
+		c := Config{SRPPortGroup: tc.n}
+		g, err := c.srpPortGroup()
+		if ok := err == nil; ok != tc.ok || g != tc.want || (!ok && !errors.As(err, new(*cli.UsageError))) {
+			t.Errorf("--srp-port-group %d: %d, %v", tc.n, g, err)
+		}
+	}
 	p := srpStatus([16]byte{7: 1, 15: 2}, "10.0.2.15:4420")
 	if p.AddTarget != "id_ext=0000000000000001,ioc_guid=0000000000000002,dest=10.0.2.15:4420" || p.Any {
 		t.Errorf("status %+v", p)
@@ -57,7 +68,7 @@ func TestSRPTargetPort(t *testing.T) {
 
 	// The config file keys, and the flags over them.
 	f := filepath.Join(t.TempDir(), "srpd.toml")
-	os.WriteFile(f, []byte("srp_id_ext = \"0002c90300012345\"\nsrp_ioc_guid = \"0002c90300012345\"\n"), 0o644)
+	os.WriteFile(f, []byte("srp_id_ext = \"0002c90300012345\"\nsrp_ioc_guid = \"0002c90300012345\"\nsrp_port_group = 3\n"), 0o644)
 	c, err := loadConfig(f)
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +82,8 @@ func TestSRPTargetPort(t *testing.T) {
 	if err := c.applyFlags(fs); err != nil {
 		t.Fatal(err)
 	}
-	if c.SRPIDExt != "0002c90300012345" || c.SRPIOCGUID != "0002:c903:0001:abcd" {
-		t.Fatalf("config %q %q", c.SRPIDExt, c.SRPIOCGUID)
+	if c.SRPIDExt != "0002c90300012345" || c.SRPIOCGUID != "0002:c903:0001:abcd" || c.SRPPortGroup != 3 {
+		t.Fatalf("config %q %q %d", c.SRPIDExt, c.SRPIOCGUID, c.SRPPortGroup)
 	}
 }
 
