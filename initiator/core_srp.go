@@ -42,25 +42,38 @@ const srpImmOffset = 68
 
 // SCSI operation codes the initiator sends (SBC-3, SPC-4).
 const (
-	scsiInquiry      = 0x12
-	scsiModeSense6   = 0x1A
-	scsiUnmap        = 0x42
-	scsiRead16       = 0x88
-	scsiWrite16      = 0x8A
-	scsiSyncCache16  = 0x91
-	scsiServiceIn16  = 0x9E // READ CAPACITY(16) is its service action 0x10
-	scsiReportLUNs   = 0xA0
-	unmapParamLen    = scsi.UnmapHeaderLen + scsi.UnmapDescriptorLen
-	senseKeyUnitAttn = 0x6
+	scsiInquiry     = 0x12
+	scsiModeSense6  = 0x1A
+	scsiUnmap       = 0x42
+	scsiRead16      = 0x88
+	scsiWrite16     = 0x8A
+	scsiSyncCache16 = 0x91
+	scsiServiceIn16 = 0x9E // READ CAPACITY(16) is its service action 0x10
+	scsiReportLUNs  = 0xA0
+	// MAINTENANCE IN and OUT: REPORT and SET TARGET PORT GROUPS are
+	// their service action 0Ah (SPC-4 6.27, 6.37).
+	scsiMaintenanceIn  = 0xA3
+	scsiMaintenanceOut = 0xA4
+	saPortGroups       = 0x0A
+	// Asymmetric access states a target port group reports (SPC-4
+	// 6.27).
+	aluaActiveOptimized    = 0x0
+	aluaActiveNonOptimized = 0x1
+	unmapParamLen          = scsi.UnmapHeaderLen + scsi.UnmapDescriptorLen
+	senseKeyUnitAttn       = 0x6
 )
 
-// scsiCmd is a SCSI command the session sends itself (discovery): a CDB
-// for a LUN, its data-in going to the request's Buf; got is how much
+// scsiCmd is a SCSI command the session sends itself (discovery, SET
+// TARGET PORT GROUPS): a CDB for a LUN, its data-in going to the
+// request's Buf, or its data-out taken from it; got is how much data-in
 // the target transferred.
 type scsiCmd struct {
 	lun uint16
 	cdb []byte
 	got int
+	// out says the request's Buf is the command's data-out (a parameter
+	// list), not room for its data-in.
+	out bool
 }
 
 // srpCore is the core's SRP state.
@@ -126,7 +139,8 @@ func (c *core) startSRP(r *Request, now int64) bool {
 		return true
 	case r.scsi != nil:
 		lun, cmd.CDB = r.scsi.lun, r.scsi.cdb
-		in, n = len(r.Buf) > 0, len(r.Buf)
+		n = len(r.Buf)
+		in, out = n > 0 && !r.scsi.out, n > 0 && r.scsi.out
 	default:
 		h, ok := c.handles[r.vol]
 		if !ok {

@@ -41,8 +41,9 @@ func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, rigOp
 // allocates per post: not for the allocation tests. noNotices leaves
 // the catalogs' state changes untold (no path notices), as a target
 // that predates them; noFenceWatch hides the cluster's fence watch
-// from the gateways (unwatched).
-type rigOpts struct{ freezable, noNotices, noFenceWatch bool }
+// from the gateways (unwatched); portGroups gives gateway i ALUA target
+// port group i+1 for SRP hosts.
+type rigOpts struct{ freezable, noNotices, noFenceWatch, portGroups bool }
 
 // unwatched is a gatewaytest client without its gateway.FenceWatcher, as
 // the rbd store is: its gateway learns it was fenced at its next request.
@@ -75,7 +76,11 @@ func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 			st = unwatched{c, c, c}
 		}
 		cat := gateway.New(st)
-		tgt, err := target.New(target.Config{Name: "gw", Catalog: cat})
+		tcfg := target.Config{Name: "gw", Catalog: cat}
+		if o.portGroups {
+			tcfg.SRPPortGroup = uint16(i + 1)
+		}
+		tgt, err := target.New(tcfg)
 		if err != nil {
 			t.Fatal(err)
 		}

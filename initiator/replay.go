@@ -165,7 +165,9 @@ func deliverAll(q *queue) {
 // ErrWriteCacheLost) or take the request over (parked reports true: it
 // waits for room in the ring and is delivered later).
 func (s *Session) afterIO(c *channel, r *Request, bounce int, err error) (error, bool) {
-	if err != nil || r.replay {
+	if err != nil || r.replay || r.scsi != nil {
+		// A SCSI command the session sends itself writes no blocks
+		// (SET TARGET PORT GROUPS's data-out is a parameter list).
 		return err, false
 	}
 	switch r.Op {

@@ -374,7 +374,11 @@ type OpenOptions struct {
 	// that served the volume and takes it before it answers, and before
 	// it serves any I/O. A failed takeover fails the open with
 	// ErrStandby. Re-opens after a reconnect do not ask again. A target
-	// without gateways ignores it. Multipath uses it to fail over.
+	// without gateways ignores it. Multipath uses it to fail over. Over
+	// ProtocolSRP it is SET TARGET PORT GROUPS for the LUN's target port
+	// group, sent when the LUN reports explicit ALUA and REPORT TARGET
+	// PORT GROUPS says the group is standby (srpd with
+	// --srp-port-group).
 	Takeover bool
 	// OnPathState, if set, is called when the target tells, unasked,
 	// that the volume became standby (it was fenced, or lost the lock

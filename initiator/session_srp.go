@@ -2,8 +2,9 @@ package initiator
 
 // Volumes of a ProtocolSRP session: the target's logical units, found and
 // described with SCSI commands the session sends itself (REPORT LUNS,
-// READ CAPACITY(16), MODE SENSE(6), INQUIRY with VPD pages B0 and B2).
-// LUN n is the volume "lun<n>".
+// READ CAPACITY(16), MODE SENSE(6), INQUIRY with VPD pages B0 and B2,
+// and for a unit with ALUA, REPORT TARGET PORT GROUPS). LUN n is the
+// volume "lun<n>".
 
 import (
 	"context"
@@ -29,6 +30,24 @@ func parseLUNName(name string) (uint16, error) {
 		return 0, fmt.Errorf("initiator: %q names no LUN of an SRP target (want lun0, lun1, ...): %w", name, ErrInvalid)
 	}
 	return uint16(n), nil
+}
+
+// scsiOut runs a SCSI command with data-out for lun on channel c.
+func (s *Session) scsiOut(ctx context.Context, c *channel, lun uint16, cdb, data []byte) error {
+	done := make(chan *Request, 1)
+	r := &Request{Op: OpWrite, Buf: data, Done: done, scsi: &scsiCmd{lun: lun, cdb: cdb, out: true}}
+	if err := c.submit(r); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if r.abandon() {
+			return ctx.Err()
+		}
+		<-done
+	}
+	return r.Err
 }
 
 // scsiIn runs a SCSI command with up to n bytes of data-in for lun on
@@ -92,6 +111,12 @@ type srpUnitInfo struct {
 	unmap       bool // VPD B2 LBPU: UNMAP is served
 	maxTransfer int  // VPD B0 MAXIMUM TRANSFER LENGTH in bytes, 0 if none
 	id          string
+	// alua says the unit reports explicit ALUA (INQUIRY TPGS bit 5,
+	// SPC-4 6.6.2) and names this port's target port group (VPD 0x83),
+	// group; standby is the group's state in REPORT TARGET PORT GROUPS.
+	alua    bool
+	group   uint16
+	standby bool
 }
 
 // srpUnit describes LUN lun: READ CAPACITY(16) (SBC-3 5.16) for its
@@ -134,8 +159,77 @@ func (s *Session) srpUnit(ctx context.Context, c *channel, lun uint16) (srpUnitI
 	}
 	if p, err := s.vpd(ctx, c, lun, 0x83, 255); err == nil {
 		u.id = designator(p)
+		if g, ok := portGroup(p); ok {
+			if err := s.aluaState(ctx, c, lun, g, &u); err != nil {
+				return u, err
+			}
+		}
 	}
 	return u, nil
+}
+
+// portGroup finds the target port group designator (type 5h, SPC-4
+// 7.8.6.8) of a Device Identification page: the group of the port the
+// session talks to, which REPORT TARGET PORT GROUPS reports by number.
+func portGroup(p []byte) (uint16, bool) {
+	n := min(int(be.Uint16(p[2:]))+4, len(p))
+	for off := 4; off+4 <= n; {
+		l := int(p[off+3])
+		if off+4+l > n {
+			break
+		}
+		if p[off+1]&0xf == 5 && l >= 4 {
+			return be.Uint16(p[off+6:]), true
+		}
+		off += 4 + l
+	}
+	return 0, false
+}
+
+// aluaState fills u's ALUA fields for LUN lun, whose VPD 0x83 names
+// target port group g: the standard INQUIRY's TPGS says whether the
+// unit takes SET TARGET PORT GROUPS, and REPORT TARGET PORT GROUPS
+// (SPC-4 6.27, the length-only format every ALUA target serves) gives
+// the group's state; a group missing from it is taken as active, as
+// Linux's alua_rtpg leaves it.
+func (s *Session) aluaState(ctx context.Context, c *channel, lun, g uint16, u *srpUnitInfo) error {
+	b, err := s.scsiIn(ctx, c, lun, []byte{scsiInquiry, 0, 0, 0, 36, 0}, 36)
+	if err != nil || len(b) < 6 || b[5]&0x30 == 0 {
+		return nil // no ALUA to speak of
+	}
+	u.alua, u.group = b[5]&0x20 != 0, g
+	const alloc = 4 + 64*8
+	cdb := []byte{scsiMaintenanceIn, saPortGroups, 0, 0, 0, 0, 0, 0, alloc >> 8, alloc & 0xff, 0, 0}
+	b, err = s.scsiIn(ctx, c, lun, cdb, alloc)
+	switch {
+	case isCheckCondition(err):
+		u.alua = false // refused: nothing to ask it, and taken as active
+		return nil
+	case err != nil:
+		return fmt.Errorf("initiator: REPORT TARGET PORT GROUPS of LUN %d: %w", lun, err)
+	}
+	n := min(len(b), 4+int(be.Uint32(b)))
+	for off := 4; off+8 <= n; {
+		if be.Uint16(b[off+2:]) == g {
+			st := b[off] & 0x0f
+			u.standby = st != aluaActiveOptimized && st != aluaActiveNonOptimized
+			return nil
+		}
+		off += 8 + 4*int(b[off+7])
+	}
+	return nil
+}
+
+// setPortGroup asks, with SET TARGET PORT GROUPS (SPC-4 6.37), that
+// target port group g of LUN lun become active/optimized: a standby
+// gateway takes the volume over.
+func (s *Session) setPortGroup(ctx context.Context, c *channel, lun, g uint16) error {
+	param := []byte{0, 0, 0, 0, aluaActiveOptimized, 0, byte(g >> 8), byte(g)}
+	cdb := []byte{scsiMaintenanceOut, saPortGroups, 0, 0, 0, 0, 0, 0, 0, byte(len(param)), 0, 0}
+	if err := s.scsiOut(ctx, c, lun, cdb, param); err != nil {
+		return fmt.Errorf("initiator: SET TARGET PORT GROUPS of LUN %d, group %d: %w", lun, g, err)
+	}
+	return nil
 }
 
 // designator picks the logical unit's identifier from a Device
@@ -211,8 +305,15 @@ func (s *Session) srpOpen(ctx context.Context, name string, opts OpenOptions) (*
 	if err != nil {
 		return nil, fmt.Errorf("initiator: open %q: %w", name, err)
 	}
+	if opts.Takeover && u.standby && u.alua {
+		if err := s.setPortGroup(ctx, s.chans[0], lun, u.group); err != nil {
+			return nil, fmt.Errorf("initiator: open %q: take over: %w: %w", name, ErrStandby, err)
+		}
+		u.standby = false
+	}
 	v := &Volume{s: s, name: name, lun: lun, bs: u.bs, readOnly: u.readOnly || opts.ReadOnly, onResize: opts.OnResize,
 		caps: wire.CapFlush | wire.CapFUA}
+	v.standby.Store(u.standby)
 	if u.unmap {
 		v.caps |= wire.CapDiscard
 	}

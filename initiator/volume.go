@@ -39,7 +39,9 @@ type Volume struct {
 // latest re-open) as a standby gateway, or told since, in a path notice,
 // that it became one: its I/O fails with ErrStandby until an open with
 // OpenOptions.Takeover makes it active. A target without gateways is
-// always active.
+// always active. Over ProtocolSRP it is the state of the LUN's ALUA
+// target port group at the open (REPORT TARGET PORT GROUPS); SRP has no
+// path notices.
 func (v *Volume) Standby() bool { return v.standby.Load() }
 
 // pathNoticed takes a path notice (wire.PathNotice): the volume is now
