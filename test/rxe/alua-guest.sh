@@ -1,0 +1,108 @@
+#!/bin/sh
+# alua-guest.sh: runs INSIDE the alua guest (alua.sh). gwpair serves vol0
+# through two gateways over rxe; ib_srp logs in to both, and the kernel's
+# scsi_dh_alua and dm-multipath must find the active and the standby
+# path and move the volume with SET TARGET PORT GROUPS. Leaves its logs
+# in /mnt/out; exits non-zero on failure.
+export PATH=/mnt:/usr/sbin:/usr/bin:/sbin:/bin
+O=/mnt/out
+mkdir -p $O
+IP=10.0.2.15
+say() { echo "[$(cut -d' ' -f1 /proc/uptime)] $*" | tee -a $O/steps.log; }
+fail() {
+  say "FAIL: $*"
+  for d in $D1 $D2; do
+    [ -n "$d" ] && say "$d: dh_state $(cat /sys/block/$d/device/dh_state 2>/dev/null), access_state $(cat /sys/block/$d/device/access_state 2>/dev/null)"
+  done
+  dmesg | grep -i -E "alua|srp|scsi|sd |device-mapper|multipath" | tail -30 | tee -a $O/steps.log
+  tail -20 $O/gwpair.log >> $O/steps.log
+  exit 1
+}
+# state DISK: the ALUA access state scsi_dh_alua holds for DISK.
+state() { cat /sys/block/$1/device/access_state 2>/dev/null; }
+# wait_state DISK STATE WHAT: polls DISK's access state (10 s).
+wait_state() {
+  i=0
+  until [ "$(state $1)" = "$2" ]; do
+    i=$((i + 1)); [ $i -gt 40 ] && fail "$3: /dev/$1 is '$(state $1)', want '$2'"; sleep 0.25
+  done
+}
+
+GUID=$(tr -d : < /sys/class/infiniband/rxe0/node_guid)
+gwpair --provider ibverbs --addr $IP --ports 4460,4461 --ioc-guid $GUID > $O/gwpair.out 2> $O/gwpair.log &
+GW=$!
+i=0
+until grep -q serving $O/gwpair.out 2>/dev/null; do
+  i=$((i + 1)); [ $i -gt 100 ] && fail "gwpair not serving: $(tail -3 $O/gwpair.log)"; sleep 0.3
+done
+modprobe scsi_dh_alua && modprobe dm_multipath && modprobe dm_round_robin && modprobe ib_srp && modprobe sd_mod || fail "modprobe"
+say "gwpair serving; scsi_dh_alua, dm_multipath, ib_srp loaded"
+
+# add GATEWAY: ib_srp logs in to the gateway's target port; prints the
+# disk that appears.
+add() {
+  before=$(ls /sys/block | grep '^sd' | sort)
+  line=$(sed -n "s/^gateway $1: add_target //p" $O/gwpair.out)
+  echo "$line" > /sys/class/infiniband_srp/srp-rxe0-1/add_target || fail "add_target $line refused"
+  i=0
+  while :; do
+    d=$(ls /sys/block | grep '^sd' | sort | grep -v -x -F "$before" | head -1)
+    [ -n "$d" ] && break
+    i=$((i + 1)); [ $i -gt 60 ] && fail "no disk from gateway $1"; sleep 0.5
+  done
+  echo $d
+}
+D1=$(add 1) || exit 1
+D2=$(add 2) || exit 1
+say "gateway 1: /dev/$D1, gateway 2: /dev/$D2"
+sg_inq /dev/$D1 > $O/sg.log 2>&1
+sg_vpd -p di /dev/$D1 >> $O/sg.log 2>&1
+sg_rtpg -d /dev/$D1 >> $O/sg.log 2>&1
+sg_rtpg -d /dev/$D2 >> $O/sg.log 2>&1
+grep -q 'TPGS=3' $O/sg.log || fail "INQUIRY does not say TPGS=3: $(grep TPGS $O/sg.log)"
+for d in $D1 $D2; do
+  [ "$(cat /sys/block/$d/device/dh_state)" = alua ] || fail "/dev/$d: device handler '$(cat /sys/block/$d/device/dh_state)', want alua"
+done
+# The first login opened the volume on gateway 1, which took its lock.
+wait_state $D1 active/optimized "at login"
+wait_state $D2 standby "at login"
+say "scsi_dh_alua attached to both; /dev/$D1 $(state $D1), /dev/$D2 $(state $D2)"
+if dd if=/dev/$D2 of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null; then fail "a read through the standby path succeeded"; fi
+say "a read through the standby path fails, as it must"
+
+SECTORS=$(cat /sys/block/$D1/size)
+echo "0 $SECTORS multipath 0 1 alua 2 1 round-robin 0 1 1 /dev/$D1 1 round-robin 0 1 1 /dev/$D2 1" | dmsetup create mp || fail "dmsetup create"
+# No udev here: the map is the dm-N node devtmpfs made.
+MP=/dev/$(ls /sys/block | grep '^dm-' | head -1)
+[ -b "$MP" ] || fail "no dm device node ($MP)"
+say "dm-multipath $MP: group 1 /dev/$D1, group 2 /dev/$D2 (hardware handler alua): $(dmsetup status mp)"
+head -c 4194304 /dev/urandom > /tmp/pattern
+dd if=/tmp/pattern of=$MP bs=1M oflag=direct status=none 2>> $O/steps.log || fail "write through group 1"
+dd if=$MP of=/tmp/back bs=1M count=4 iflag=direct status=none 2>> $O/steps.log || fail "read through group 1"
+cmp /tmp/pattern /tmp/back || fail "read back through group 1 differs"
+say "4 MiB written and read back through dm-multipath on gateway 1"
+
+# Switch groups: dm-multipath initialises the standby path (pg_init),
+# and scsi_dh_alua's alua_activate sends SET TARGET PORT GROUPS.
+dmsetup message mp 0 switch_group 2 || fail "switch_group"
+rm -f /tmp/back
+dd if=$MP of=/tmp/back bs=1M count=4 iflag=direct status=none 2>> $O/steps.log || fail "read after switching to group 2"
+cmp /tmp/pattern /tmp/back || fail "read back through gateway 2 differs from what gateway 1 took"
+wait_state $D2 active/optimized "after the switch"
+grep -q "gateway=2.*state=active" $O/gwpair.log || fail "gateway 2 did not take the volume over"
+say "switch_group 2: /dev/$D2 $(state $D2); the 4 MiB read back through gateway 2"
+head -c 1048576 /dev/urandom > /tmp/p2
+dd if=/tmp/p2 of=$MP bs=1M seek=4 oflag=direct status=none 2>> $O/steps.log || fail "write through gateway 2"
+dd if=$MP of=/tmp/b2 bs=1M skip=4 count=1 iflag=direct status=none 2>> $O/steps.log || fail "read through gateway 2"
+cmp /tmp/p2 /tmp/b2 || fail "read back through gateway 2 differs"
+# Gateway 1 was fenced: its nexus is told ASYMMETRIC ACCESS STATE
+# CHANGED, and scsi_dh_alua reads the port group again.
+sg_turs /dev/$D1 > /dev/null 2>&1
+sg_turs /dev/$D1 > /dev/null 2>&1
+wait_state $D1 standby "after the takeover through gateway 2"
+say "gateway 1's path now $(state $D1); a write and read through gateway 2"
+dmesg | grep -E 'alua|multipath' > $O/alua-dmesg.log
+say "the kernel's ALUA log: $(grep -c 'state A' $O/alua-dmesg.log) active and $(grep -c 'state S' $O/alua-dmesg.log) standby reports; last: $(tail -1 $O/alua-dmesg.log)"
+dmsetup remove mp || fail "dmsetup remove"
+kill -TERM $GW
+say "PASS"
