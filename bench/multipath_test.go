@@ -93,7 +93,7 @@ func gateways(t *testing.T, c *ioCounter) (addrs []string, kill []func()) {
 			t.Fatal(err)
 		}
 		// As srpd does: state changes reach the sessions as path notices.
-		cat.OnStateChange(func(name string, s gateway.State) { tgt.PathStateChanged(name, s != gateway.Active) })
+		cat.OnStateChange(func(name string, s gateway.State) { gateway.Tell(tgt, name, s) })
 		addrs = append(addrs, servetest.Serve(t, tgt, nic.Listen, nic.Close))
 		kill = append(kill, func() { nic.Close() })
 	}

@@ -541,7 +541,8 @@ func (e *SCSIError) Error() string {
 // IOError does: WRITE PROTECTED is ErrReadOnly, ACCESS DENIED
 // ErrAccessDenied, SPACE ALLOCATION FAILED ErrNoSpace, INVALID COMMAND
 // OPERATION CODE errors.ErrUnsupported, LBA OUT OF RANGE ErrInvalid,
-// TARGET PORT IN STANDBY STATE ErrStandby, and
+// TARGET PORT IN STANDBY STATE and IN UNAVAILABLE STATE (a fenced
+// gateway) ErrStandby, and
 // a flush's WRITE ERROR (under HARDWARE or MEDIUM ERROR)
 // ErrWriteCacheLost: a target reports so on the
 // nexus's first SYNCHRONIZE CACHE after it lost acknowledged writes
@@ -565,7 +566,7 @@ func (e *SCSIError) Unwrap() error {
 		return errors.ErrUnsupported
 	case scsi.SenseLBAOutOfRange:
 		return ErrInvalid
-	case scsi.SenseStandby:
+	case scsi.SenseStandby, scsi.SenseUnavailable:
 		return ErrStandby
 	}
 	return nil

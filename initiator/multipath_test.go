@@ -86,7 +86,7 @@ func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 		}
 		if !o.noNotices {
 			// As srpd does: state changes reach the sessions as path notices.
-			cat.OnStateChange(func(name string, s gateway.State) { tgt.PathStateChanged(name, s != gateway.Active) })
+			cat.OnStateChange(func(name string, s gateway.State) { gateway.Tell(tgt, name, s) })
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		listen := nic.Listen

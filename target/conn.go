@@ -79,9 +79,9 @@ type conn struct {
 	resizes    map[string]int64
 	resizeWait []chan struct{}
 	// paths are the volumes whose path state changed since the run loop
-	// last looked (name → standby), under resizeMu, recorded by
-	// Target.PathStateChanged.
-	paths map[string]bool
+	// last looked (name → state), under resizeMu, recorded by
+	// Target.PathStateChanged and PathFenced.
+	paths map[string]gwState
 	// lunsChanged: the catalog's volumes changed (Target.CatalogChanged;
 	// conn_srp.go), for the run loop to bring an SRP session's LUNs up
 	// to date (conn_srp_luns.go); refreshing, the run loop's, says a
@@ -168,15 +168,15 @@ func (c *conn) volumeResized(name string, size int64) <-chan struct{} {
 	return done
 }
 
-// pathChanged records that the volume named name is now standby (or
-// active) here and asks the run loop to tell the core
-// (core.pathChanged). It never blocks.
-func (c *conn) pathChanged(name string, standby bool) {
+// pathChanged records that the volume named name is now in state st
+// here and asks the run loop to tell the core (core.pathChanged). It
+// never blocks.
+func (c *conn) pathChanged(name string, st gwState) {
 	c.resizeMu.Lock()
 	if c.paths == nil {
-		c.paths = map[string]bool{}
+		c.paths = map[string]gwState{}
 	}
-	c.paths[name] = standby
+	c.paths[name] = st
 	c.resizeMu.Unlock()
 	c.policyChanged()
 }
@@ -192,8 +192,8 @@ func (c *conn) onExternal(now int64) {
 	for name, size := range rs {
 		c.core.volumeResized(name, size)
 	}
-	for name, standby := range ps {
-		c.core.pathChanged(name, standby)
+	for name, st := range ps {
+		c.core.pathChanged(name, st)
 	}
 	c.srpLUNsStep()
 	c.nexusTake()

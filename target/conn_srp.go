@@ -83,7 +83,7 @@ func (c *conn) srpOpen(names []string) {
 	for i, name := range names {
 		if name != "" {
 			vols[i] = c.srpOpenVolume(name, i, nexus)
-			vols[i].standby = standbyOf(vols[i].vol)
+			vols[i].state = stateOf(vols[i].vol)
 		}
 	}
 	c.core.srpAttach(c.srpNx, vols)

@@ -39,7 +39,7 @@ func (c *conn) srpLUNsStep() {
 			}
 		} else {
 			for i := range r.opened {
-				r.opened[i].standby = standbyOf(r.opened[i].vol)
+				r.opened[i].state = stateOf(r.opened[i].vol)
 			}
 			c.core.srpAttachNew(r.gen, r.opened)
 		}

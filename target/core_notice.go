@@ -27,15 +27,15 @@ type noticeQueue struct {
 // active) at this gateway: each handle of it gets a notice, if the
 // initiator asked for them at login; an SRP session's units of it with
 // ALUA on change state (srpPathChanged).
-func (c *core) pathChanged(name string, standby bool) {
+func (c *core) pathChanged(name string, gs gwState) {
 	if c.srp != nil && c.state != connClosed {
-		c.srpPathChanged(name, standby)
+		c.srpPathChanged(name, gs)
 	}
 	if !c.pathNotices || (c.state != connActive && c.state != connDraining) {
 		return
 	}
 	st := wire.PathActive
-	if standby {
+	if gs != gwActive {
 		st = wire.PathStandby
 	}
 	for _, ov := range c.handles {

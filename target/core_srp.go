@@ -513,15 +513,15 @@ func (c *core) srpTakeOverDone(s *slot) {
 
 // srpPathChanged gives the units of the volume named name, where ALUA
 // is on, their new state at this gateway: ASYMMETRIC ACCESS STATE
-// CHANGED for each I_T nexus, once (srpUnit.setStandby).
-func (c *core) srpPathChanged(name string, standby bool) {
+// CHANGED for each I_T nexus, once (srpUnit.setState).
+func (c *core) srpPathChanged(name string, st gwState) {
 	for i := range c.srp.luns {
 		lu := &c.srp.luns[i]
 		if lu.ov == nil || lu.ov.revoked || lu.ov.name != name || lu.dev.PortGroup == 0 {
 			continue
 		}
-		if lu.unit.setStandby(standby) && c.p.trace != nil {
-			c.p.trace(fmt.Sprintf("LUN %d %s: standby %v, unit attention %s", i, name, standby, lu.unit.pending()))
+		if lu.unit.setState(st) && c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("LUN %d %s: state %d, unit attention %s", i, name, st, lu.unit.pending()))
 		}
 	}
 }

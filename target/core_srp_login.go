@@ -141,10 +141,10 @@ type srpVolume struct {
 	// previous life and this I_T nexus has not been told.
 	mark *volMark
 	lost bool
-	// standby is the volume's path state here (PathStater), read by the
-	// shell on the run loop just before it hands the volume over, so
-	// that no change reported to the core can be older.
-	standby bool
+	// state is the volume's path state here (PathStater, Fencer), read
+	// by the shell on the run loop just before it hands the volume over,
+	// so that no change reported to the core can be older.
+	state gwState
 }
 
 // srpAttach takes the volumes the shell opened for the login's LUNs, in
@@ -203,7 +203,7 @@ func (c *core) srpAttachLUN(i int, v *srpVolume, gen uint64) {
 	s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: blocks,
 		ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
 		Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs), PortGroup: group},
-		unit: s.nx.unit(ov.name, i, blocks, v.lost, v.standby, gen)}
+		unit: s.nx.unit(ov.name, i, blocks, v.lost, v.state, gen)}
 	if v.lost && c.p.trace != nil {
 		c.p.trace(fmt.Sprintf("LUN %d %s: unit attention %s", i, ov.name, s.luns[i].unit.pending()))
 	}

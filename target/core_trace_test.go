@@ -128,7 +128,7 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		td.ScanArgs(t, "lun", &lun)
 		u := c.srpUnitOf(uint16(lun))
 		if td.HasArg("other-nexus") {
-			u = newSRPNexus(nil, "other").unit(u.name, lun, u.blocks.Load(), false, false, 0)
+			u = newSRPNexus(nil, "other").unit(u.name, lun, u.blocks.Load(), false, gwActive, 0)
 		}
 		c.srpPeerAbort(u, td.HasArg("other-nexus"), "peer")
 	case "peers-done":
@@ -139,7 +139,14 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 	case "path":
 		var vol string
 		td.ScanArgs(t, "vol", &vol)
-		c.pathChanged(vol, td.HasArg("standby"))
+		st := gwActive
+		switch {
+		case td.HasArg("fenced"):
+			st = gwFenced
+		case td.HasArg("standby"):
+			st = gwStandby
+		}
+		c.pathChanged(vol, st)
 	case "catalog-changed":
 		h.catalogChanged(t, td) // core_srp_test.go
 	case "pr", "pr-check", "pr-open", "pr-close", "pr-show", "pr-table":

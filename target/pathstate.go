@@ -49,11 +49,41 @@ func takeOver(s *slot) error {
 	return nil
 }
 
-// standbyOf reports whether v is a volume this gateway does not serve
-// now (false for one without path states, and for nil).
-func standbyOf(v Volume) bool {
+// Fencer is implemented by PathStater volumes that know when this
+// gateway was fenced: another gateway broke its lock, and it cannot
+// serve the volume again before it restarts (a blocklisted Ceph
+// client). An SRP host with ALUA (Config.SRPPortGroup) then sees the
+// unit unavailable rather than standby, so that it does not count on
+// this path to take the volume over; gosrp sessions see it standby.
+type Fencer interface {
+	Fenced() bool
+}
+
+// gwState is a volume's state at this gateway as the target reports it.
+type gwState uint32
+
+const (
+	gwActive gwState = iota
+	gwStandby
+	gwFenced
+)
+
+// stateOf is v's state at this gateway (active for a volume without path
+// states, and for nil).
+func stateOf(v Volume) gwState {
 	ps, ok := v.(PathStater)
-	return ok && ps.Standby()
+	switch {
+	case !ok || !ps.Standby():
+		return gwActive
+	case isFenced(v):
+		return gwFenced
+	}
+	return gwStandby
+}
+
+func isFenced(v Volume) bool {
+	f, ok := v.(Fencer)
+	return ok && f.Fenced()
 }
 
 // PathStateChanged tells the target that the volume named name is now
@@ -64,9 +94,23 @@ func standbyOf(v Volume) bool {
 // I/O to fail. The gateway catalog calls it (through its OnStateChange
 // hook); it does not block.
 func (t *Target) PathStateChanged(name string, standby bool) {
+	st := gwActive
+	if standby {
+		st = gwStandby
+	}
+	t.pathChanged(name, st)
+}
+
+// PathFenced tells the target that this gateway was fenced from the
+// volume named name (see Fencer): gosrp sessions that have it open get a
+// standby notice, as from PathStateChanged, and SRP hosts with ALUA see
+// the unit unavailable. It does not block.
+func (t *Target) PathFenced(name string) { t.pathChanged(name, gwFenced) }
+
+func (t *Target) pathChanged(name string, st gwState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range t.conns {
-		c.pathChanged(name, standby)
+		c.pathChanged(name, st)
 	}
 }

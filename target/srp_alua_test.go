@@ -20,6 +20,7 @@ type fakeGateway struct {
 	tgt       *Target
 	standby   atomic.Bool
 	fail      atomic.Bool
+	fenced    atomic.Bool
 	takeovers atomic.Int32
 	closes    atomic.Int32
 }
@@ -33,6 +34,8 @@ type pathVolume struct {
 }
 
 func (v *pathVolume) Standby() bool { return v.g.standby.Load() }
+
+func (v *pathVolume) Fenced() bool { return v.g.fenced.Load() }
 
 func (v *pathVolume) TakeOver() error {
 	if v.g.fail.Load() {
@@ -97,7 +100,8 @@ func (c *srpClient) stpg(lun, group uint16, state byte) srp.Rsp {
 // PORT GROUPS takes the volume over. The other nexus is told
 // ASYMMETRIC ACCESS STATE CHANGED, the one that asked is not; a
 // takeover through another gateway tells both. A failed takeover is
-// SET TARGET PORT GROUPS COMMAND FAILED.
+// SET TARGET PORT GROUPS COMMAND FAILED. A fenced gateway's unit is
+// unavailable.
 func TestSRPALUA(t *testing.T) {
 	forSRPEnvs(t, func(t *testing.T, e env) {
 		const group = 0x0102
@@ -207,6 +211,21 @@ func TestSRPALUA(t *testing.T) {
 		if g.takeovers.Load() != 3 {
 			t.Errorf("%d takeovers, want 3", g.takeovers.Load())
 		}
+
+		// Fenced by another gateway's takeover, this one cannot serve
+		// the volume before it restarts: unavailable, not standby.
+		g.standby.Store(true)
+		g.fenced.Store(true)
+		g.fail.Store(true)
+		r.tgt.PathFenced("vol0")
+		waitFor(t, "the fenced state", func() bool { return tur(a).Status == uint8(scsi.StatusCheckCondition) })
+		a.checkSense("TEST UNIT READY on the fenced port", tur(a), scsi.SenseUnavailable)
+		rsp, d := a.rtpg(lunVol0)
+		a.good("REPORT TARGET PORT GROUPS on the fenced port", rsp, srp.DIUnder)
+		if st, sup := d[8]&0x0f, d[9]; st != 3 || sup != 0x0d {
+			t.Errorf("fenced: state %d, supported %#02x; want 3 (unavailable), 0x0d", st, sup)
+		}
+		a.checkSense("SET TARGET PORT GROUPS on the fenced port", a.stpg(lunVol0, group, 0), scsi.SenseSetPortGroupsFailed)
 		a.logout()
 		b.logout()
 	})

@@ -136,7 +136,7 @@ type srpUnitKey struct {
 // that change, as LIO does not tell a LUN it adds
 // (target_luns_data_has_changed skips it), since the host has no
 // device for it yet and would only scan again.
-func (n *srpNexus) unit(volume string, lun int, blocks uint64, lost, standby bool, gen uint64) *srpUnit {
+func (n *srpNexus) unit(volume string, lun int, blocks uint64, lost bool, st gwState, gen uint64) *srpUnit {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := srpUnitKey{volume, lun}
@@ -144,7 +144,7 @@ func (n *srpNexus) unit(volume string, lun int, blocks uint64, lost, standby boo
 	if u == nil {
 		u = &srpUnit{nx: n, name: volume, born: gen}
 		u.blocks.Store(blocks)
-		u.standby.Store(standby)
+		u.state.Store(uint32(st))
 		n.units[k] = u
 		if lost {
 			u.raiseLocked(scsi.WriteCacheLost)
@@ -222,10 +222,10 @@ type srpUnit struct {
 	// commands check against it, so a host told CAPACITY DATA HAS
 	// CHANGED on one channel reads the new capacity on any.
 	blocks atomic.Uint64
-	// standby is the unit's ALUA state at this gateway as last
-	// announced (scsi.Device.Standby), shared like blocks.
-	standby atomic.Bool
-	st      scsi.Nexus // under nx.mu
+	// state is the unit's gwState at this gateway as last announced
+	// (scsi.Device's Standby and Unavailable), shared like blocks.
+	state atomic.Uint32
+	st    scsi.Nexus // under nx.mu
 	// takeovers counts the nexus's SET TARGET PORT GROUPS running a
 	// takeover of the unit (under nx.mu): the change they bring is not
 	// reported to this nexus, which asked for it (SPC-4 5.15.2.3).
@@ -252,17 +252,18 @@ func (u *srpUnit) resize(blocks uint64) bool {
 	return true
 }
 
-// setStandby records the unit's new ALUA state and raises
-// AccessChanged, unless the nexus itself asked for it: once per change,
-// as resize. It reports whether this call changed the state.
-func (u *srpUnit) setStandby(standby bool) bool {
+// setState records the unit's new ALUA state and raises AccessChanged,
+// unless the nexus itself asked for it (its takeover made the unit
+// active): once per change, as resize. It reports whether this call
+// changed the state.
+func (u *srpUnit) setState(st gwState) bool {
 	u.nx.mu.Lock()
 	defer u.nx.mu.Unlock()
-	if u.standby.Load() == standby {
+	if gwState(u.state.Load()) == st {
 		return false
 	}
-	u.standby.Store(standby)
-	if standby || u.takeovers == 0 {
+	u.state.Store(uint32(st))
+	if st != gwActive || u.takeovers == 0 {
 		u.raiseLocked(scsi.AccessChanged)
 	}
 	return true
@@ -277,7 +278,7 @@ func (u *srpUnit) takeOver(delta int, ok bool) {
 	defer u.nx.mu.Unlock()
 	u.takeovers += delta
 	if ok {
-		u.standby.Store(false)
+		u.state.Store(uint32(gwActive))
 	}
 }
 
@@ -294,7 +295,8 @@ func (u *srpUnit) pending() scsi.Condition {
 // reports whether this command told the host of a lost write cache.
 func (u *srpUnit) execute(dev *scsi.Device, idle *scsi.Nexus, cdb []byte, luns []uint16) (scsi.Action, bool) {
 	dev.Blocks = u.blocks.Load()
-	dev.Standby = u.standby.Load()
+	st := gwState(u.state.Load())
+	dev.Standby, dev.Unavailable = st == gwStandby, st == gwFenced
 	if !u.armed.Load() {
 		return dev.Execute(idle, cdb, luns), false
 	}

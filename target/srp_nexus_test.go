@@ -143,15 +143,15 @@ func TestSRPNexusTable(t *testing.T) {
 	if a1 != a2 {
 		t.Fatal("two channels of one key got two nexuses")
 	}
-	u := a1.unit("vol", 0, 10, true, false, 0)
-	if a2.unit("vol", 0, 20, true, false, 0) != u || u.pending() != scsi.WriteCacheLost || u.blocks.Load() != 10 {
+	u := a1.unit("vol", 0, 10, true, gwActive, 0)
+	if a2.unit("vol", 0, 20, true, gwActive, 0) != u || u.pending() != scsi.WriteCacheLost || u.blocks.Load() != 10 {
 		t.Fatalf("second channel's unit: pending %s, blocks %d; want the first's (write-cache-lost, 10)", u.pending(), u.blocks.Load())
 	}
 	if !u.resize(20) || u.resize(20) {
 		t.Error("a resize is raised once per change")
 	}
 	tbl.catalogGen.Add(1)
-	added := a1.unit("new", 0, 20, false, false, 1)
+	added := a1.unit("new", 0, 20, false, gwActive, 1)
 	if a1.tableAt(1, 1) || u.pending()&scsi.LUNsChanged != 0 {
 		t.Error("a catalog change was raised before the nexus's second channel had its table")
 	}
@@ -172,8 +172,8 @@ func TestSRPNexusTable(t *testing.T) {
 	if b.tableAt(3, 1) {
 		t.Error("a nexus made after the catalog change heard of it")
 	}
-	bu := b.unit("vol", 0, 20, false, false, 0)
-	b.unit("other", 0, 20, false, false, 0)
+	bu := b.unit("vol", 0, 20, false, gwActive, 0)
+	b.unit("other", 0, 20, false, gwActive, 0)
 	if n := a1.resetOthers("vol"); n != 1 || bu.pending() != scsi.ResetOccurred {
 		t.Errorf("reset from a: raised on %d nexuses, b's unit pending %s; want 1, reset-occurred", n, bu.pending())
 	}

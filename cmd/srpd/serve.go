@@ -329,7 +329,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// at once (a path notice), not at their next I/O.
 	cat.OnStateChange(func(name string, s gateway.State) {
 		log.Info("volume path state changed", "volume", name, "state", s)
-		tgt.PathStateChanged(name, s != gateway.Active)
+		gateway.Tell(tgt, name, s)
 	})
 	setLive(tgt, acc)
 

@@ -57,13 +57,25 @@ func New(st block.Store) *Catalog {
 // OnStateChange has f called, after the change and outside the
 // catalog's locks, whenever a volume's state at this gateway changes
 // between standby, active and fenced (not when it closes here): srpd
-// passes it to target.Target.PathStateChanged, which sends the
+// passes it to Tell, that is to target.Target.PathStateChanged, which sends the
 // sessions that have the volume open a wire.PathNotice. f must not
 // block.
 func (c *Catalog) OnStateChange(f func(name string, s State)) {
 	c.mu.Lock()
 	c.hook = f
 	c.mu.Unlock()
+}
+
+// Tell passes a volume's state change at this gateway to t, as srpd's
+// OnStateChange hook does: Fenced is Target.PathFenced (gosrp sessions
+// hear standby, SRP hosts with ALUA see the unit unavailable), any other
+// state Target.PathStateChanged.
+func Tell(t *target.Target, name string, s State) {
+	if s == Fenced {
+		t.PathFenced(name)
+		return
+	}
+	t.PathStateChanged(name, s != Active)
 }
 
 // watchFenced is the store telling that name's lock was broken.

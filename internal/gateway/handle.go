@@ -34,11 +34,15 @@ type handle struct {
 
 var (
 	_ target.PathStater  = (*handle)(nil)
+	_ target.Fencer      = (*handle)(nil)
 	_ target.Deallocator = (*handle)(nil)
 )
 
 // Standby implements target.PathStater.
 func (h *handle) Standby() bool { return h.e.state.load() != Active }
+
+// Fenced implements target.Fencer.
+func (h *handle) Fenced() bool { return h.e.state.load() == Fenced }
 
 // TakeOver implements target.PathStater.
 func (h *handle) TakeOver() error {

@@ -5,8 +5,9 @@ package scsi
 //
 // Each gateway is its own target port group with one target port, whose
 // relative target port identifier is the group's number: the unit is
-// active/optimized at the gateway that serves it and standby at the
-// others. A gateway knows only its own state, so REPORT TARGET PORT
+// active/optimized at the gateway that serves it, standby at the others,
+// and unavailable at one that was fenced (it cannot serve again before
+// it restarts, so a host should not count on it as a standby path). A gateway knows only its own state, so REPORT TARGET PORT
 // GROUPS reports its own group; Linux's scsi_dh_alua (alua_rtpg) takes
 // the state of the group it found in VPD 0x83 from that answer and
 // learns each other group's from the path through that gateway. SET
@@ -29,9 +30,9 @@ const (
 	aluaStandby            = 0x2
 	aluaUnavailable        = 0x3
 
-	// aluaSupported is a descriptor's supported states byte: S_SUP
-	// (0x04) and AO_SUP (0x01).
-	aluaSupported = 0x05
+	// aluaSupported is a descriptor's supported states byte: U_SUP
+	// (0x08), S_SUP (0x04) and AO_SUP (0x01).
+	aluaSupported = 0x0D
 
 	// rtpgExtended asks for the extended header: PARAMETER DATA FORMAT
 	// 001b in CDB byte 1 bits 7:5; rtpgFormatExtended says the answer
@@ -50,7 +51,10 @@ const (
 
 // aluaState is the unit's asymmetric access state at this target port.
 func (d *Device) aluaState() byte {
-	if d.Standby {
+	switch {
+	case d.Unavailable:
+		return aluaUnavailable
+	case d.Standby:
 		return aluaStandby
 	}
 	return aluaActiveOptimized
@@ -62,7 +66,9 @@ func (d *Device) aluaState() byte {
 // READ CAPACITY is served too, as LIO's core_alua_state_standby does,
 // so that a host sizes the disk on every path and dm-multipath does not
 // set a standby path aside for a size mismatch. Anything else is NOT
-// READY, TARGET PORT IN STANDBY STATE.
+// READY, TARGET PORT IN STANDBY STATE. An unavailable port serves the
+// same (5.15.2.4.5 allows less, but these only describe the unit) and
+// answers the rest TARGET PORT IN UNAVAILABLE STATE.
 func standbyServes(cdb []byte) bool {
 	switch cdb[0] {
 	case opInquiry, opModeSense6, opModeSense10, opReportLUNs, opRequestSense, opReadCapacity10:
@@ -86,7 +92,7 @@ func standbyServes(cdb []byte) bool {
 // target port's 4-byte descriptor:
 //
 //	0  PREF 0, asymmetric access state (bits 3:0)
-//	1  supported states: S_SUP, AO_SUP
+//	1  supported states: U_SUP, S_SUP, AO_SUP
 //	2  target port group
 //	5  status code 0: no status available
 //	7  target port count 1

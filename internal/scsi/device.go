@@ -94,6 +94,10 @@ type Device struct {
 	// standby state (only with PortGroup; without it a standby
 	// gateway's I/O fails in its store, with the same sense).
 	Standby bool
+	// Unavailable says this gateway cannot serve the unit until it
+	// restarts (it was fenced): the ALUA unavailable state, which wins
+	// over Standby (only with PortGroup).
+	Unavailable bool
 }
 
 // maxTransfer is the most blocks one READ or WRITE moves, at most what
@@ -252,7 +256,10 @@ func (d *Device) Execute(n *Nexus, cdb []byte, luns []uint16) Action {
 		}
 		return check(SenseInvalidField)
 	}
-	if d.PortGroup != 0 && d.Standby && !standbyServes(cdb) {
+	if d.PortGroup != 0 && (d.Standby || d.Unavailable) && !standbyServes(cdb) {
+		if d.Unavailable {
+			return check(SenseUnavailable)
+		}
 		return check(SenseStandby)
 	}
 	switch op {

@@ -61,7 +61,8 @@
 // A unit that several gateways export, one serving it at a time, is
 // given a Device.PortGroup: the model then speaks ALUA (SPC-4 5.15;
 // alua.go). It reports the gateway's target port group and whether the
-// unit is Standby there, refuses what a standby port refuses, and turns
+// unit is Standby or Unavailable (fenced) there, refuses what such a
+// port refuses, and turns
 // SET TARGET PORT GROUPS into OpSetPortGroups, whose parameter list
 // SetPortGroups reads: a takeover for the target to run. A state change
 // the target makes is the AccessChanged condition. testdata/alua traces

@@ -31,7 +31,7 @@ func FuzzExecute(f *testing.F) {
 			d.MaxTransferBlocks, d.MaxUnmapBlocks, d.MaxUnmapDescriptors, d.MaxWriteSameBlocks = limit, limit, limit, limit
 		} else {
 			// A gateway's unit: limit holds its port group and state.
-			d.PortGroup, d.Standby = uint16(limit), limit&(1<<16) != 0
+			d.PortGroup, d.Standby, d.Unavailable = uint16(limit), limit&(1<<16) != 0, limit&(1<<17) != 0
 		}
 		n := &Nexus{}
 		n.Raise(Condition(kind >> 4))
@@ -43,7 +43,7 @@ func FuzzExecute(f *testing.F) {
 					t.Fatalf("VPD %#x says %d bytes, has %d", c[2], n, len(a.Data)-4)
 				}
 			}
-			if a.Op != OpNone && d.PortGroup != 0 && d.Standby && a.Op != OpSetPortGroups {
+			if a.Op != OpNone && d.PortGroup != 0 && (d.Standby || d.Unavailable) && a.Op != OpSetPortGroups {
 				t.Fatalf("%v on a standby port", a.Op)
 			}
 			if a.Op == OpSetPortGroups {

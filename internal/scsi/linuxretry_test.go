@@ -56,6 +56,7 @@ func TestLinuxSeesFailures(t *testing.T) {
 		{"capacity changed", SenseCapacityChanged, true, "a unit attention"},
 		{"access state changed", SenseAccessChanged, true, "a unit attention; scsi_dh_alua asks the port groups again"},
 		{"standby port", SenseStandby, false, "a path error, which dm-multipath retries on another path"},
+		{"unavailable port", SenseUnavailable, false, "a fenced gateway: a path error as standby is"},
 	} {
 		if got := linuxRetries(tc.s); got != tc.retried {
 			t.Errorf("%s (%s): Linux retries it: %v, want %v (%s)", tc.name, tc.s, got, tc.retried, tc.why)

@@ -78,7 +78,7 @@ func TestDataIn(t *testing.T) {
 		{"REPORT TARGET PORT GROUPS, length header", gw, cdb(0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 1, 0), fieldhex.Bytes(t,
 			"0000000c", // 0 return data length 12
 			"00",       // 4 PREF 0, active/optimized
-			"05",       // 5 S_SUP, AO_SUP
+			"0d",       // 5 U_SUP, S_SUP, AO_SUP
 			"0102",     // 6 target port group
 			"00", "00", // 8 reserved, 9 status: none
 			"00", "01", // 10 vendor specific, 11 target port count
@@ -87,7 +87,7 @@ func TestDataIn(t *testing.T) {
 		{"REPORT TARGET PORT GROUPS, extended header", gw, cdb(0xa3, 0x2a, 0, 0, 0, 0, 0, 0, 1, 0), fieldhex.Bytes(t,
 			"00000010",         // 0 return data length 16
 			"10", "0a", "0000", // 4 format type 001b, implicit transition time 10 s
-			"00", "05", "0102", "00", "00", "00", "01", "0000", "0102",
+			"00", "0d", "0102", "00", "00", "00", "01", "0000", "0102",
 		)},
 		{"VPD 0xB0 limits", disk(), cdb(0x12, 1, 0xb0, 0, 255), fieldhex.Bytes(t,
 			"00", "b0", "003c",

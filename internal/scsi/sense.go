@@ -91,7 +91,10 @@ var (
 	// command as a path error (scsi_io_completion_action), so
 	// dm-multipath retries it on another path; a HARDWARE ERROR would
 	// be final on every path.
-	SenseStandby         = Sense{KeyNotReady, 0x04, 0x0B}       // LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE
+	SenseStandby = Sense{KeyNotReady, 0x04, 0x0B} // LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE
+	// SenseUnavailable is a fenced gateway's unit: the ALUA unavailable
+	// state (SPC-4 5.15.2.4.5), a path error to Linux as standby is.
+	SenseUnavailable     = Sense{KeyNotReady, 0x04, 0x0C}       // LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE
 	SenseDataPhaseError  = Sense{KeyAbortedCommand, 0x4B, 0x00} // DATA PHASE ERROR
 	SensePowerOn         = Sense{KeyUnitAttention, 0x29, 0x01}  // POWER ON OCCURRED
 	SenseResetOccurred   = Sense{KeyUnitAttention, 0x29, 0x03}  // BUS DEVICE RESET FUNCTION OCCURRED
@@ -117,6 +120,7 @@ var ascNames = map[[2]uint8]string{
 	{0x44, 0x00}: "INTERNAL TARGET FAILURE",
 	{0x67, 0x0A}: "SET TARGET PORT GROUPS COMMAND FAILED",
 	{0x04, 0x0B}: "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE",
+	{0x04, 0x0C}: "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE",
 	{0x4B, 0x00}: "DATA PHASE ERROR",
 	{0x29, 0x01}: "POWER ON OCCURRED",
 	{0x29, 0x03}: "BUS DEVICE RESET FUNCTION OCCURRED",

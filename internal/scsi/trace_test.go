@@ -40,10 +40,10 @@ func TestTraces(t *testing.T) {
 				td.ScanArgs(t, "nexus", &name)
 				nexus[name] = &Nexus{}
 				return "ok"
-			case "standby", "active":
+			case "standby", "active", "unavailable":
 				// The target changes the unit's ALUA state and tells
 				// every nexus but the one that asked for it, if any.
-				dev.Standby = td.Cmd == "standby"
+				dev.Standby, dev.Unavailable = td.Cmd == "standby", td.Cmd == "unavailable"
 				var except string
 				td.MaybeScanArgs(t, "except", &except)
 				var b strings.Builder

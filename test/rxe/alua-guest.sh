@@ -96,13 +96,25 @@ dd if=/tmp/p2 of=$MP bs=1M seek=4 oflag=direct status=none 2>> $O/steps.log || f
 dd if=$MP of=/tmp/b2 bs=1M skip=4 count=1 iflag=direct status=none 2>> $O/steps.log || fail "read through gateway 2"
 cmp /tmp/p2 /tmp/b2 || fail "read back through gateway 2 differs"
 # Gateway 1 was fenced: its nexus is told ASYMMETRIC ACCESS STATE
-# CHANGED, and scsi_dh_alua reads the port group again.
+# CHANGED, and scsi_dh_alua reads the port group again: unavailable, as
+# a fenced gateway cannot serve the volume before it restarts.
 sg_turs /dev/$D1 > /dev/null 2>&1
 sg_turs /dev/$D1 > /dev/null 2>&1
-wait_state $D1 standby "after the takeover through gateway 2"
+wait_state $D1 unavailable "after the takeover through gateway 2"
 say "gateway 1's path now $(state $D1); a write and read through gateway 2"
+# Back to group 1: the fenced gateway cannot take the volume again
+# (SET TARGET PORT GROUPS COMMAND FAILED), so dm-multipath fails that
+# path and the I/O goes on through gateway 2.
+N=$(wc -l < $O/gwpair.log)
+dmsetup message mp 0 switch_group 1 || fail "switch_group 1"
+rm -f /tmp/back
+dd if=$MP of=/tmp/back bs=1M count=4 iflag=direct status=none 2>> $O/steps.log || fail "read after switching back to the fenced gateway's group"
+cmp /tmp/pattern /tmp/back || fail "read back after switching to group 1 differs"
+tail -n +$((N + 1)) $O/gwpair.log | grep -q "gateway=1.*state=active" && fail "the fenced gateway took the volume back"
+dmesg | grep -q 'alua: stpg failed' || fail "no failed SET TARGET PORT GROUPS in the kernel's log"
+say "switch_group 1: the fenced gateway's SET TARGET PORT GROUPS failed, dm-multipath failed its path and read through gateway 2: $(dmsetup status mp)"
 dmesg | grep -E 'alua|multipath' > $O/alua-dmesg.log
-say "the kernel's ALUA log: $(grep -c 'state A' $O/alua-dmesg.log) active and $(grep -c 'state S' $O/alua-dmesg.log) standby reports; last: $(tail -1 $O/alua-dmesg.log)"
+say "the kernel's ALUA log: $(grep -c 'state A' $O/alua-dmesg.log) active, $(grep -c 'state S' $O/alua-dmesg.log) standby and $(grep -c 'state U' $O/alua-dmesg.log) unavailable reports; last: $(tail -1 $O/alua-dmesg.log)"
 dmsetup remove mp || fail "dmsetup remove"
 kill -TERM $GW
 say "PASS"

@@ -92,7 +92,7 @@ func run() error {
 		}
 		cat.OnStateChange(func(name string, s gateway.State) {
 			glog.Info("volume path state changed", "volume", name, "state", s)
-			tgt.PathStateChanged(name, s != gateway.Active)
+			gateway.Tell(tgt, name, s)
 		})
 		l, err := prov.Listen(ctx, net.JoinHostPort(*addr, port))
 		if err != nil {
