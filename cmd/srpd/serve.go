@@ -339,7 +339,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	svc := &service{store: store, access: acc, tgt: tgt, cat: cat, status: admin.Status{
 		Target: cfg.Name, Listen: ln.Addr(), Provider: cfg.Provider, Metrics: cfg.Metrics, Data: cfg.Data, Started: time.Now(), ACLLive: true,
-		SRP: srpStatus(srpPort, ln.Addr()),
+		SRP: srpStatus(srpPort, ln.Addr(), portGroup),
 	}}
 	sockPath := filepath.Join(cfg.Data, admin.SocketName)
 	// The store is ours (pebble's lock), so a socket file left here is stale.

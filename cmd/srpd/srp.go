@@ -58,7 +58,7 @@ func parseGUID(s string) (uint64, error) {
 // /sys/class/infiniband_srp/srp-DEVICE-PORT/add_target to log in to the
 // listener at listen (host:port; a wildcard host cannot be dialled, so
 // it is left for the user to fill in).
-func srpStatus(port [16]byte, listen string) *admin.SRPPort {
+func srpStatus(port [16]byte, listen string, group uint16) *admin.SRPPort {
 	idExt, ioc := binary.BigEndian.Uint64(port[:8]), binary.BigEndian.Uint64(port[8:])
 	dest := listen
 	if host, p, err := net.SplitHostPort(listen); err == nil {
@@ -67,7 +67,7 @@ func srpStatus(port [16]byte, listen string) *admin.SRPPort {
 		}
 	}
 	return &admin.SRPPort{IDExt: fmt.Sprintf("%016x", idExt), IOCGUID: fmt.Sprintf("%016x", ioc), Any: port == [16]byte{},
-		AddTarget: fmt.Sprintf("id_ext=%016x,ioc_guid=%016x,dest=%s", idExt, ioc, dest)}
+		AddTarget: fmt.Sprintf("id_ext=%016x,ioc_guid=%016x,dest=%s", idExt, ioc, dest), PortGroup: int(group)}
 }
 
 // srpStatusLine is the status text's line about the SRP target port.
@@ -76,7 +76,13 @@ func srpStatusLine(p *admin.SRPPort) string {
 	if p.Any {
 		note = " (no srp_id_ext/srp_ioc_guid set: any id_ext and ioc_guid are accepted)"
 	}
-	return fmt.Sprintf("SRP target port id_ext %s ioc_guid %s%s; ib_srp add_target: %s", p.IDExt, p.IOCGUID, note, p.AddTarget)
+	alua := ""
+	if p.PortGroup != 0 {
+		alua = fmt.Sprintf("; ALUA target port group %d", p.PortGroup)
+	}
+	// The add_target line ends the status line, so that it can be cut
+	// out whole (test/rxe/srp-guest.sh does).
+	return fmt.Sprintf("SRP target port id_ext %s ioc_guid %s%s%s; ib_srp add_target: %s", p.IDExt, p.IOCGUID, note, alua, p.AddTarget)
 }
 
 // srpPortGroup is --srp-port-group as target.Config.SRPPortGroup: a

@@ -55,14 +55,14 @@ func TestSRPTargetPort(t *testing.T) {
 			t.Errorf("--srp-port-group %d: %d, %v", tc.n, g, err)
 		}
 	}
-	p := srpStatus([16]byte{7: 1, 15: 2}, "10.0.2.15:4420")
+	p := srpStatus([16]byte{7: 1, 15: 2}, "10.0.2.15:4420", 0)
 	if p.AddTarget != "id_ext=0000000000000001,ioc_guid=0000000000000002,dest=10.0.2.15:4420" || p.Any {
 		t.Errorf("status %+v", p)
 	}
-	if p := srpStatus([16]byte{}, "0.0.0.0:4420"); !p.Any || !strings.HasSuffix(p.AddTarget, "dest=ADDRESS:4420") {
+	if p := srpStatus([16]byte{}, "0.0.0.0:4420", 0); !p.Any || !strings.HasSuffix(p.AddTarget, "dest=ADDRESS:4420") {
 		t.Errorf("wildcard listener: %+v", p)
 	}
-	if p := srpStatus([16]byte{}, "[::]:4420"); !strings.HasSuffix(p.AddTarget, "dest=ADDRESS:4420") {
+	if p := srpStatus([16]byte{}, "[::]:4420", 0); !strings.HasSuffix(p.AddTarget, "dest=ADDRESS:4420") {
 		t.Errorf("IPv6 wildcard listener: %+v", p)
 	}
 
@@ -87,17 +87,18 @@ func TestSRPTargetPort(t *testing.T) {
 	}
 }
 
-// TestSRPStatus: srpd status shows the SRP target port and the
-// add_target line for its listener, as text and as JSON.
+// TestSRPStatus: srpd status shows the SRP target port, the add_target
+// line for its listener and the ALUA target port group, as text and as
+// JSON.
 func TestSRPStatus(t *testing.T) {
 	srpd, _ := e2etest.Binaries(t)
 	data := filepath.Join(t.TempDir(), "data")
 	addr := e2etest.FreeAddr(t)
-	d := e2etest.StartDaemon(t, srpd, data, addr, "", "--backend", "memory", "--srp-id-ext", "0002c90300012345", "--srp-ioc-guid", "0002:c903:0001:2346")
+	d := e2etest.StartDaemon(t, srpd, data, addr, "", "--backend", "memory", "--srp-id-ext", "0002c90300012345", "--srp-ioc-guid", "0002:c903:0001:2346", "--srp-port-group", "7")
 	defer d.Stop(t)
 	want := "id_ext=0002c90300012345,ioc_guid=0002c90300012346,dest=" + addr
 	r := e2etest.MustRun(t, srpd, "status", "--data", data)
-	if !strings.Contains(r.Stdout, "ib_srp add_target: "+want) {
+	if !strings.Contains(r.Stdout, "; ALUA target port group 7; ib_srp add_target: "+want+"\n") {
 		t.Errorf("status does not show the add_target line %q:\n%s", want, r.Stdout)
 	}
 	r = e2etest.MustRun(t, srpd, "status", "--data", data, "--json")
@@ -105,7 +106,7 @@ func TestSRPStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.SRP == nil || st.SRP.AddTarget != want || st.SRP.Any || st.SRP.IOCGUID != "0002c90300012346" {
+	if st.SRP == nil || st.SRP.AddTarget != want || st.SRP.Any || st.SRP.IOCGUID != "0002c90300012346" || st.SRP.PortGroup != 7 {
 		t.Errorf("status --json srp: %+v", st.SRP)
 	}
 	r = e2etest.Run(t, nil, srpd, "--data", filepath.Join(t.TempDir(), "d2"), "--listen", e2etest.FreeAddr(t), "--srp-id-ext", "1")

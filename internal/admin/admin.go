@@ -199,6 +199,9 @@ type SRPPort struct {
 	// AddTarget is the line to write to ib_srp's add_target file
 	// (/sys/class/infiniband_srp/srp-DEVICE-PORT/add_target).
 	AddTarget string `json:"add_target"`
+	// PortGroup is the ALUA target port group SRP hosts see for shared
+	// volumes (--srp-port-group; 0: ALUA off).
+	PortGroup int `json:"port_group,omitempty"`
 }
 
 // Reservation is a volume's reservation state in Status.
