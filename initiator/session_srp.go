@@ -207,17 +207,28 @@ func (s *Session) aluaState(ctx context.Context, c *channel, lun, g uint16, u *s
 		return nil
 	case err != nil:
 		return fmt.Errorf("initiator: REPORT TARGET PORT GROUPS of LUN %d: %w", lun, err)
+	case len(b) < 4:
+		return fmt.Errorf("initiator: REPORT TARGET PORT GROUPS of LUN %d returned %d bytes: %w", lun, len(b), ErrProtocol)
 	}
+	u.standby = groupStandby(b, g)
+	return nil
+}
+
+// groupStandby reads group g's state in REPORT TARGET PORT GROUPS data
+// of the length-only format (a 4-byte length, then 8-byte group
+// descriptors each followed by its 4-byte target port descriptors):
+// true unless it is active (optimized or not); a group the data leaves
+// out is active. b holds at least the length.
+func groupStandby(b []byte, g uint16) bool {
 	n := min(len(b), 4+int(be.Uint32(b)))
 	for off := 4; off+8 <= n; {
 		if be.Uint16(b[off+2:]) == g {
 			st := b[off] & 0x0f
-			u.standby = st != aluaActiveOptimized && st != aluaActiveNonOptimized
-			return nil
+			return st != aluaActiveOptimized && st != aluaActiveNonOptimized
 		}
 		off += 8 + 4*int(b[off+7])
 	}
-	return nil
+	return false
 }
 
 // setPortGroup asks, with SET TARGET PORT GROUPS (SPC-4 6.37), that

@@ -53,3 +53,49 @@ func FuzzDesignator(f *testing.F) {
 		designator(p)
 	})
 }
+
+// TestALUAParse: the target port group designator of a VPD 0x83 page,
+// and a group's state in REPORT TARGET PORT GROUPS data, as srpd and LIO
+// send them.
+func TestALUAParse(t *testing.T) {
+	vpd := []byte{0, 0x83, 0, 24,
+		1, 3, 0, 8, 0x31, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // NAA
+		1, 0x14, 0, 4, 0, 0, 0, 2, // relative target port 2
+		1, 0x15, 0, 4, 0, 0, 0x01, 0x02} // target port group 0x0102
+	vpd[3] = byte(len(vpd) - 4)
+	if g, ok := portGroup(vpd); !ok || g != 0x0102 {
+		t.Errorf("portGroup: %#x, %v; want 0x102", g, ok)
+	}
+	if _, ok := portGroup(vpd[:len(vpd)-4]); ok {
+		t.Error("portGroup found a designator cut short")
+	}
+	rtpg := []byte{0, 0, 0, 24,
+		2, 0x0d, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, // group 1 standby, one port
+		0, 0x0d, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2} // group 2 active/optimized
+	for _, tc := range []struct {
+		g    uint16
+		want bool
+	}{{1, true}, {2, false}, {3, false}} {
+		if got := groupStandby(rtpg, tc.g); got != tc.want {
+			t.Errorf("group %d: standby %v, want %v", tc.g, got, tc.want)
+		}
+	}
+}
+
+// FuzzALUAParse: whatever a target sends as VPD 0x83 and REPORT TARGET
+// PORT GROUPS data, the initiator reads a group and a state and never
+// panics.
+func FuzzALUAParse(f *testing.F) {
+	f.Add([]byte{0, 0x83, 0, 8, 1, 0x15, 0, 4, 0, 0, 0, 2}, []byte{0, 0, 0, 12, 2, 0x0d, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2})
+	f.Add([]byte{0, 0x83, 0xff, 0xff, 1, 0x15, 0, 255}, []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 255})
+	f.Fuzz(func(t *testing.T, vpd, rtpg []byte) {
+		if len(vpd) >= 4 { // vpd refuses a shorter page
+			portGroup(vpd)
+		}
+		if len(rtpg) >= 4 { // aluaState refuses shorter data
+			for _, g := range []uint16{0, 1, 2, 0xffff} {
+				groupStandby(rtpg, g)
+			}
+		}
+	})
+}
