@@ -32,10 +32,11 @@ func parseLUNName(name string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// scsiOut runs a SCSI command with data-out for lun on channel c.
-func (s *Session) scsiOut(ctx context.Context, c *channel, lun uint16, cdb, data []byte) error {
+// scsiRun submits r, a SCSI command the session sends itself, on
+// channel c and waits for it or for ctx.
+func scsiRun(ctx context.Context, c *channel, r *Request) error {
 	done := make(chan *Request, 1)
-	r := &Request{Op: OpWrite, Buf: data, Done: done, scsi: &scsiCmd{lun: lun, cdb: cdb, out: true}}
+	r.Done = done
 	if err := c.submit(r); err != nil {
 		return err
 	}
@@ -50,24 +51,17 @@ func (s *Session) scsiOut(ctx context.Context, c *channel, lun uint16, cdb, data
 	return r.Err
 }
 
+// scsiOut runs a SCSI command with data-out for lun on channel c.
+func (s *Session) scsiOut(ctx context.Context, c *channel, lun uint16, cdb, data []byte) error {
+	return scsiRun(ctx, c, &Request{Op: OpWrite, Buf: data, scsi: &scsiCmd{lun: lun, cdb: cdb, out: true}})
+}
+
 // scsiIn runs a SCSI command with up to n bytes of data-in for lun on
 // channel c and returns the data the target sent.
 func (s *Session) scsiIn(ctx context.Context, c *channel, lun uint16, cdb []byte, n int) ([]byte, error) {
-	done := make(chan *Request, 1)
-	r := &Request{Op: OpRead, Buf: make([]byte, n), Done: done, scsi: &scsiCmd{lun: lun, cdb: cdb}}
-	if err := c.submit(r); err != nil {
+	r := &Request{Op: OpRead, Buf: make([]byte, n), scsi: &scsiCmd{lun: lun, cdb: cdb}}
+	if err := scsiRun(ctx, c, r); err != nil {
 		return nil, err
-	}
-	select {
-	case <-done:
-	case <-ctx.Done():
-		if r.abandon() {
-			return nil, ctx.Err()
-		}
-		<-done
-	}
-	if r.Err != nil {
-		return nil, r.Err
 	}
 	return r.Buf[:r.scsi.got], nil
 }
@@ -111,12 +105,15 @@ type srpUnitInfo struct {
 	unmap       bool // VPD B2 LBPU: UNMAP is served
 	maxTransfer int  // VPD B0 MAXIMUM TRANSFER LENGTH in bytes, 0 if none
 	id          string
-	// alua says the unit reports explicit ALUA (INQUIRY TPGS bit 5,
-	// SPC-4 6.6.2) and names this port's target port group (VPD 0x83),
-	// group; standby is the group's state in REPORT TARGET PORT GROUPS.
-	alua    bool
-	group   uint16
-	standby bool
+	// group is this port's target port group, when VPD 0x83 names one
+	// (hasGroup); alua says the unit reports explicit ALUA (INQUIRY TPGS
+	// bit 5, SPC-4 6.6.2) and standby the group's state in REPORT TARGET
+	// PORT GROUPS, both asked only by an open (aluaState), since a list
+	// reports no path state.
+	group    uint16
+	hasGroup bool
+	alua     bool
+	standby  bool
 }
 
 // srpUnit describes LUN lun: READ CAPACITY(16) (SBC-3 5.16) for its
@@ -159,11 +156,7 @@ func (s *Session) srpUnit(ctx context.Context, c *channel, lun uint16) (srpUnitI
 	}
 	if p, err := s.vpd(ctx, c, lun, 0x83, 255); err == nil {
 		u.id = designator(p)
-		if g, ok := portGroup(p); ok {
-			if err := s.aluaState(ctx, c, lun, g, &u); err != nil {
-				return u, err
-			}
-		}
+		u.group, u.hasGroup = portGroup(p)
 	}
 	return u, nil
 }
@@ -171,33 +164,50 @@ func (s *Session) srpUnit(ctx context.Context, c *channel, lun uint16) (srpUnitI
 // portGroup finds the target port group designator (type 5h, SPC-4
 // 7.8.6.8) of a Device Identification page: the group of the port the
 // session talks to, which REPORT TARGET PORT GROUPS reports by number.
-func portGroup(p []byte) (uint16, bool) {
+func portGroup(p []byte) (g uint16, ok bool) {
+	eachDesignator(p, func(assoc, typ byte, d []byte) bool {
+		if typ == 5 && len(d) >= 4 {
+			g, ok = be.Uint16(d[2:]), true
+		}
+		return !ok
+	})
+	return g, ok
+}
+
+// eachDesignator calls f with each whole designator of a Device
+// Identification page (VPD 0x83, SPC-4 7.8.6): its association, its type
+// and its bytes, until f returns false; a designator cut short by the
+// page ends the walk.
+func eachDesignator(p []byte, f func(assoc, typ byte, d []byte) bool) {
 	n := min(int(be.Uint16(p[2:]))+4, len(p))
 	for off := 4; off+4 <= n; {
 		l := int(p[off+3])
 		if off+4+l > n {
-			break
+			return
 		}
-		if p[off+1]&0xf == 5 && l >= 4 {
-			return be.Uint16(p[off+6:]), true
+		if !f(p[off+1]>>4&3, p[off+1]&0xf, p[off+4:off+4+l]) {
+			return
 		}
 		off += 4 + l
 	}
-	return 0, false
 }
 
-// aluaState fills u's ALUA fields for LUN lun, whose VPD 0x83 names
-// target port group g: the standard INQUIRY's TPGS says whether the
+// aluaState fills u's ALUA fields for LUN lun, if its VPD 0x83 named a
+// target port group: the standard INQUIRY's TPGS says whether the
 // unit takes SET TARGET PORT GROUPS, and REPORT TARGET PORT GROUPS
 // (SPC-4 6.27, the length-only format every ALUA target serves) gives
 // the group's state; a group missing from it is taken as active, as
 // Linux's alua_rtpg leaves it.
-func (s *Session) aluaState(ctx context.Context, c *channel, lun, g uint16, u *srpUnitInfo) error {
+func (s *Session) aluaState(ctx context.Context, c *channel, lun uint16, u *srpUnitInfo) error {
+	if !u.hasGroup {
+		return nil
+	}
+	g := u.group
 	b, err := s.scsiIn(ctx, c, lun, []byte{scsiInquiry, 0, 0, 0, 36, 0}, 36)
 	if err != nil || len(b) < 6 || b[5]&0x30 == 0 {
 		return nil // no ALUA to speak of
 	}
-	u.alua, u.group = b[5]&0x20 != 0, g
+	u.alua = b[5]&0x20 != 0
 	const alloc = 4 + 64*8
 	cdb := []byte{scsiMaintenanceIn, saPortGroups, 0, 0, 0, 0, 0, 0, alloc >> 8, alloc & 0xff, 0, 0}
 	b, err = s.scsiIn(ctx, c, lun, cdb, alloc)
@@ -249,18 +259,10 @@ func (s *Session) setPortGroup(ctx context.Context, c *channel, lun, g uint16) e
 // NAA, then EUI-64, then T10 vendor ID, as udev's scsi_id does; "" if
 // there is none.
 func designator(p []byte) string {
-	n := min(int(be.Uint16(p[2:]))+4, len(p))
 	best, rank := "", 0
-	for off := 4; off+4 <= n; {
-		l := int(p[off+3])
-		if off+4+l > n {
-			break
-		}
-		d := p[off+4 : off+4+l]
-		assoc, typ := p[off+1]>>4&3, p[off+1]&0xf
-		off += 4 + l
-		if assoc != 0 || l == 0 {
-			continue
+	eachDesignator(p, func(assoc, typ byte, d []byte) bool {
+		if assoc != 0 || len(d) == 0 {
+			return true
 		}
 		var id string
 		r := 0
@@ -275,7 +277,8 @@ func designator(p []byte) string {
 		if r > rank {
 			best, rank = id, r
 		}
-	}
+		return true
+	})
 	return best
 }
 
@@ -314,6 +317,9 @@ func (s *Session) srpOpen(ctx context.Context, name string, opts OpenOptions) (*
 	}
 	u, err := s.srpUnit(ctx, s.chans[0], lun)
 	if err != nil {
+		return nil, fmt.Errorf("initiator: open %q: %w", name, err)
+	}
+	if err := s.aluaState(ctx, s.chans[0], lun, &u); err != nil {
 		return nil, fmt.Errorf("initiator: open %q: %w", name, err)
 	}
 	if opts.Takeover && u.standby && u.alua {
