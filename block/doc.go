@@ -80,7 +80,11 @@
 // another client's write fails with EROFS). LockBreaker.BreakLock breaks
 // another client's lock, which blocklists that client on the cluster: its
 // next I/O fails with ErrFenced (ESHUTDOWN), so no write of an old owner
-// lands after the new owner took the volume.
+// lands after the new owner took the volume. A gateway opens volumes
+// with SharedOpener.OpenShared, each through a cluster client of its
+// own, so that a break fences it from that volume only; Reconnector
+// gives a fenced volume a new client, which refuses writes until
+// AcquireLock takes the lock again.
 //
 // The rbd tests need a cluster: test/ceph/cluster.sh starts a one-monitor,
 // one-OSD cluster in a temporary directory, and with CEPH_CONF set

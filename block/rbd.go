@@ -34,9 +34,10 @@ const (
 // flush (rbd_flush), which writes back librbd's cache and waits for the
 // OSDs' acknowledgements of everything written before it.
 type RBDStore struct {
-	o     RBDOptions
-	conn  *rados.Conn
-	ioctx *rados.IOContext
+	o RBDOptions
+	// The store's own client: creates, lists, deletes, snapshots and
+	// the volumes opened with Open. Volumes opened shared have one each.
+	*rbdClient
 
 	// storeState.mu serializes creates, deletes, snapshots and guards
 	// open. Lock order: mu before any rbdCore.mu.
@@ -61,8 +62,17 @@ type rbdCore struct {
 	zero []byte
 
 	// fenced is set once a request failed with ErrFenced: this client
-	// was blocklisted, and every later flush fails too.
+	// was blocklisted (or refused by the lock's owner), and every later
+	// write and flush fails too, until a Reconnect and an AcquireLock.
 	fenced atomic.Bool
+	// client is the image's own client when it was opened shared
+	// (Reconnector), nil when it is the store's. Swapped by Reconnect
+	// under st.mu and mu held exclusively.
+	client *rbdClient
+	// reconnected: Reconnect gave the image a new client and
+	// AcquireLock has not taken the lock since, so fenced is not final.
+	// Guarded by st.mu.
+	reconnected bool
 	// locked is set once AcquireLock was asked for the image's lock
 	// (SharedOpener): its flushes then check that it still owns it, as
 	// an Exclusive store's do.
@@ -90,13 +100,41 @@ func openRBDStore(o RBDOptions) (*RBDStore, error) {
 	if o.Pool == "" {
 		return nil, fmt.Errorf("block: rbd store: no pool given: %w", ErrInvalid)
 	}
+	cl, err := dialRBD(o)
+	if err != nil {
+		return nil, fmt.Errorf("block: %s: %w", what, err)
+	}
+	if o.Namespace != "" {
+		ok, err := rbd.NamespaceExists(cl.ioctx, o.Namespace)
+		if err == nil && !ok {
+			err = fmt.Errorf("namespace does not exist (rbd namespace create %s/%s): %w", o.Pool, o.Namespace, ErrNotFound)
+		}
+		if err != nil {
+			cl.close()
+			return nil, fmt.Errorf("block: %s: %w", what, err)
+		}
+	}
+	return &RBDStore{o: o, rbdClient: cl, storeState: newStoreState[*rbdCore](what), open: map[string]*rbdCore{}}, nil
+}
+
+// rbdClient is one client of the cluster (a rados instance: its own
+// address, which is what a lock break blocklists) and the store's pool
+// opened through it.
+type rbdClient struct {
+	conn  *rados.Conn
+	ioctx *rados.IOContext
+}
+
+// dialRBD connects a new client to the cluster o names and opens o's pool
+// (and namespace) through it.
+func dialRBD(o RBDOptions) (*rbdClient, error) {
 	user := o.User
 	if user == "" {
 		user = "admin"
 	}
 	conn, err := rados.NewConnWithUser(user)
 	if err != nil {
-		return nil, fmt.Errorf("block: %s: %w", what, err)
+		return nil, err
 	}
 	if o.ConfFile != "" {
 		err = conn.ReadConfigFile(o.ConfFile)
@@ -124,26 +162,23 @@ func openRBDStore(o RBDOptions) (*RBDStore, error) {
 	}
 	if err != nil {
 		conn.Shutdown()
-		return nil, fmt.Errorf("block: %s: connect to the cluster (conf %q): %w", what, o.ConfFile, err)
+		return nil, fmt.Errorf("connect to the cluster (conf %q): %w", o.ConfFile, err)
 	}
 	ioctx, err := conn.OpenIOContext(o.Pool)
 	if err != nil {
 		conn.Shutdown()
-		return nil, fmt.Errorf("block: %s: open pool: %w", what, rbdErr(err))
+		return nil, fmt.Errorf("open pool: %w", rbdErr(err))
 	}
 	if o.Namespace != "" {
-		ok, err := rbd.NamespaceExists(ioctx, o.Namespace)
-		if err == nil && !ok {
-			err = fmt.Errorf("namespace does not exist (rbd namespace create %s/%s): %w", o.Pool, o.Namespace, ErrNotFound)
-		}
-		if err != nil {
-			ioctx.Destroy()
-			conn.Shutdown()
-			return nil, fmt.Errorf("block: %s: %w", what, err)
-		}
 		ioctx.SetNamespace(o.Namespace)
 	}
-	return &RBDStore{o: o, conn: conn, ioctx: ioctx, storeState: newStoreState[*rbdCore](what), open: map[string]*rbdCore{}}, nil
+	return &rbdClient{conn: conn, ioctx: ioctx}, nil
+}
+
+// close releases the pool and shuts the client down.
+func (cl *rbdClient) close() {
+	cl.ioctx.Destroy()
+	cl.conn.Shutdown()
 }
 
 // rbdErr adds the sentinel a caller acts on to an error of librados or
@@ -248,15 +283,15 @@ func (s *RBDStore) lockExclusive(c *rbdCore) error {
 
 // openImage opens an image (snap empty) or one of its snapshots,
 // read-only, and reads its block size and generation.
-func (s *RBDStore) openImage(name, snap string) (*rbdCore, error) {
+func (s *RBDStore) openImage(ioctx *rados.IOContext, name, snap string) (*rbdCore, error) {
 	nm := name
 	var img *rbd.Image
 	var err error
 	if snap == "" {
-		img, err = rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+		img, err = rbd.OpenImage(ioctx, name, rbd.NoSnapshot)
 	} else {
 		nm = name + "@" + snap
-		img, err = rbd.OpenImageReadOnly(s.ioctx, name, snap)
+		img, err = rbd.OpenImageReadOnly(ioctx, name, snap)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("block: volume %q: open: %w", nm, rbdErr(err))
@@ -293,12 +328,13 @@ func rbdImageMeta(img *rbd.Image, size int64) (bs int, gen uint64) {
 }
 
 // Open implements Store.
-func (s *RBDStore) Open(name string) (Volume, error) { return s.openVolume(name, true) }
+func (s *RBDStore) Open(name string) (Volume, error) { return s.openVolume(name, false) }
 
 // openVolume returns a new handle to a volume, opening its image unless
-// it is open already; a new image takes the lock an Exclusive store
-// wants if lock is set (not for SharedOpener.OpenShared).
-func (s *RBDStore) openVolume(name string, lock bool) (Volume, error) {
+// it is open already: through the store's client, taking the lock an
+// Exclusive store wants, or for SharedOpener.OpenShared (shared set)
+// through a client of its own (Reconnector) and without the lock.
+func (s *RBDStore) openVolume(name string, shared bool) (Volume, error) {
 	if err := s.lock("open " + name); err != nil {
 		return nil, err
 	}
@@ -309,15 +345,16 @@ func (s *RBDStore) openVolume(name string, lock bool) (Volume, error) {
 	if err := checkName("volume", name); err != nil {
 		return nil, err
 	}
-	c, err := s.openImage(name, "")
+	if shared {
+		return s.openSharedLocked(name)
+	}
+	c, err := s.openImage(s.ioctx, name, "")
 	if err != nil {
 		return nil, err
 	}
-	if lock {
-		if err := s.lockExclusive(c); err != nil {
-			_ = c.img.Close()
-			return nil, err
-		}
+	if err := s.lockExclusive(c); err != nil {
+		_ = c.img.Close()
+		return nil, err
 	}
 	return openNamedLocked(&s.storeState, s.open, c), nil
 }
@@ -455,8 +492,7 @@ func (s *RBDStore) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	err := closeAllLocked(s.open)
-	s.ioctx.Destroy()
-	s.conn.Shutdown()
+	s.close()
 	return err
 }
 

@@ -19,8 +19,24 @@ func (c *rbdCore) closeLocked() error {
 		return nil
 	}
 	c.closed = true
-	if err := c.img.Close(); err != nil {
+	err := c.img.Close()
+	if c.client != nil {
+		c.client.close()
+	}
+	if err != nil {
 		return fmt.Errorf("block: volume %q: close: %w", c.nm, rbdErr(err))
+	}
+	return nil
+}
+
+// writable refuses a write on a fenced image (ErrFenced): its client was
+// blocklisted, or Reconnect gave it a new one that does not hold the
+// lock yet and must not take it by writing (librbd's exclusive-lock
+// feature would acquire a free lock on the first write). REQUIRES:
+// c.mu, read or write.
+func (c *rbdCore) writable(op string, off, n int64) error {
+	if c.fenced.Load() {
+		return ioErr(c.nm, op, n, off, fmt.Errorf("fenced, the lock not taken again: %w", ErrFenced))
 	}
 	return nil
 }
@@ -53,6 +69,9 @@ func (c *rbdCore) writeAt(p []byte, off int64, fua bool) error {
 	defer c.mu.RUnlock()
 	n := int64(len(p))
 	if err := c.checkReq(op, off, n, c.sz, true); err != nil {
+		return err
+	}
+	if err := c.writable(op, off, n); err != nil {
 		return err
 	}
 	_, err := c.img.WriteAt(p, off)
@@ -98,8 +117,10 @@ func (c *rbdCore) flush() error {
 }
 
 // ioFailed wraps a failed request's error; a fenced one makes the core
-// fenced for good (a blocklisted client stays so), so that a later flush
-// fails too.
+// fenced (a blocklisted client stays so), so that later writes and
+// flushes fail too, until Reconnect and AcquireLock. It runs under
+// c.mu, so the error is the current client's: Reconnect swaps clients
+// only while no request runs.
 func (c *rbdCore) ioFailed(op string, n, off int64, err error) error {
 	err = rbdErr(err)
 	if errors.Is(err, ErrFenced) {
@@ -117,6 +138,9 @@ func (c *rbdCore) discard(off, n int64) error {
 	if err := c.checkReq("discard", off, n, c.sz, true); err != nil {
 		return err
 	}
+	if err := c.writable("discard", off, n); err != nil {
+		return err
+	}
 	if _, err := c.img.Discard(uint64(off), uint64(n)); err != nil {
 		return c.ioFailed("discard", n, off, err)
 	}
@@ -129,6 +153,9 @@ func (c *rbdCore) writeZeroes(off, n int64) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if err := c.checkReq("write-zeroes", off, n, c.sz, true); err != nil {
+		return err
+	}
+	if err := c.writable("write-zeroes", off, n); err != nil {
 		return err
 	}
 	if _, err := c.img.WriteSame(uint64(off), uint64(n), c.zero, 0); err != nil {

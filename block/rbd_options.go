@@ -52,3 +52,22 @@ type SharedOpener interface {
 	// lock gone (broken by another gateway) fails with ErrFenced.
 	AcquireLock(name string) error
 }
+
+// Reconnector is implemented by SharedOpeners whose volumes a cluster can
+// fence (rbd): each volume opened shared reaches the cluster through a
+// client of its own, so that breaking one volume's lock blocklists only
+// that volume's client (the gateway's other volumes go on), and a fenced
+// volume can be given a new client instead of being lost until the
+// process restarts (as tcmu-runner reopens an image whose client was
+// blocklisted).
+type Reconnector interface {
+	// Reconnect replaces the cluster client of a volume this store has
+	// open shared, the old one (blocklisted, usually) shut down. The
+	// volume's handles stay valid and reach it through the new client
+	// from the return on, without its lock: their writes and flushes
+	// fail with ErrFenced until AcquireLock takes the lock again, so
+	// that nothing the old owner accepted can land through the new
+	// client behind another gateway's back. ErrInvalid when the volume
+	// is not open shared here.
+	Reconnect(volume string) error
+}

@@ -2,8 +2,9 @@
 
 package block
 
-// Shared opens: the images a gateway exports, locked only while it
-// serves them (SharedOpener).
+// Shared opens: the images a gateway exports, each through a client of
+// its own and locked only while it serves them (SharedOpener,
+// Reconnector).
 
 import (
 	"fmt"
@@ -11,11 +12,33 @@ import (
 	"github.com/ceph/go-ceph/rbd"
 )
 
-var _ SharedOpener = (*RBDStore)(nil)
+var (
+	_ SharedOpener = (*RBDStore)(nil)
+	_ Reconnector  = (*RBDStore)(nil)
+)
 
 // OpenShared implements SharedOpener. A volume this store already has
 // open, shared or not, gets another handle to the same image.
-func (s *RBDStore) OpenShared(name string) (Volume, error) { return s.openVolume(name, false) }
+func (s *RBDStore) OpenShared(name string) (Volume, error) { return s.openVolume(name, true) }
+
+// openSharedLocked opens an image through a new client of its own: a
+// lock break blocklists a client, that is every image it has open, so
+// a gateway whose images shared one client would lose them all when
+// another gateway takes one over (tcmu-runner connects each image for
+// the same reason). REQUIRES: s.mu.
+func (s *RBDStore) openSharedLocked(name string) (Volume, error) {
+	cl, err := dialRBD(s.o)
+	if err != nil {
+		return nil, fmt.Errorf("block: volume %q: open: %w", name, err)
+	}
+	c, err := s.openImage(cl.ioctx, name, "")
+	if err != nil {
+		cl.close()
+		return nil, err
+	}
+	c.client = cl
+	return openNamedLocked(&s.storeState, s.open, c), nil
+}
 
 // AcquireLock implements SharedOpener: librbd's rbd_lock_acquire in
 // exclusive mode, which another owner that took the lock the same way
@@ -33,10 +56,11 @@ func (s *RBDStore) AcquireLock(name string) error {
 	if c == nil || c.readOnly {
 		return fmt.Errorf("block: volume %q: lock: not open for writing here: %w", name, ErrInvalid)
 	}
-	if c.fenced.Load() {
+	if c.fenced.Load() && !c.reconnected {
 		// A blocklisted client stays so: it can never own the image
-		// again (rbd_lock_acquire would fail with ESHUTDOWN anyway).
-		return fmt.Errorf("block: volume %q: lock: this client was fenced: %w", name, ErrFenced)
+		// again (rbd_lock_acquire would fail with ESHUTDOWN anyway),
+		// and librbd may still think it owns the lock.
+		return fmt.Errorf("block: volume %q: lock: this client was fenced (reconnect first): %w", name, ErrFenced)
 	}
 	if own, err := c.img.LockIsExclusiveOwner(); err != nil || !own {
 		if owners, err := c.img.LockGetOwners(); err == nil && len(owners) > 0 {
@@ -46,6 +70,44 @@ func (s *RBDStore) AcquireLock(name string) error {
 			return fmt.Errorf("block: volume %q: take the exclusive lock (held by another client?): %w: %w", name, ErrBusy, err)
 		}
 	}
+	c.reconnected = false
+	c.fenced.Store(false)
 	c.locked.Store(true)
+	return nil
+}
+
+// Reconnect implements Reconnector: a new client opens the image, the
+// handles are moved to it while no request runs (the image's lock held
+// exclusively), and the old image and client are closed after; librbd
+// fails whatever the old client still had in flight (ESHUTDOWN, it is
+// blocklisted). The image stays fenced, refusing writes and flushes,
+// until AcquireLock.
+func (s *RBDStore) Reconnect(name string) error {
+	if err := s.lock("reconnect " + name); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	c := s.open[name]
+	if c == nil || c.client == nil {
+		return fmt.Errorf("block: volume %q: reconnect: not open shared here: %w", name, ErrInvalid)
+	}
+	cl, err := dialRBD(s.o)
+	if err != nil {
+		return fmt.Errorf("block: volume %q: reconnect: %w", name, err)
+	}
+	img, err := rbd.OpenImage(cl.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		cl.close()
+		return fmt.Errorf("block: volume %q: reconnect: %w", name, rbdErr(err))
+	}
+	c.mu.Lock()
+	oldImg, oldCl := c.img, c.client
+	c.img, c.client = img, cl
+	c.fenced.Store(true)
+	c.locked.Store(false)
+	c.reconnected = true
+	c.mu.Unlock()
+	_ = oldImg.Close()
+	oldCl.close()
 	return nil
 }

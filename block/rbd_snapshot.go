@@ -105,7 +105,7 @@ func (s *RBDStore) OpenSnapshot(volume, snap string) (Volume, error) {
 	if err := checkName("snapshot", snap); err != nil {
 		return nil, err
 	}
-	c, err := s.openImage(volume, snap)
+	c, err := s.openImage(s.ioctx, volume, snap)
 	if err != nil {
 		return nil, err
 	}

@@ -254,3 +254,70 @@ func TestRBDSharedOpen(t *testing.T) {
 	require.Equal(t, blk(2), got)
 	require.NoError(t, vb.Flush())
 }
+
+// TestRBDReconnect: a lock break fences the old owner from that image
+// only (each shared open has a client of its own: its other image goes
+// on); Reconnect gives the fenced image a new client, which reads but
+// refuses writes and flushes until AcquireLock takes the lock back, here
+// by breaking the new owner's (a failback), after which the data is the
+// new owner's and the other side is fenced.
+func TestRBDReconnect(t *testing.T) {
+	dir := t.TempDir()
+	a := openTestRBDStore(t, dir)
+	defer a.Close()
+	b := openTestRBDStore(t, dir)
+	defer b.Close()
+	for _, n := range []string{"v", "w"} {
+		v, err := a.Create(n, 1<<20, 4096)
+		require.NoError(t, err)
+		require.NoError(t, v.Close())
+	}
+	sa, sb := a.(SharedOpener), b.(SharedOpener)
+	va, err := sa.OpenShared("v")
+	require.NoError(t, err)
+	defer va.Close()
+	wa, err := sa.OpenShared("w")
+	require.NoError(t, err)
+	defer wa.Close()
+	require.NoError(t, sa.AcquireLock("v"))
+	require.NoError(t, sa.AcquireLock("w"))
+	_, err = va.WriteAtFUA(blk(1), 0)
+	require.NoError(t, err)
+
+	vb, err := sb.OpenShared("v")
+	require.NoError(t, err)
+	defer vb.Close()
+	require.NoError(t, b.(LockBreaker).BreakLock("v"))
+	require.NoError(t, sb.AcquireLock("v"))
+	_, err = vb.WriteAtFUA(blk(2), 0)
+	require.NoError(t, err)
+
+	_, err = va.WriteAt(blk(0xee), 0)
+	require.ErrorIs(t, err, ErrFenced, "the old owner's write")
+	_, err = wa.WriteAtFUA(blk(3), 0)
+	require.NoError(t, err, "the old owner's write to its other image, which nobody took")
+	require.NoError(t, wa.Flush())
+
+	start := time.Now()
+	require.NoError(t, a.(Reconnector).Reconnect("v"))
+	t.Logf("Reconnect took %v", time.Since(start))
+	got := make([]byte, 4096)
+	_, err = va.ReadAt(got, 0)
+	require.NoError(t, err, "a read through the new client")
+	require.Equal(t, blk(2), got)
+	_, err = va.WriteAt(blk(0xee), 0)
+	require.ErrorIs(t, err, ErrFenced, "a write through the new client before it locks")
+	require.ErrorIs(t, va.Flush(), ErrFenced)
+	require.ErrorIs(t, sa.AcquireLock("v"), ErrBusy, "the lock b holds")
+
+	require.NoError(t, a.(LockBreaker).BreakLock("v"))
+	require.NoError(t, sa.AcquireLock("v"))
+	_, err = va.WriteAtFUA(blk(4), 4096)
+	require.NoError(t, err)
+	_, err = vb.WriteAt(blk(0xee), 4096)
+	require.ErrorIs(t, err, ErrFenced, "b's write after the failback")
+	_, err = va.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, blk(2), got, "b's write, before the failback")
+	require.ErrorIs(t, b.(Reconnector).Reconnect("nope"), ErrInvalid)
+}

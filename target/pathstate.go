@@ -50,9 +50,10 @@ func takeOver(s *slot) error {
 }
 
 // Fencer is implemented by PathStater volumes that know when this
-// gateway was fenced: another gateway broke its lock, and it cannot
-// serve the volume again before it restarts (a blocklisted Ceph
-// client). An SRP host with ALUA (Config.SRPPortGroup) then sees the
+// gateway is fenced: another gateway broke its lock, and it cannot serve
+// the volume until it has a new client of the cluster (a blocklisted
+// Ceph client; internal/gateway reconnects at once, so a volume stays
+// fenced only while the cluster is out of reach). An SRP host with ALUA (Config.SRPPortGroup) then sees the
 // unit unavailable rather than standby, so that it does not count on
 // this path to take the volume over; gosrp sessions see it standby.
 type Fencer interface {

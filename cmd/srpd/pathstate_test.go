@@ -11,8 +11,9 @@ import (
 
 // TestStatusPathState: srpd status of two gateways over one shared store
 // shows each volume's path state at each (active, standby, closed when
-// not open there; fenced after the other's takeover); a store that is
-// not shared shows none.
+// not open there; fenced after the other's takeover while it cannot
+// reach the cluster, standby once a failback fenced the other, which
+// reconnected); a store that is not shared shows none.
 func TestStatusPathState(t *testing.T) {
 	cl := gatewaytest.NewCluster()
 	for _, name := range []string{"v", "w"} {
@@ -35,14 +36,14 @@ func TestStatusPathState(t *testing.T) {
 		}
 		return m
 	}
-	var hb target.PathStater                       // b's handle
-	for _, g := range []*gateway.Catalog{ga, gb} { // a opens first: a is active
-		h, err := g.OpenVolume("v")
+	var h [2]target.PathStater // a opens first: a is active
+	for i, g := range []*gateway.Catalog{ga, gb} {
+		v, err := g.OpenVolume("v")
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { h.(interface{ Close() error }).Close() })
-		hb = h.(target.PathStater)
+		t.Cleanup(func() { v.(interface{ Close() error }).Close() })
+		h[i] = v.(target.PathStater)
 	}
 	if got := states(sa); got["v"] != "active" || got["w"] != "closed" {
 		t.Errorf("gateway a: %v, want v active, w closed", got)
@@ -50,11 +51,19 @@ func TestStatusPathState(t *testing.T) {
 	if got := states(sb); got["v"] != "standby" {
 		t.Errorf("gateway b: %v, want v standby", got)
 	}
-	if err := hb.TakeOver(); err != nil {
+	a.FailReconnects(true)
+	if err := h[1].TakeOver(); err != nil {
 		t.Fatal(err)
 	}
 	if got, gotB := states(sa), states(sb); got["v"] != "fenced" || gotB["v"] != "active" {
 		t.Errorf("after b's takeover: a %v, b %v; want fenced, active", got, gotB)
+	}
+	a.FailReconnects(false)
+	if err := h[0].TakeOver(); err != nil {
+		t.Fatal(err)
+	}
+	if got, gotB := states(sa), states(sb); got["v"] != "active" || gotB["v"] != "standby" {
+		t.Errorf("after a's failback: a %v, b %v; want active, standby", got, gotB)
 	}
 
 	mem := block.NewMemStore()

@@ -20,6 +20,7 @@ type Catalog struct {
 	inner storecatalog.Catalog
 	so    block.SharedOpener // nil: the store has no locks
 	lb    block.LockBreaker
+	rc    block.Reconnector // nil: a fenced volume stays so
 
 	mu   sync.Mutex
 	vols map[string]*entry
@@ -47,6 +48,7 @@ func New(st block.Store) *Catalog {
 	lb, ok2 := st.(block.LockBreaker)
 	if ok1 && ok2 {
 		c.so, c.lb = so, lb
+		c.rc, _ = st.(block.Reconnector)
 	}
 	if fw, ok := st.(FenceWatcher); ok && c.so != nil {
 		fw.WatchFenced(c.watchFenced)
@@ -119,7 +121,7 @@ func (c *Catalog) OpenVolume(name string) (target.Volume, error) {
 	c.mu.Lock()
 	e := c.vols[name]
 	if e == nil {
-		e = &entry{name: name}
+		e = &entry{name: name, core: newCore(c.rc != nil)}
 		c.vols[name] = e
 	}
 	e.refs++
@@ -154,6 +156,9 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 	before := e.core.state
 	var last error
 	for a := e.core.step(ev); a != ActNone; a = e.core.step(ev) {
+		// The I/O path sees each state as it is reached: a volume
+		// being reconnected is fenced, not still active.
+		e.state.store(e.core.state)
 		switch a {
 		case ActLock:
 			last = c.so.AcquireLock(e.name)
@@ -170,6 +175,12 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 		case ActBreak:
 			last = c.lb.BreakLock(e.name)
 			ev = EvBroken
+			if last != nil {
+				ev = EvFailed
+			}
+		case ActReconnect:
+			last = c.rc.Reconnect(e.name)
+			ev = EvReconnected
 			if last != nil {
 				ev = EvFailed
 			}

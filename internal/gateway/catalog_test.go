@@ -14,10 +14,11 @@ import (
 // TestCatalogTakeover: two gateways over one volume. The first to open
 // it is active, the second standby and refuses I/O (target.ErrStandby)
 // without touching the store; a takeover fences the first (the cluster
-// tells it at once, its next I/O fails with ErrStandby and it is fenced
-// for good) and then serves; the data is the new owner's; each change
-// reaches OnStateChange, the fencing before the new owner's activation.
-// A memory store is passed through, active.
+// tells it at once, and it reconnects to standby, its I/O refused) and
+// then serves; the data is the new owner's; each change reaches
+// OnStateChange, the old owner's before the new owner's activation. A
+// failback is a takeover the other way, which fences the second. A
+// memory store is passed through, active.
 func TestCatalogTakeover(t *testing.T) {
 	cl := gatewaytest.NewCluster()
 	if err := cl.Create("v", 1<<20, 4096); err != nil {
@@ -83,24 +84,35 @@ func TestCatalogTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The old owner heard of the break from the cluster (FenceWatcher),
-	// before any I/O of its own.
-	if ga.State("v") != gateway.Fenced || !pa.Standby() {
-		t.Fatalf("old owner is %v, want fenced", ga.State("v"))
+	// before any I/O of its own, and reconnected: standby.
+	if ga.State("v") != gateway.Standby || !pa.Standby() {
+		t.Fatalf("old owner is %v, want standby (fenced, then reconnected)", ga.State("v"))
 	}
 	blk[0] = 3
 	if _, err := va.WriteAt(blk, 0); !errors.Is(err, target.ErrStandby) {
 		t.Fatalf("the old owner's write: %v, want ErrStandby", err)
 	}
-	want := []string{"a v active", "b v standby", "a v fenced", "b v active"}
+	want := []string{"a v active", "b v standby", "a v standby", "b v active"}
 	if fmt.Sprint(changes) != fmt.Sprint(want) {
 		t.Errorf("state changes told: %q, want %q", changes, want)
-	}
-	if err := pa.TakeOver(); !errors.Is(err, target.ErrStandby) {
-		t.Fatalf("a fenced gateway's takeover: %v, want ErrStandby", err)
 	}
 	got := make([]byte, 4096)
 	if _, err := vb.ReadAt(got, 0); err != nil || got[0] != 2 {
 		t.Fatalf("read %d (%v), want the new owner's 2", got[0], err)
+	}
+
+	// Failback, asked for: a takes the volume back and fences b.
+	if err := pa.TakeOver(); err != nil {
+		t.Fatalf("the reconnected gateway's takeover: %v", err)
+	}
+	if ga.State("v") != gateway.Active || gb.State("v") != gateway.Standby || cl.Owner("v") != a.ID() {
+		t.Fatalf("after the failback: a %v, b %v, owner %d; want active, standby, a", ga.State("v"), gb.State("v"), cl.Owner("v"))
+	}
+	if _, err := va.ReadAt(got, 0); err != nil || got[0] != 2 {
+		t.Fatalf("read after the failback %d (%v), want b's 2", got[0], err)
+	}
+	if _, err := vb.WriteAt(blk, 0); !errors.Is(err, target.ErrStandby) {
+		t.Fatalf("b's write after the failback: %v, want ErrStandby", err)
 	}
 
 	// A store without locks: always active, not a PathStater.
@@ -141,4 +153,81 @@ func TestCatalogReleaseOnClose(t *testing.T) {
 		t.Fatalf("b's open after a closed: standby %v, %v", hb.(target.PathStater).Standby(), err)
 	}
 	hb.(interface{ Close() error }).Close()
+}
+
+// TestCatalogFencesOneVolume: a takeover of one volume fences the old
+// owner from that volume only; its other volume, on a client of its
+// own, goes on being served. Before each shared volume had its own
+// cluster client, one takeover blocklisted the gateway from all of them.
+func TestCatalogFencesOneVolume(t *testing.T) {
+	cl := gatewaytest.NewCluster()
+	for _, n := range []string{"v", "w"} {
+		if err := cl.Create(n, 1<<20, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := cl.Client(), cl.Client()
+	ga, gb := gateway.New(a), gateway.New(b)
+	open := func(g *gateway.Catalog, name string) target.Volume {
+		v, err := g.OpenVolume(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.(interface{ Close() error }).Close() })
+		return v
+	}
+	av, aw, bv := open(ga, "v"), open(ga, "w"), open(gb, "v")
+	if err := bv.(target.PathStater).TakeOver(); err != nil {
+		t.Fatal(err)
+	}
+	if ga.State("v") != gateway.Standby || ga.State("w") != gateway.Active {
+		t.Fatalf("after b took v over: a has v %v, w %v; want standby, active", ga.State("v"), ga.State("w"))
+	}
+	blk := make([]byte, 4096)
+	if _, err := aw.WriteAt(blk, 0); err != nil {
+		t.Fatalf("a's write to w, which nobody took over: %v", err)
+	}
+	if err := aw.Flush(); err != nil {
+		t.Fatalf("a's flush of w: %v", err)
+	}
+	if _, err := av.WriteAt(blk, 0); !errors.Is(err, target.ErrStandby) {
+		t.Fatalf("a's write to v: %v, want ErrStandby", err)
+	}
+}
+
+// TestCatalogReconnectFails: a fenced gateway that cannot reach the
+// cluster stays fenced (SRP hosts see the unit unavailable) and refuses
+// a takeover; once the cluster is reachable again, a takeover reconnects
+// it first and then takes the volume over.
+func TestCatalogReconnectFails(t *testing.T) {
+	cl := gatewaytest.NewCluster()
+	if err := cl.Create("v", 1<<20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	a, b := cl.Client(), cl.Client()
+	ga, gb := gateway.New(a), gateway.New(b)
+	va, _ := ga.OpenVolume("v")
+	defer va.(interface{ Close() error }).Close()
+	vb, _ := gb.OpenVolume("v")
+	defer vb.(interface{ Close() error }).Close()
+	a.FailReconnects(true)
+	if err := vb.(target.PathStater).TakeOver(); err != nil {
+		t.Fatal(err)
+	}
+	if ga.State("v") != gateway.Fenced || !va.(target.Fencer).Fenced() {
+		t.Fatalf("a, which could not reconnect: %v, want fenced", ga.State("v"))
+	}
+	if err := va.(target.PathStater).TakeOver(); !errors.Is(err, target.ErrStandby) {
+		t.Fatalf("takeover by a gateway that cannot reconnect: %v, want ErrStandby", err)
+	}
+	if ga.State("v") != gateway.Fenced || cl.Owner("v") != b.ID() {
+		t.Fatalf("after the failed takeover: a %v, owner %d; want fenced, b", ga.State("v"), cl.Owner("v"))
+	}
+	a.FailReconnects(false)
+	if err := va.(target.PathStater).TakeOver(); err != nil {
+		t.Fatalf("takeover once the cluster is back: %v", err)
+	}
+	if ga.State("v") != gateway.Active || cl.Owner("v") != a.ID() {
+		t.Fatalf("after it: a %v, owner %d", ga.State("v"), cl.Owner("v"))
+	}
 }

@@ -19,9 +19,9 @@ const (
 	// Active: this gateway holds the volume's lock and serves its I/O.
 	Active
 	// Fenced: another gateway broke this one's lock and the cluster
-	// blocklisted this client; it can never serve the volume again
-	// (until the process reconnects to the cluster), so it stays
-	// standby for good.
+	// blocklisted the volume's client here; it cannot serve the volume
+	// until a new client replaces it (ActReconnect), and stays so when
+	// the store cannot reconnect or the reconnect failed.
 	Fenced
 )
 
@@ -52,14 +52,18 @@ const (
 	// EvClosed: the volume's last handle here closed (the store
 	// released the lock with it).
 	EvClosed
+	// EvReconnected: the store's Reconnect gave the volume a new
+	// client, not blocklisted and without the lock.
+	EvReconnected
 )
 
-var eventNames = [...]string{"open", "takeover", "locked", "busy", "broken", "failed", "fenced", "closed"}
+var eventNames = [...]string{"open", "takeover", "locked", "busy", "broken", "failed", "fenced", "closed", "reconnected"}
 
 func (e Event) String() string { return enum.Name(eventNames[:], e, "Event") }
 
 // Action is what the shell must do next; it feeds the outcome back as
-// an event (EvLocked, EvBusy, EvBroken, EvFailed, EvFenced).
+// an event (EvLocked, EvBusy, EvBroken, EvFailed, EvFenced,
+// EvReconnected).
 type Action uint8
 
 // Actions.
@@ -71,9 +75,12 @@ const (
 	// ActBreak: break the lock another gateway holds (LockBreaker),
 	// which blocklists it; then the core asks for ActLock.
 	ActBreak
+	// ActReconnect: give the fenced volume a new cluster client
+	// (block.Reconnector).
+	ActReconnect
 )
 
-var actionNames = [...]string{"none", "lock", "break"}
+var actionNames = [...]string{"none", "lock", "break", "reconnect"}
 
 func (a Action) String() string { return enum.Name(actionNames[:], a, "Action") }
 
@@ -93,49 +100,93 @@ func (a Action) String() string { return enum.Name(actionNames[:], a, "Action") 
 //   - A break is tried once per takeover: a lock still refused after it
 //     (a third gateway took it meanwhile) ends the takeover on Standby.
 //     A takeover on the active gateway changes nothing.
-//   - Fenced is final until the volume closes here: a blocklisted client
-//     cannot lock again.
+//   - A fencing counts where this gateway held the lock or was taking
+//     it (Active, or a lock step under way): then the volume is Fenced
+//     and, if the store can, reconnected at once (ActReconnect), which
+//     makes it Standby, ready for a takeover (a failback is asked for,
+//     never taken). A fenced error anywhere else is a request that was
+//     already under way when the state changed, and changes nothing.
+//   - A Fenced volume whose reconnect failed (or whose store cannot)
+//     stays Fenced; an open or takeover tries the reconnect again and
+//     then goes on as it would from Standby.
 type core struct {
 	state State
-	// takingOver: a takeover is under way; broke: it broke the lock.
-	takingOver, broke bool
+	// reconnects: the store can give a fenced volume a new client
+	// (block.Reconnector); set when the core is made.
+	reconnects bool
+	// takingOver: a takeover is under way; broke: it broke the lock;
+	// locking: an ActLock's outcome is awaited.
+	takingOver, broke, locking bool
+	// then is what an open or takeover that found the volume Fenced
+	// does once it is reconnected (EvOpen, EvTakeover), if pending.
+	then    Event
+	pending bool
 }
+
+// newCore is a closed volume's core.
+func newCore(reconnects bool) core { return core{reconnects: reconnects} }
 
 // step applies an event and says what to do next.
 func (c *core) step(e Event) Action {
-	if e == EvClosed {
-		*c = core{}
+	switch e {
+	case EvClosed:
+		*c = newCore(c.reconnects)
 		return ActNone
-	}
-	if e == EvFenced {
-		*c = core{state: Fenced}
+	case EvFenced:
+		if c.state != Active && !c.locking {
+			return ActNone
+		}
+		*c = newCore(c.reconnects)
+		c.state = Fenced
+		if c.reconnects {
+			return ActReconnect
+		}
 		return ActNone
+	case EvLocked, EvBusy:
+		c.locking = false
 	}
 	switch c.state {
 	case Closed, Standby:
 		switch e {
 		case EvOpen:
-			c.state = Standby
+			c.state, c.locking = Standby, true
 			return ActLock
 		case EvTakeover:
 			c.state, c.takingOver, c.broke = Standby, true, false
 			return ActBreak
 		case EvLocked:
 			if c.state == Standby {
-				*c = core{state: Active}
+				*c = newCore(c.reconnects)
+				c.state = Active
 			}
 		case EvBusy:
 			c.takingOver, c.broke = false, false
 		case EvBroken:
 			if c.takingOver && !c.broke {
-				c.broke = true
+				c.broke, c.locking = true, true
 				return ActLock
 			}
 		case EvFailed:
-			c.takingOver, c.broke = false, false
+			c.takingOver, c.broke, c.locking = false, false, false
+		}
+	case Fenced:
+		switch e {
+		case EvOpen, EvTakeover:
+			if c.reconnects {
+				c.then, c.pending = e, true
+				return ActReconnect
+			}
+		case EvReconnected:
+			then, pending := c.then, c.pending
+			*c = newCore(c.reconnects)
+			c.state = Standby
+			if pending {
+				return c.step(then)
+			}
+		case EvFailed:
+			c.pending = false
 		}
 	}
-	// Active takes opens and takeovers as they are (it serves already);
-	// Fenced ignores everything but EvClosed.
+	// Active takes opens and takeovers as they are (it serves already).
 	return ActNone
 }

@@ -18,9 +18,12 @@
 // lock, and only then answer ACTIVE and let I/O through: no write the
 // old gateway accepted can reach the image after the new one served any
 // I/O, since the cluster refuses the old one's requests (ESHUTDOWN) from
-// the break on. The old gateway learns it at its next I/O (block.ErrFenced)
-// and stays standby for that volume; its client is blocklisted, so it
-// cannot take the volume back until it reconnects to the cluster.
+// the break on. The old gateway learns it at its next I/O (block.ErrFenced),
+// or from the store at once (FenceWatcher), and is Fenced; a store that
+// can (block.Reconnector: rbd gives each shared volume a cluster client
+// of its own) gives the volume a new client right away, and the gateway
+// stands by again, ready to take the volume back when an initiator asks
+// (failback is asked for, never taken).
 //
 // Stores without locks (pebble, memory) are not block.SharedOpeners:
 // their volumes are always active, and Catalog passes them through.

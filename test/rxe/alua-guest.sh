@@ -18,6 +18,22 @@ fail() {
   tail -20 $O/gwpair.log >> $O/steps.log
   exit 1
 }
+# check FILE MIB WHAT: reads len(FILE) bytes at MIB MiB of the multipath
+# device and compares them with FILE.
+check() {
+  dd if=$MP of=/tmp/back bs=1M skip=$2 count=$(($(stat -c %s $1) / 1048576)) iflag=direct status=none 2>> $O/steps.log || fail "read $3"
+  cmp $1 /tmp/back || fail "read back $3 differs"
+}
+# put FILE MIB WHAT: writes 1 MiB of fresh data at MIB MiB (keeping it
+# in FILE) and reads it back.
+put() {
+  head -c 1048576 /dev/urandom > $1
+  dd if=$1 of=$MP bs=1M seek=$2 oflag=direct status=none 2>> $O/steps.log || fail "write $3"
+  check $1 $2 "$3"
+}
+# turs DISK: two TEST UNIT READYs, so that scsi_dh_alua hears a unit
+# attention and reads the port group again.
+turs() { sg_turs /dev/$1 > /dev/null 2>&1; sg_turs /dev/$1 > /dev/null 2>&1; }
 # state DISK: the ALUA access state scsi_dh_alua holds for DISK.
 state() { cat /sys/block/$1/device/access_state 2>/dev/null; }
 # wait_state DISK STATE WHAT: polls DISK's access state (10 s).
@@ -78,41 +94,40 @@ MP=/dev/$(ls /sys/block | grep '^dm-' | head -1)
 say "dm-multipath $MP: group 1 /dev/$D1, group 2 /dev/$D2 (hardware handler alua): $(dmsetup status mp)"
 head -c 4194304 /dev/urandom > /tmp/pattern
 dd if=/tmp/pattern of=$MP bs=1M oflag=direct status=none 2>> $O/steps.log || fail "write through group 1"
-dd if=$MP of=/tmp/back bs=1M count=4 iflag=direct status=none 2>> $O/steps.log || fail "read through group 1"
-cmp /tmp/pattern /tmp/back || fail "read back through group 1 differs"
+check /tmp/pattern 0 "through group 1"
 say "4 MiB written and read back through dm-multipath on gateway 1"
 
 # Switch groups: dm-multipath initialises the standby path (pg_init),
 # and scsi_dh_alua's alua_activate sends SET TARGET PORT GROUPS.
 dmsetup message mp 0 switch_group 2 || fail "switch_group"
-rm -f /tmp/back
-dd if=$MP of=/tmp/back bs=1M count=4 iflag=direct status=none 2>> $O/steps.log || fail "read after switching to group 2"
-cmp /tmp/pattern /tmp/back || fail "read back through gateway 2 differs from what gateway 1 took"
+check /tmp/pattern 0 "through gateway 2 of what gateway 1 took"
 wait_state $D2 active/optimized "after the switch"
 grep -q "gateway=2.*state=active" $O/gwpair.log || fail "gateway 2 did not take the volume over"
 say "switch_group 2: /dev/$D2 $(state $D2); the 4 MiB read back through gateway 2"
-head -c 1048576 /dev/urandom > /tmp/p2
-dd if=/tmp/p2 of=$MP bs=1M seek=4 oflag=direct status=none 2>> $O/steps.log || fail "write through gateway 2"
-dd if=$MP of=/tmp/b2 bs=1M skip=4 count=1 iflag=direct status=none 2>> $O/steps.log || fail "read through gateway 2"
-cmp /tmp/p2 /tmp/b2 || fail "read back through gateway 2 differs"
+put /tmp/p2 4 "through gateway 2"
 # Gateway 1 was fenced: its nexus is told ASYMMETRIC ACCESS STATE
-# CHANGED, and scsi_dh_alua reads the port group again: unavailable, as
-# a fenced gateway cannot serve the volume before it restarts.
-sg_turs /dev/$D1 > /dev/null 2>&1
-sg_turs /dev/$D1 > /dev/null 2>&1
-wait_state $D1 unavailable "after the takeover through gateway 2"
-say "gateway 1's path now $(state $D1); a write and read through gateway 2"
-# Back to group 1: the fenced gateway cannot take the volume again
-# (SET TARGET PORT GROUPS COMMAND FAILED), so dm-multipath fails that
-# path and the I/O goes on through gateway 2.
+# CHANGED, and scsi_dh_alua reads the port group again: standby, as the
+# fenced gateway reconnected to the cluster at once (a new client for
+# the volume, without the lock).
+turs $D1
+wait_state $D1 standby "after the takeover through gateway 2"
+grep -q "gateway=1.*state=standby" $O/gwpair.log || fail "gateway 1 was not told standby after the takeover"
+say "gateway 1's path now $(state $D1) (fenced, then reconnected); a write and read through gateway 2"
+# Back to group 1, a failback asked for: gateway 1 takes the volume back
+# with SET TARGET PORT GROUPS (breaking gateway 2's lock) and serves
+# what gateway 2 took.
 N=$(wc -l < $O/gwpair.log)
+K=$(dmesg | wc -l)
 dmsetup message mp 0 switch_group 1 || fail "switch_group 1"
-rm -f /tmp/back
-dd if=$MP of=/tmp/back bs=1M count=4 iflag=direct status=none 2>> $O/steps.log || fail "read after switching back to the fenced gateway's group"
-cmp /tmp/pattern /tmp/back || fail "read back after switching to group 1 differs"
-tail -n +$((N + 1)) $O/gwpair.log | grep -q "gateway=1.*state=active" && fail "the fenced gateway took the volume back"
-dmesg | grep -q 'alua: stpg failed' || fail "no failed SET TARGET PORT GROUPS in the kernel's log"
-say "switch_group 1: the fenced gateway's SET TARGET PORT GROUPS failed, dm-multipath failed its path and read through gateway 2: $(dmsetup status mp)"
+check /tmp/pattern 0 "after the failback"
+check /tmp/p2 4 "of gateway 2's write after the failback"
+wait_state $D1 active/optimized "after the failback"
+tail -n +$((N + 1)) $O/gwpair.log | grep -q "gateway=1.*state=active" || fail "gateway 1 did not take the volume back"
+dmesg | tail -n +$((K + 1)) | grep -q 'alua: stpg failed' && fail "a SET TARGET PORT GROUPS failed during the failback"
+put /tmp/p3 5 "through gateway 1 after the failback"
+turs $D2
+wait_state $D2 standby "gateway 2 after the failback"
+say "switch_group 1: gateway 1 took the volume back, /dev/$D1 $(state $D1), /dev/$D2 $(state $D2); 6 MiB read back through it: $(dmsetup status mp)"
 dmesg | grep -E 'alua|multipath' > $O/alua-dmesg.log
 say "the kernel's ALUA log: $(grep -c 'state A' $O/alua-dmesg.log) active, $(grep -c 'state S' $O/alua-dmesg.log) standby and $(grep -c 'state U' $O/alua-dmesg.log) unavailable reports; last: $(tail -1 $O/alua-dmesg.log)"
 dmsetup remove mp || fail "dmsetup remove"

@@ -3,8 +3,12 @@
 // block.Store that opens them shared and locks them as RBD's exclusive
 // lock does (block.SharedOpener, block.LockBreaker): a client that holds
 // a volume's lock never hands it over, another client's writes to it
-// fail with block.ErrFenced, and BreakLock blocklists the holder, whose
-// every later request fails with block.ErrFenced. The holder hears of
+// fail with block.ErrFenced, and BreakLock blocklists the holder's
+// connection for that volume, whose every later request fails with
+// block.ErrFenced. Each volume a client opens has a connection of its
+// own, as the rbd store's shared opens do (block.Reconnector): a break
+// fences that volume only, and Reconnect gives it a new connection,
+// whose writes fail until it takes the lock again. The holder hears of
 // the break at once (WatchFenced), as a librbd client's lock watch is
 // told when its lock is broken.
 //
@@ -27,14 +31,23 @@ type Cluster struct {
 	st block.Store
 
 	mu          sync.Mutex
-	owner       map[string]*Client
-	blocklisted map[*Client]bool
+	owner       map[string]conn
+	blocklisted map[conn]bool
 	nextID      int
+}
+
+// conn is one client's connection for one volume: its n-th, counting
+// reconnects. The lock belongs to a connection, and a break blocklists
+// one.
+type conn struct {
+	c    *Client
+	name string
+	n    int
 }
 
 // NewCluster returns an empty cluster over a memory store.
 func NewCluster() *Cluster {
-	return &Cluster{st: block.NewMemStore(), owner: map[string]*Client{}, blocklisted: map[*Client]bool{}}
+	return &Cluster{st: block.NewMemStore(), owner: map[string]conn{}, blocklisted: map[conn]bool{}}
 }
 
 // Client returns a new client of the cluster: a store with a lock
@@ -43,7 +56,7 @@ func (cl *Cluster) Client() *Client {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.nextID++
-	return &Client{cl: cl, id: cl.nextID, open: map[string]int{}}
+	return &Client{cl: cl, id: cl.nextID, open: map[string]int{}, conns: map[string]int{}, relock: map[string]bool{}}
 }
 
 // Create makes a volume of the cluster (no client holds it open).
@@ -59,19 +72,29 @@ func (cl *Cluster) Create(name string, size int64, blockSize int) error {
 func (cl *Cluster) Owner(name string) int {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if o := cl.owner[name]; o != nil {
-		return o.id
+	if o, ok := cl.owner[name]; ok {
+		return o.c.id
 	}
 	return 0
 }
 
 // Client is one process's connection to the cluster.
 type Client struct {
-	cl     *Cluster
-	id     int
-	open   map[string]int      // handles per volume; guarded by cl.mu
-	fenced func(volume string) // WatchFenced's; guarded by cl.mu
+	cl *Cluster
+	id int
+
+	// Guarded by cl.mu:
+	open   map[string]int      // handles per volume
+	conns  map[string]int      // the current connection's n per volume
+	relock map[string]bool     // reconnected, the lock not taken since
+	fenced func(volume string) // WatchFenced's
+	// noReconnect: Reconnect fails (FailReconnects).
+	noReconnect bool
 }
+
+// connLocked is the client's current connection for name. REQUIRES:
+// cl.mu.
+func (c *Client) connLocked(name string) conn { return conn{c, name, c.conns[name]} }
 
 // WatchFenced implements gateway.FenceWatcher: f is called (not under
 // any lock of the cluster's) with each volume whose lock this client
@@ -86,7 +109,16 @@ var (
 	_ block.Store        = (*Client)(nil)
 	_ block.SharedOpener = (*Client)(nil)
 	_ block.LockBreaker  = (*Client)(nil)
+	_ block.Reconnector  = (*Client)(nil)
 )
+
+// FailReconnects makes the client's Reconnects fail (fail set), as when
+// the cluster is out of its reach, or succeed again.
+func (c *Client) FailReconnects(fail bool) {
+	c.cl.mu.Lock()
+	c.noReconnect = fail
+	c.cl.mu.Unlock()
+}
 
 // ID is the client's identity, as Cluster.Owner reports it.
 func (c *Client) ID() int { return c.id }
@@ -114,9 +146,6 @@ func (c *Client) Close() error { return nil }
 
 // OpenShared implements block.SharedOpener.
 func (c *Client) OpenShared(name string) (block.Volume, error) {
-	if err := c.usable(); err != nil {
-		return nil, err
-	}
 	v, err := c.cl.st.Open(name)
 	if err != nil {
 		return nil, err
@@ -131,51 +160,66 @@ func (c *Client) wrap(name string, v block.Volume) (block.Volume, error) {
 	return &volume{Volume: v, c: c, name: name}, nil
 }
 
-// usable fails once the client is blocklisted.
-func (c *Client) usable() error {
-	c.cl.mu.Lock()
-	defer c.cl.mu.Unlock()
-	if c.cl.blocklisted[c] {
-		return fmt.Errorf("gatewaytest: client %d is blocklisted: %w", c.id, block.ErrFenced)
-	}
-	return nil
-}
-
 // AcquireLock implements block.SharedOpener.
 func (c *Client) AcquireLock(name string) error {
 	c.cl.mu.Lock()
 	defer c.cl.mu.Unlock()
-	switch o := c.cl.owner[name]; {
-	case c.cl.blocklisted[c]:
-		return fmt.Errorf("gatewaytest: client %d is blocklisted: %w", c.id, block.ErrFenced)
+	me := c.connLocked(name)
+	switch o, held := c.cl.owner[name]; {
+	case c.cl.blocklisted[me]:
+		return fmt.Errorf("gatewaytest: client %d's connection for %q is blocklisted: %w", c.id, name, block.ErrFenced)
 	case c.open[name] == 0:
 		return fmt.Errorf("gatewaytest: %q is not open: %w", name, block.ErrInvalid)
-	case o == c:
+	case held && o == me:
 		return nil
-	case o != nil:
-		return fmt.Errorf("gatewaytest: %q is locked by client %d: %w", name, o.id, block.ErrBusy)
+	case held:
+		return fmt.Errorf("gatewaytest: %q is locked by client %d: %w", name, o.c.id, block.ErrBusy)
 	}
-	c.cl.owner[name] = c
+	c.cl.owner[name] = me
+	delete(c.relock, name)
 	return nil
 }
 
-// BreakLock implements block.LockBreaker.
+// BreakLock implements block.LockBreaker: the owner's connection for
+// the volume is blocklisted. A client without the volume open breaks
+// through a connection of its own, never blocklisted.
 func (c *Client) BreakLock(name string) error {
 	c.cl.mu.Lock()
-	if c.cl.blocklisted[c] {
+	if c.open[name] > 0 && c.cl.blocklisted[c.connLocked(name)] {
 		c.cl.mu.Unlock()
-		return fmt.Errorf("gatewaytest: client %d is blocklisted: %w", c.id, block.ErrFenced)
+		return fmt.Errorf("gatewaytest: client %d's connection for %q is blocklisted: %w", c.id, name, block.ErrFenced)
 	}
 	var tell func(string)
-	if o := c.cl.owner[name]; o != nil && o != c {
+	if o, held := c.cl.owner[name]; held && o.c != c {
 		c.cl.blocklisted[o] = true
 		delete(c.cl.owner, name)
-		tell = o.fenced
+		tell = o.c.fenced
 	}
 	c.cl.mu.Unlock()
 	if tell != nil {
 		tell(name)
 	}
+	return nil
+}
+
+// Reconnect implements block.Reconnector: the volume gets a new
+// connection, which does not hold the lock (the old one's, if it still
+// had it, is released as closing an image does) and refuses writes until
+// AcquireLock.
+func (c *Client) Reconnect(name string) error {
+	c.cl.mu.Lock()
+	defer c.cl.mu.Unlock()
+	if c.open[name] == 0 {
+		return fmt.Errorf("gatewaytest: %q is not open: %w", name, block.ErrInvalid)
+	}
+	if c.noReconnect {
+		return fmt.Errorf("gatewaytest: client %d cannot reach the cluster", c.id)
+	}
+	if c.cl.owner[name] == c.connLocked(name) {
+		delete(c.cl.owner, name)
+	}
+	c.conns[name]++
+	c.relock[name] = true
 	return nil
 }
 
@@ -193,11 +237,15 @@ func (v *volume) allowed(write bool) error {
 	cl := v.c.cl
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if cl.blocklisted[v.c] {
-		return fmt.Errorf("gatewaytest: client %d is blocklisted: %w", v.c.id, block.ErrFenced)
+	me := v.c.connLocked(v.name)
+	if cl.blocklisted[me] {
+		return fmt.Errorf("gatewaytest: client %d's connection for %q is blocklisted: %w", v.c.id, v.name, block.ErrFenced)
 	}
-	if o := cl.owner[v.name]; write && o != nil && o != v.c {
-		return fmt.Errorf("gatewaytest: %q is locked by client %d: %w", v.name, o.id, block.ErrFenced)
+	if write && v.c.relock[v.name] {
+		return fmt.Errorf("gatewaytest: client %d reconnected %q and has not locked it since: %w", v.c.id, v.name, block.ErrFenced)
+	}
+	if o, held := cl.owner[v.name]; write && held && o != me {
+		return fmt.Errorf("gatewaytest: %q is locked by client %d: %w", v.name, o.c.id, block.ErrFenced)
 	}
 	return nil
 }
@@ -253,9 +301,15 @@ func (v *volume) Close() error {
 		cl := v.c.cl
 		cl.mu.Lock()
 		defer cl.mu.Unlock()
-		if v.c.open[v.name]--; v.c.open[v.name] == 0 && cl.owner[v.name] == v.c {
+		if v.c.open[v.name]--; v.c.open[v.name] > 0 {
+			return
+		}
+		if cl.owner[v.name] == v.c.connLocked(v.name) {
 			delete(cl.owner, v.name)
 		}
+		// The next open is a new image on a new connection.
+		v.c.conns[v.name]++
+		delete(v.c.relock, v.name)
 	})
 	return err
 }
