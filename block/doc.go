@@ -84,7 +84,8 @@
 // with SharedOpener.OpenShared, each through a cluster client of its
 // own, so that a break fences it from that volume only; Reconnector
 // gives a fenced volume a new client, which refuses writes until
-// AcquireLock takes the lock again.
+// AcquireLock takes the lock again. WatchFenced hears of a broken lock
+// from librbd's update watch, before any request fails.
 //
 // The rbd tests need a cluster: test/ceph/cluster.sh starts a one-monitor,
 // one-OSD cluster in a temporary directory, and with CEPH_CONF set

@@ -43,6 +43,8 @@ type RBDStore struct {
 	// open. Lock order: mu before any rbdCore.mu.
 	storeState[*rbdCore]
 	open map[string]*rbdCore // by Name: "volume" or "volume@snapshot"
+
+	fw fenceWatch
 }
 
 var (
@@ -73,6 +75,10 @@ type rbdCore struct {
 	// AcquireLock has not taken the lock since, so fenced is not final.
 	// Guarded by st.mu.
 	reconnected bool
+	// watch is the fence watch's update watch on img, once AcquireLock
+	// took the lock with a watcher present (WatchFenced). Guarded by
+	// st.mu and mu.
+	watch *rbd.Watch
 	// locked is set once AcquireLock was asked for the image's lock
 	// (SharedOpener): its flushes then check that it still owns it, as
 	// an Exclusive store's do.
@@ -486,6 +492,7 @@ func removeSnap(sn *rbd.Snapshot) error {
 // images are closed (which flushes librbd's cache and releases the
 // exclusive lock) and the cluster connection shut down.
 func (s *RBDStore) Close() error {
+	s.fw.halt()
 	if err := s.lock("close"); err != nil {
 		return err
 	}

@@ -19,6 +19,10 @@ func (c *rbdCore) closeLocked() error {
 		return nil
 	}
 	c.closed = true
+	if c.watch != nil {
+		_ = c.watch.Unwatch()
+		c.watch = nil
+	}
 	err := c.img.Close()
 	if c.client != nil {
 		c.client.close()

@@ -73,6 +73,7 @@ func (s *RBDStore) AcquireLock(name string) error {
 	c.reconnected = false
 	c.fenced.Store(false)
 	c.locked.Store(true)
+	s.watchImage(c)
 	return nil
 }
 
@@ -101,12 +102,15 @@ func (s *RBDStore) Reconnect(name string) error {
 		return fmt.Errorf("block: volume %q: reconnect: %w", name, rbdErr(err))
 	}
 	c.mu.Lock()
-	oldImg, oldCl := c.img, c.client
-	c.img, c.client = img, cl
+	oldImg, oldCl, oldWatch := c.img, c.client, c.watch
+	c.img, c.client, c.watch = img, cl, nil
 	c.fenced.Store(true)
 	c.locked.Store(false)
 	c.reconnected = true
 	c.mu.Unlock()
+	if oldWatch != nil {
+		_ = oldWatch.Unwatch()
+	}
 	_ = oldImg.Close()
 	oldCl.close()
 	return nil

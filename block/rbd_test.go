@@ -262,16 +262,7 @@ func TestRBDSharedOpen(t *testing.T) {
 // by breaking the new owner's (a failback), after which the data is the
 // new owner's and the other side is fenced.
 func TestRBDReconnect(t *testing.T) {
-	dir := t.TempDir()
-	a := openTestRBDStore(t, dir)
-	defer a.Close()
-	b := openTestRBDStore(t, dir)
-	defer b.Close()
-	for _, n := range []string{"v", "w"} {
-		v, err := a.Create(n, 1<<20, 4096)
-		require.NoError(t, err)
-		require.NoError(t, v.Close())
-	}
+	a, b := twoGateways(t)
 	sa, sb := a.(SharedOpener), b.(SharedOpener)
 	va, err := sa.OpenShared("v")
 	require.NoError(t, err)
@@ -320,4 +311,63 @@ func TestRBDReconnect(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, blk(2), got, "b's write, before the failback")
 	require.ErrorIs(t, b.(Reconnector).Reconnect("nope"), ErrInvalid)
+}
+
+// TestRBDWatchFenced: the store tells WatchFenced's function of a lock
+// another client broke, with no request of its own, and the function may
+// reconnect the volume there and then (as the gateway catalog does); a
+// header change that is not a break (a resize by the owner) tells
+// nothing. Close stops the watch.
+func TestRBDWatchFenced(t *testing.T) {
+	a, b := twoGateways(t)
+	told := make(chan string, 4)
+	a.(interface{ WatchFenced(func(string)) }).WatchFenced(func(name string) {
+		if err := a.(Reconnector).Reconnect(name); err != nil {
+			t.Errorf("reconnect %s from the watch: %v", name, err)
+		}
+		told <- name
+	})
+	sa := a.(SharedOpener)
+	vs := map[string]Volume{}
+	for _, n := range []string{"v", "w"} {
+		v, err := sa.OpenShared(n)
+		require.NoError(t, err)
+		defer v.Close()
+		require.NoError(t, sa.AcquireLock(n))
+		vs[n] = v
+	}
+	require.NoError(t, vs["w"].Resize(2<<20), "a header change of the owner's own")
+	vb, err := b.(SharedOpener).OpenShared("v")
+	require.NoError(t, err)
+	defer vb.Close()
+	start := time.Now()
+	require.NoError(t, b.(LockBreaker).BreakLock("v"))
+	select {
+	case name := <-told:
+		require.Equal(t, "v", name, "the first volume told")
+		t.Logf("told %v after the break began", time.Since(start))
+	case <-time.After(60 * time.Second):
+		t.Fatal("no word of the broken lock in 60 s")
+	}
+	_, err = vs["v"].WriteAt(blk(1), 0)
+	require.ErrorIs(t, err, ErrFenced, "a write through the reconnected, unlocked client")
+	_, err = vs["w"].WriteAtFUA(blk(1), 0)
+	require.NoError(t, err, "w, whose lock nobody broke")
+	require.Empty(t, told)
+}
+
+// twoGateways returns two stores, as two gateways' clients, over one
+// namespace holding 1 MiB volumes v and w that neither has open.
+func twoGateways(t *testing.T) (a, b Store) {
+	dir := t.TempDir()
+	a = openTestRBDStore(t, dir)
+	t.Cleanup(func() { a.Close() })
+	b = openTestRBDStore(t, dir)
+	t.Cleanup(func() { b.Close() })
+	for _, n := range []string{"v", "w"} {
+		v, err := a.Create(n, 1<<20, 4096)
+		require.NoError(t, err)
+		require.NoError(t, v.Close())
+	}
+	return a, b
 }

@@ -29,12 +29,12 @@ type Catalog struct {
 
 // FenceWatcher is implemented by stores that learn without any I/O that
 // another client broke a volume's lock this one held (gatewaytest's
-// clients; librbd tells a lock owner through its watch when its lock is
-// broken). The Catalog then fences the volume at once, and its
+// clients; the rbd store, from librbd's update watch). The Catalog then
+// fences the volume at once, reconnects it if the store can, and its
 // OnStateChange hook tells the initiators.
 type FenceWatcher interface {
-	// WatchFenced has f called with each such volume; f must not
-	// block.
+	// WatchFenced has f called with each such volume, holding no lock
+	// of the store's: f may block, for as long as a Reconnect takes.
 	WatchFenced(f func(volume string))
 }
 
