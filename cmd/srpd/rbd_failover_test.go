@@ -39,7 +39,8 @@ func TestRBDFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	fastFail := time.Duration(testenv.Int(t, "GOSRP_RBD_FASTFAIL", 0, 0)) * time.Millisecond
-	addrs, gws, start, mv := gatewayPair(t, ctx, initiator.MultipathConfig{FastFail: fastFail})
+	p := gatewayPair(t, ctx, initiator.MultipathConfig{FastFail: fastFail})
+	addrs, gws, start, mv := p.addrs, p.gws, p.start, p.mv
 
 	const qd, perWriter = 16, 64
 	gens := make([]uint32, qd*perWriter)
@@ -131,25 +132,35 @@ func TestRBDFailover(t *testing.T) {
 		times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
 }
 
+// pair is two srpd gateways over one RBD image (vol0) and a Multipath
+// volume through both.
+type pair struct {
+	conf, srpd, image string // ceph.conf, the srpd binary, "rbd/NS/vol0"
+	addrs             []string
+	gws               []*e2etest.Daemon
+	mv                *initiator.MultipathVolume
+	// start(i) starts gateway i again after it was killed.
+	start func(i int) *e2etest.Daemon
+}
+
 // gatewayPair starts two srpd gateways over one RBD image (vol0) and
 // opens it through a Multipath of both (cfg with Provider, Name, Addrs
-// and, unless set, LossTimeout filled in); start(i) starts gateway i
-// again after it was killed.
-func gatewayPair(t *testing.T, ctx context.Context, cfg initiator.MultipathConfig) (addrs []string, gws []*e2etest.Daemon, start func(int) *e2etest.Daemon, mv *initiator.MultipathVolume) {
+// and, unless set, LossTimeout filled in).
+func gatewayPair(t *testing.T, ctx context.Context, cfg initiator.MultipathConfig) *pair {
 	t.Helper()
-	_, srpd, args := rbdGatewaySetup(t)
+	conf, srpd, args := rbdGatewaySetup(t)
 	dir := t.TempDir()
-	addrs = []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t)}
-	start = func(i int) *e2etest.Daemon {
-		return e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), addrs[i], "", args...)
+	p := &pair{conf: conf, srpd: srpd, image: "rbd/" + args[5] + "/vol0", addrs: []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t)}}
+	p.start = func(i int) *e2etest.Daemon {
+		return e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), p.addrs[i], "", args...)
 	}
-	gws = []*e2etest.Daemon{start(0), start(1)}
+	p.gws = []*e2etest.Daemon{p.start(0), p.start(1)}
 	nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nic.Close() })
-	cfg.Provider, cfg.Name, cfg.Addrs = nic, "host", addrs
+	cfg.Provider, cfg.Name, cfg.Addrs = nic, "host", p.addrs
 	if cfg.LossTimeout == 0 {
 		cfg.LossTimeout = 30 * time.Second
 	}
@@ -158,11 +169,11 @@ func gatewayPair(t *testing.T, ctx context.Context, cfg initiator.MultipathConfi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	if mv, err = m.Open(ctx, "vol0", initiator.OpenOptions{}); err != nil {
+	if p.mv, err = m.Open(ctx, "vol0", initiator.OpenOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mv.Close() })
-	return addrs, gws, start, mv
+	t.Cleanup(func() { p.mv.Close() })
+	return p
 }
 
 // eachWriter runs f(0) ... f(qd-1) on goroutines of their own and
@@ -238,7 +249,8 @@ func TestRBDStaleWrites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// A stopped gateway keeps its connections: the keepalive finds it.
-	addrs, gws, _, mv := gatewayPair(t, ctx, initiator.MultipathConfig{})
+	p := gatewayPair(t, ctx, initiator.MultipathConfig{})
+	addrs, gws, mv := p.addrs, p.gws, p.mv
 	const qd, blocks = 16, 256
 	gens := make([]uint32, blocks)
 	// stopAt: when the last SIGSTOP was sent (unix nanos; 0: none);

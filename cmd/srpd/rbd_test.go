@@ -105,8 +105,19 @@ func rbdGatewaySetup(t *testing.T) (conf, srpd string, args []string) {
 // rbdTool runs the rbd command against the cluster.
 func rbdTool(t *testing.T, conf string, args ...string) {
 	t.Helper()
+	rbdToolOutput(t, conf, args...)
+}
+
+// rbdToolOutput runs the rbd command against the cluster and returns
+// its standard output.
+func rbdToolOutput(t *testing.T, conf string, args ...string) []byte {
+	t.Helper()
+	var stderr strings.Builder
 	cmd := exec.Command("rbd", append([]string{"-c", conf}, args...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("rbd %s: %v\n%s", strings.Join(args, " "), err, out)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("rbd %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
 	}
+	return out
 }
