@@ -192,6 +192,32 @@ func eachWriter(qd int, f func(w int) error) error {
 	return errors.Join(errs...)
 }
 
+// writeStamps writes generation gen over blocks 0..blocks-1 through mv
+// at queue depth qd, calling each (if set) after every write, and
+// flushes.
+func writeStamps(ctx context.Context, mv *initiator.MultipathVolume, qd, blocks int, gen uint32, each func()) error {
+	err := eachWriter(qd, func(w int) error {
+		buf := make([]byte, 4096)
+		for lba := w; lba < blocks; lba += qd {
+			stamp(buf, uint64(lba), gen)
+			if _, err := mv.WriteAtContext(ctx, buf, int64(lba)*4096); err != nil {
+				return err
+			}
+			if each != nil {
+				each()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write of generation %d: %w", gen, err)
+	}
+	if err := mv.Flush(ctx); err != nil {
+		return fmt.Errorf("flush of generation %d: %w", gen, err)
+	}
+	return nil
+}
+
 // stamp fills a block with its LBA, a generation and a checksum.
 func stamp(b []byte, lba uint64, gen uint32) {
 	binary.LittleEndian.PutUint64(b, lba)
@@ -260,24 +286,13 @@ func TestRBDStaleWrites(t *testing.T) {
 	// writeAll writes generation gen over every block at QD16 and
 	// flushes; it may run beside the test's goroutine.
 	writeAll := func(gen uint32) error {
-		err := eachWriter(qd, func(w int) error {
-			buf := make([]byte, 4096)
-			for lba := w; lba < blocks; lba += qd {
-				stamp(buf, uint64(lba), gen)
-				if _, err := mv.WriteAtContext(ctx, buf, int64(lba)*4096); err != nil {
-					return err
-				}
-				if at := stopAt.Load(); at != 0 && int64(mv.Failovers()) > failoversAt.Load() {
-					firstAfter.CompareAndSwap(0, time.Now().UnixNano())
-				}
+		err := writeStamps(ctx, mv, qd, blocks, gen, func() {
+			if at := stopAt.Load(); at != 0 && int64(mv.Failovers()) > failoversAt.Load() {
+				firstAfter.CompareAndSwap(0, time.Now().UnixNano())
 			}
-			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("write of generation %d: %w", gen, err)
-		}
-		if err := mv.Flush(ctx); err != nil {
-			return fmt.Errorf("flush of generation %d: %w", gen, err)
+			return err
 		}
 		for i := range gens {
 			gens[i] = gen

@@ -13,7 +13,10 @@
 # real write instead of PG statistics, which the manager would report).
 # An "rbd" pool is created and initialised. start fails with one line on
 # stderr naming the reason (and the log to read) after CEPH_READY_TIMEOUT
-# seconds (default 120). Packages: ceph-mon ceph-osd ceph-common.
+# seconds (default 120). CEPH_ADDR binds the daemons to another local
+# IPv4 address than 127.0.0.1 (a veth end, for a test that cuts a
+# gateway in a network namespace off from the cluster). Packages:
+# ceph-mon ceph-osd ceph-common.
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop|env DIR" >&2; exit 2; }
@@ -98,7 +101,8 @@ for _ in $(seq 1 50); do
 done
 [ "$port" -ne 0 ] || fail "no free port pair for the monitor"
 fsid=$(cat /proc/sys/kernel/random/uuid)
-mon_addr="[v2:127.0.0.1:$port,v1:127.0.0.1:$((port + 1))]"
+addr=${CEPH_ADDR:-127.0.0.1}
+mon_addr="[v2:$addr:$port,v1:$addr:$((port + 1))]"
 
 conf=$(conf_of "$dir")
 cat >"$conf" <<EOF
@@ -115,8 +119,8 @@ mon warn on pool no redundancy = false
 osd pool default pg autoscale mode = off
 osd crush chooseleaf type = 0
 run dir = $dir/run
-public addr = 127.0.0.1
-cluster addr = 127.0.0.1
+public addr = $addr
+cluster addr = $addr
 ms bind ipv4 = true
 ms bind ipv6 = false
 [mon]
