@@ -166,7 +166,13 @@ func TestSRPALUA(t *testing.T) {
 		if st := state("active", a); st != 0 {
 			t.Fatalf("state %d after the takeover, want 0 (active/optimized)", st)
 		}
-		waitFor(t, "the other nexus to hear of the takeover", func() bool { return tur(b).Status == uint8(scsi.StatusCheckCondition) })
+		// Until b's connection takes the change in, its TEST UNIT READY
+		// still finds the port standby (a CHECK CONDITION too): wait for
+		// the unit attention itself.
+		waitFor(t, "the other nexus to hear of the takeover", func() bool {
+			sense, _ := scsi.ParseSense(tur(b).Sense)
+			return sense == scsi.SenseAccessChanged
+		})
 		b.good("TEST UNIT READY after the unit attention", tur(b), 0)
 		a.good("TEST UNIT READY, nothing owed", tur(a), 0)
 
