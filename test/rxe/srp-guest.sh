@@ -327,6 +327,16 @@ DMESG0=$(dmesg | wc -l)
 dd if=/dev/urandom of=/tmp/m/hot bs=64k count=1500 oflag=direct > $O/hot.log 2>&1 &
 DD=$!
 sleep 1
+# The kill comes once srpd has marked the volume dirty (a file under
+# /tmp/srpp/dirty, named for the volume's SHA-256, written before the
+# first write after a flush is acknowledged): a fixed sleep once let the
+# kill land before any write of dd's had been acknowledged, and the
+# restarted srpd rightly had nothing to warn of.
+MARK=/tmp/srpp/dirty/$(printf vol0 | sha256sum | cut -d' ' -f1)
+i=0
+until [ -e $MARK ]; do
+  i=$((i + 1)); [ $i -gt 100 ] && fail "vol0 never marked dirty under the writer: $(ls /tmp/srpp/dirty)"; sleep 0.1
+done
 kill -0 $DD 2>/dev/null || fail "the writer ended before the kill: $(cat $O/hot.log)"
 kill -9 $SRPD
 wait $SRPD 2>/dev/null
