@@ -33,12 +33,15 @@ func (c *rbdCore) closeLocked() error {
 	return nil
 }
 
-// writable refuses a write on a fenced image (ErrFenced): its client was
-// blocklisted, or Reconnect gave it a new one that does not hold the
-// lock yet and must not take it by writing (librbd's exclusive-lock
-// feature would acquire a free lock on the first write). REQUIRES:
-// c.mu, read or write.
-func (c *rbdCore) writable(op string, off, n int64) error {
+// checkWrite is checkReq for a request that writes, which a fenced image
+// also refuses (ErrFenced): its client was blocklisted, or Reconnect gave
+// it a new one that does not hold the lock yet and must not take it by
+// writing (librbd's exclusive-lock feature would acquire a free lock on
+// the first write). REQUIRES: c.mu, read or write.
+func (c *rbdCore) checkWrite(op string, off, n int64) error {
+	if err := c.checkReq(op, off, n, c.sz, true); err != nil {
+		return err
+	}
 	if c.fenced.Load() {
 		return ioErr(c.nm, op, n, off, fmt.Errorf("fenced, the lock not taken again: %w", ErrFenced))
 	}
@@ -72,10 +75,7 @@ func (c *rbdCore) writeAt(p []byte, off int64, fua bool) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	n := int64(len(p))
-	if err := c.checkReq(op, off, n, c.sz, true); err != nil {
-		return err
-	}
-	if err := c.writable(op, off, n); err != nil {
+	if err := c.checkWrite(op, off, n); err != nil {
 		return err
 	}
 	_, err := c.img.WriteAt(p, off)
@@ -139,10 +139,7 @@ func (c *rbdCore) ioFailed(op string, n, off int64, err error) error {
 func (c *rbdCore) discard(off, n int64) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if err := c.checkReq("discard", off, n, c.sz, true); err != nil {
-		return err
-	}
-	if err := c.writable("discard", off, n); err != nil {
+	if err := c.checkWrite("discard", off, n); err != nil {
 		return err
 	}
 	if _, err := c.img.Discard(uint64(off), uint64(n)); err != nil {
@@ -156,10 +153,7 @@ func (c *rbdCore) discard(off, n int64) error {
 func (c *rbdCore) writeZeroes(off, n int64) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if err := c.checkReq("write-zeroes", off, n, c.sz, true); err != nil {
-		return err
-	}
-	if err := c.writable("write-zeroes", off, n); err != nil {
+	if err := c.checkWrite("write-zeroes", off, n); err != nil {
 		return err
 	}
 	if _, err := c.img.WriteSame(uint64(off), uint64(n), c.zero, 0); err != nil {

@@ -22,10 +22,10 @@ import (
 // store's watch goroutine asks librbd and tells WatchFenced's function.
 type fenceWatch struct {
 	mu      sync.Mutex
-	f       func(volume string) // nil: nobody watches
+	f       func(volume string) // WatchFenced's; never nil once set
 	pending map[*rbdCore]bool
 	kick    chan struct{} // capacity 1: pending has entries
-	stop    chan struct{} // closed by halt; nil until WatchFenced
+	stop    chan struct{} // closed by halt; nil: nobody watches
 	done    chan struct{} // closed when the goroutine returns
 }
 
@@ -54,7 +54,7 @@ func (s *RBDStore) WatchFenced(f func(volume string)) {
 // REQUIRES: s.mu.
 func (s *RBDStore) watchImage(c *rbdCore) {
 	s.fw.mu.Lock()
-	on := s.fw.f != nil
+	on := s.fw.stop != nil
 	s.fw.mu.Unlock()
 	if !on || c.watch != nil || c.client == nil {
 		return
@@ -117,12 +117,14 @@ func (c *rbdCore) lostLock() (string, bool) {
 }
 
 // halt stops the watch goroutine and waits for it (a call of f under
-// way finishes first). It must not be called with s.mu held: f may
-// reconnect a volume, which takes it.
+// way finishes first); no image is watched after it. f stays set: the
+// goroutine may have taken a kick before the stop and still call it.
+// It must not be called with s.mu held: f may reconnect a volume, which
+// takes it.
 func (w *fenceWatch) halt() {
 	w.mu.Lock()
 	stop, done := w.stop, w.done
-	w.stop, w.f = nil, nil
+	w.stop = nil
 	w.mu.Unlock()
 	if stop != nil {
 		close(stop)
