@@ -13,7 +13,9 @@
 #	test/ceph/bench.sh            # starts its own micro cluster
 #	CEPH_CONF=... test/ceph/bench.sh   # uses that cluster's pool rbd
 #
-# RUNTIME (default 20s) is bench's run; each rbd bench writes IO_TOTAL
+# RUNTIME (default 20s) is bench's run; SRPD_PROCS, when set, is srpd's
+# --procs (docs/performance.md, "Through a Ceph gateway", says why it
+# matters with librbd); each rbd bench writes IO_TOTAL
 # (default 256M, 65536 writes: about 10 s, so that the OSD's sustained
 # rate is measured, not a burst). The image (SIZE, default 256MiB) is written
 # sequentially first, so that neither run pays for creating RADOS
@@ -50,7 +52,9 @@ rbd -c "$conf" namespace create "rbd/$ns"
 image="rbd/$ns/vol0"
 port=$((20000 + RANDOM % 20000))
 addr=127.0.0.1:$port
-"$work/bin/srpd" --backend rbd --rbd-pool rbd --rbd-namespace "$ns" --ceph-conf "$conf" \
+procs=()
+if [ -n "${SRPD_PROCS:-}" ]; then procs=(--procs "$SRPD_PROCS"); fi
+"$work/bin/srpd" "${procs[@]}" --backend rbd --rbd-pool rbd --rbd-namespace "$ns" --ceph-conf "$conf" \
 	--data "$work/data" --listen "$addr" --default-volume-size "$size" --log-level warn \
 	>"$work/srpd.log" 2>&1 &
 srpd_pid=$!
@@ -64,23 +68,50 @@ rbd -c "$conf" bench --io-type write --io-pattern seq --io-size 4M --io-threads 
 	--io-total "$(rbd -c "$conf" info "$image" --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["size"])')" \
 	"$image" >/dev/null
 
+# osd_writes: the OSDs' write count and the sum of their write latencies
+# (seconds), from osd.0 alone (the micro cluster has one OSD); empty if
+# it cannot be asked.
+osd_writes() {
+	ceph -c "$conf" tell osd.0 perf dump 2>/dev/null |
+		python3 -c 'import json,sys; d=json.load(sys.stdin)["osd"]; print(d["op_w"], d["op_w_latency"]["sum"])' 2>/dev/null || true
+}
+
+# osd_inflight WHAT BEFORE AFTER SECONDS: prints the writes osd.0 had in
+# flight on average between two osd_writes (Little's law: the sum of
+# their latencies over the time). With 32 in flight at the host, a low
+# figure means the writes waited before the cluster, in the client.
+osd_inflight() {
+	[ -n "$2" ] && [ -n "$3" ] || return 0
+	python3 -c 'import sys; a=sys.argv[2].split(); b=sys.argv[3].split(); t=float(sys.argv[4]); n=int(b[0])-int(a[0]); l=float(b[1])-float(a[1]); print(f"  {sys.argv[1]}: osd.0 wrote {n} times, {l/max(n,1)*1000:.2f} ms each, {l/t:.1f} in flight on average", file=sys.stderr)' "$@"
+}
+
 # librbd_bench [rbd option...]: one rbd bench run; prints its IOPS.
 librbd_bench() {
-	local line
+	local line w1 w2 t1
+	w1=$(osd_writes)
+	t1=$(date +%s.%N)
 	line=$(rbd -c "$conf" "$@" bench --io-type write --io-pattern rand --io-size 4K --io-threads 32 \
 		--io-total "$io_total" "$image" | grep '^elapsed:')
+	w2=$(osd_writes)
 	echo "rbd bench $*: $line" >&2
+	osd_inflight "rbd bench $*" "$w1" "$w2" "$(python3 -c 'import sys,time; print(time.time()-float(sys.argv[1]))' "$t1")"
 	sed 's/.*ops\/sec: *\([0-9.]*\).*/\1/' <<<"$line"
 }
 
 echo "== rbd bench (librbd) before: randwrite 4k, 32 threads, $io_total; cache as rbd's default, then off"
 lib1=$(librbd_bench)
 off1=$(librbd_bench --rbd-cache=false)
-echo "== bench through srpd --backend rbd: randwrite 4k QD32, $runtime"
+
+echo "== bench through srpd ${procs[*]} --backend rbd: randwrite 4k QD32, $runtime"
+w1=$(osd_writes)
+t1=$(date +%s.%N)
 "$work/bin/bench" --target "$addr" --volume vol0 --rw randwrite --bs 4k --iodepth 32 \
 	--runtime "$runtime" --ramp 2s --output-format json >"$work/bench.json" 2>"$work/bench.err"
+t2=$(date +%s.%N)
 gw=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(sum(x["write"]["iops"] for x in j["jobs"])))' "$work/bench.json")
 echo "srpd: $gw IOPS"
+w2=$(osd_writes)
+osd_inflight srpd "$w1" "$w2" "$(python3 -c 'import sys; print(float(sys.argv[2])-float(sys.argv[1]))' "$t1" "$t2")"
 echo "== rbd bench (librbd) after"
 lib2=$(librbd_bench)
 off2=$(librbd_bench --rbd-cache=false)
