@@ -14,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/gosrp/gosrp/internal/cli"
+	"github.com/gosrp/gosrp/internal/gateway"
 )
 
 // Defaults of the daemon.
@@ -76,6 +77,9 @@ type Config struct {
 	RBDPool      string `json:"rbd_pool" toml:"rbd_pool"`
 	RBDNamespace string `json:"rbd_namespace" toml:"rbd_namespace"`
 	CephConf     string `json:"ceph_conf" toml:"ceph_conf"`
+	// BreakLimit is gateway.Options.Limit: how often this gateway may
+	// break one volume's lock ("3/1m"; empty: no bound).
+	BreakLimit BreakLimit `json:"break_limit" toml:"break_limit"`
 }
 
 func defaultConfig() Config {
@@ -129,6 +133,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var(&c.ShutdownTimeout, "shutdown-timeout", "on SIGTERM, the `DURATION` in-flight I/O may take to drain")
 	fs.Var(&c.SpaceReserve, "space-reserve", "free `SIZE` the pebble store keeps on its file system; writes fail with ENOSPC below it (0: max(64MiB, 1% of the file system), at most a quarter of it)")
 	fs.StringVar(&c.SRPIDExt, "srp-id-ext", c.SRPIDExt, "SRP target port identifier extension `ID`, 16 hex digits: the id_ext of the kernel ib_srp's add_target line (with --srp-ioc-guid; unset: any is accepted)")
+	fs.Var(&c.BreakLimit, "break-limit", "with --backend rbd: break one volume's lock at most `N/DURATION` times (e.g. 3/1m), refusing takeovers past that unless the lock is free; bounds the blocklist entries of hosts that take a volume back and forth (default: no bound)")
 	fs.IntVar(&c.SRPPortGroup, "srp-port-group", c.SRPPortGroup, "this gateway's ALUA target port group `N` (1-65535, a different one on each gateway of an rbd image) for SRP hosts: INQUIRY then reports ALUA, REPORT TARGET PORT GROUPS a volume's state here, and SET TARGET PORT GROUPS takes it over (0: ALUA off)")
 	fs.StringVar(&c.SRPIOCGUID, "srp-ioc-guid", c.SRPIOCGUID, "SRP I/O controller `GUID`, 16 hex digits (colons allowed): the ioc_guid of ib_srp's add_target line (with --srp-id-ext)")
 	fs.StringVar(&c.RBDPool, "rbd-pool", c.RBDPool, "with --backend rbd: the Ceph `POOL` holding the volumes (RBD images)")
@@ -237,3 +242,36 @@ func (d *Duration) Set(v string) error {
 
 // UnmarshalText reads a duration string.
 func (d *Duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }
+
+// BreakLimit is a gateway.Limit that reads "N/DURATION" ("" or "0": no
+// bound).
+type BreakLimit gateway.Limit
+
+func (l *BreakLimit) String() string {
+	if l.Burst <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d/%v", l.Burst, l.Window)
+}
+
+// Set implements flag.Value.
+func (l *BreakLimit) Set(v string) error {
+	if v == "" || v == "0" {
+		*l = BreakLimit{}
+		return nil
+	}
+	n, d, ok := strings.Cut(v, "/")
+	burst, err := strconv.Atoi(n)
+	if !ok || err != nil || burst < 1 {
+		return fmt.Errorf("break limit %q: want N/DURATION, e.g. 3/1m, with N ≥ 1", v)
+	}
+	w, err := time.ParseDuration(d)
+	if err != nil || w <= 0 {
+		return fmt.Errorf("break limit %q: want N/DURATION, e.g. 3/1m, with a positive duration", v)
+	}
+	*l = BreakLimit{Burst: burst, Window: w}
+	return nil
+}
+
+// UnmarshalText reads "N/DURATION".
+func (l *BreakLimit) UnmarshalText(b []byte) error { return l.Set(string(b)) }

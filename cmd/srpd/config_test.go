@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,5 +76,53 @@ func TestPendingLoginCaps(t *testing.T) {
 	}
 	if c.MaxPendingLogins != 8 || c.MaxPendingPerSource != 4 || c.SRPCredits != 70 || c.MaxConnections != 50 || c.MaxConnectionsPerSource != -1 {
 		t.Fatalf("after flags: %d, %d, %d, %d, %d", c.MaxPendingLogins, c.MaxPendingPerSource, c.SRPCredits, c.MaxConnections, c.MaxConnectionsPerSource)
+	}
+}
+
+// TestBreakLimit: --break-limit and the config file's break_limit read
+// N/DURATION, "" and "0" mean no bound, anything else is refused with a
+// one-line error naming the value.
+func TestBreakLimit(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want BreakLimit
+		bad  bool
+	}{
+		{in: "3/1m", want: BreakLimit{Burst: 3, Window: time.Minute}},
+		{in: "10/30s", want: BreakLimit{Burst: 10, Window: 30 * time.Second}},
+		{in: "0"},
+		{in: ""},
+		{in: "3", bad: true},
+		{in: "0/1m", bad: true},
+		{in: "-1/1m", bad: true},
+		{in: "3/0s", bad: true},
+		{in: "3/soon", bad: true},
+		{in: "x/1m", bad: true},
+	} {
+		var l BreakLimit
+		err := l.Set(tc.in)
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), tc.in) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("%q: %v, want a one-line error naming it", tc.in, err)
+			}
+			continue
+		}
+		if err != nil || l != tc.want {
+			t.Errorf("%q: %+v, %v; want %+v", tc.in, l, err, tc.want)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "srpd.toml")
+	if err := os.WriteFile(p, []byte("break_limit = \"3/1m\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(p)
+	if err != nil || c.BreakLimit != (BreakLimit{Burst: 3, Window: time.Minute}) {
+		t.Fatalf("break_limit from the file: %+v, %v", c.BreakLimit, err)
+	}
+	if err := os.WriteFile(p, []byte("break_limit = \"3\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig(p); err == nil {
+		t.Fatal("break_limit = \"3\" accepted")
 	}
 }

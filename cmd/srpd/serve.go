@@ -314,7 +314,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// gateway of several: active when it holds a volume's lock, standby
 	// otherwise, and taking it over when an initiator asks; other
 	// stores' volumes pass through, always active.
-	cat := gateway.New(store)
+	cat := gateway.NewWithOptions(store, gateway.Options{Limit: gateway.Limit(cfg.BreakLimit)})
 	tgt, err := target.New(target.Config{
 		Name: cfg.Name, Catalog: cat, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, SRPCredits: cfg.SRPCredits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),

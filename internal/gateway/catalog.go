@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/target"
@@ -22,9 +23,23 @@ type Catalog struct {
 	lb    block.LockBreaker
 	rc    block.Reconnector // nil: a fenced volume stays so
 
+	limit Limit
+	clock func() time.Time
+
 	mu   sync.Mutex
 	vols map[string]*entry
+	logs map[string]*breakLog       // each volume's breaks here, kept past its close
 	hook func(name string, s State) // OnStateChange's; under mu
+}
+
+// Options are a Catalog's settings; the zero value is the defaults.
+type Options struct {
+	// Limit bounds how often this gateway breaks one volume's lock
+	// (core.go says why); zero: no bound.
+	Limit Limit
+	// Clock tells the time of each takeover (default time.Now); tests
+	// pass a fake one.
+	Clock func() time.Time
 }
 
 // FenceWatcher is implemented by stores that learn without any I/O that
@@ -40,10 +55,18 @@ type FenceWatcher interface {
 
 var _ target.Catalog = (*Catalog)(nil)
 
-// New returns the gateway catalog of st. A store that is not both a
-// block.SharedOpener and a block.LockBreaker serves every volume active.
-func New(st block.Store) *Catalog {
-	c := &Catalog{inner: storecatalog.Catalog{Store: st}, vols: map[string]*entry{}}
+// New returns the gateway catalog of st with the default Options. A
+// store that is not both a block.SharedOpener and a block.LockBreaker
+// serves every volume active.
+func New(st block.Store) *Catalog { return NewWithOptions(st, Options{}) }
+
+// NewWithOptions is New with settings.
+func NewWithOptions(st block.Store, o Options) *Catalog {
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	c := &Catalog{inner: storecatalog.Catalog{Store: st}, vols: map[string]*entry{}, logs: map[string]*breakLog{},
+		limit: o.Limit, clock: o.Clock}
 	so, ok1 := st.(block.SharedOpener)
 	lb, ok2 := st.(block.LockBreaker)
 	if ok1 && ok2 {
@@ -121,7 +144,12 @@ func (c *Catalog) OpenVolume(name string) (target.Volume, error) {
 	c.mu.Lock()
 	e := c.vols[name]
 	if e == nil {
-		e = &entry{name: name, core: newCore(c.rc != nil)}
+		log := c.logs[name]
+		if log == nil {
+			log = &breakLog{}
+			c.logs[name] = log
+		}
+		e = &entry{name: name, core: newCore(c.rc != nil, c.limit, log)}
 		c.vols[name] = e
 	}
 	e.refs++
@@ -154,8 +182,9 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	before := e.core.state
+	now := c.clock().UnixNano()
 	var last error
-	for a := e.core.step(ev); a != ActNone; a = e.core.step(ev) {
+	for a := e.core.step(ev, now); a != ActNone; a = e.core.step(ev, now) {
 		// The I/O path sees each state as it is reached: a volume
 		// being reconnected is fenced, not still active.
 		e.state.store(e.core.state)
@@ -189,6 +218,9 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 	e.state.store(e.core.state)
 	if e.core.state == Active {
 		last = nil
+	} else if e.core.limited {
+		last = fmt.Errorf("%w (this gateway broke its lock %d times in %v already; do hosts take it back and forth?)",
+			errBreakLimit, c.limit.Burst, c.limit.Window)
 	}
 	return before, e.core.state, last
 }
@@ -229,6 +261,9 @@ func (c *Catalog) State(name string) State {
 	}
 	return e.state.load()
 }
+
+// errBreakLimit is a takeover's failure past the break limit.
+var errBreakLimit = errors.New("not breaking the lock again so soon")
 
 // errTakeover wraps a takeover's failure so that the target answers it
 // as a path that is not active.

@@ -3,7 +3,9 @@ package gateway_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/gateway"
@@ -229,5 +231,74 @@ func TestCatalogReconnectFails(t *testing.T) {
 	}
 	if ga.State("v") != gateway.Active || cl.Owner("v") != a.ID() {
 		t.Fatalf("after it: a %v, owner %d", ga.State("v"), cl.Owner("v"))
+	}
+}
+
+// TestCatalogBreakLimit: two hosts that disagree take one volume back
+// and forth through two gateways, a takeover a second. Each gateway
+// breaks the lock at most Limit.Burst times a window, so the cluster's
+// blocklist grows by at most 2 × Burst, not by one a takeover; a
+// takeover past the bound fails as a standby path (target.ErrStandby),
+// saying why, and leaves the volume served by the gateway that holds
+// it. Once the window has passed, a takeover breaks again.
+func TestCatalogBreakLimit(t *testing.T) {
+	cl := gatewaytest.NewCluster()
+	if err := cl.Create("v", 1<<20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	o := gateway.Options{Limit: gateway.Limit{Burst: 2, Window: time.Minute}, Clock: func() time.Time { return now }}
+	ga, gb := gateway.NewWithOptions(cl.Client(), o), gateway.NewWithOptions(cl.Client(), o)
+	var ps [2]target.PathStater
+	var vs [2]target.Volume
+	for i, g := range []*gateway.Catalog{ga, gb} {
+		v, err := g.OpenVolume("v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.(interface{ Close() error }).Close()
+		vs[i], ps[i] = v, v.(target.PathStater)
+	}
+	taken, refused, already := 0, 0, 0
+	for round := range 20 {
+		now = now.Add(time.Second)
+		i := (round + 1) % 2 // b first: a took the free lock at its open
+		was := !ps[i].Standby()
+		switch err := ps[i].TakeOver(); {
+		case err == nil && was:
+			already++
+		case err == nil:
+			taken++
+		case errors.Is(err, target.ErrStandby) && strings.Contains(err.Error(), "not breaking the lock again"):
+			refused++
+		default:
+			t.Fatalf("round %d: takeover through %c: %v", round, 'a'+i, err)
+		}
+		active := 0
+		for j := range ps {
+			if !ps[j].Standby() {
+				active++
+				if _, err := vs[j].WriteAt(make([]byte, 4096), 0); err != nil {
+					t.Fatalf("round %d: write through the active gateway %c: %v", round, 'a'+j, err)
+				}
+			}
+		}
+		if active != 1 {
+			t.Fatalf("round %d: %d gateways active", round, active)
+		}
+	}
+	// The first four alternate; from then on every other asks the
+	// gateway that serves, which has nothing to do.
+	if taken != 4 || refused != 8 || already != 8 || cl.Blocklisted() != 4 {
+		t.Fatalf("20 takeovers in 20 s: %d taken, %d refused, %d already active, %d blocklisted; want 4, 8, 8, 4 (2 breaks a minute per gateway)",
+			taken, refused, already, cl.Blocklisted())
+	}
+	now = now.Add(time.Minute)
+	i := 1
+	if ps[0].Standby() {
+		i = 0
+	}
+	if err := ps[i].TakeOver(); err != nil || cl.Blocklisted() != 5 {
+		t.Fatalf("a takeover a minute later: %v, %d blocklisted; want done, 5", err, cl.Blocklisted())
 	}
 }

@@ -3,7 +3,11 @@ package gateway
 // The pure core: one volume's path state at this gateway. Events in,
 // actions out; no goroutines, no clock, no store calls.
 
-import "github.com/gosrp/gosrp/internal/enum"
+import (
+	"time"
+
+	"github.com/gosrp/gosrp/internal/enum"
+)
 
 // State is a volume's path state at this gateway.
 type State uint8
@@ -109,6 +113,14 @@ func (a Action) String() string { return enum.Name(actionNames[:], a, "Action") 
 //   - A Fenced volume whose reconnect failed (or whose store cannot)
 //     stays Fenced; an open or takeover tries the reconnect again and
 //     then goes on as it would from Standby.
+//   - A gateway breaks one volume's lock at most Limit.Burst times in
+//     any Limit.Window; a takeover past that only tries the lock
+//     without breaking it, and stays Standby if it is held. Each break blocklists a client
+//     on the cluster (an osdmap entry that lasts an hour by default),
+//     and hosts that disagree on the active path, or a hostile one,
+//     would otherwise have two gateways take the volume from each
+//     other without end. A host that finds the takeover refused goes
+//     on through the gateway that serves.
 type core struct {
 	state State
 	// reconnects: the store can give a fenced volume a new client
@@ -121,22 +133,78 @@ type core struct {
 	// does once it is reconnected (EvOpen, EvTakeover), if pending.
 	then    Event
 	pending bool
+
+	// limit bounds the breaks, log records them; both outlive the
+	// volume's opens here (see breakLog). limited: the last takeover
+	// was past the limit, and only tried the lock without breaking it.
+	limit   Limit
+	log     *breakLog
+	limited bool
 }
 
-// newCore is a closed volume's core.
-func newCore(reconnects bool) core { return core{reconnects: reconnects} }
+// Limit bounds how often a gateway breaks one volume's lock: at most
+// Burst breaks in any Window. A Burst of 0 or less means no bound, the
+// default: a gateway that cannot tell a host's legitimate takeover from
+// one of a pair of hosts that disagree would otherwise refuse failovers
+// that a hung gateway, stopped and resumed over and over, needs.
+type Limit struct {
+	Burst  int
+	Window time.Duration
+}
 
-// step applies an event and says what to do next.
-func (c *core) step(e Event) Action {
+// breakLog is when a gateway broke a volume's lock, oldest first, at
+// most Limit.Burst times (clock nanoseconds). The Catalog keeps one per
+// volume name, so that closing and opening the volume again does not
+// reset it.
+type breakLog struct {
+	at []int64
+}
+
+// mayBreak reports whether a break at now stays within l, forgetting
+// the breaks that left the window.
+func (b *breakLog) mayBreak(l Limit, now int64) bool {
+	if l.Burst <= 0 {
+		return true
+	}
+	i := 0
+	for i < len(b.at) && now-b.at[i] >= int64(l.Window) {
+		i++
+	}
+	b.at = append(b.at[:0], b.at[i:]...)
+	return len(b.at) < l.Burst
+}
+
+// add records a break at now.
+func (b *breakLog) add(l Limit, now int64) {
+	if l.Burst > 0 {
+		b.at = append(b.at, now)
+	}
+}
+
+// newCore is a closed volume's core; log is the volume's break log (nil:
+// a fresh one).
+func newCore(reconnects bool, l Limit, log *breakLog) core {
+	if log == nil {
+		log = &breakLog{}
+	}
+	return core{reconnects: reconnects, limit: l, log: log}
+}
+
+// reset makes c a closed volume's core, keeping what outlives an open.
+func (c *core) reset() { *c = newCore(c.reconnects, c.limit, c.log) }
+
+// step applies an event that happened at now (clock nanoseconds, read by
+// the shell) and says what to do next.
+func (c *core) step(e Event, now int64) Action {
 	switch e {
 	case EvClosed:
-		*c = newCore(c.reconnects)
+		c.reset()
 		return ActNone
 	case EvFenced:
 		if c.state != Active && !c.locking {
 			return ActNone
 		}
-		*c = newCore(c.reconnects)
+		c.reset()
 		c.state = Fenced
 		if c.reconnects {
 			return ActReconnect
@@ -149,14 +217,21 @@ func (c *core) step(e Event) Action {
 	case Closed, Standby:
 		switch e {
 		case EvOpen:
-			c.state, c.locking = Standby, true
+			c.state, c.locking, c.limited = Standby, true, false
 			return ActLock
 		case EvTakeover:
-			c.state, c.takingOver, c.broke = Standby, true, false
+			c.state, c.broke = Standby, false
+			if c.limited = !c.log.mayBreak(c.limit, now); c.limited {
+				// Past the limit, a takeover still takes a free lock.
+				c.takingOver, c.locking = false, true
+				return ActLock
+			}
+			c.log.add(c.limit, now)
+			c.takingOver = true
 			return ActBreak
 		case EvLocked:
 			if c.state == Standby {
-				*c = newCore(c.reconnects)
+				c.reset()
 				c.state = Active
 			}
 		case EvBusy:
@@ -178,10 +253,10 @@ func (c *core) step(e Event) Action {
 			}
 		case EvReconnected:
 			then, pending := c.then, c.pending
-			*c = newCore(c.reconnects)
+			c.reset()
 			c.state = Standby
 			if pending {
-				return c.step(then)
+				return c.step(then, now)
 			}
 		case EvFailed:
 			c.pending = false

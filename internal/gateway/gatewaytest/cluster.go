@@ -50,6 +50,14 @@ func NewCluster() *Cluster {
 	return &Cluster{st: block.NewMemStore(), owner: map[string]conn{}, blocklisted: map[conn]bool{}}
 }
 
+// Blocklisted reports how many connections the lock breaks have
+// blocklisted so far: what a cluster's blocklist would hold.
+func (cl *Cluster) Blocklisted() int {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return len(cl.blocklisted)
+}
+
 // Client returns a new client of the cluster: a store with a lock
 // identity of its own.
 func (cl *Cluster) Client() *Client {
