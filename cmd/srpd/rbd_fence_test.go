@@ -74,8 +74,15 @@ func TestRBDFenceWatch(t *testing.T) {
 // pathState is vol0's path state at gateway d (srpd status).
 func (p *pair) pathState(t *testing.T, d *e2etest.Daemon) string {
 	t.Helper()
+	return gwPathState(t, p.srpd, d)
+}
+
+// gwPathState is vol0's path state at gateway d, asked with the srpd
+// binary srpd (srpd status).
+func gwPathState(t *testing.T, srpd string, d *e2etest.Daemon) string {
+	t.Helper()
 	var st admin.Status
-	if err := json.Unmarshal([]byte(e2etest.MustRun(t, p.srpd, "status", "--data", d.Data, "--json").Stdout), &st); err != nil {
+	if err := json.Unmarshal([]byte(e2etest.MustRun(t, srpd, "status", "--data", d.Data, "--json").Stdout), &st); err != nil {
 		t.Fatal(err)
 	}
 	for _, v := range st.Volumes {
