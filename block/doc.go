@@ -61,11 +61,15 @@
 // pool (and optionally an RBD namespace) of a Ceph cluster as a store;
 // without the tags it fails with ErrUnsupported and the build stays pure
 // Go. A volume is an RBD image whose block size is kept in its image
-// metadata; ReadAt and WriteAt are rbd_read and rbd_write; Flush is
-// rbd_flush (librbd's cache written back and acknowledged by the OSDs);
-// WriteAtFUA is a write then rbd_flush, librbd having no per-request FUA;
-// Discard is rbd_discard with rbd_skip_partial_discard off, so that the
-// range reads as zeros; WriteZeroes is rbd_writesame of a zero block,
+// metadata. Its requests use librbd's asynchronous calls directly
+// (go-ceph binds only the synchronous ones, and a goroutine waiting in
+// C holds its P; see rbd_aio.go), each waiting for its completion
+// without a thread: ReadAt and WriteAt are rbd_aio_read and
+// rbd_aio_write; Flush is rbd_aio_flush (everything written before it
+// acknowledged by the OSDs); WriteAtFUA is a write then a flush,
+// librbd having no per-request FUA; Discard is rbd_aio_discard with
+// rbd_skip_partial_discard off, so that the range reads as zeros;
+// WriteZeroes is rbd_aio_writesame of a zero block,
 // which librbd turns into a discard; Resize is rbd_resize. Snapshots are
 // RBD snapshots, clones RBD clones of format 2 (a snapshot with clones
 // can be deleted: it waits in the snapshot trash; a volume whose

@@ -56,7 +56,12 @@ var (
 // rbdCore is an open image (or snapshot), shared by its handles.
 type rbdCore struct {
 	sizedState
-	st  *RBDStore
+	st *RBDStore
+	// io is the handle requests and lock calls run on (rbd_aio.go); img
+	// a second handle of the same client for what needs no lock and
+	// takes a callback: the update watch, diff-iterate, reading image
+	// metadata. Swapped together by Reconnect.
+	io  *rbdIO
 	img *rbd.Image
 	// zero is one zero block: WriteZeroes is librbd's writesame of it,
 	// which librbd turns into a discard of whole objects
@@ -246,29 +251,28 @@ func (s *RBDStore) Create(name string, size int64, blockSize int) (Volume, error
 // its block size and generation 1 and takes the lock an Exclusive store
 // wants; on failure it removes the image again. REQUIRES: s.mu.
 func (s *RBDStore) openNewLocked(name string, bs int, op string) (Volume, error) {
-	img, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+	c, err := s.openHandles(s.ioctx, name, "")
 	if err == nil {
-		err = img.SetMetadata(rbdMetaBlockSize, strconv.Itoa(bs))
+		err = c.io.SetMetadata(rbdMetaBlockSize, strconv.Itoa(bs))
 		if err == nil {
-			err = img.SetMetadata(rbdMetaGeneration, "1")
+			err = c.io.SetMetadata(rbdMetaGeneration, "1")
+		}
+		var size uint64
+		if err == nil {
+			size, err = c.io.GetSize()
 		}
 		if err != nil {
-			_ = img.Close()
+			c.closeHandles()
 		}
-	}
-	var size uint64
-	if err == nil {
-		if size, err = img.GetSize(); err != nil {
-			_ = img.Close()
-		}
+		c.sizedState = sizedState{coreState{nm: name, bs: bs}, int64(size)}
+		c.gen, c.zero = 1, make([]byte, bs)
 	}
 	if err != nil {
 		_ = rbd.RemoveImage(s.ioctx, name)
 		return nil, fmt.Errorf("block: volume %q: %s: %w", name, op, rbdErr(err))
 	}
-	c := &rbdCore{sizedState: sizedState{coreState{nm: name, bs: bs}, int64(size)}, st: s, img: img, gen: 1, zero: make([]byte, bs)}
 	if err := s.lockExclusive(c); err != nil {
-		_ = img.Close()
+		c.closeHandles()
 		return nil, err
 	}
 	return openNamedLocked(&s.storeState, s.open, c), nil
@@ -281,7 +285,7 @@ func (s *RBDStore) lockExclusive(c *rbdCore) error {
 	if !s.o.Exclusive || c.readOnly {
 		return nil
 	}
-	if err := c.img.LockAcquire(rbd.LockModeExclusive); err != nil {
+	if err := c.io.LockAcquire(rbd.LockModeExclusive); err != nil {
 		return fmt.Errorf("block: volume %q: take the exclusive lock (held by another client?): %w: %w", c.nm, ErrBusy, err)
 	}
 	return nil
@@ -291,25 +295,49 @@ func (s *RBDStore) lockExclusive(c *rbdCore) error {
 // read-only, and reads its block size and generation.
 func (s *RBDStore) openImage(ioctx *rados.IOContext, name, snap string) (*rbdCore, error) {
 	nm := name
+	if snap != "" {
+		nm = name + "@" + snap
+	}
+	c, err := s.openHandles(ioctx, name, snap)
+	if err != nil {
+		return nil, fmt.Errorf("block: volume %q: open: %w", nm, rbdErr(err))
+	}
+	size, err := c.io.GetSize()
+	if err != nil {
+		c.closeHandles()
+		return nil, fmt.Errorf("block: volume %q: open: %w", nm, rbdErr(err))
+	}
+	bs, gen := rbdImageMeta(c.img, int64(size))
+	c.sizedState = sizedState{coreState{nm: nm, bs: bs, readOnly: snap != ""}, int64(size) / int64(bs) * int64(bs)}
+	c.gen, c.zero = gen, make([]byte, bs)
+	return c, nil
+}
+
+// openHandles opens an image's two handles (rbdCore.io and img), for a
+// core to be filled in.
+func (s *RBDStore) openHandles(ioctx *rados.IOContext, name, snap string) (*rbdCore, error) {
 	var img *rbd.Image
 	var err error
 	if snap == "" {
 		img, err = rbd.OpenImage(ioctx, name, rbd.NoSnapshot)
 	} else {
-		nm = name + "@" + snap
 		img, err = rbd.OpenImageReadOnly(ioctx, name, snap)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("block: volume %q: open: %w", nm, rbdErr(err))
+		return nil, err
 	}
-	size, err := img.GetSize()
+	io, err := openRBDIO(ioctx, name, snap)
 	if err != nil {
 		_ = img.Close()
-		return nil, fmt.Errorf("block: volume %q: open: %w", nm, rbdErr(err))
+		return nil, err
 	}
-	bs, gen := rbdImageMeta(img, int64(size))
-	c := &rbdCore{sizedState: sizedState{coreState{nm: nm, bs: bs, readOnly: snap != ""}, int64(size) / int64(bs) * int64(bs)}, st: s, img: img, gen: gen, zero: make([]byte, bs)}
-	return c, nil
+	return &rbdCore{st: s, io: io, img: img}, nil
+}
+
+// closeHandles closes both handles of a core that never served.
+func (c *rbdCore) closeHandles() {
+	_ = c.io.close()
+	_ = c.img.Close()
 }
 
 // rbdImageMeta reads the block size and generation the store recorded;
@@ -359,7 +387,7 @@ func (s *RBDStore) openVolume(name string, shared bool) (Volume, error) {
 		return nil, err
 	}
 	if err := s.lockExclusive(c); err != nil {
-		_ = c.img.Close()
+		c.closeHandles()
 		return nil, err
 	}
 	return openNamedLocked(&s.storeState, s.open, c), nil
@@ -509,18 +537,23 @@ func (s *RBDStore) BreakLock(name string) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	var img *rbd.Image
+	var img interface {
+		LockGetOwners() ([]*rbd.LockOwner, error)
+		LockIsExclusiveOwner() (bool, error)
+		LockBreak(rbd.LockMode, string) error
+	}
 	if c := s.open[name]; c != nil {
-		img = c.img
+		img = c.io // the handle that may hold the lock
 	} else {
 		if err := checkName("volume", name); err != nil {
 			return err
 		}
-		var err error
-		if img, err = rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot); err != nil {
+		tmp, err := rbd.OpenImage(s.ioctx, name, rbd.NoSnapshot)
+		if err != nil {
 			return fmt.Errorf("block: volume %q: break lock: %w", name, rbdErr(err))
 		}
-		defer img.Close()
+		defer tmp.Close()
+		img = tmp
 	}
 	owners, err := img.LockGetOwners()
 	if err != nil {

@@ -23,7 +23,10 @@ func (c *rbdCore) closeLocked() error {
 		_ = c.watch.Unwatch()
 		c.watch = nil
 	}
-	err := c.img.Close()
+	err := c.io.close()
+	if cerr := c.img.Close(); err == nil {
+		err = cerr
+	}
 	if c.client != nil {
 		c.client.close()
 	}
@@ -62,13 +65,13 @@ func (c *rbdCore) readAt(p []byte, off int64) error {
 	if err := c.checkReq("read", off, n, c.sz, false); err != nil {
 		return err
 	}
-	if _, err := c.img.ReadAt(p, off); err != nil {
+	if _, err := c.io.ReadAt(p, off); err != nil {
 		return c.ioFailed("read", n, off, err)
 	}
 	return nil
 }
 
-// writeAt is rbd_write, then for FUA rbd_flush: librbd has no
+// writeAt is a write, then for FUA a flush: librbd has no
 // per-request FUA, and its flush covers this write and all before it.
 func (c *rbdCore) writeAt(p []byte, off int64, fua bool) error {
 	op := writeOp(fua)
@@ -78,9 +81,9 @@ func (c *rbdCore) writeAt(p []byte, off int64, fua bool) error {
 	if err := c.checkWrite(op, off, n); err != nil {
 		return err
 	}
-	_, err := c.img.WriteAt(p, off)
+	_, err := c.io.WriteAt(p, off)
 	if err == nil && fua {
-		err = c.img.Flush()
+		err = c.io.Flush()
 	}
 	if err != nil {
 		return c.ioFailed(op, n, off, err)
@@ -97,7 +100,7 @@ func (c *rbdCore) flush() error {
 	if c.readOnly {
 		return nil
 	}
-	err := c.img.Flush()
+	err := c.io.Flush()
 	if err == nil && c.fenced.Load() {
 		err = ErrFenced
 	}
@@ -106,7 +109,7 @@ func (c *rbdCore) flush() error {
 		// succeeds on a blocklisted client; a gateway must learn here
 		// that it no longer owns the image.
 		var own bool
-		if own, err = c.img.LockIsExclusiveOwner(); err == nil && !own {
+		if own, err = c.io.LockIsExclusiveOwner(); err == nil && !own {
 			err = fmt.Errorf("lost the exclusive lock: %w", ErrFenced)
 		}
 	}
@@ -133,7 +136,7 @@ func (c *rbdCore) ioFailed(op string, n, off int64, err error) error {
 	return ioErr(c.nm, op, n, off, err)
 }
 
-// discard is rbd_discard; with rbd_skip_partial_discard off (set when the
+// discard is rbd_aio_discard; with rbd_skip_partial_discard off (set when the
 // store connects) the range reads as zeros afterwards, whole objects are
 // deallocated and partial ones zeroed.
 func (c *rbdCore) discard(off, n int64) error {
@@ -142,21 +145,22 @@ func (c *rbdCore) discard(off, n int64) error {
 	if err := c.checkWrite("discard", off, n); err != nil {
 		return err
 	}
-	if _, err := c.img.Discard(uint64(off), uint64(n)); err != nil {
+	if err := c.io.Discard(uint64(off), uint64(n)); err != nil {
 		return c.ioFailed("discard", n, off, err)
 	}
 	return nil
 }
 
-// writeZeroes is rbd_writesame of a zero block, which librbd (Pacific
-// has no rbd_write_zeroes binding in go-ceph) turns into a discard.
+// writeZeroes is rbd_aio_writesame of a zero block, which librbd turns
+// into a discard of the whole objects it covers
+// (rbd_discard_on_zeroed_write_same).
 func (c *rbdCore) writeZeroes(off, n int64) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if err := c.checkWrite("write-zeroes", off, n); err != nil {
 		return err
 	}
-	if _, err := c.img.WriteSame(uint64(off), uint64(n), c.zero, 0); err != nil {
+	if err := c.io.WriteSame(uint64(off), uint64(n), c.zero); err != nil {
 		return c.ioFailed("write-zeroes", n, off, err)
 	}
 	return nil
@@ -171,12 +175,12 @@ func (c *rbdCore) resize(n int64) error {
 		return err
 	}
 	what := fmt.Sprintf("volume %q: resize to %d", c.nm, n)
-	if err := c.img.Resize(uint64(n)); err != nil {
+	if err := c.io.Resize(uint64(n)); err != nil {
 		return fmt.Errorf("block: %s: %w", what, rbdErr(err))
 	}
 	c.sz = n
 	c.gen++
-	if err := c.img.SetMetadata(rbdMetaGeneration, strconv.FormatUint(c.gen, 10)); err != nil {
+	if err := c.io.SetMetadata(rbdMetaGeneration, strconv.FormatUint(c.gen, 10)); err != nil {
 		return fmt.Errorf("block: %s: record generation: %w", what, rbdErr(err))
 	}
 	return nil

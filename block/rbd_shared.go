@@ -62,11 +62,11 @@ func (s *RBDStore) AcquireLock(name string) error {
 		// and librbd may still think it owns the lock.
 		return fmt.Errorf("block: volume %q: lock: this client was fenced (reconnect first): %w", name, ErrFenced)
 	}
-	if own, err := c.img.LockIsExclusiveOwner(); err != nil || !own {
-		if owners, err := c.img.LockGetOwners(); err == nil && len(owners) > 0 {
+	if own, err := c.io.LockIsExclusiveOwner(); err != nil || !own {
+		if owners, err := c.io.LockGetOwners(); err == nil && len(owners) > 0 {
 			return fmt.Errorf("block: volume %q: the exclusive lock is held by %s: %w", name, owners[0].Owner, ErrBusy)
 		}
-		if err := c.img.LockAcquire(rbd.LockModeExclusive); err != nil {
+		if err := c.io.LockAcquire(rbd.LockModeExclusive); err != nil {
 			return fmt.Errorf("block: volume %q: take the exclusive lock (held by another client?): %w: %w", name, ErrBusy, err)
 		}
 	}
@@ -96,14 +96,14 @@ func (s *RBDStore) Reconnect(name string) error {
 	if err != nil {
 		return fmt.Errorf("block: volume %q: reconnect: %w", name, err)
 	}
-	img, err := rbd.OpenImage(cl.ioctx, name, rbd.NoSnapshot)
+	nc, err := s.openHandles(cl.ioctx, name, "")
 	if err != nil {
 		cl.close()
 		return fmt.Errorf("block: volume %q: reconnect: %w", name, rbdErr(err))
 	}
 	c.mu.Lock()
-	oldImg, oldCl, oldWatch := c.img, c.client, c.watch
-	c.img, c.client, c.watch = img, cl, nil
+	oldIO, oldImg, oldCl, oldWatch := c.io, c.img, c.client, c.watch
+	c.io, c.img, c.client, c.watch = nc.io, nc.img, cl, nil
 	c.fenced.Store(true)
 	c.locked.Store(false)
 	c.reconnected = true
@@ -111,6 +111,7 @@ func (s *RBDStore) Reconnect(name string) error {
 	if oldWatch != nil {
 		_ = oldWatch.Unwatch()
 	}
+	_ = oldIO.close()
 	_ = oldImg.Close()
 	oldCl.close()
 	return nil

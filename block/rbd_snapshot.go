@@ -27,34 +27,31 @@ func (s *RBDStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
 	}
 	what := fmt.Sprintf("volume %q: snapshot %q", volume, snap)
 	c := s.open[volume]
-	img := (*rbd.Image)(nil)
 	if c != nil {
 		// Writes hold c.mu shared: the snapshot waits for those in
 		// flight, and librbd's snapshot flushes its cache first.
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		img = c.img
 	} else {
 		var err error
-		if img, err = rbd.OpenImage(s.ioctx, volume, rbd.NoSnapshot); err != nil {
+		if c, err = s.openHandles(s.ioctx, volume, ""); err != nil {
 			return SnapshotInfo{}, fmt.Errorf("block: %s: %w", what, rbdErr(err))
 		}
-		defer img.Close()
+		defer c.closeHandles()
 	}
-	if _, err := img.CreateSnapshot(snap); err != nil {
+	// Through the handle that may hold the lock: a snapshot needs it.
+	if err := c.io.CreateSnapshot(snap); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("block: %s: %w", what, rbdErr(err))
 	}
-	size, err := img.GetSize()
+	size, err := c.io.GetSize()
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("block: %s: %w", what, rbdErr(err))
 	}
-	bs, gen := rbdImageMeta(img, int64(size))
-	if err := img.SetMetadata(rbdMetaGeneration, strconv.FormatUint(gen+1, 10)); err != nil {
+	bs, gen := rbdImageMeta(c.img, int64(size))
+	if err := c.io.SetMetadata(rbdMetaGeneration, strconv.FormatUint(gen+1, 10)); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("block: %s: %w", what, rbdErr(err))
 	}
-	if c != nil {
-		c.gen = gen + 1
-	}
+	c.gen = gen + 1
 	return SnapshotInfo{Volume: volume, Name: snap, Size: int64(size), BlockSize: bs, Created: time.Now()}, nil
 }
 

@@ -371,3 +371,25 @@ func twoGateways(t *testing.T) (a, b Store) {
 	}
 	return a, b
 }
+
+// TestRBDRequestsAllocateNothing: a read, a write and a flush of an rbd
+// volume allocate nothing once warm (rbd_aio.go reuses each request's
+// completion slot, channel and pinner).
+func TestRBDRequestsAllocateNothing(t *testing.T) {
+	s := openTestRBDStore(t, t.TempDir())
+	defer s.Close()
+	v, err := s.Create("v", 1<<20, 4096)
+	require.NoError(t, err)
+	defer v.Close()
+	p := make([]byte, 4096)
+	for name, f := range map[string]func() error{
+		"write": func() error { _, err := v.WriteAt(p, 8192); return err },
+		"read":  func() error { _, err := v.ReadAt(p, 8192); return err },
+		"flush": v.Flush,
+	} {
+		require.NoError(t, f(), name)
+		if n := testing.AllocsPerRun(100, func() { _ = f() }); n != 0 {
+			t.Errorf("%s: %v allocations each, want 0", name, n)
+		}
+	}
+}

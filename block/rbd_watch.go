@@ -109,7 +109,7 @@ func (c *rbdCore) lostLock() (string, bool) {
 	if c.closed || !c.locked.Load() || c.fenced.Load() {
 		return "", false
 	}
-	if _, err := c.img.LockIsExclusiveOwner(); err == nil || !errors.Is(rbdErr(err), ErrFenced) {
+	if _, err := c.io.LockIsExclusiveOwner(); err == nil || !errors.Is(rbdErr(err), ErrFenced) {
 		return "", false
 	}
 	c.fenced.Store(true)

@@ -14,8 +14,7 @@
 #	CEPH_CONF=... test/ceph/bench.sh   # uses that cluster's pool rbd
 #
 # RUNTIME (default 20s) is bench's run; SRPD_PROCS, when set, is srpd's
-# --procs (docs/performance.md, "Through a Ceph gateway", says why it
-# matters with librbd); each rbd bench writes IO_TOTAL
+# --procs; each rbd bench writes IO_TOTAL
 # (default 256M, 65536 writes: about 10 s, so that the OSD's sustained
 # rate is measured, not a burst). The image (SIZE, default 256MiB) is written
 # sequentially first, so that neither run pays for creating RADOS
