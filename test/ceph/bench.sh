@@ -29,9 +29,17 @@ size=${SIZE:-256MiB}
 work=$(mktemp -d)
 own_cluster=0
 srpd_pid=
+ns=
 cleanup() {
 	if [ -n "$srpd_pid" ]; then kill -TERM "$srpd_pid" 2>/dev/null || true; wait "$srpd_pid" 2>/dev/null || true; fi
-	if [ "$own_cluster" = 1 ]; then test/ceph/cluster.sh stop "$work/ceph"; fi
+	if [ "$own_cluster" = 1 ]; then
+		test/ceph/cluster.sh stop "$work/ceph"
+	elif [ -n "$ns" ]; then
+		# Leave the cluster as it was: each run's image is SIZE of
+		# written objects, which a small cluster soon runs out of.
+		rbd -c "$conf" rm --no-progress "rbd/$ns/vol0" >/dev/null 2>&1 || true
+		rbd -c "$conf" namespace rm "rbd/$ns" >/dev/null 2>&1 || true
+	fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
