@@ -14,7 +14,9 @@
 #	CEPH_CONF=... test/ceph/bench.sh   # uses that cluster's pool rbd
 #
 # RUNTIME (default 20s) is bench's run; SRPD_PROCS, when set, is srpd's
-# --procs; each rbd bench writes IO_TOTAL
+# --procs; SPLIT_CPUS=1 (with the micro cluster this script starts) runs
+# the cluster's daemons on CPU 0 and the clients (srpd, bench, rbd
+# bench) on the others, as on a gateway with OSDs on other machines; each rbd bench writes IO_TOTAL
 # (default 256M, 65536 writes: about 10 s, so that the OSD's sustained
 # rate is measured, not a burst). The image (SIZE, default 256MiB) is written
 # sequentially first, so that neither run pays for creating RADOS
@@ -50,6 +52,16 @@ if [ -z "${CEPH_CONF:-}" ]; then
 	eval "$(test/ceph/cluster.sh env "$work/ceph")"
 fi
 conf=$CEPH_CONF
+# on_clients CMD...: runs CMD where the clients run.
+on_clients() { "$@"; }
+if [ "${SPLIT_CPUS:-0}" = 1 ]; then
+	[ "$own_cluster" = 1 ] || { echo "SPLIT_CPUS=1 needs the micro cluster this script starts" >&2; exit 2; }
+	last=$(($(nproc) - 1))
+	[ "$last" -ge 1 ] || { echo "SPLIT_CPUS=1 needs 2 CPUs or more" >&2; exit 2; }
+	for pid in $(cat "$work"/ceph/run/*.pid 2>/dev/null); do taskset -a -cp 0 "$pid" >/dev/null; done
+	on_clients() { taskset -c "1-$last" "$@"; }
+	echo "== the cluster's daemons on CPU 0, the clients on CPUs 1-$last"
+fi
 
 go build -tags ceph,pacific -o "$work/bin/" ./cmd/srpd
 go build -o "$work/bin/" ./cmd/srpc ./bench
@@ -61,7 +73,7 @@ port=$((20000 + RANDOM % 20000))
 addr=127.0.0.1:$port
 procs=()
 if [ -n "${SRPD_PROCS:-}" ]; then procs=(--procs "$SRPD_PROCS"); fi
-"$work/bin/srpd" "${procs[@]}" --backend rbd --rbd-pool rbd --rbd-namespace "$ns" --ceph-conf "$conf" \
+on_clients "$work/bin/srpd" "${procs[@]}" --backend rbd --rbd-pool rbd --rbd-namespace "$ns" --ceph-conf "$conf" \
 	--data "$work/data" --listen "$addr" --default-volume-size "$size" --log-level warn \
 	>"$work/srpd.log" 2>&1 &
 srpd_pid=$!
@@ -97,7 +109,7 @@ librbd_bench() {
 	local line w1 w2 t1
 	w1=$(osd_writes)
 	t1=$(date +%s.%N)
-	line=$(rbd -c "$conf" "$@" bench --io-type write --io-pattern rand --io-size 4K --io-threads 32 \
+	line=$(on_clients rbd -c "$conf" "$@" bench --io-type write --io-pattern rand --io-size 4K --io-threads 32 \
 		--io-total "$io_total" "$image" | grep '^elapsed:')
 	w2=$(osd_writes)
 	echo "rbd bench $*: $line" >&2
@@ -112,7 +124,7 @@ off1=$(librbd_bench --rbd-cache=false)
 echo "== bench through srpd ${procs[*]} --backend rbd: randwrite 4k QD32, $runtime"
 w1=$(osd_writes)
 t1=$(date +%s.%N)
-"$work/bin/bench" --target "$addr" --volume vol0 --rw randwrite --bs 4k --iodepth 32 \
+on_clients "$work/bin/bench" --target "$addr" --volume vol0 --rw randwrite --bs 4k --iodepth 32 \
 	--runtime "$runtime" --ramp 2s --output-format json >"$work/bench.json" 2>"$work/bench.err"
 t2=$(date +%s.%N)
 gw=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(sum(x["write"]["iops"] for x in j["jobs"])))' "$work/bench.json")
