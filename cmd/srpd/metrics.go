@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/internal/gateway"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/transport"
 	"github.com/gosrp/gosrp/transport/emu"
@@ -20,19 +21,24 @@ type collector struct {
 	// acceptErrs reads the provider's count of temporary accept
 	// failures; nil when the provider keeps none.
 	acceptErrs func() uint64
+	// gw reads the gateway catalog's per-volume record; nil when the
+	// store is not shared by gateways.
+	gw func() []gateway.VolumeStats
 
 	conns, accepted, rejected, violations, credits, acceptErrors *prometheus.Desc
 	ops, bytes, errors, latency, size, connCredits               *prometheus.Desc
 
 	spaceTotal, spaceFree, spaceReserve, spaceFull, spaceRefused, provisioned *prometheus.Desc
+
+	gwState, gwBreaks, gwRefused, gwFenced *prometheus.Desc
 }
 
-func newCollector(t *target.Target, s block.Store, acceptErrs func() uint64) *collector {
+func newCollector(t *target.Target, s block.Store, acceptErrs func() uint64, gw func() []gateway.VolumeStats) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("srpd_"+name, help, labels, nil)
 	}
 	return &collector{
-		tgt: t, store: s, acceptErrs: acceptErrs,
+		tgt: t, store: s, acceptErrs: acceptErrs, gw: gw,
 		acceptErrors: d("accept_errors_total", "Temporary failures accepting a connection (out of descriptors, say), each retried; emu provider only."),
 		conns:        d("connections", "Live initiator connections."),
 		accepted:     d("connections_accepted_total", "Connections accepted since start."),
@@ -52,6 +58,11 @@ func newCollector(t *target.Target, s block.Store, acceptErrs func() uint64) *co
 		spaceFull:    d("store_full", "1 while the store refuses writes for lack of space."),
 		spaceRefused: d("store_refused_writes_total", "Writes refused with ENOSPC since start."),
 		provisioned:  d("store_provisioned_bytes", "Sum of the volume sizes (thin provisioning; bounded by --max-overcommit)."),
+
+		gwState:   d("gateway_path_state", "1 for a volume's path state at this gateway (closed, standby, active, fenced), 0 for the others; rbd only.", "volume", "state"),
+		gwBreaks:  d("gateway_lock_breaks_total", "Lock breaks this gateway made to take a volume over, each a client blocklisted on the cluster.", "volume"),
+		gwRefused: d("gateway_takeovers_refused_total", "Takeovers refused because this gateway broke the volume's lock --break-limit times already.", "volume"),
+		gwFenced:  d("gateway_fencings_total", "Times another gateway's lock break fenced this one from a volume.", "volume"),
 	}
 }
 
@@ -63,6 +74,11 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if c.acceptErrs != nil {
 		ch <- c.acceptErrors
+	}
+	if c.gw != nil {
+		for _, d := range []*prometheus.Desc{c.gwState, c.gwBreaks, c.gwRefused, c.gwFenced} {
+			ch <- d
+		}
 	}
 }
 
@@ -92,6 +108,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		count, sum, buckets := promHistogram(&v.Latency)
 		ch <- prometheus.MustNewConstHistogram(c.latency, count, sum, buckets, v.Name)
+	}
+	if c.gw != nil {
+		for _, v := range c.gw() {
+			for _, s := range []gateway.State{gateway.Closed, gateway.Standby, gateway.Active, gateway.Fenced} {
+				on := 0.0
+				if v.State == s {
+					on = 1
+				}
+				ch <- prometheus.MustNewConstMetric(c.gwState, prometheus.GaugeValue, on, v.Name, s.String())
+			}
+			ch <- prometheus.MustNewConstMetric(c.gwBreaks, prometheus.CounterValue, float64(v.Breaks), v.Name)
+			ch <- prometheus.MustNewConstMetric(c.gwRefused, prometheus.CounterValue, float64(v.Refused), v.Name)
+			ch <- prometheus.MustNewConstMetric(c.gwFenced, prometheus.CounterValue, float64(v.Fenced), v.Name)
+		}
 	}
 	if vols, err := c.store.List(); err == nil {
 		for _, v := range vols {
@@ -161,8 +191,10 @@ func acceptErrors(p transport.Provider) func() uint64 {
 	return nil
 }
 
-func newRegistry(t *target.Target, s block.Store, acceptErrs func() uint64) *prometheus.Registry {
+// newRegistry gathers srpd's metrics; gw is the gateway catalog's
+// Stats, nil when the store is not shared.
+func newRegistry(t *target.Target, s block.Store, acceptErrs func() uint64, gw func() []gateway.VolumeStats) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(t, s, acceptErrs), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(newCollector(t, s, acceptErrs, gw), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }

@@ -360,7 +360,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var metricsSrv *http.Server
 	if mln != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(tgt, store, acceptErrors(prov)), promhttp.HandlerOpts{}))
+		var gw func() []gateway.VolumeStats
+		if cat.Shared() {
+			gw = cat.Stats
+		}
+		mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(tgt, store, acceptErrors(prov), gw), promhttp.HandlerOpts{}))
 		if cfg.Pprof {
 			// The standard profiling endpoints, as net/http/pprof serves
 			// them, only where the operator asked: they expose stacks.

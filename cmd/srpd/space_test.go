@@ -55,7 +55,7 @@ func TestOvercommitAndSpaceStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mfs, err := newRegistry(tgt, st, nil).Gather()
+	mfs, err := newRegistry(tgt, st, nil, nil).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,10 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gosrp/gosrp/block"
@@ -28,7 +30,7 @@ type Catalog struct {
 
 	mu   sync.Mutex
 	vols map[string]*entry
-	logs map[string]*breakLog       // each volume's breaks here, kept past its close
+	hist map[string]*history        // each volume's past here, kept past its close
 	hook func(name string, s State) // OnStateChange's; under mu
 }
 
@@ -65,7 +67,7 @@ func NewWithOptions(st block.Store, o Options) *Catalog {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	c := &Catalog{inner: storecatalog.Catalog{Store: st}, vols: map[string]*entry{}, logs: map[string]*breakLog{},
+	c := &Catalog{inner: storecatalog.Catalog{Store: st}, vols: map[string]*entry{}, hist: map[string]*history{},
 		limit: o.Limit, clock: o.Clock}
 	so, ok1 := st.(block.SharedOpener)
 	lb, ok2 := st.(block.LockBreaker)
@@ -124,6 +126,43 @@ type entry struct {
 	mu    sync.Mutex
 	core  core
 	state atomicState
+	hist  *history
+}
+
+// history is what the Catalog keeps of a volume across its opens here:
+// the core's break log (guarded by the entry's mu) and the counters
+// Stats reports.
+type history struct {
+	log                     breakLog
+	breaks, refused, fenced atomic.Uint64
+}
+
+// VolumeStats is a volume's record at this gateway since it started.
+type VolumeStats struct {
+	Name  string
+	State State
+	// Breaks counts the lock breaks this gateway made for takeovers,
+	// each a client blocklisted on the cluster; Refused the takeovers
+	// the break limit refused; Fenced the times another gateway's
+	// break fenced this one.
+	Breaks, Refused, Fenced uint64
+}
+
+// Stats reports every volume this gateway has opened since it started,
+// by name.
+func (c *Catalog) Stats() []VolumeStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]VolumeStats, 0, len(c.hist))
+	for name, h := range c.hist {
+		st := VolumeStats{Name: name, Breaks: h.breaks.Load(), Refused: h.refused.Load(), Fenced: h.fenced.Load()}
+		if e := c.vols[name]; e != nil {
+			st.State = e.state.load()
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b VolumeStats) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // List implements target.Catalog.
@@ -144,12 +183,12 @@ func (c *Catalog) OpenVolume(name string) (target.Volume, error) {
 	c.mu.Lock()
 	e := c.vols[name]
 	if e == nil {
-		log := c.logs[name]
-		if log == nil {
-			log = &breakLog{}
-			c.logs[name] = log
+		h := c.hist[name]
+		if h == nil {
+			h = &history{}
+			c.hist[name] = h
 		}
-		e = &entry{name: name, core: newCore(c.rc != nil, c.limit, log)}
+		e = &entry{name: name, core: newCore(c.rc != nil, c.limit, &h.log), hist: h}
 		c.vols[name] = e
 	}
 	e.refs++
@@ -187,7 +226,7 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 	for a := e.core.step(ev, now); a != ActNone; a = e.core.step(ev, now) {
 		// The I/O path sees each state as it is reached: a volume
 		// being reconnected is fenced, not still active.
-		e.state.store(e.core.state)
+		e.setState(e.core.state)
 		switch a {
 		case ActLock:
 			last = c.so.AcquireLock(e.name)
@@ -206,6 +245,8 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 			ev = EvBroken
 			if last != nil {
 				ev = EvFailed
+			} else {
+				e.hist.breaks.Add(1)
 			}
 		case ActReconnect:
 			last = c.rc.Reconnect(e.name)
@@ -215,14 +256,24 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 			}
 		}
 	}
-	e.state.store(e.core.state)
+	e.setState(e.core.state)
 	if e.core.state == Active {
 		last = nil
 	} else if e.core.limited {
+		e.hist.refused.Add(1)
 		last = fmt.Errorf("%w (this gateway broke its lock %d times in %v already; do hosts take it back and forth?)",
 			errBreakLimit, c.limit.Burst, c.limit.Window)
 	}
 	return before, e.core.state, last
+}
+
+// setState publishes the core's state s to the I/O path, counting a
+// fencing when s is Fenced and the state was not. REQUIRES: e.mu.
+func (e *entry) setState(s State) {
+	if s == Fenced && e.state.load() != Fenced {
+		e.hist.fenced.Add(1)
+	}
+	e.state.store(s)
 }
 
 // fenced records that the volume's I/O found this gateway fenced.

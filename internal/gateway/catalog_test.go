@@ -301,4 +301,16 @@ func TestCatalogBreakLimit(t *testing.T) {
 	if err := ps[i].TakeOver(); err != nil || cl.Blocklisted() != 5 {
 		t.Fatalf("a takeover a minute later: %v, %d blocklisted; want done, 5", err, cl.Blocklisted())
 	}
+	// Each gateway's record (srpd exports it as metrics): b broke the
+	// lock three times and was refused eight, a broke it twice and was
+	// fenced three times, b twice.
+	want := [2]gateway.VolumeStats{
+		{Name: "v", State: gateway.Standby, Breaks: 2, Fenced: 3},
+		{Name: "v", State: gateway.Active, Breaks: 3, Refused: 8, Fenced: 2},
+	}
+	for j, g := range []*gateway.Catalog{ga, gb} {
+		if got := g.Stats(); len(got) != 1 || got[0] != want[j] {
+			t.Errorf("gateway %c's stats: %+v, want %+v", 'a'+j, got, want[j])
+		}
+	}
 }
