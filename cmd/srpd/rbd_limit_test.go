@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,8 +33,8 @@ func TestRBDBreakLimit(t *testing.T) {
 	addrs := []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t), e2etest.FreeAddr(t)}
 	limited := append(append([]string{}, args...), "--break-limit", "2/1m")
 	gws := []*e2etest.Daemon{
-		e2etest.StartDaemon(t, srpd, filepath.Join(dir, "gw0"), addrs[0], "", limited...),
-		e2etest.StartDaemon(t, srpd, filepath.Join(dir, "gw1"), addrs[1], "", limited...),
+		e2etest.StartDaemon(t, srpd, filepath.Join(dir, "gw0"), addrs[0], e2etest.FreeAddr(t), limited...),
+		e2etest.StartDaemon(t, srpd, filepath.Join(dir, "gw1"), addrs[1], e2etest.FreeAddr(t), limited...),
 	}
 	nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
 	if err != nil {
@@ -82,9 +84,42 @@ func TestRBDBreakLimit(t *testing.T) {
 		t.Logf("round %d: %s's takeover through gateway %d: %v; gateways %v", round, host, i, err, states)
 	}
 
+	// Each gateway's metrics tell the story: two breaks each; the
+	// second refused twice and fenced twice.
+	for i, want := range [][]string{
+		{`srpd_gateway_lock_breaks_total{volume="vol0"} 2`, `srpd_gateway_takeovers_refused_total{volume="vol0"} 0`, `srpd_gateway_path_state{state="active",volume="vol0"} 1`},
+		{`srpd_gateway_lock_breaks_total{volume="vol0"} 2`, `srpd_gateway_takeovers_refused_total{volume="vol0"} 2`, `srpd_gateway_fencings_total{volume="vol0"} 2`},
+	} {
+		resp, err := http.Get("http://" + gws[i].Metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(body), w+"\n") {
+				t.Errorf("gateway %d's metrics lack %s:\n%s", i, w, grepLines(string(body), "srpd_gateway_"))
+			}
+		}
+	}
+
 	// A gateway without the bound takes it over at once.
 	free := e2etest.StartDaemon(t, srpd, filepath.Join(dir, "gw2"), addrs[2], "", args...)
 	if v, err := open(2, "host-c"); err != nil || v.Standby() || gwPathState(t, srpd, free) != "active" {
 		t.Fatalf("a takeover through a gateway without the bound: %v", err)
 	}
+}
+
+// grepLines returns the lines of s that start with prefix.
+func grepLines(s, prefix string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
 }

@@ -52,14 +52,15 @@ if [ -z "${CEPH_CONF:-}" ]; then
 	eval "$(test/ceph/cluster.sh env "$work/ceph")"
 fi
 conf=$CEPH_CONF
-# on_clients CMD...: runs CMD where the clients run.
-on_clients() { "$@"; }
+# on_clients: the prefix that runs a command where the clients run
+# (taskset execs it: a background srpd's $! is srpd's own PID).
+on_clients=()
 if [ "${SPLIT_CPUS:-0}" = 1 ]; then
 	[ "$own_cluster" = 1 ] || { echo "SPLIT_CPUS=1 needs the micro cluster this script starts" >&2; exit 2; }
 	last=$(($(nproc) - 1))
 	[ "$last" -ge 1 ] || { echo "SPLIT_CPUS=1 needs 2 CPUs or more" >&2; exit 2; }
 	for pid in $(cat "$work"/ceph/run/*.pid 2>/dev/null); do taskset -a -cp 0 "$pid" >/dev/null; done
-	on_clients() { taskset -c "1-$last" "$@"; }
+	on_clients=(taskset -c "1-$last")
 	echo "== the cluster's daemons on CPU 0, the clients on CPUs 1-$last"
 fi
 
@@ -73,7 +74,7 @@ port=$((20000 + RANDOM % 20000))
 addr=127.0.0.1:$port
 procs=()
 if [ -n "${SRPD_PROCS:-}" ]; then procs=(--procs "$SRPD_PROCS"); fi
-on_clients "$work/bin/srpd" "${procs[@]}" --backend rbd --rbd-pool rbd --rbd-namespace "$ns" --ceph-conf "$conf" \
+"${on_clients[@]}" "$work/bin/srpd" "${procs[@]}" --backend rbd --rbd-pool rbd --rbd-namespace "$ns" --ceph-conf "$conf" \
 	--data "$work/data" --listen "$addr" --default-volume-size "$size" --log-level warn \
 	>"$work/srpd.log" 2>&1 &
 srpd_pid=$!
@@ -109,7 +110,7 @@ librbd_bench() {
 	local line w1 w2 t1
 	w1=$(osd_writes)
 	t1=$(date +%s.%N)
-	line=$(on_clients rbd -c "$conf" "$@" bench --io-type write --io-pattern rand --io-size 4K --io-threads 32 \
+	line=$("${on_clients[@]}" rbd -c "$conf" "$@" bench --io-type write --io-pattern rand --io-size 4K --io-threads 32 \
 		--io-total "$io_total" "$image" | grep '^elapsed:')
 	w2=$(osd_writes)
 	echo "rbd bench $*: $line" >&2
@@ -124,7 +125,7 @@ off1=$(librbd_bench --rbd-cache=false)
 echo "== bench through srpd ${procs[*]} --backend rbd: randwrite 4k QD32, $runtime"
 w1=$(osd_writes)
 t1=$(date +%s.%N)
-on_clients "$work/bin/bench" --target "$addr" --volume vol0 --rw randwrite --bs 4k --iodepth 32 \
+"${on_clients[@]}" "$work/bin/bench" --target "$addr" --volume vol0 --rw randwrite --bs 4k --iodepth 32 \
 	--runtime "$runtime" --ramp 2s --output-format json >"$work/bench.json" 2>"$work/bench.err"
 t2=$(date +%s.%N)
 gw=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(sum(x["write"]["iops"] for x in j["jobs"])))' "$work/bench.json")
