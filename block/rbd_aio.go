@@ -122,9 +122,8 @@ var aioReqs = sync.Pool{New: func() any { return &aioReq{res: make(chan int64, 1
 // rbdErrno is librbd's negative errno as an error rbdErr understands.
 type rbdErrno int
 
-func (e rbdErrno) Error() string   { return fmt.Sprintf("librbd: %v", syscall.Errno(-e)) }
-func (e rbdErrno) ErrorCode() int  { return int(e) }
-func (e rbdErrno) Is(t error) bool { return int(e) == -int(syscall.ENOENT) && t == rbd.ErrNotFound }
+func (e rbdErrno) Error() string  { return fmt.Sprintf("librbd: %v", syscall.Errno(-e)) }
+func (e rbdErrno) ErrorCode() int { return int(e) }
 
 func rbdCall(r C.int) error {
 	if r < 0 {

@@ -220,7 +220,7 @@ func (c *Catalog) run(e *entry, ev Event) (State, error) {
 func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	before := e.core.state
+	before, asked := e.core.state, ev
 	now := c.clock().UnixNano()
 	var last error
 	for a := e.core.step(ev, now); a != ActNone; a = e.core.step(ev, now) {
@@ -259,7 +259,9 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 	e.setState(e.core.state)
 	if e.core.state == Active {
 		last = nil
-	} else if e.core.limited {
+	} else if asked == EvTakeover && e.core.limited {
+		// limited describes the last takeover; only the event that
+		// was that takeover is refused (and counted) for it.
 		e.hist.refused.Add(1)
 		last = fmt.Errorf("%w (this gateway broke its lock %d times in %v already; do hosts take it back and forth?)",
 			errBreakLimit, c.limit.Burst, c.limit.Window)

@@ -115,12 +115,12 @@ func (a Action) String() string { return enum.Name(actionNames[:], a, "Action") 
 //     then goes on as it would from Standby.
 //   - A gateway breaks one volume's lock at most Limit.Burst times in
 //     any Limit.Window; a takeover past that only tries the lock
-//     without breaking it, and stays Standby if it is held. Each break blocklists a client
-//     on the cluster (an osdmap entry that lasts an hour by default),
-//     and hosts that disagree on the active path, or a hostile one,
-//     would otherwise have two gateways take the volume from each
-//     other without end. A host that finds the takeover refused goes
-//     on through the gateway that serves.
+//     without breaking it, and stays Standby if it is held. Each break
+//     blocklists a client on the cluster (an osdmap entry that lasts an
+//     hour by default), and hosts that disagree on the active path, or
+//     a hostile one, would otherwise have two gateways take the volume
+//     from each other without end. A host that finds the takeover
+//     refused goes on through the gateway that serves.
 type core struct {
 	state State
 	// reconnects: the store can give a fenced volume a new client
