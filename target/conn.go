@@ -79,9 +79,9 @@ type conn struct {
 	resizes    map[string]int64
 	resizeWait []chan struct{}
 	// paths are the volumes whose path state changed since the run loop
-	// last looked (name → state), under resizeMu, recorded by
-	// Target.PathStateChanged and PathFenced.
-	paths map[string]gwState
+	// last looked, under resizeMu, recorded by Target.PathStateChanged
+	// and PathFenced.
+	paths map[string]pathChanges
 	// lunsChanged: the catalog's volumes changed (Target.CatalogChanged;
 	// conn_srp.go), for the run loop to bring an SRP session's LUNs up
 	// to date (conn_srp_luns.go); refreshing, the run loop's, says a
@@ -174,9 +174,9 @@ func (c *conn) volumeResized(name string, size int64) <-chan struct{} {
 func (c *conn) pathChanged(name string, st gwState) {
 	c.resizeMu.Lock()
 	if c.paths == nil {
-		c.paths = map[string]gwState{}
+		c.paths = map[string]pathChanges{}
 	}
-	c.paths[name] = st
+	c.paths[name] = c.paths[name].add(st)
 	c.resizeMu.Unlock()
 	c.policyChanged()
 }
@@ -192,8 +192,10 @@ func (c *conn) onExternal(now int64) {
 	for name, size := range rs {
 		c.core.volumeResized(name, size)
 	}
-	for name, st := range ps {
-		c.core.pathChanged(name, st)
+	for name, pc := range ps {
+		for _, st := range pc.replay() {
+			c.core.pathChanged(name, st)
+		}
 	}
 	c.srpLUNsStep()
 	c.nexusTake()

@@ -82,6 +82,46 @@ func stateOf(v Volume) gwState {
 	return gwStandby
 }
 
+// pathChanges are the states a volume passed through at this gateway
+// since a connection's run loop last looked: the last one, and every
+// other one it went through. Keeping only the last would lose a change
+// that went and came back (standby, active, standby again) before the
+// run loop ran, and with it the unit attention a SCSI host is owed for
+// each change of its port's state (SPC-4 5.15.2.3): its multipath layer
+// would never ask again what the other gateways hold. The order of the
+// states before the last is not kept; a host asks REPORT TARGET PORT
+// GROUPS for the present anyway.
+type pathChanges struct {
+	passed uint8 // bit 1<<st for each state passed through but the last
+	last   gwState
+	set    bool
+}
+
+// add records that the volume is now in state st.
+func (p pathChanges) add(st gwState) pathChanges {
+	if p.set && p.last != st {
+		p.passed |= 1 << p.last
+	}
+	p.passed &^= 1 << st
+	p.last, p.set = st, true
+	return p
+}
+
+// replay returns the states to apply in order: those passed through,
+// then the last.
+func (p pathChanges) replay() []gwState {
+	var out []gwState
+	for st := gwActive; st <= gwFenced; st++ {
+		if p.passed&(1<<st) != 0 {
+			out = append(out, st)
+		}
+	}
+	if p.set {
+		out = append(out, p.last)
+	}
+	return out
+}
+
 func isFenced(v Volume) bool {
 	f, ok := v.(Fencer)
 	return ok && f.Fenced()

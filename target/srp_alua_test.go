@@ -83,6 +83,28 @@ func (c *srpClient) rtpg(lun uint16) (srp.Rsp, []byte) {
 	return r, c.data(0, 64)
 }
 
+// hearsAccessChanged sends TEST UNIT READY until the port is standby,
+// and fails the test unless ASYMMETRIC ACCESS STATE CHANGED came first:
+// the connection learns of a path change on its own time, so a command
+// may still find the state before it (served, or standby), and a change
+// it took in as two may be reported twice.
+func (c *srpClient) hearsAccessChanged(t *testing.T, tur func(*srpClient) srp.Rsp) {
+	t.Helper()
+	told := false
+	waitFor(t, "the change to be reported", func() bool {
+		rsp := tur(c)
+		sense, _ := scsi.ParseSense(rsp.Sense)
+		switch {
+		case sense == scsi.SenseAccessChanged:
+			told = true
+		case rsp.Status == 0 || sense == scsi.SenseStandby:
+		default:
+			t.Fatalf("TEST UNIT READY: status %#x, sense %s while the change was reported", rsp.Status, sense)
+		}
+		return told && sense == scsi.SenseStandby
+	})
+}
+
 // stpg sends SET TARGET PORT GROUPS with one descriptor: group, state.
 func (c *srpClient) stpg(lun, group uint16, state byte) srp.Rsp {
 	param := []byte{0, 0, 0, 0, state, 0, byte(group >> 8), byte(group)}
@@ -191,6 +213,14 @@ func TestSRPALUA(t *testing.T) {
 			}
 			c.checkSense("TEST UNIT READY on the port now standby", tur(c), scsi.SenseStandby)
 		}
+		// A takeover here and one elsewhere in quick succession, before
+		// the connections look: the state is standby again, but it
+		// changed twice, and each host is told (SPC-4 5.15.2.3).
+		r.tgt.PathStateChanged("vol0", false)
+		r.tgt.PathStateChanged("vol0", true)
+		for _, c := range []*srpClient{a, b} {
+			c.hearsAccessChanged(t, tur)
+		}
 		clear(a.data(0, bs))
 		a.checkSense("READ(10) on the port now standby", a.do(a.in(srp.Cmd{LUN: scsi.EncodeLUN(lunVol0), CDB: rw10(0x28, 3, 1, false)}, 0, bs)), scsi.SenseStandby)
 		b.good("SET TARGET PORT GROUPS back", b.stpg(lunVol0, group, 1), 0)
@@ -199,6 +229,13 @@ func TestSRPALUA(t *testing.T) {
 		if !bytes.Equal(b.data(0, bs), want) {
 			t.Error("the block written before the takeovers reads back otherwise")
 		}
+		// a did not ask for b's takeover: it hears of it, and then finds
+		// the volume served.
+		waitFor(t, "the other nexus to hear of the takeover back", func() bool {
+			sense, _ := scsi.ParseSense(tur(a).Sense)
+			return sense == scsi.SenseAccessChanged
+		})
+		a.good("TEST UNIT READY after the takeover back", tur(a), 0)
 
 		// The policy takes vol0 from b and leaves a only reading. b's
 		// handle closes once nothing runs on it, its takeover included;
