@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"slices"
 	"syscall"
 	"testing"
@@ -30,10 +29,7 @@ const testRBDPool = "rbd"
 // same dir sees the same volumes. It skips when no cluster is given.
 func openTestRBDStore(t testing.TB, dir string) Store {
 	t.Helper()
-	conf := os.Getenv("CEPH_CONF")
-	if conf == "" {
-		t.Skip("CEPH_CONF not set: no Ceph cluster to test the rbd backend against (start one: test/ceph/cluster.sh start DIR; eval \"$(test/ceph/cluster.sh env DIR)\")")
-	}
+	conf := testenv.CephConf(t)
 	h := fnv.New64a()
 	h.Write([]byte(dir))
 	ns := fmt.Sprintf("t%016x", h.Sum64())

@@ -42,72 +42,32 @@ func TestRBDFailover(t *testing.T) {
 	p := gatewayPair(t, ctx, initiator.MultipathConfig{FastFail: fastFail})
 	addrs, gws, start, mv := p.addrs, p.gws, p.start, p.mv
 
-	const qd, perWriter = 16, 64
-	gens := make([]uint32, qd*perWriter)
-	var acks atomic.Int64
 	// killAt: when the last kill was sent (unix nanos; 0: none);
 	// firstAfter: when the first write after it completed on the new
 	// path, which a failover count above failoversAt tells (a write the
 	// dying gateway answered in its last microseconds does not count).
 	var killAt, firstAfter atomic.Int64
 	var failoversAt atomic.Int64
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- eachWriter(qd, func(w int) error {
-			buf := make([]byte, 4096)
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return nil
-				default:
-				}
-				lba := w*perWriter + n%perWriter
-				stamp(buf, uint64(lba), gens[lba]+1)
-				if _, err := mv.WriteAtContext(ctx, buf, int64(lba)*4096); err != nil {
-					return fmt.Errorf("write of block %d: %w", lba, err)
-				}
-				if n%32 == 31 {
-					if err := mv.Flush(ctx); err != nil {
-						return fmt.Errorf("flush: %w", err)
-					}
-				}
-				gens[lba]++
-				acks.Add(1)
-				now := time.Now().UnixNano()
-				if k := killAt.Load(); k != 0 && now > k && int64(mv.Failovers()) > failoversAt.Load() {
-					firstAfter.CompareAndSwap(0, now)
-				}
-			}
-		})
-	}()
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !ok() {
-			select {
-			case err := <-done:
-				t.Fatalf("the writers stopped: %v", err)
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("waited 60 s for %s", what)
-			}
-			time.Sleep(time.Millisecond)
+	w := startStampWriters(ctx, mv, 16, 64, 32, func() {
+		now := time.Now().UnixNano()
+		if k := killAt.Load(); k != 0 && now > k && int64(mv.Failovers()) > failoversAt.Load() {
+			firstAfter.CompareAndSwap(0, now)
 		}
-	}
+	})
+	defer w.halt()
+	acks := &w.acks
 
 	var times []time.Duration
 	kills := int(testenv.Int(t, "GOSRP_RBD_KILLS", 5, 1))
 	for k := range kills {
 		n := acks.Load()
-		waitFor("writes before the kill", func() bool { return acks.Load() >= n+200 })
+		w.waitFor(t, "writes before the kill", func() bool { return acks.Load() >= n+200 })
 		active := slices.Index(addrs, mv.Path())
 		firstAfter.Store(0)
 		failoversAt.Store(int64(mv.Failovers()))
 		killAt.Store(time.Now().UnixNano())
 		gws[active].Kill(t)
-		waitFor("a write after the kill", func() bool { return firstAfter.Load() != 0 })
+		w.waitFor(t, "a write after the kill", func() bool { return firstAfter.Load() != 0 })
 		d := time.Duration(firstAfter.Load() - killAt.Load())
 		killAt.Store(0)
 		times = append(times, d)
@@ -118,15 +78,14 @@ func TestRBDFailover(t *testing.T) {
 		gws[active] = start(active)
 	}
 	n := acks.Load()
-	waitFor("writes after the last kill", func() bool { return acks.Load() >= n+200 })
-	close(stop)
-	if err := <-done; err != nil {
+	w.waitFor(t, "writes after the last kill", func() bool { return acks.Load() >= n+200 })
+	if err := w.halt(); err != nil {
 		t.Fatal(err)
 	}
 	if mv.Failovers() != kills {
 		t.Errorf("%d failovers for %d kills", mv.Failovers(), kills)
 	}
-	verifyStamps(t, ctx, mv, gens)
+	verifyStamps(t, ctx, mv, w.gens)
 	slices.Sort(times)
 	t.Logf("failover over %d kills (%d writes acknowledged): median %v, max %v", len(times), acks.Load(),
 		times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
@@ -190,6 +149,89 @@ func eachWriter(qd int, f func(w int) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// stampWriters are qd goroutines writing stamped blocks through a
+// Multipath volume, each its own perWriter blocks in turn, with a flush
+// every flushEvery writes, until halted; gens holds each block's last
+// acknowledged generation (read it once halt returned).
+type stampWriters struct {
+	gens []uint32
+	acks atomic.Int64
+	stop chan struct{}
+	done chan error
+	once sync.Once
+	err  error
+}
+
+// startStampWriters starts the writers; each (if set) runs after every
+// acknowledged write.
+func startStampWriters(ctx context.Context, mv *initiator.MultipathVolume, qd, perWriter, flushEvery int, each func()) *stampWriters {
+	w := &stampWriters{gens: make([]uint32, qd*perWriter), stop: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		w.done <- eachWriter(qd, func(i int) error {
+			buf := make([]byte, 4096)
+			for n := 0; ; n++ {
+				select {
+				case <-w.stop:
+					return nil
+				default:
+				}
+				lba := i*perWriter + n%perWriter
+				stamp(buf, uint64(lba), w.gens[lba]+1)
+				if _, err := mv.WriteAtContext(ctx, buf, int64(lba)*4096); err != nil {
+					return fmt.Errorf("write of block %d: %w", lba, err)
+				}
+				if n%flushEvery == flushEvery-1 {
+					if err := mv.Flush(ctx); err != nil {
+						return fmt.Errorf("flush: %w", err)
+					}
+				}
+				w.gens[lba]++
+				w.acks.Add(1)
+				if each != nil {
+					each()
+				}
+			}
+		})
+	}()
+	return w
+}
+
+// halt stops the writers, waits for them and returns their first error;
+// it may be called again (deferred, for a test that fails early).
+func (w *stampWriters) halt() error {
+	w.once.Do(func() {
+		close(w.stop)
+		w.err = <-w.done
+	})
+	return w.err
+}
+
+// waitFor waits up to 90 s for ok, failing the test if the writers stop
+// first.
+func (w *stampWriters) waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !ok() {
+		select {
+		case err := <-w.done:
+			w.done <- err // for halt
+			t.Fatalf("the writers stopped before %s: %v", what, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 90 s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// more waits for n more acknowledged writes than now.
+func (w *stampWriters) more(t *testing.T, what string, n int64) {
+	t.Helper()
+	want := w.acks.Load() + n
+	w.waitFor(t, fmt.Sprintf("%d writes %s", n, what), func() bool { return w.acks.Load() >= want })
 }
 
 // writeStamps writes generation gen over blocks 0..blocks-1 through mv

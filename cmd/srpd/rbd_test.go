@@ -15,6 +15,7 @@ import (
 
 	"github.com/gosrp/gosrp/internal/admin"
 	"github.com/gosrp/gosrp/internal/e2etest"
+	"github.com/gosrp/gosrp/internal/testenv"
 )
 
 // TestRBDBackendCLI runs srpd built with -tags ceph,pacific over the
@@ -86,10 +87,7 @@ func TestRBDBackendCLI(t *testing.T) {
 // namespace (its 64 MiB vol0 included); args[5] is the namespace.
 func rbdGatewaySetup(t *testing.T) (conf, srpd string, args []string) {
 	t.Helper()
-	conf = os.Getenv("CEPH_CONF")
-	if conf == "" {
-		t.Skip("CEPH_CONF not set: no Ceph cluster (start one: test/ceph/cluster.sh start DIR; eval \"$(test/ceph/cluster.sh env DIR)\")")
-	}
+	conf = testenv.CephConf(t)
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}

@@ -1,7 +1,9 @@
 // Package testenv reads the settings of the project's long tests from the
 // environment: soak lengths (GOSRP_*_SOAK and the like) and replay seeds.
 // A setting that is present but malformed fails the test at once, so a
-// typo never turns a long soak silently into the short one.
+// typo never turns a long soak silently into the short one. It also
+// finds the micro Ceph cluster's OSD (test/ceph/cluster.sh) for the tests
+// that stop, kill and restart it.
 //
 //	n := testenv.Int(t, "GOSRP_HOSTILE_SOAK", 1500, 1)
 //	seed := testenv.Seed(t, "GOSRP_HOSTILE_SEED")

@@ -5,6 +5,7 @@
 #	test/ceph/cluster.sh start DIR   # ready to serve when it returns 0
 #	eval "$(test/ceph/cluster.sh env DIR)"   # exports CEPH_CONF
 #	test/ceph/cluster.sh stop DIR    # stops the daemons it started, by PID
+#	test/ceph/cluster.sh osd-start DIR   # starts the OSD again after a kill
 #
 # The OSD is bluestore on a sparse file (DIR/osd/block, 4 GiB apparent,
 # only what is written takes space); the cluster runs with "auth none",
@@ -19,7 +20,7 @@
 # ceph-mon ceph-osd ceph-common.
 set -euo pipefail
 
-usage() { echo "usage: $0 start|stop|env DIR" >&2; exit 2; }
+usage() { echo "usage: $0 start|stop|env|osd-start DIR" >&2; exit 2; }
 [ $# -eq 2 ] || usage
 cmd=$1
 dir=$2
@@ -73,19 +74,52 @@ stop)
 	stop_one "$dir/run/mon.a.pid"
 	exit 0
 	;;
-start) ;;
+start | osd-start) ;;
 *) usage ;;
 esac
+
+timeout=${CEPH_READY_TIMEOUT:-120}
+deadline=$((SECONDS + timeout))
+remaining() { echo $((deadline - SECONDS)); }
+log_tail() { tail -n 3 "$1" 2>/dev/null | tr '\n' ' '; }
+
+# start_osd starts osd.0 in the foreground of a background job, so that
+# $! is its PID.
+start_osd() {
+	ceph-osd -c "$conf" -i 0 -f >>"$dir/log/osd.out" 2>&1 &
+	echo $! >"$dir/run/osd.0.pid"
+}
+
+# osd_ready waits until a client's write reaches the OSD: the monitor
+# reports the OSD up only after it booted, and PG peering follows.
+osd_ready() {
+	until timeout 10 rados -c "$conf" -p rbd put ready-probe "$conf" >/dev/null 2>&1; do
+		pid_alive "$dir/run/osd.0.pid" || fail "ceph-osd exited: $(log_tail "$dir/log/osd.out") (see $dir/log/osd.0.log)"
+		[ "$(remaining)" -gt 0 ] || fail "no write reached the OSD after ${timeout}s (see $dir/log/osd.0.log)"
+		sleep 0.5
+	done
+	rados -c "$conf" -p rbd rm ready-probe >/dev/null 2>&1 || true
+}
+
+if [ "$cmd" = osd-start ]; then
+	# The OSD of a running cluster, again (a test killed it): a no-op
+	# while it runs.
+	[ -e "$dir/ceph.conf" ] || fail "no cluster in $dir"
+	dir=$(cd "$dir" && pwd)
+	conf=$(conf_of "$dir")
+	pid_alive "$dir/run/osd.0.pid" || start_osd
+	osd_ready
+	echo "osd.0 ready in $SECONDS s"
+	exit 0
+fi
 
 command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null && command -v ceph >/dev/null ||
 	fail "ceph-mon, ceph-osd or ceph missing: apt-get install -y --no-install-recommends ceph-mon ceph-osd ceph-common"
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 [ -e "$dir/ceph.conf" ] && fail "$dir already holds a cluster (stop it and remove the directory first)"
-timeout=${CEPH_READY_TIMEOUT:-120}
 # A start that fails stops what it started: no daemon outlives the error.
 starting=1
-deadline=$((SECONDS + timeout))
 mkdir -p "$dir/mon" "$dir/osd" "$dir/log" "$dir/run"
 
 # A free port pair for the monitor (msgr2 and msgr1): never a fixed port,
@@ -146,7 +180,6 @@ log to file = false
 admin socket =
 EOF
 
-log_tail() { tail -n 3 "$1" 2>/dev/null | tr '\n' ' '; }
 
 monmaptool --create --fsid "$fsid" --addv a "$mon_addr" "$dir/monmap" >/dev/null ||
 	fail "monmaptool failed"
@@ -156,7 +189,6 @@ ceph-mon -c "$conf" -i a --mkfs --monmap "$dir/monmap" >"$dir/log/mon-mkfs.out" 
 ceph-mon -c "$conf" -i a -f >"$dir/log/mon.out" 2>&1 &
 echo $! >"$dir/run/mon.a.pid"
 
-remaining() { echo $((deadline - SECONDS)); }
 until timeout 5 ceph -c "$conf" --connect-timeout 5 mon stat >/dev/null 2>&1; do
 	pid_alive "$dir/run/mon.a.pid" || fail "ceph-mon exited: $(log_tail "$dir/log/mon.out") (see $dir/log/mon.a.log)"
 	[ "$(remaining)" -gt 0 ] || fail "monitor not answering after ${timeout}s (see $dir/log/mon.a.log)"
@@ -168,17 +200,8 @@ id=$(ceph -c "$conf" osd new "$osd_uuid") || fail "ceph osd new failed"
 [ "$id" = 0 ] || fail "ceph osd new gave id $id, want 0"
 ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" >"$dir/log/osd-mkfs.out" 2>&1 ||
 	fail "ceph-osd --mkfs failed: $(log_tail "$dir/log/osd-mkfs.out")"
-ceph-osd -c "$conf" -i 0 -f >"$dir/log/osd.out" 2>&1 &
-echo $! >"$dir/run/osd.0.pid"
-
+start_osd
 ceph -c "$conf" osd pool create rbd 8 8 >/dev/null 2>&1 || fail "ceph osd pool create rbd failed"
-# Ready means a client's write reaches the OSD: the monitor reports the
-# OSD up only after it booted, and PG peering follows.
-until timeout 10 rados -c "$conf" -p rbd put ready-probe "$conf" >/dev/null 2>&1; do
-	pid_alive "$dir/run/osd.0.pid" || fail "ceph-osd exited: $(log_tail "$dir/log/osd.out") (see $dir/log/osd.0.log)"
-	[ "$(remaining)" -gt 0 ] || fail "no write reached the OSD after ${timeout}s (see $dir/log/osd.0.log)"
-	sleep 0.5
-done
-rados -c "$conf" -p rbd rm ready-probe >/dev/null 2>&1 || true
+osd_ready
 timeout 30 rbd -c "$conf" pool init rbd || fail "rbd pool init rbd failed"
 echo "ceph micro cluster ready in $SECONDS s: CEPH_CONF=$conf"
