@@ -114,12 +114,21 @@ func gatewayPair(t *testing.T, ctx context.Context, cfg initiator.MultipathConfi
 		return e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), p.addrs[i], "", args...)
 	}
 	p.gws = []*e2etest.Daemon{p.start(0), p.start(1)}
+	p.mv = openMultipath(t, ctx, cfg, p.addrs)
+	return p
+}
+
+// openMultipath opens vol0 through a Multipath of addrs over an emu NIC
+// (cfg with Provider, Name, Addrs and, unless set, LossTimeout filled
+// in), all closed when the test ends.
+func openMultipath(t *testing.T, ctx context.Context, cfg initiator.MultipathConfig, addrs []string) *initiator.MultipathVolume {
+	t.Helper()
 	nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nic.Close() })
-	cfg.Provider, cfg.Name, cfg.Addrs = nic, "host", p.addrs
+	cfg.Provider, cfg.Name, cfg.Addrs = nic, "host", addrs
 	if cfg.LossTimeout == 0 {
 		cfg.LossTimeout = 30 * time.Second
 	}
@@ -128,11 +137,12 @@ func gatewayPair(t *testing.T, ctx context.Context, cfg initiator.MultipathConfi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	if p.mv, err = m.Open(ctx, "vol0", initiator.OpenOptions{}); err != nil {
+	mv, err := m.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.mv.Close() })
-	return p
+	t.Cleanup(func() { mv.Close() })
+	return mv
 }
 
 // eachWriter runs f(0) ... f(qd-1) on goroutines of their own and

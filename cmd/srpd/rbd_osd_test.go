@@ -4,11 +4,14 @@ package main
 
 import (
 	"context"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/e2etest"
 	"github.com/gosrp/gosrp/internal/testenv"
 )
 
@@ -77,4 +80,48 @@ func TestRBDOSDStalled(t *testing.T) {
 	}
 	verifyStamps(t, ctx, mv, w.gens)
 	t.Logf("%d writes acknowledged", w.acks.Load())
+}
+
+// TestRBDStopOSDStalled: srpd asked to stop (SIGTERM) while the OSD is
+// stopped under QD16 writes. The writes in flight cannot drain, and the
+// store cannot flush or close while the cluster does not answer; srpd
+// must still exit, bounded by its --shutdown-timeout (2 s here) for the
+// drain and again for the store, saying so, and not 0.
+func TestRBDStopOSDStalled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pid := testenv.CephOSD(t)
+	_, srpd, args := rbdGatewaySetup(t)
+	addr := e2etest.FreeAddr(t)
+	d := e2etest.StartDaemon(t, srpd, filepath.Join(t.TempDir(), "data"), addr, "", append(args, "--shutdown-timeout", "2s")...)
+	cfg := initiator.MultipathConfig{}
+	cfg.LossTimeout = 5 * time.Second
+	mv := openMultipath(t, ctx, cfg, []string{addr})
+	w := startStampWriters(ctx, mv, 16, 32, 16, nil)
+	w.more(t, "before the stop", 200)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	d.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.Exited():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("srpd still running 30 s after SIGTERM with the OSD stopped:\n%s", d.Log())
+	}
+	took := time.Since(start)
+	t.Logf("srpd exited %d, %v after SIGTERM", d.ExitCode(), took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("srpd took %v to exit, want about 2 × --shutdown-timeout (2 s)", took)
+	}
+	if d.ExitCode() == 0 {
+		t.Errorf("srpd exited 0 with its store not closed:\n%s", d.Log())
+	}
+	if !strings.Contains(d.Log(), "store") {
+		t.Errorf("srpd does not say its store did not close:\n%s", d.Log())
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	w.halt() // the writes fail: the connection is gone
 }

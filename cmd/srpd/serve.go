@@ -44,7 +44,8 @@ blocks) unless --no-default-volume is given. The admin socket DIR/srpd.sock
 answers 'srpd volume', 'srpd snapshot', 'srpd acl', 'srpd secret' and
 'srpd status'. SIGTERM or SIGINT stops accepting, drains in-flight I/O for
 at most --shutdown-timeout, flushes the store and exits 0; a second signal
-exits at once.`
+exits at once. A store that cannot close within another --shutdown-timeout
+(an rbd cluster that does not answer) is left behind: srpd exits 1.`
 
 func newLogger(level, format string) (*slog.Logger, error) {
 	var lv slog.Level
@@ -417,7 +418,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		metricsSrv.Close()
 	}
 	storeClosed = true
-	if err := store.Close(); err != nil {
+	if err := closeStore(store, time.Duration(cfg.ShutdownTimeout)); err != nil {
 		log.Error("closing the store", "err", err)
 		if runErr == nil {
 			runErr = err
@@ -429,4 +430,24 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("stopped; the store is flushed", "data", cfg.Data)
 	}
 	return runErr
+}
+
+// closeStore closes the store (flushing it), waiting at most within. A
+// store whose cluster does not answer must not keep srpd from exiting:
+// an rbd volume's requests wait for an OSD as long as it is stopped, and
+// librbd's close waits for them (test/ceph TestRBDStopOSDStalled). Past
+// within, the close is left to the process's exit, which ends it: what
+// it had not flushed was never acknowledged as flushed to a host, whose
+// connections are cut by then.
+func closeStore(store block.Store, within time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- store.Close() }()
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("the store did not close within %v (its cluster does not answer?); exiting without it", within)
+	}
 }
