@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -124,4 +125,74 @@ func TestRBDStopOSDStalled(t *testing.T) {
 	}
 	syscall.Kill(pid, syscall.SIGCONT)
 	w.halt() // the writes fail: the connection is gone
+}
+
+// TestRBDFullTakeover: the pool turns full (the OSD's full ratio set
+// below its use) under QD16 writes through two gateways, and the active
+// gateway is SIGKILLed while it is full, so that the initiator fails
+// over and the other gateway takes the volume over on a full cluster.
+// A full pool holds writes at the client, it does not fail them, and
+// the takeover waits with them; once the ratio is back, the takeover
+// completes, the writers go on without an error (their LossTimeout is
+// 90 s here), and every acknowledged write reads back.
+func TestRBDFullTakeover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	testenv.CephOSD(t) // not signalled: held for the cluster's exclusive lock
+	cfg := initiator.MultipathConfig{}
+	cfg.LossTimeout = 90 * time.Second
+	p := gatewayPair(t, ctx, cfg)
+	full := func(on bool) {
+		t.Helper()
+		ratios := [][2]string{{"set-nearfull-ratio", "0.85"}, {"set-backfillfull-ratio", "0.9"}, {"set-full-ratio", "0.95"}}
+		if on {
+			ratios = [][2]string{{"set-full-ratio", "0.001"}, {"set-backfillfull-ratio", "0.0008"}, {"set-nearfull-ratio", "0.0005"}}
+		}
+		for _, r := range ratios {
+			cephCLI(t, "ceph", p.conf, "osd", r[0], r[1])
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for strings.Contains(string(cephCLI(t, "ceph", p.conf, "osd", "pool", "ls", "detail")), ",full") != on {
+			if time.Now().After(deadline) {
+				t.Fatalf("the pool not %s 60 s after the ratios changed", map[bool]string{true: "full", false: "writable"}[on])
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { full(false) }) // the package's later tests need the space
+
+	w := startStampWriters(ctx, p.mv, 16, 32, 16, nil)
+	defer w.halt()
+	w.more(t, "before the pool is full", 300)
+	full(true)
+	active := slices.Index(p.addrs, p.mv.Path())
+	time.Sleep(time.Second) // the writes in flight reach the full pool
+	before := w.acks.Load()
+	p.gws[active].Kill(t)
+	killed := time.Now()
+	// The failover and the takeover, on the full pool. The takeover's
+	// lock break and acquisition write the image's header object, so
+	// they wait for room as any write does (seen here: the takeover
+	// completes only once the pool is writable again).
+	took := "not within 5 s"
+	for time.Since(killed) < 5*time.Second {
+		if p.mv.Failovers() > 0 && took[0] == 'n' {
+			took = time.Since(killed).Round(time.Millisecond).String()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	during := w.acks.Load() - before
+	full(false)
+	writable := time.Now()
+	w.more(t, "after the pool is writable again", 1)
+	t.Logf("takeover on the full pool: %s after the kill; %d writes acknowledged while it was full; first write %v after it was writable again",
+		took, during, time.Since(writable).Round(time.Millisecond))
+	w.more(t, "after the pool is writable again", 300)
+	if err := w.halt(); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Index(p.addrs, p.mv.Path()) == active {
+		t.Errorf("still on the killed gateway %d", active)
+	}
+	verifyStamps(t, ctx, p.mv, w.gens)
 }

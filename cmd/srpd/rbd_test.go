@@ -110,12 +110,19 @@ func rbdTool(t *testing.T, conf string, args ...string) {
 // its standard output.
 func rbdToolOutput(t *testing.T, conf string, args ...string) []byte {
 	t.Helper()
+	return cephCLI(t, "rbd", conf, args...)
+}
+
+// cephCLI runs one of Ceph's tools (rbd, ceph) against the cluster and
+// returns its standard output; it fails the test if the tool fails.
+func cephCLI(t testing.TB, tool, conf string, args ...string) []byte {
+	t.Helper()
 	var stderr strings.Builder
-	cmd := exec.Command("rbd", append([]string{"-c", conf}, args...)...)
+	cmd := exec.Command(tool, append([]string{"-c", conf}, args...)...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("rbd %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+		t.Fatalf("%s %s: %v\n%s%s", tool, strings.Join(args, " "), err, out, stderr.String())
 	}
 	return out
 }
