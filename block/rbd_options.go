@@ -71,3 +71,22 @@ type Reconnector interface {
 	// is not open shared here.
 	Reconnect(volume string) error
 }
+
+// VolumeMetadata is implemented by shared stores (rbd) that keep small
+// records with each volume, where every gateway serving it finds them:
+// srpd records a volume's reservations there, so that the gateway that
+// takes the volume over enforces the hosts' fence as the one before it
+// did.
+type VolumeMetadata interface {
+	// Metadata returns the value recorded under key for a volume this
+	// store has open ("" when there is none). It reads the cluster, not
+	// a cache: a gateway that just took the lock reads what the
+	// previous owner wrote.
+	Metadata(volume, key string) (string, error)
+	// SetMetadata records value under key for a volume this store has
+	// open and whose lock it holds (AcquireLock, or Exclusive); without
+	// the lock, or once another client broke it, it fails with
+	// ErrFenced, so that a gateway that lost the volume cannot change
+	// what the next one reads.
+	SetMetadata(volume, key, value string) error
+}

@@ -7,14 +7,16 @@ package block
 // Reconnector).
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ceph/go-ceph/rbd"
 )
 
 var (
-	_ SharedOpener = (*RBDStore)(nil)
-	_ Reconnector  = (*RBDStore)(nil)
+	_ SharedOpener   = (*RBDStore)(nil)
+	_ Reconnector    = (*RBDStore)(nil)
+	_ VolumeMetadata = (*RBDStore)(nil)
 )
 
 // OpenShared implements SharedOpener. A volume this store already has
@@ -114,5 +116,70 @@ func (s *RBDStore) Reconnect(name string) error {
 	_ = oldIO.close()
 	_ = oldImg.Close()
 	oldCl.close()
+	return nil
+}
+
+// openCore returns the open image of the volume named name, its lock
+// taken for reading (the caller unlocks it): Reconnect does not swap
+// its client meanwhile.
+func (s *RBDStore) openCore(op, name string) (*rbdCore, error) {
+	if err := s.lock(op + " " + name); err != nil {
+		return nil, err
+	}
+	c := s.open[name]
+	s.mu.Unlock()
+	if c == nil {
+		return nil, fmt.Errorf("block: volume %q: %s: not open here: %w", name, op, ErrInvalid)
+	}
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		return nil, fmt.Errorf("block: volume %q: %s: %w", name, op, ErrClosed)
+	}
+	return c, nil
+}
+
+// Metadata implements VolumeMetadata: rbd_metadata_get, which reads the
+// image's header object.
+func (s *RBDStore) Metadata(name, key string) (string, error) {
+	c, err := s.openCore("read metadata", name)
+	if err != nil {
+		return "", err
+	}
+	defer c.mu.RUnlock()
+	v, err := c.img.GetMetadata(key)
+	if err = rbdErr(err); errors.Is(err, ErrNotFound) {
+		return "", nil
+	} else if err != nil {
+		return "", fmt.Errorf("block: volume %q: read metadata %s: %w", name, key, err)
+	}
+	return v, nil
+}
+
+// SetMetadata implements VolumeMetadata: rbd_metadata_set through the
+// handle that holds the lock. Without the lock librbd would not refuse:
+// it sends the change to the lock's owner, which makes it.
+func (s *RBDStore) SetMetadata(name, key, value string) error {
+	c, err := s.openCore("write metadata", name)
+	if err != nil {
+		return err
+	}
+	defer c.mu.RUnlock()
+	own := false
+	if !c.fenced.Load() {
+		if own, err = c.io.LockIsExclusiveOwner(); err != nil {
+			return fmt.Errorf("block: volume %q: write metadata %s: %w", name, key, rbdErr(err))
+		}
+	}
+	if !own {
+		return fmt.Errorf("block: volume %q: write metadata %s: this client does not hold the lock: %w", name, key, ErrFenced)
+	}
+	if err := c.io.SetMetadata(key, value); err != nil {
+		err = rbdErr(err)
+		if errors.Is(err, ErrFenced) {
+			c.fenced.Store(true)
+		}
+		return fmt.Errorf("block: volume %q: write metadata %s: %w", name, key, err)
+	}
 	return nil
 }

@@ -389,3 +389,55 @@ func TestRBDRequestsAllocateNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestRBDVolumeMetadata: a record written with a volume by the gateway
+// that holds its lock is read by another gateway's client; a client
+// without the lock cannot write one (librbd would have the owner write
+// it), nor can the old owner once its lock was broken (its client is
+// blocklisted: it reads nothing either).
+func TestRBDVolumeMetadata(t *testing.T) {
+	a, b := twoGateways(t)
+	ma, mb := a.(VolumeMetadata), b.(VolumeMetadata)
+	_, err := ma.Metadata("v", "k")
+	require.ErrorIs(t, err, ErrInvalid, "a volume not open here")
+	va, err := a.(SharedOpener).OpenShared("v")
+	require.NoError(t, err)
+	defer va.Close()
+	v, err := ma.Metadata("v", "k")
+	require.NoError(t, err)
+	require.Empty(t, v, "a key never written")
+	require.ErrorIs(t, ma.SetMetadata("v", "k", "1"), ErrFenced, "without the lock")
+	require.NoError(t, a.(SharedOpener).AcquireLock("v"))
+	require.NoError(t, ma.SetMetadata("v", "k", "1"))
+
+	vb, err := b.(SharedOpener).OpenShared("v")
+	require.NoError(t, err)
+	defer vb.Close()
+	v, err = mb.Metadata("v", "k")
+	require.NoError(t, err)
+	require.Equal(t, "1", v, "another gateway reads the owner's record")
+	require.ErrorIs(t, mb.SetMetadata("v", "k", "2"), ErrFenced, "a gateway without the lock")
+	require.NoError(t, b.(LockBreaker).BreakLock("v"))
+	require.NoError(t, b.(SharedOpener).AcquireLock("v"))
+	require.NoError(t, mb.SetMetadata("v", "k", "2"))
+	require.ErrorIs(t, ma.SetMetadata("v", "k", "3"), ErrFenced, "the old owner, its lock broken")
+	_, err = ma.Metadata("v", "k")
+	require.ErrorIs(t, err, ErrFenced, "the old owner's client is blocklisted: it reads nothing either")
+
+	// A gateway's store is Exclusive (srpd's is) and opens its volumes
+	// shared: the lock is not its own until AcquireLock.
+	x := openTestRBDExclusive(t, t.TempDir())
+	defer x.Close()
+	w, err := x.Create("w", 1<<20, 4096)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	ws, err := x.(SharedOpener).OpenShared("w")
+	require.NoError(t, err)
+	defer ws.Close()
+	require.ErrorIs(t, x.(VolumeMetadata).SetMetadata("w", "k", "1"), ErrFenced, "an Exclusive store's shared open, not locked")
+	require.NoError(t, x.(SharedOpener).AcquireLock("w"))
+	require.NoError(t, x.(VolumeMetadata).SetMetadata("w", "k", "1"))
+	v, err = mb.Metadata("v", "k")
+	require.NoError(t, err)
+	require.Equal(t, "2", v)
+}

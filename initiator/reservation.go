@@ -46,10 +46,23 @@ func ParseReservationType(s string) (ReservationType, error) {
 // Methods that the state forbids fail with ErrReservationConflict (a
 // wrong key, a reservation held by another host); malformed ones with
 // ErrInvalid.
-type Reservations struct{ v *Volume }
+type Reservations struct {
+	v  *Volume
+	mv *MultipathVolume // set: through its active path (v nil)
+}
 
 // Reservations returns the volume's reservations.
 func (v *Volume) Reservations() *Reservations { return &Reservations{v: v} }
+
+// Reservations returns the volume's reservations, asked of the active
+// path. Gateways keep them with the volume (srpd over RBD records them
+// with the image), so the gateway that serves the volume enforces them
+// whichever one it is. A request the active path refuses as standby, or
+// loses with its connection, fails over and is made again on the new
+// active path, as I/O is: one lost with its connection may have been
+// made already (its second making then fails for a key that changed,
+// say, and Report tells what holds).
+func (mv *MultipathVolume) Reservations() *Reservations { return &Reservations{mv: mv} }
 
 // Register registers newKey for this host, which must give its current
 // key (0 when not registered): it registers, replaces the key, or with
@@ -141,6 +154,15 @@ func (r *Reservations) out(ctx context.Context, act wire.ReserveAction, key, new
 // call runs a reservation request on the session's first channel, which
 // has the volume open like every other.
 func (r *Reservations) call(ctx context.Context, req *wire.ControlRequest, what string) (*wire.ControlResponse, error) {
+	if r.mv != nil {
+		var rsp *wire.ControlResponse
+		err := r.mv.do(ctx, func(v *Volume) error {
+			var err error
+			rsp, err = (&Reservations{v: v}).call(ctx, req, what)
+			return err
+		})
+		return rsp, err
+	}
 	v := r.v
 	rsp, err := v.s.controlReq(ctx, v.s.chans[0], &Request{Op: opControl, ctrl: req, vol: v})
 	if err != nil {

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -95,7 +96,14 @@ func (v *prVolume) apply(ini string, act wire.ReserveAction, key, newKey uint64,
 		if err := v.store.SaveReservation(v.name, after); err != nil {
 			v.st.setState(before) // it was valid: it is what we had
 			v.mu.Unlock()
-			return prOutcome{sense: wire.SenseInternal, msg: fmt.Sprintf("the change could not be recorded: %v", err)}, v.st.gen
+			// A gateway that does not serve the volume cannot record
+			// the change where the others read it: the host is to make
+			// it through the active path.
+			sense := wire.SenseInternal
+			if errors.Is(err, ErrStandby) {
+				sense = wire.SenseNotActive
+			}
+			return prOutcome{sense: sense, msg: fmt.Sprintf("the change could not be recorded: %v", err)}, v.st.gen
 		}
 	}
 	v.view.Store(v.st.snapshot())

@@ -21,7 +21,9 @@ type ReservationStore interface {
 	// when it returns), replacing what was saved for it; an empty state
 	// may be forgotten. The target calls it for every change, one at a
 	// time per volume, and answers the change only after it returned
-	// nil; an error fails the change, which the target then undoes.
+	// nil; an error fails the change, which the target then undoes (one
+	// that matches ErrStandby is answered as a path that is not active:
+	// a gateway that does not hold the volume cannot record it).
 	SaveReservation(volume string, st ReservationState) error
 }
 
@@ -135,6 +137,26 @@ func (t *Target) Reservations() map[string]ReservationState {
 		}
 	}
 	return out
+}
+
+// SetReservations replaces the registrations and reservation of the
+// volume named volume with st, without saving them: st is what the
+// store already holds. A gateway calls it when it takes a volume over,
+// before it serves the volume's I/O, with what the gateway that served
+// it before recorded in the shared store (srpd keeps a volume's
+// reservations with an RBD image, in its metadata): the hosts' fence
+// (SPC-4 5.13) holds whichever gateway serves them. An exclusive open
+// stays with its session. A state that does not hold together is
+// refused, and the volume's state is left as it was.
+func (t *Target) SetReservations(volume string, st ReservationState) error {
+	v := t.pr.volume(volume)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.st.setState(st); err != nil {
+		return fmt.Errorf("target: reservations of volume %q: %w", volume, err)
+	}
+	v.view.Store(v.st.snapshot())
+	return nil
 }
 
 // ForgetReservations drops the registrations and reservation of the

@@ -82,7 +82,7 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	}
 	c.target = envOr("SRPC_TARGET", "127.0.0.1:4420")
 	fs.Func("target", "target `ADDR`: HOST:PORT, or srpd's socket path with --wire shm (env SRPC_TARGET; default 127.0.0.1:4420); "+
-		"given more than once (import, export, mount, nbd): gateways of the same volumes, one path each, failed over between; list and info ask the first that answers", c.addTarget)
+		"given more than once (import, export, mount, nbd, reserve): gateways of the same volumes, one path each, failed over between; list and info ask the first that answers", c.addTarget)
 	fs.StringVar(&c.name, "name", envOr("SRPC_NAME", host), "initiator `NAME` the target's ACL and secrets know (env SRPC_NAME; default the host name)")
 	fs.StringVar(&c.secret, "secret", "", "shared `SECRET` for authentication (visible in ps; prefer --secret-file or SRPC_SECRET)")
 	fs.StringVar(&c.secretFile, "secret-file", "", "read the shared secret from `FILE` (one line)")
@@ -224,7 +224,7 @@ func (c *connFlags) list(ctx context.Context) (*session, []initiator.VolumeInfo,
 
 func (c *connFlags) dial(ctx context.Context, qd, bufBytes int) (*session, error) {
 	if len(c.paths) > 0 {
-		return nil, cli.Usagef("--target given %d times: several paths (multipath) are for list, info, import, export, mount and nbd only", len(c.paths)+1)
+		return nil, cli.Usagef("--target given %d times: several paths (multipath) are for list, info, import, export, mount, nbd and reserve only", len(c.paths)+1)
 	}
 	return c.dialAddr(ctx, c.target, qd, bufBytes)
 }

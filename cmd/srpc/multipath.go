@@ -1,8 +1,8 @@
 package main
 
 // Several --target addresses: gateways of the same volumes, opened as one
-// initiator.Multipath for import, export, mount and nbd; list and info
-// ask the first that answers.
+// initiator.Multipath for import, export, mount, nbd and reserve; list and
+// info ask the first that answers.
 
 import (
 	"context"

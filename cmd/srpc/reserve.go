@@ -150,7 +150,7 @@ func reserveAction(name, argsSyn, short string, do func(context.Context, *initia
 			if err := cli.NArgs(args, nargs, nargs, argsSyn); err != nil {
 				return err
 			}
-			s, v, err := f.conn.open(ctx, args[0], true, 4, 0)
+			s, v, err := f.conn.openReservable(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -163,6 +163,27 @@ func reserveAction(name, argsSyn, short string, do func(context.Context, *initia
 			return nil
 		},
 	}
+}
+
+// reservable is a volume whose reservations srpc reserve reads and
+// changes: an *initiator.Volume, or an *initiator.MultipathVolume whose
+// active path answers (gateways keep a volume's reservations with it).
+type reservable interface {
+	Reservations() *initiator.Reservations
+	Close() error
+}
+
+// openReservable opens volume name, read-only, on the one --target or
+// through all of them.
+func (c *connFlags) openReservable(ctx context.Context, name string) (*session, reservable, error) {
+	if len(c.paths) > 0 {
+		s, v, err := c.openCopy(ctx, name, true, 4, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, v.(*initiator.MultipathVolume), nil
+	}
+	return c.open(ctx, name, true, 4, 0)
 }
 
 // reserveError is the one line for a refused reservation action.
@@ -194,7 +215,7 @@ func reserveShowCommand() *cli.Command {
 			if err := cli.NArgs(args, 1, 1, "VOLUME"); err != nil {
 				return err
 			}
-			s, v, err := cf.open(ctx, args[0], true, 4, 0)
+			s, v, err := cf.openReservable(ctx, args[0])
 			if err != nil {
 				return err
 			}

@@ -30,21 +30,7 @@ func TestReservationSurvivesRestart(t *testing.T) {
 	defer cancel()
 	open := func(host string) (*initiator.Session, *initiator.Volume) {
 		t.Helper()
-		prov, err := emu.New(emu.Config{Wire: emu.WireTCP})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { prov.Close() })
-		s, err := initiator.Dial(ctx, initiator.Config{Provider: prov, Addr: addr, Name: host, LossTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
-		if err != nil {
-			s.Close()
-			t.Fatal(err)
-		}
-		return s, v
+		return dialOpen(t, ctx, addr, host, initiator.OpenOptions{})
 	}
 	must := func(err error) {
 		t.Helper()
@@ -92,4 +78,26 @@ func TestReservationSurvivesRestart(t *testing.T) {
 	if err != nil || !strings.Contains(string(b2), `"holder": "hostB"`) {
 		t.Fatalf("%s: %v\n%s", reservationsFile, err, b2)
 	}
+}
+
+// dialOpen logs host in to the srpd at addr over an emu NIC of its own
+// and opens vol0 with opts; the session and the NIC close when the test
+// ends, if the test has not closed them.
+func dialOpen(t *testing.T, ctx context.Context, addr, host string, opts initiator.OpenOptions) (*initiator.Session, *initiator.Volume) {
+	t.Helper()
+	prov, err := emu.New(emu.Config{Wire: emu.WireTCP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prov.Close() })
+	s, err := initiator.Dial(ctx, initiator.Config{Provider: prov, Addr: addr, Name: host, LossTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	v, err := s.Open(ctx, "vol0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, v
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/target"
 )
 
@@ -75,4 +76,61 @@ func (r *reservations) SaveReservation(volume string, st target.ReservationState
 		return fmt.Errorf("save %s: %w", r.path, err)
 	}
 	return nil
+}
+
+// reservationsKey is the volume metadata key under which srpd gateways
+// record a volume's reservations (rbd: the image's metadata).
+const reservationsKey = "gosrp.reservations"
+
+// sharedReservations is target.ReservationStore over a shared store's
+// volume metadata, for gateways: the reservations of an RBD image are
+// recorded with the image, written by the active gateway through the
+// lock it holds, and read by a gateway that takes the image over before
+// it serves it (load, from gateway.Catalog.BeforeActive). A host's
+// reservation so fences the other hosts whichever gateway they reach,
+// and a gateway that lost the image cannot change what the next one
+// reads (block.VolumeMetadata refuses it).
+type sharedReservations struct{ md block.VolumeMetadata }
+
+// LoadReservations returns nothing: a volume's reservations are read
+// when this gateway takes the volume (load).
+func (sharedReservations) LoadReservations() (map[string]target.ReservationState, error) {
+	return map[string]target.ReservationState{}, nil
+}
+
+// SaveReservation records volume's state with the volume. A standby
+// gateway cannot (it does not hold the lock): the change fails, and the
+// host makes it through the active path.
+func (r sharedReservations) SaveReservation(volume string, st target.ReservationState) error {
+	val := ""
+	if !st.Empty() {
+		b, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		val = string(b)
+	}
+	err := r.md.SetMetadata(volume, reservationsKey, val)
+	switch {
+	case st.Empty() && errors.Is(err, block.ErrInvalid):
+		return nil // not open here (deleted): its metadata went with it
+	case errors.Is(err, block.ErrFenced):
+		return fmt.Errorf("%w: %w", target.ErrStandby, err)
+	}
+	return err
+}
+
+// load gives tgt the reservations recorded with volume.
+func (r sharedReservations) load(tgt *target.Target, volume string) error {
+	val, err := r.md.Metadata(volume, reservationsKey)
+	if err != nil {
+		return fmt.Errorf("read the reservations: %w", err)
+	}
+	var st target.ReservationState
+	if val != "" {
+		if err := json.Unmarshal([]byte(val), &st); err != nil {
+			return fmt.Errorf("the reservations recorded with %q: %w", volume, err)
+		}
+	}
+	return tgt.SetReservations(volume, st)
 }

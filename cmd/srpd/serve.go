@@ -316,12 +316,19 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// otherwise, and taking it over when an initiator asks; other
 	// stores' volumes pass through, always active.
 	cat := gateway.NewWithOptions(store, gateway.Options{Limit: gateway.Limit(cfg.BreakLimit)})
+	// A shared store's reservations live with its volumes, where the
+	// gateway that takes a volume over finds them (reservations.go).
+	var resStore target.ReservationStore = res
+	shared, isShared := store.(block.VolumeMetadata)
+	if isShared = isShared && cat.Shared(); isShared {
+		resStore = sharedReservations{shared}
+	}
 	tgt, err := target.New(target.Config{
 		Name: cfg.Name, Catalog: cat, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, SRPCredits: cfg.SRPCredits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
 		MaxConnections: cfg.MaxConnections, MaxConnectionsPerSource: cfg.MaxConnectionsPerSource,
-		SRPTargetPortID: srpPort, SRPPortGroup: portGroup, Logger: log, Reservations: res, DirtyMarks: marks, LUNs: openLUNFile(cfg.Data),
+		SRPTargetPortID: srpPort, SRPPortGroup: portGroup, Logger: log, Reservations: resStore, DirtyMarks: marks, LUNs: openLUNFile(cfg.Data),
 	})
 	if err != nil {
 		return err
@@ -332,6 +339,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("volume path state changed", "volume", name, "state", s)
 		gateway.Tell(tgt, name, s)
 	})
+	if isShared {
+		cat.BeforeActive(func(name string) error { return sharedReservations{shared}.load(tgt, name) })
+	}
 	setLive(tgt, acc)
 
 	lnOwned = false // tgt.Serve closes it

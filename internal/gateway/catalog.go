@@ -32,6 +32,8 @@ type Catalog struct {
 	vols map[string]*entry
 	hist map[string]*history        // each volume's past here, kept past its close
 	hook func(name string, s State) // OnStateChange's; under mu
+	// before is BeforeActive's; under mu.
+	before func(name string) error
 }
 
 // Options are a Catalog's settings; the zero value is the defaults.
@@ -90,6 +92,20 @@ func NewWithOptions(st block.Store, o Options) *Catalog {
 func (c *Catalog) OnStateChange(f func(name string, s State)) {
 	c.mu.Lock()
 	c.hook = f
+	c.mu.Unlock()
+}
+
+// BeforeActive has f called each time this gateway has taken a
+// volume's lock, before the volume turns active and serves any I/O:
+// srpd loads there what the gateway that served the volume before
+// recorded with it (its hosts' reservations), so that nothing is served
+// against an older state. An error fails the lock step: the volume
+// stays standby here (its lock held until its handles close or another
+// gateway breaks it), and a takeover that asked for it fails with the
+// error. f may block (it reads the store).
+func (c *Catalog) BeforeActive(f func(name string) error) {
+	c.mu.Lock()
+	c.before = f
 	c.mu.Unlock()
 }
 
@@ -230,6 +246,9 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 		switch a {
 		case ActLock:
 			last = c.so.AcquireLock(e.name)
+			if last == nil {
+				last = c.beforeActive(e.name)
+			}
 			switch {
 			case last == nil:
 				ev = EvLocked
@@ -267,6 +286,21 @@ func (c *Catalog) settle(e *entry, ev Event) (State, State, error) {
 			errBreakLimit, c.limit.Burst, c.limit.Window)
 	}
 	return before, e.core.state, last
+}
+
+// beforeActive runs BeforeActive's function for the volume named name,
+// once this gateway holds its lock.
+func (c *Catalog) beforeActive(name string) error {
+	c.mu.Lock()
+	f := c.before
+	c.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	if err := f(name); err != nil {
+		return fmt.Errorf("gateway: volume %q: before serving it: %w", name, err)
+	}
+	return nil
 }
 
 // setState publishes the core's state s to the I/O path, counting a

@@ -35,16 +35,7 @@ func TestCatalogTakeover(t *testing.T) {
 		})
 	}
 
-	va, err := ga.OpenVolume("v")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer va.(interface{ Close() error }).Close()
-	vb, err := gb.OpenVolume("v")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vb.(interface{ Close() error }).Close()
+	va, vb := openBoth(t, ga, gb, "v")
 	pa, pb := va.(target.PathStater), vb.(target.PathStater)
 	if pa.Standby() || !pb.Standby() || ga.State("v") != gateway.Active || gb.State("v") != gateway.Standby {
 		t.Fatalf("states after the opens: a %v, b %v; want active, standby", ga.State("v"), gb.State("v"))
@@ -208,10 +199,7 @@ func TestCatalogReconnectFails(t *testing.T) {
 	}
 	a, b := cl.Client(), cl.Client()
 	ga, gb := gateway.New(a), gateway.New(b)
-	va, _ := ga.OpenVolume("v")
-	defer va.(interface{ Close() error }).Close()
-	vb, _ := gb.OpenVolume("v")
-	defer vb.(interface{ Close() error }).Close()
+	va, vb := openBoth(t, ga, gb, "v")
 	a.FailReconnects(true)
 	if err := vb.(target.PathStater).TakeOver(); err != nil {
 		t.Fatal(err)
@@ -313,4 +301,72 @@ func TestCatalogBreakLimit(t *testing.T) {
 			t.Errorf("gateway %c's stats: %+v, want %+v", 'a'+j, got, want[j])
 		}
 	}
+}
+
+// TestCatalogBeforeActive: BeforeActive's function runs once the lock is
+// this gateway's and before the volume is active here, on a first open
+// as on a takeover; when it fails, the volume is not served (a takeover
+// fails as a standby path, saying why, and I/O is refused), and a later
+// takeover runs it again.
+func TestCatalogBeforeActive(t *testing.T) {
+	cl := gatewaytest.NewCluster()
+	if err := cl.Create("v", 1<<20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	a, b := cl.Client(), cl.Client()
+	ga, gb := gateway.New(a), gateway.New(b)
+	var calls []string
+	fail := errors.New("the shared state cannot be read")
+	for i, g := range []*gateway.Catalog{ga, gb} {
+		id := []int{a.ID(), b.ID()}[i]
+		g.BeforeActive(func(name string) error {
+			calls = append(calls, fmt.Sprintf("%c %s owner-is-me=%v state=%s", 'a'+i, name, cl.Owner(name) == id, g.State(name)))
+			if i == 1 && fail != nil {
+				return fail
+			}
+			return nil
+		})
+	}
+	_, vb := openBoth(t, ga, gb, "v")
+
+	err := vb.(target.PathStater).TakeOver()
+	if !errors.Is(err, target.ErrStandby) || !strings.Contains(err.Error(), fail.Error()) {
+		t.Fatalf("takeover whose BeforeActive fails: %v, want ErrStandby saying why", err)
+	}
+	if gb.State("v") == gateway.Active {
+		t.Fatal("active after BeforeActive failed")
+	}
+	if _, err := vb.WriteAt(make([]byte, 4096), 0); !errors.Is(err, target.ErrStandby) {
+		t.Fatalf("write after the failed takeover: %v, want ErrStandby", err)
+	}
+	fail = nil
+	if err := vb.(target.PathStater).TakeOver(); err != nil || gb.State("v") != gateway.Active {
+		t.Fatalf("takeover: %v, state %v", err, gb.State("v"))
+	}
+	want := []string{
+		"a v owner-is-me=true state=standby",
+		"b v owner-is-me=true state=standby",
+		"b v owner-is-me=true state=standby",
+	}
+	if strings.Join(calls, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("BeforeActive calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// openBoth opens volume name through ga, then gb; both handles close
+// when the test ends.
+func openBoth(t *testing.T, ga, gb *gateway.Catalog, name string) (va, vb target.Volume) {
+	t.Helper()
+	for _, g := range []struct {
+		c *gateway.Catalog
+		v *target.Volume
+	}{{ga, &va}, {gb, &vb}} {
+		v, err := g.c.OpenVolume(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.(interface{ Close() error }).Close() })
+		*g.v = v
+	}
+	return va, vb
 }

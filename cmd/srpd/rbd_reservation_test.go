@@ -1,0 +1,116 @@
+//go:build ceph && pacific
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/e2etest"
+)
+
+// TestRBDSharedReservations: two srpd gateways over one RBD image, two
+// hosts each with one path, to a different gateway. Host A registers
+// and takes a Write Exclusive reservation through the active gateway;
+// host B, through the other, cannot register while that gateway is
+// standby (ErrStandby: it could not record the change where the active
+// one reads it), and then takes the volume over: that gateway reads
+// the reservation recorded with the image before it serves, so B's
+// write is refused (reservation conflict) and its report names A. B
+// registers and preempts A through its gateway; A takes the volume
+// back, and its write is now the refused one. A third host registers
+// through a Multipath of both; the gateway it used dies, and its report
+// fails over to the other, which knows the registration. A gateway that
+// forgot the
+// image's reservations would let the other host write over the
+// fence (what each srpd did with a reservations file of its own).
+func TestRBDSharedReservations(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, srpd, args := rbdGatewaySetup(t)
+	dir := t.TempDir()
+	addrs := []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t)}
+	var gws []*e2etest.Daemon
+	for i, addr := range addrs {
+		gws = append(gws, e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), addr, "", args...))
+	}
+	open := func(host, addr string, takeover bool) *initiator.Volume {
+		t.Helper()
+		_, v := dialOpen(t, ctx, addr, host, initiator.OpenOptions{Takeover: takeover})
+		return v
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	buf := make([]byte, 4096)
+	a := open("hostA", addrs[0], false)
+	if a.Standby() {
+		t.Fatal("the first gateway's open is standby")
+	}
+	must("A registers", a.Reservations().Register(ctx, 0, 0xa))
+	must("A reserves", a.Reservations().Reserve(ctx, 0xa, initiator.WriteExclusive))
+	_, err := a.WriteAtContext(ctx, buf, 0)
+	must("A writes", err)
+
+	// Through the standby gateway the change cannot be recorded where
+	// the active one reads it: refused as a path that is not active.
+	s := open("hostB", addrs[1], false)
+	if !s.Standby() {
+		t.Fatal("the second gateway's open is not standby")
+	}
+	if err := s.Reservations().Register(ctx, 0, 0xb); !errors.Is(err, initiator.ErrStandby) {
+		t.Fatalf("B registers through the standby gateway: %v, want ErrStandby", err)
+	}
+	b := open("hostB", addrs[1], true)
+	if b.Standby() {
+		t.Fatal("B's takeover left the second gateway standby")
+	}
+	if _, err := b.WriteAtContext(ctx, buf, 4096); !errors.Is(err, initiator.ErrReservationConflict) {
+		t.Fatalf("B's write through the gateway that took the volume over: %v, want ErrReservationConflict", err)
+	}
+	rep, err := b.Reservations().Report(ctx)
+	must("B's report", err)
+	if rep.Holder != "hostA" || rep.HolderKey != 0xa || rep.Type != initiator.WriteExclusive {
+		t.Fatalf("B's report through the second gateway: %+v, want hostA's write-exclusive", rep)
+	}
+	_, err = b.ReadAtContext(ctx, buf, 0)
+	must("B reads (Write Exclusive lets it)", err)
+	must("B registers", b.Reservations().Register(ctx, 0, 0xb))
+	must("B preempts A", b.Reservations().Preempt(ctx, 0xb, 0xa, initiator.WriteExclusive, false))
+	_, err = b.WriteAtContext(ctx, buf, 4096)
+	must("B writes, holding the reservation", err)
+
+	a2 := open("hostA", addrs[0], true)
+	if a2.Standby() {
+		t.Fatal("A's takeover left the first gateway standby")
+	}
+	if _, err := a2.WriteAtContext(ctx, buf, 0); !errors.Is(err, initiator.ErrReservationConflict) {
+		t.Fatalf("A's write after B preempted it, through the first gateway again: %v, want ErrReservationConflict", err)
+	}
+	rep, err = a2.Reservations().Report(ctx)
+	must("A's report", err)
+	if rep.Holder != "hostB" || rep.HolderKey != 0xb {
+		t.Fatalf("A's report through the first gateway: %+v, want hostB holding", rep)
+	}
+
+	// A host with both paths registers through the active one (the
+	// first, since A took the volume back); that gateway dies, and its
+	// report fails over to the other, which reads the registration with
+	// the image when it takes the volume over.
+	mv := openMultipath(t, ctx, initiator.MultipathConfig{}, addrs)
+	must("C registers through its Multipath", mv.Reservations().Register(ctx, 0, 0xc))
+	gws[0].Kill(t)
+	rep, err = mv.Reservations().Report(ctx)
+	must("C's report after the first gateway died", err)
+	if mv.Failovers() != 1 || rep.Holder != "hostB" || len(rep.Registrants) != 2 || rep.Registrants[1] != (initiator.Registrant{Initiator: "host", Key: 0xc}) {
+		t.Fatalf("C's report through the second gateway: %+v after %d failovers; want hostB holding and registered, then C (A was preempted)", rep, mv.Failovers())
+	}
+}
