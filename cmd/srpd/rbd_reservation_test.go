@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,9 +37,22 @@ func TestRBDSharedReservations(t *testing.T) {
 	_, srpd, args := rbdGatewaySetup(t)
 	dir := t.TempDir()
 	addrs := []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t)}
+	// The first gateway's data directory holds reservations an older
+	// srpd kept there: not used, and said so.
+	data0 := filepath.Join(dir, "gw0")
+	if err := os.MkdirAll(data0, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := `{"vol0": {"generation": 1, "registrations": [{"initiator": "old", "key": 1}]}}`
+	if err := os.WriteFile(filepath.Join(data0, reservationsFile), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var gws []*e2etest.Daemon
 	for i, addr := range addrs {
 		gws = append(gws, e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), addr, "", args...))
+	}
+	if !strings.Contains(gws[0].Log(), "not used by a gateway") {
+		t.Errorf("the first gateway does not say it ignores its reservations file:\n%s", gws[0].Log())
 	}
 	open := func(host, addr string, takeover bool) *initiator.Volume {
 		t.Helper()
@@ -113,4 +128,10 @@ func TestRBDSharedReservations(t *testing.T) {
 	if mv.Failovers() != 1 || rep.Holder != "hostB" || len(rep.Registrants) != 2 || rep.Registrants[1] != (initiator.Registrant{Initiator: "host", Key: 0xc}) {
 		t.Fatalf("C's report through the second gateway: %+v after %d failovers; want hostB holding and registered, then C (A was preempted)", rep, mv.Failovers())
 	}
+	// A change right after the failover: librbd tells the image's
+	// watchers of the metadata change, the dead gateway's among them
+	// until its watch is gone.
+	start := time.Now()
+	must("C changes its key through the second gateway", mv.Reservations().Register(ctx, 0xc, 0xd))
+	t.Logf("a reservation change right after the failover took %v", time.Since(start).Round(time.Millisecond))
 }

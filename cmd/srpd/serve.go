@@ -280,7 +280,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Read before vol0 is made: a state file that cannot be read fails
 	// the start with the disk as it was.
 	res := openReservations(cfg.Data)
-	if _, err := res.LoadReservations(); err != nil {
+	saved, err := res.LoadReservations()
+	if err != nil {
 		return fmt.Errorf("reservations: %w", err)
 	}
 	if _, err := openLUNFile(cfg.Data).LoadLUNs(); err != nil {
@@ -322,6 +323,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	shared, isShared := store.(block.VolumeMetadata)
 	if isShared = isShared && cat.Shared(); isShared {
 		resStore = sharedReservations{shared}
+		for name := range saved {
+			// An srpd before this one kept a gateway's reservations
+			// here, where the other gateways could not see them.
+			log.Warn("reservations recorded in the data directory are not used by a gateway (it keeps them with the images): make them again",
+				"volume", name, "file", filepath.Join(cfg.Data, reservationsFile))
+		}
 	}
 	tgt, err := target.New(target.Config{
 		Name: cfg.Name, Catalog: cat, ACL: acc.ACLPointer(), Secrets: acc.Secret,
