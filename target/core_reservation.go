@@ -4,6 +4,7 @@ package target
 // check every command passes.
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -48,6 +49,12 @@ func (c *core) startReservation(s *slot) {
 func (c *core) finishReservation(s *slot) {
 	if s.job == jobReport {
 		rsp := s.prRep
+		if s.err != nil {
+			rsp = &wire.ControlResponse{Sense: wire.SenseInternal, Error: s.err.Error()}
+			if errors.Is(s.err, ErrStandby) {
+				rsp.Sense = wire.SenseNotActive
+			}
+		}
 		s.prRep, s.ov = nil, nil
 		c.controlRespond(s, rsp)
 		return

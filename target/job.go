@@ -77,7 +77,9 @@ func runJob(s *slot, cat Catalog) {
 	case jobReserve:
 		s.prOut, s.prGen = s.ov.pr.apply(s.prIni, s.ctl.Action, s.ctl.Key, s.ctl.NewKey, s.ctl.Type)
 	case jobReport:
-		s.prRep = s.ov.pr.report()
+		if s.err = s.ov.pr.refresh(s.ov.vol); s.err == nil {
+			s.prRep = s.ov.pr.report()
+		}
 	case jobTakeOver:
 		if ps, ok := s.ov.vol.(PathStater); ok {
 			s.err = ps.TakeOver()

@@ -27,6 +27,19 @@ type ReservationStore interface {
 	SaveReservation(volume string, st ReservationState) error
 }
 
+// ReservationReader is implemented by ReservationStores that keep a
+// volume's reservations where other targets change them: srpd's
+// gateways keep them with the RBD image, written by the gateway that
+// serves it. A target that does not serve a volume (PathStater standby)
+// answers a report of its reservations from ReadReservation, not from
+// what it last read or made.
+type ReservationReader interface {
+	// ReadReservation returns the volume's state as recorded now; an
+	// error that matches ErrStandby is answered as a path that is not
+	// active.
+	ReadReservation(volume string) (ReservationState, error)
+}
+
 // ReservationState is the persistent reservation state of a volume.
 type ReservationState struct {
 	// Generation is SPC-4's PRgeneration: it moves with each change of
@@ -149,14 +162,35 @@ func (t *Target) Reservations() map[string]ReservationState {
 // stays with its session. A state that does not hold together is
 // refused, and the volume's state is left as it was.
 func (t *Target) SetReservations(volume string, st ReservationState) error {
-	v := t.pr.volume(volume)
+	return t.pr.volume(volume).set(st)
+}
+
+// set replaces v's persistent state with st, unsaved, and publishes it.
+func (v *prVolume) set(st ReservationState) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.st.setState(st); err != nil {
-		return fmt.Errorf("target: reservations of volume %q: %w", volume, err)
+		return fmt.Errorf("target: reservations of volume %q: %w", v.name, err)
 	}
 	v.view.Store(v.st.snapshot())
 	return nil
+}
+
+// refresh reads v's state from its store when the store keeps it where
+// other targets change it and this one does not serve vol (standby, or
+// fenced): the report that follows is then the volume's, not this
+// target's last word. The active target's state is the volume's: only
+// it changes it.
+func (v *prVolume) refresh(vol Volume) error {
+	r, ok := v.store.(ReservationReader)
+	if !ok || stateOf(vol) == gwActive {
+		return nil
+	}
+	st, err := r.ReadReservation(v.name)
+	if err != nil {
+		return fmt.Errorf("read the reservations of %q where they are kept: %w", v.name, err)
+	}
+	return v.set(st)
 }
 
 // ForgetReservations drops the registrations and reservation of the

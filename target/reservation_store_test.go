@@ -2,6 +2,7 @@ package target
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -118,6 +119,62 @@ func TestSetReservations(t *testing.T) {
 	}
 	if err := tgt.SetReservations("v", ReservationState{}); err != nil || !v.allows("B", "sB", true) {
 		t.Fatalf("an empty state: %v; B still fenced: %s", err, v)
+	}
+}
+
+// readerStore is a memPRStore that also reads a volume's state as
+// another target recorded it (ReservationReader).
+type readerStore struct {
+	memPRStore
+	recorded ReservationState
+	err      error
+	reads    int
+}
+
+func (r *readerStore) ReadReservation(string) (ReservationState, error) {
+	r.reads++
+	return r.recorded, r.err
+}
+
+// TestReservationRefresh: a target that does not serve a volume reads
+// its reservations from a store that keeps them where the serving
+// target changes them (ReservationReader) before it reports them; the
+// serving target does not (its state is the volume's); a read that
+// fails is an error (ErrStandby kept), and a store that cannot read
+// leaves the state as it is.
+func TestReservationRefresh(t *testing.T) {
+	st := &readerStore{memPRStore: memPRStore{saved: map[string]ReservationState{}}}
+	tb := newPRTable()
+	if err := tb.load(st); err != nil {
+		t.Fatal(err)
+	}
+	v := tb.volume("v")
+	g := &fakeGateway{}
+	vol := &pathVolume{name: "v", g: g}
+	g.standby.Store(true)
+	st.recorded = ReservationState{Generation: 3, Holder: "A", Type: "write-exclusive", Registrations: []Registration{{"A", 0xa}}}
+	if err := v.refresh(vol); err != nil {
+		t.Fatal(err)
+	}
+	if rep := v.report(); rep.Holder != "A" || rep.Generation != 3 || st.reads != 1 {
+		t.Fatalf("standby report: %+v after %d reads; want A's reservation, read once", rep, st.reads)
+	}
+	g.standby.Store(false)
+	st.recorded = ReservationState{}
+	if err := v.refresh(vol); err != nil || st.reads != 1 || v.report().Holder != "A" {
+		t.Fatalf("active: %v, %d reads, holder %q; want no read, the state kept", err, st.reads, v.report().Holder)
+	}
+	g.standby.Store(true)
+	st.err = fmt.Errorf("%w: blocklisted", ErrStandby)
+	if err := v.refresh(vol); !errors.Is(err, ErrStandby) {
+		t.Fatalf("a read that failed: %v, want ErrStandby kept", err)
+	}
+	w := newPRTable()
+	if err := w.load(&memPRStore{saved: map[string]ReservationState{}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.volume("v").refresh(vol); err != nil {
+		t.Fatalf("a store that cannot read: %v", err)
 	}
 }
 

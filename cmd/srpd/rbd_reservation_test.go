@@ -21,7 +21,8 @@ import (
 // and takes a Write Exclusive reservation through the active gateway;
 // host B, through the other, cannot register while that gateway is
 // standby (ErrStandby: it could not record the change where the active
-// one reads it), and then takes the volume over: that gateway reads
+// one reads it), though its report there names A (read from the image),
+// and then takes the volume over: that gateway reads
 // the reservation recorded with the image before it serves, so B's
 // write is refused (reservation conflict) and its report names A. B
 // registers and preempts A through its gateway; A takes the volume
@@ -83,6 +84,10 @@ func TestRBDSharedReservations(t *testing.T) {
 	}
 	if err := s.Reservations().Register(ctx, 0, 0xb); !errors.Is(err, initiator.ErrStandby) {
 		t.Fatalf("B registers through the standby gateway: %v, want ErrStandby", err)
+	}
+	// It reports them as recorded with the image, not as it last knew.
+	if rep, err := s.Reservations().Report(ctx); err != nil || rep.Holder != "hostA" || rep.HolderKey != 0xa {
+		t.Fatalf("B's report through the standby gateway: %+v, %v; want hostA holding", rep, err)
 	}
 	b := open("hostB", addrs[1], true)
 	if b.Standby() {

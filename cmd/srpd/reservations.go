@@ -89,7 +89,8 @@ const reservationsKey = "gosrp.reservations"
 // it serves it (load, from gateway.Catalog.BeforeActive). A host's
 // reservation so fences the other hosts whichever gateway they reach,
 // and a gateway that lost the image cannot change what the next one
-// reads (block.VolumeMetadata refuses it).
+// reads (block.VolumeMetadata refuses it). A standby gateway reports
+// them as recorded (ReadReservation).
 type sharedReservations struct{ md block.VolumeMetadata }
 
 // LoadReservations returns nothing: a volume's reservations are read
@@ -120,17 +121,30 @@ func (r sharedReservations) SaveReservation(volume string, st target.Reservation
 	return err
 }
 
+// ReadReservation returns the reservations recorded with volume now
+// (target.ReservationReader: a standby gateway reports them).
+func (r sharedReservations) ReadReservation(volume string) (target.ReservationState, error) {
+	var st target.ReservationState
+	val, err := r.md.Metadata(volume, reservationsKey)
+	switch {
+	case errors.Is(err, block.ErrFenced):
+		return st, fmt.Errorf("%w: %w", target.ErrStandby, err)
+	case err != nil:
+		return st, err
+	case val == "":
+		return st, nil
+	}
+	if err := json.Unmarshal([]byte(val), &st); err != nil {
+		return st, fmt.Errorf("the reservations recorded with %q: %w", volume, err)
+	}
+	return st, nil
+}
+
 // load gives tgt the reservations recorded with volume.
 func (r sharedReservations) load(tgt *target.Target, volume string) error {
-	val, err := r.md.Metadata(volume, reservationsKey)
+	st, err := r.ReadReservation(volume)
 	if err != nil {
 		return fmt.Errorf("read the reservations: %w", err)
-	}
-	var st target.ReservationState
-	if val != "" {
-		if err := json.Unmarshal([]byte(val), &st); err != nil {
-			return fmt.Errorf("the reservations recorded with %q: %w", volume, err)
-		}
 	}
 	return tgt.SetReservations(volume, st)
 }
