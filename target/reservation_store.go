@@ -169,6 +169,11 @@ func (t *Target) SetReservations(volume string, st ReservationState) error {
 func (v *prVolume) set(st ReservationState) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	return v.setLocked(st)
+}
+
+// setLocked is set. REQUIRES: v.mu.
+func (v *prVolume) setLocked(st ReservationState) error {
 	if err := v.st.setState(st); err != nil {
 		return fmt.Errorf("target: reservations of volume %q: %w", v.name, err)
 	}
@@ -180,17 +185,27 @@ func (v *prVolume) set(st ReservationState) error {
 // other targets change it and this one does not serve vol (standby, or
 // fenced): the report that follows is then the volume's, not this
 // target's last word. The active target's state is the volume's: only
-// it changes it.
+// it changes it. The read holds v.mu, as apply holds it across its
+// save: were this target to turn active meanwhile and record a change,
+// a read older than the change must not replace it.
 func (v *prVolume) refresh(vol Volume) error {
 	r, ok := v.store.(ReservationReader)
-	if !ok || stateOf(vol) == gwActive {
+	if !ok {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if stateOf(vol) == gwActive {
 		return nil
 	}
 	st, err := r.ReadReservation(v.name)
+	if err == nil {
+		err = v.setLocked(st)
+	}
 	if err != nil {
 		return fmt.Errorf("read the reservations of %q where they are kept: %w", v.name, err)
 	}
-	return v.set(st)
+	return nil
 }
 
 // ForgetReservations drops the registrations and reservation of the

@@ -129,10 +129,14 @@ type readerStore struct {
 	recorded ReservationState
 	err      error
 	reads    int
+	during   func() // called inside each read
 }
 
 func (r *readerStore) ReadReservation(string) (ReservationState, error) {
 	r.reads++
+	if r.during != nil {
+		r.during()
+	}
 	return r.recorded, r.err
 }
 
@@ -141,7 +145,7 @@ func (r *readerStore) ReadReservation(string) (ReservationState, error) {
 // target changes them (ReservationReader) before it reports them; the
 // serving target does not (its state is the volume's); a read that
 // fails is an error (ErrStandby kept), and a store that cannot read
-// leaves the state as it is.
+// leaves the state as it is. The read holds the volume's lock.
 func TestReservationRefresh(t *testing.T) {
 	st := &readerStore{memPRStore: memPRStore{saved: map[string]ReservationState{}}}
 	tb := newPRTable()
@@ -153,6 +157,14 @@ func TestReservationRefresh(t *testing.T) {
 	vol := &pathVolume{name: "v", g: g}
 	g.standby.Store(true)
 	st.recorded = ReservationState{Generation: 3, Holder: "A", Type: "write-exclusive", Registrations: []Registration{{"A", 0xa}}}
+	// The read holds the volume's lock: a change this target records
+	// meanwhile (turned active) waits, and is not replaced by it.
+	st.during = func() {
+		if v.mu.TryLock() {
+			v.mu.Unlock()
+			t.Error("the volume's lock is free during the read")
+		}
+	}
 	if err := v.refresh(vol); err != nil {
 		t.Fatal(err)
 	}

@@ -112,10 +112,17 @@ func (r sharedReservations) SaveReservation(volume string, st target.Reservation
 		val = string(b)
 	}
 	err := r.md.SetMetadata(volume, reservationsKey, val)
-	switch {
-	case st.Empty() && errors.Is(err, block.ErrInvalid):
+	if st.Empty() && errors.Is(err, block.ErrInvalid) {
 		return nil // not open here (deleted): its metadata went with it
-	case errors.Is(err, block.ErrFenced):
+	}
+	return standbyIfFenced(err)
+}
+
+// standbyIfFenced makes a store's ErrFenced (this gateway does not hold
+// the volume's lock) the target's ErrStandby, which it answers as a
+// path that is not active.
+func standbyIfFenced(err error) error {
+	if errors.Is(err, block.ErrFenced) {
 		return fmt.Errorf("%w: %w", target.ErrStandby, err)
 	}
 	return err
@@ -126,13 +133,8 @@ func (r sharedReservations) SaveReservation(volume string, st target.Reservation
 func (r sharedReservations) ReadReservation(volume string) (target.ReservationState, error) {
 	var st target.ReservationState
 	val, err := r.md.Metadata(volume, reservationsKey)
-	switch {
-	case errors.Is(err, block.ErrFenced):
-		return st, fmt.Errorf("%w: %w", target.ErrStandby, err)
-	case err != nil:
-		return st, err
-	case val == "":
-		return st, nil
+	if err != nil || val == "" {
+		return st, standbyIfFenced(err)
 	}
 	if err := json.Unmarshal([]byte(val), &st); err != nil {
 		return st, fmt.Errorf("the reservations recorded with %q: %w", volume, err)
