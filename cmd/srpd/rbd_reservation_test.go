@@ -140,3 +140,83 @@ func TestRBDSharedReservations(t *testing.T) {
 	must("C changes its key through the second gateway", mv.Reservations().Register(ctx, 0xc, 0xd))
 	t.Logf("a reservation change right after the failover took %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestRBDReservationsGarbage: a gateway reads the reservations recorded
+// with the image before it serves the volume, so a record it cannot
+// use must keep it from serving, not let it serve as if the volume had
+// no reservation. Host A holds a Write Exclusive reservation through
+// the first gateway; someone then writes a record that is not JSON
+// into the image's metadata by hand (`rbd image-meta set`), and later
+// one that is JSON but names a holder with no registration. Each time,
+// host B's takeover through the second gateway fails, B's write is not
+// served, and srpd's log says why. With the record mended (A's
+// reservation as it was), the takeover succeeds and B's write is
+// refused by A's reservation, as before the damage.
+func TestRBDReservationsGarbage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	conf, srpd, args := rbdGatewaySetup(t)
+	image := "rbd/" + args[5] + "/vol0" // args: --rbd-namespace ns
+	dir := t.TempDir()
+	addrs := []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t)}
+	var gws []*e2etest.Daemon
+	for i, addr := range addrs {
+		gws = append(gws, e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), addr, "", args...))
+	}
+	buf := make([]byte, 4096)
+	_, a := dialOpen(t, ctx, addrs[0], "hostA", initiator.OpenOptions{})
+	if a.Standby() {
+		t.Fatal("the first gateway's open is standby")
+	}
+	if err := a.Reservations().Register(ctx, 0, 0xa); err != nil {
+		t.Fatalf("A registers: %v", err)
+	}
+	if err := a.Reservations().Reserve(ctx, 0xa, initiator.WriteExclusive); err != nil {
+		t.Fatalf("A reserves: %v", err)
+	}
+	good := strings.TrimSpace(string(rbdToolOutput(t, conf, "image-meta", "get", image, reservationsKey)))
+	if !strings.Contains(good, `"hostA"`) {
+		t.Fatalf("the image records %q as its reservations, want hostA's", good)
+	}
+
+	for _, tc := range []struct{ name, record, why string }{
+		{"not-json", `{"generation": 3, "holder": "hostA"`, "unexpected end of JSON input"},
+		{"holder-unregistered", `{"generation": 3, "holder": "hostZ", "type": "write-exclusive", "registrations": [{"initiator": "hostA", "key": 10}]}`, "hostZ"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rbdTool(t, conf, "image-meta", "set", image, reservationsKey, tc.record)
+			gw := gws[1]
+			before := len(gw.Log())
+			s := dialHost(t, ctx, gw.Addr, "hostB")
+			_, err := s.Open(ctx, "vol0", initiator.OpenOptions{Takeover: true})
+			if !errors.Is(err, initiator.ErrStandby) || !strings.Contains(err.Error(), tc.why) {
+				t.Fatalf("B's takeover over a damaged reservations record: %v, want ErrStandby saying %q", err, tc.why)
+			}
+			t.Logf("B's takeover: %v", err)
+			if log := gw.Log()[before:]; !strings.Contains(log, tc.why) {
+				t.Errorf("the gateway does not say why it does not serve the volume (%q):\n%s", tc.why, log)
+			}
+			b, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !b.Standby() {
+				t.Fatal("after a failed takeover the gateway serves the volume")
+			}
+			if _, err := b.WriteAtContext(ctx, buf, 4096); !errors.Is(err, initiator.ErrStandby) {
+				t.Fatalf("B's write through the gateway that could not read the reservations: %v, want ErrStandby", err)
+			}
+			s.Close()
+		})
+	}
+
+	// Mended: the takeover succeeds, and A's reservation fences B again.
+	rbdTool(t, conf, "image-meta", "set", image, reservationsKey, good)
+	_, b := dialOpen(t, ctx, addrs[1], "hostB", initiator.OpenOptions{Takeover: true})
+	if b.Standby() {
+		t.Fatal("B's takeover after the record was mended left the gateway standby")
+	}
+	if _, err := b.WriteAtContext(ctx, buf, 4096); !errors.Is(err, initiator.ErrReservationConflict) {
+		t.Fatalf("B's write once the record was mended: %v, want ErrReservationConflict", err)
+	}
+}

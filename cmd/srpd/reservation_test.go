@@ -85,6 +85,18 @@ func TestReservationSurvivesRestart(t *testing.T) {
 // ends, if the test has not closed them.
 func dialOpen(t *testing.T, ctx context.Context, addr, host string, opts initiator.OpenOptions) (*initiator.Session, *initiator.Volume) {
 	t.Helper()
+	s := dialHost(t, ctx, addr, host)
+	v, err := s.Open(ctx, "vol0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, v
+}
+
+// dialHost logs host in to the srpd at addr over an emu NIC of its own;
+// the session and the NIC close when the test ends.
+func dialHost(t *testing.T, ctx context.Context, addr, host string) *initiator.Session {
+	t.Helper()
 	prov, err := emu.New(emu.Config{Wire: emu.WireTCP})
 	if err != nil {
 		t.Fatal(err)
@@ -95,9 +107,5 @@ func dialOpen(t *testing.T, ctx context.Context, addr, host string, opts initiat
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	v, err := s.Open(ctx, "vol0", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, v
+	return s
 }

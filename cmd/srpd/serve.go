@@ -347,7 +347,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		gateway.Tell(tgt, name, s)
 	})
 	if isShared {
-		cat.BeforeActive(func(name string) error { return sharedReservations{shared}.load(tgt, name) })
+		cat.BeforeActive(func(name string) error {
+			err := sharedReservations{shared}.load(tgt, name)
+			if err != nil {
+				// The volume stays standby here, whoever asked: the
+				// operator must learn why from this gateway's log.
+				log.Error("volume not served: this gateway cannot use the reservations recorded with it",
+					"volume", name, "key", reservationsKey, "err", err)
+			}
+			return err
+		})
 	}
 	setLive(tgt, acc)
 
