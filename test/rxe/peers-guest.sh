@@ -14,7 +14,7 @@ RAMP=${RAMP:-1}
 say() { echo "[$(cut -d' ' -f1 /proc/uptime)] $*" | tee -a $O/steps.log; }
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 # The jobs: name, fio rw, block size, queue depth.
-JOBS="rr32:randread:4k:32 rr1:randread:4k:1 rw32:randwrite:4k:32 rw1:randwrite:4k:1 sr128:read:128k:8"
+JOBS=${JOBS:-"rr32:randread:4k:32 rr1:randread:4k:1 rw32:randwrite:4k:32 rw1:randwrite:4k:1 sr128:read:128k:8"}
 
 # measure ROUND PEER JOB CMD...: run one job with the CPU it cost.
 # With a target process (TPID), its own CPU time over the job goes to

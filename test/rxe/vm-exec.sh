@@ -13,7 +13,8 @@
 # paths) are copied into the share beside the binary; whatever the guest
 # writes to /mnt/out is copied to VM_OUT, with the guest's kernel log.
 # Env: VM_SMP (2), VM_MEM (2048 MiB), VM_LIMIT (900 s wall for the whole VM),
-# VM_KEEP=1 keeps the share directory for inspection.
+# VM_KEEP=1 keeps the share directory for inspection, VM_APPEND adds
+# kernel arguments (tsc=reliable: the TSC as clock, not the emulated HPET).
 . "$(dirname "$0")/common.sh"
 [ $# -ge 1 ] || { echo "usage: $0 BINARY [ARGS...]" >&2; exit 2; }
 guest_ready || { echo "vm-exec: no guest image in $W; run test/rxe/build-guest.sh" >&2; exit 2; }
@@ -35,7 +36,7 @@ start=$SECONDS
 timeout "${VM_LIMIT:-900}" qemu-system-x86_64 -M q35 -accel tcg -cpu max \
   -smp "${VM_SMP:-2}" -m "${VM_MEM:-2048}" \
   -kernel "$W/vmlinuz" -initrd "$W/initramfs.cpio" \
-  -append "console=ttyS0 panic=-1 quiet" -nographic -no-reboot \
+  -append "console=ttyS0 panic=-1 quiet ${VM_APPEND:-}" -nographic -no-reboot \
   -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
   -virtfs "local,path=$SH,mount_tag=hostshare,security_model=none,id=hs0" \
   </dev/null > "$SH/console.log" 2>&1
