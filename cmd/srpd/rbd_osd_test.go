@@ -6,6 +6,7 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -195,4 +196,84 @@ func TestRBDFullTakeover(t *testing.T) {
 		t.Errorf("still on the killed gateway %d", active)
 	}
 	verifyStamps(t, ctx, p.mv, w.gens)
+}
+
+// TestRBDStandbyReportOSDStopped: a standby gateway reads a volume's
+// reservations from the image for each report (what the active gateway
+// last recorded, not what this one last knew), so while the OSD is
+// stopped it has nothing to answer from. Host A holds a reservation
+// through the active gateway; host B asks through the standby one with
+// the OSD stopped. B's report must not come back with a stale answer,
+// and neither the host nor the gateway may hang: the report fails
+// within the host's deadline, the standby gateway still runs, and once
+// the OSD resumes a report on the same session names A.
+func TestRBDStandbyReportOSDStopped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pid := testenv.CephOSD(t)
+	_, srpd, args := rbdGatewaySetup(t)
+	dir := t.TempDir()
+	var gws []*e2etest.Daemon
+	for i := range 2 {
+		gws = append(gws, e2etest.StartDaemon(t, srpd, filepath.Join(dir, "gw"+strconv.Itoa(i)), e2etest.FreeAddr(t), "", args...))
+	}
+	_, a := dialOpen(t, ctx, gws[0].Addr, "hostA", initiator.OpenOptions{})
+	if err := a.Reservations().Register(ctx, 0, 0xa); err != nil {
+		t.Fatalf("A registers: %v", err)
+	}
+	if err := a.Reservations().Reserve(ctx, 0xa, initiator.WriteExclusive); err != nil {
+		t.Fatalf("A reserves: %v", err)
+	}
+	_, b := dialOpen(t, ctx, gws[1].Addr, "hostB", initiator.OpenOptions{})
+	if !b.Standby() {
+		t.Fatal("the second gateway's open is not standby")
+	}
+
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	const deadline = 3 * time.Second
+	rctx, rcancel := context.WithTimeout(ctx, deadline)
+	start := time.Now()
+	rep, err := b.Reservations().Report(rctx)
+	rcancel()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("B's report through the standby gateway with the OSD stopped: %+v, want an error (nothing recorded can be read)", rep)
+	}
+	if took > deadline+time.Second {
+		t.Errorf("B's report failed after %v, past its %v deadline", took.Round(time.Millisecond), deadline)
+	}
+	t.Logf("B's report with the OSD stopped: %v after %v", err, took.Round(time.Millisecond))
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	resumed := time.Now()
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		rep, err = b.Reservations().Report(rctx)
+		rcancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		t.Logf("B's report after the OSD resumed: %v; again", err)
+	}
+	if err != nil || rep.Holder != "hostA" || rep.HolderKey != 0xa {
+		t.Fatalf("B's report after the OSD resumed: %+v, %v; want hostA holding", rep, err)
+	}
+	t.Logf("B's report named hostA %v after the OSD resumed", time.Since(resumed).Round(time.Millisecond))
+	for i, gw := range gws {
+		select {
+		case <-gw.Exited():
+			t.Errorf("gateway %d exited: %v\n%s", i, gw.Err(), gw.Log())
+		default:
+		}
+	}
 }
