@@ -134,6 +134,15 @@ type Script struct {
 	// A script that sends requests of its own (Response.Send) takes
 	// their answers so.
 	Swallow func(iu []byte) bool
+	// Write, if set, sees the bytes of each RDMA WRITE the target posts
+	// (its first gather entry: the data a READ or a SCSI data-in command
+	// returns) and may rewrite them in place before they go: an
+	// INQUIRY page, a REPORT TARGET PORT GROUPS list or a READ CAPACITY
+	// the initiator then parses. Their length cannot change (a
+	// response's residual, through Respond, can make them look
+	// shorter). The bytes are the target's buffer, valid during the
+	// call; nil if the entry lies in no region the target registered.
+	Write func(data []byte)
 }
 
 // Hostile is a transport.Provider whose targets follow a Script.
@@ -506,6 +515,9 @@ func (q *qp) PostSend(wrs []transport.SendWR) (int, error) {
 			h.mu.Lock()
 			h.descs = append(h.descs, Descriptor{RKey: wr.RKey, VA: wr.RemoteAddr, Len: n})
 			h.mu.Unlock()
+			if wr.Opcode == transport.OpRDMAWrite && h.script.Write != nil && len(wr.SGL) > 0 {
+				h.script.Write(q.bytes(wr.SGL[0]))
+			}
 		case transport.OpSend, transport.OpSendWithInv:
 			if h.script.Respond == nil || disconnect {
 				break
