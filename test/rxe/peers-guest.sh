@@ -21,12 +21,37 @@ JOBS=${JOBS:-"rr32:randread:4k:32 rr1:randread:4k:1 rw32:randwrite:4k:32 rw1:ran
 # ROUND-PEER-JOB.tcpu (jiffies, user + system).
 pcpu() { [ -n "$1" ] && awk '{print $14 + $15}' /proc/$1/stat 2>/dev/null || echo 0; }
 measure() {
-  tag=$1-$2-$3; shift 3
+  tag=$1-$2-$3; r1=$1; shift 3
   b0=$(busy) t0=$(pcpu "${TPID:-}")
+  perf=
+  if [ -n "${PERF:-}" ] && [ "$r1" = 1 ]; then
+    # With PERF set (but to "stat"), where the whole guest's CPU goes
+    # over each job of round 1 (every process, kernel included; a
+    # software clock event, since TCG has no PMU). Sampling slows the
+    # guest down by half or more: PERF=stat counts only.
+    if [ "$PERF" != stat ]; then
+      perf record -a -g -F 499 -o $O/$tag.perf -- sleep $((RT + RAMP)) > /dev/null 2>&1 &
+      perf=$!
+    fi
+    # and how often tasks were woken, switched and CPUs interrupted
+    # to reschedule or run a function for another (a cross-CPU
+    # wake-up), the latency a QD1 job waits on.
+    perf stat -a -x, -o $O/$tag.stat -e sched:sched_wakeup,sched:sched_switch,irq_vectors:reschedule_entry,irq_vectors:call_function_single_entry \
+      -- sleep $((RT + RAMP)) > /dev/null 2>&1 &
+    perf="$perf $!"
+  fi
   timeout 120 "$@" > $O/$tag.log 2>&1
   rc=$?
   echo $(( $(busy) - b0 )) > $O/$tag.cpu
   [ -n "${TPID:-}" ] && echo $(( $(pcpu $TPID) - t0 )) > $O/$tag.tcpu
+  if [ -n "$perf" ]; then
+    wait $perf
+    if [ -f $O/$tag.perf ]; then
+      perf report -i $O/$tag.perf --no-children --sort comm,dso,sym --stdio 2>/dev/null | grep -v '^$' | head -400 > $O/$tag.perf.txt
+      perf report -i $O/$tag.perf --no-children --sort comm --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' > $O/$tag.comm.txt
+      rm -f $O/$tag.perf
+    fi
+  fi
   [ $rc = 0 ] || say "$tag exited $rc: $(tail -2 $O/$tag.log | tr '\n' ' ')"
 }
 
