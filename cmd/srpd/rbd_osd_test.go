@@ -4,10 +4,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +19,7 @@ import (
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/e2etest"
 	"github.com/gosrp/gosrp/internal/testenv"
+	"github.com/gosrp/gosrp/target"
 )
 
 // TestRBDOSDStalled: the cluster's OSD stops (SIGSTOP) for 5 s under
@@ -39,29 +44,18 @@ func TestRBDOSDStalled(t *testing.T) {
 	mv := p.mv
 
 	w := startStampWriters(ctx, mv, 16, 32, 16, nil)
-	stopped := false
-	defer func() {
-		if stopped {
-			syscall.Kill(pid, syscall.SIGCONT)
-		}
-		w.halt()
-	}()
+	defer w.halt()
 
 	w.more(t, "before the stop", 300)
 	path := mv.Path()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped = true
+	resume := stopOSD(t, pid)
+	defer resume() // before the writers halt: they wait for the OSD
 	// What the OSD had answered before the stop may still arrive.
 	time.Sleep(300 * time.Millisecond)
 	before := w.acks.Load()
 	time.Sleep(5 * time.Second)
 	during := w.acks.Load() - before
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	stopped = false
+	resume()
 	resumed := time.Now()
 	if during != 0 {
 		t.Errorf("%d writes acknowledged while the OSD was stopped", during)
@@ -229,15 +223,7 @@ func TestRBDStandbyReportOSDStopped(t *testing.T) {
 		t.Fatal("the second gateway's open is not standby")
 	}
 
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	defer func() {
-		if stopped {
-			syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}()
+	resume := stopOSD(t, pid)
 	const deadline = 3 * time.Second
 	rctx, rcancel := context.WithTimeout(ctx, deadline)
 	start := time.Now()
@@ -251,10 +237,7 @@ func TestRBDStandbyReportOSDStopped(t *testing.T) {
 		t.Errorf("B's report failed after %v, past its %v deadline", took.Round(time.Millisecond), deadline)
 	}
 	t.Logf("B's report with the OSD stopped: %v after %v", err, took.Round(time.Millisecond))
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	stopped = false
+	resume()
 	resumed := time.Now()
 	for {
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -276,4 +259,95 @@ func TestRBDStandbyReportOSDStopped(t *testing.T) {
 		default:
 		}
 	}
+}
+
+// TestRBDReservationChangeKilled: the active gateway is SIGKILLed while
+// a host's reservation change is on its way to the image. The OSD is
+// stopped first, so the gateway's metadata write waits there when the
+// gateway dies; the OSD then resumes and the host's Multipath fails
+// over, the other gateway breaking the dead one's lock (blocklisting
+// it) before it reads the reservations and serves. The dead gateway's
+// write lands before the read or not at all, never after it: whatever
+// the re-issued change answers (done, or a conflict because the first
+// try landed and the old key is gone), the report of the gateway now
+// active and the record in the image must agree, with the new key.
+func TestRBDReservationChangeKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pid := testenv.CephOSD(t)
+	cfg := initiator.MultipathConfig{}
+	cfg.IOTimeout = 2 * time.Second
+	p := gatewayPair(t, ctx, cfg)
+	mv := p.mv
+	if err := mv.Reservations().Register(ctx, 0, 0xa); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	active := slices.Index(p.addrs, mv.Path())
+	if active < 0 {
+		t.Fatalf("no active path (%q)", mv.Path())
+	}
+
+	resume := stopOSD(t, pid)
+	changed := make(chan error, 1)
+	go func() { changed <- mv.Reservations().Register(ctx, 0xa, 0xb) }()
+	time.Sleep(500 * time.Millisecond) // the change waits at the OSD
+	// librbd reads the image's header before it writes the record, so
+	// the write leaves only once the OSD answers. The gateway dies
+	// before the OSD resumes (its write never leaves) or a moment
+	// after: before, while or after its write lands, or after it
+	// answered. The moment is drawn each run: it is a race with the
+	// cluster, which no seed replays; the branch taken is logged.
+	wait := time.Duration(rand.IntN(20)-5) * time.Millisecond
+	t.Logf("the gateway dies %v after the OSD resumes", wait)
+	if wait < 0 {
+		p.gws[active].Kill(t)
+	}
+	resume()
+	if wait >= 0 {
+		time.Sleep(wait)
+		p.gws[active].Kill(t)
+	}
+	err := <-changed
+	if err != nil && !errors.Is(err, initiator.ErrReservationConflict) {
+		t.Fatalf("the change re-issued after the failover: %v, want done or a reservation conflict", err)
+	}
+	t.Logf("the change re-issued after %d failovers: %v", mv.Failovers(), err)
+	rep, rerr := mv.Reservations().Report(ctx)
+	if rerr != nil {
+		t.Fatalf("report: %v", rerr)
+	}
+	var rec target.ReservationState
+	raw := rbdToolOutput(t, p.conf, "image-meta", "get", p.image, reservationsKey)
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatalf("the image's record %q: %v", raw, err)
+	}
+	want := []initiator.Registrant{{Initiator: "host", Key: 0xb}}
+	var recorded []initiator.Registrant
+	for _, r := range rec.Registrations {
+		recorded = append(recorded, initiator.Registrant{Initiator: r.Initiator, Key: r.Key})
+	}
+	if !slices.Equal(rep.Registrants, want) || !slices.Equal(recorded, want) || rep.Generation != rec.Generation {
+		t.Fatalf("after the failover the gateway reports %+v (generation %d), the image records %+v (generation %d); want both %+v",
+			rep.Registrants, rep.Generation, recorded, rec.Generation, want)
+	}
+}
+
+// stopOSD stops the OSD whose PID is pid (testenv.CephOSD's) with
+// SIGSTOP and returns what resumes it (SIGCONT); the OSD is resumed
+// when the test ends if the test has not.
+func stopOSD(t *testing.T, pid int) (resume func()) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Errorf("resume the OSD: %v", err)
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return resume
 }
