@@ -202,7 +202,7 @@ JOB
           python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' \
             "http://$pp/debug/pprof/profile?seconds=$((RT + RAMP))" $O/$r-$p-$name.pprof > /dev/null 2>&1 &
         fi
-        measure $r $p $name fio --name=$p-$name --filename=$dev --ioengine=libaio --direct=1 --rw=$rw --bs=$bs \
+        measure $r $p $name fio ${FIO_FLAGS:-} --name=$p-$name --filename=$dev --ioengine=libaio --direct=1 --rw=$rw --bs=$bs \
           --iodepth=$qd --size=256m --runtime=$RT --ramp_time=$RAMP --time_based --output-format=json --output=$O/$r-$p-$name.json ;;
       esac
     done

@@ -13,7 +13,8 @@
 # (peers-summary.py). The VM runs under TCG: compare figures within one boot
 # only; for srpd it also prints ib_srp -> srpd against ib_srp -> ib_srpt.
 # Env: ROUNDS (2), RUNTIME (5 s), RAMP (1 s), PEERS ("gosrp srpd nvme srp"),
-# JOBS (NAME:RW:BS:QD words, default all five), PERF (1: perf record and
+# JOBS (NAME:RW:BS:QD words, default all five), FIO_FLAGS (more fio
+# options for every fio job: --cpus_allowed=0), PERF (1: perf record and
 # stat of the whole guest over each job of round 1; stat: counts only),
 # OUT (a temp dir), OPTS_<peer>: any PEERS word starting with gosrp is a
 # gosrp peer of its own (its own srpd) whose ibverbs provider options,
@@ -39,7 +40,7 @@ trap 'rm -rf "$B"' EXIT
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gosrp-peers-out.XXXXXX")}
 export ROUNDS=${ROUNDS:-2} RUNTIME=${RUNTIME:-5} RAMP=${RAMP:-1} PEERS=${PEERS:-"gosrp srpd nvme srp"}
 rc=0
-VM_ENV="ROUNDS RUNTIME RAMP PEERS PPROF PERF JOBS $(for x in OPTS_ SRPD_FLAGS_ SRPD_BIN_; do compgen -v $x; done | tr '\n' ' ')" VM_MEM=${VM_MEM:-4096} VM_LIMIT=${VM_LIMIT:-2400} \
+VM_ENV="ROUNDS RUNTIME RAMP PEERS PPROF PERF JOBS FIO_FLAGS $(for x in OPTS_ SRPD_FLAGS_ SRPD_BIN_; do compgen -v $x; done | tr '\n' ' ')" VM_MEM=${VM_MEM:-4096} VM_LIMIT=${VM_LIMIT:-2400} \
   VM_FILES="$B/srpd $B/bench ${PEERS_FILES:-}" VM_OUT="$OUT" bash "$RXE_SCRIPTS/vm-exec.sh" "$RXE_SCRIPTS/peers-guest.sh" || rc=$?
 python3 "$RXE_SCRIPTS/peers-summary.py" "$OUT" || rc=1
 echo "peers: rc=$rc, results in $OUT"
