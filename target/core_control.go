@@ -4,7 +4,6 @@ package target
 // run as a backend job, answered with a control response.
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -97,10 +96,7 @@ func (c *core) finishControl(s *slot) {
 		c.controlRespond(s, rsp)
 	case jobOpen:
 		if s.err != nil {
-			rsp := &wire.ControlResponse{Sense: wire.SenseNoSuchVolume, Error: fmt.Sprintf("open volume %q: %v", req.Volume, s.err)}
-			if errors.Is(s.err, ErrStandby) {
-				rsp.Sense = wire.SenseNotActive
-			}
+			rsp := &wire.ControlResponse{Sense: standbySense(s.err, wire.SenseNoSuchVolume), Error: fmt.Sprintf("open volume %q: %v", req.Volume, s.err)}
 			if s.prOut.sense != wire.SenseNone {
 				rsp.Sense, rsp.Error = s.prOut.sense, fmt.Sprintf("open volume %q: %s", req.Volume, s.prOut.msg)
 			}

@@ -4,7 +4,6 @@ package target
 // check every command passes.
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -50,10 +49,7 @@ func (c *core) finishReservation(s *slot) {
 	if s.job == jobReport {
 		rsp := s.prRep
 		if s.err != nil {
-			rsp = &wire.ControlResponse{Sense: wire.SenseInternal, Error: s.err.Error()}
-			if errors.Is(s.err, ErrStandby) {
-				rsp.Sense = wire.SenseNotActive
-			}
+			rsp = &wire.ControlResponse{Sense: standbySense(s.err, wire.SenseInternal), Error: s.err.Error()}
 		}
 		s.prRep, s.ov = nil, nil
 		c.controlRespond(s, rsp)

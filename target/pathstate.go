@@ -6,6 +6,8 @@ package target
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gosrp/gosrp/internal/wire"
 )
 
 // PathStater is implemented by volumes that several gateways (targets
@@ -29,6 +31,17 @@ type PathStater interface {
 // now (PathStater): the target answers it with wire.SenseNotActive, and
 // the initiator retries on the active path or asks this one to take over.
 var ErrStandby = errors.New("target: volume is served by another gateway (standby path)")
+
+// standbySense is the sense a failed control operation (an open, a
+// reservation change or report) is answered with: SenseNotActive when
+// the error matches ErrStandby, so that the initiator makes it through
+// the active path, else other. senseOf is the data path's.
+func standbySense(err error, other wire.Sense) wire.Sense {
+	if errors.Is(err, ErrStandby) {
+		return wire.SenseNotActive
+	}
+	return other
+}
 
 // takeOver runs an OPEN's takeover, if it asked for one, and records
 // the volume's path state in the slot; a failed takeover closes the

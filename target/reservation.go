@@ -1,7 +1,6 @@
 package target
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -99,11 +98,7 @@ func (v *prVolume) apply(ini string, act wire.ReserveAction, key, newKey uint64,
 			// A gateway that does not serve the volume cannot record
 			// the change where the others read it: the host is to make
 			// it through the active path.
-			sense := wire.SenseInternal
-			if errors.Is(err, ErrStandby) {
-				sense = wire.SenseNotActive
-			}
-			return prOutcome{sense: sense, msg: fmt.Sprintf("the change could not be recorded: %v", err)}, v.st.gen
+			return prOutcome{sense: standbySense(err, wire.SenseInternal), msg: fmt.Sprintf("the change could not be recorded: %v", err)}, v.st.gen
 		}
 	}
 	v.view.Store(v.st.snapshot())

@@ -97,7 +97,7 @@ type pair struct {
 	conf, srpd, image string // ceph.conf, the srpd binary, "rbd/NS/vol0"
 	addrs             []string
 	gws               []*e2etest.Daemon
-	mv                *initiator.MultipathVolume
+	mv                *initiator.MultipathVolume // nil from startGateways
 	// start(i) starts gateway i again after it was killed.
 	start func(i int) *e2etest.Daemon
 }
@@ -107,6 +107,15 @@ type pair struct {
 // and, unless set, LossTimeout filled in).
 func gatewayPair(t *testing.T, ctx context.Context, cfg initiator.MultipathConfig) *pair {
 	t.Helper()
+	p := startGateways(t)
+	p.mv = openMultipath(t, ctx, cfg, p.addrs)
+	return p
+}
+
+// startGateways starts two srpd gateways over one RBD image (vol0),
+// which no host has opened yet (mv is nil).
+func startGateways(t *testing.T) *pair {
+	t.Helper()
 	conf, srpd, args := rbdGatewaySetup(t)
 	dir := t.TempDir()
 	p := &pair{conf: conf, srpd: srpd, image: "rbd/" + args[5] + "/vol0", addrs: []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t)}}
@@ -114,7 +123,6 @@ func gatewayPair(t *testing.T, ctx context.Context, cfg initiator.MultipathConfi
 		return e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), p.addrs[i], "", args...)
 	}
 	p.gws = []*e2etest.Daemon{p.start(0), p.start(1)}
-	p.mv = openMultipath(t, ctx, cfg, p.addrs)
 	return p
 }
 

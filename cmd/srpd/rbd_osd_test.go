@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,10 +36,7 @@ import (
 func TestRBDOSDStalled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	pid := testenv.CephOSD(t)
-	cfg := initiator.MultipathConfig{}
-	cfg.IOTimeout = 2 * time.Second
-	p := gatewayPair(t, ctx, cfg)
+	pid, p := osdGatewayPair(t, ctx)
 	mv := p.mv
 
 	w := startStampWriters(ctx, mv, 16, 32, 16, nil)
@@ -205,12 +201,7 @@ func TestRBDStandbyReportOSDStopped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pid := testenv.CephOSD(t)
-	_, srpd, args := rbdGatewaySetup(t)
-	dir := t.TempDir()
-	var gws []*e2etest.Daemon
-	for i := range 2 {
-		gws = append(gws, e2etest.StartDaemon(t, srpd, filepath.Join(dir, "gw"+strconv.Itoa(i)), e2etest.FreeAddr(t), "", args...))
-	}
+	gws := startGateways(t).gws
 	_, a := dialOpen(t, ctx, gws[0].Addr, "hostA", initiator.OpenOptions{})
 	if err := a.Reservations().Register(ctx, 0, 0xa); err != nil {
 		t.Fatalf("A registers: %v", err)
@@ -274,10 +265,7 @@ func TestRBDStandbyReportOSDStopped(t *testing.T) {
 func TestRBDReservationChangeKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pid := testenv.CephOSD(t)
-	cfg := initiator.MultipathConfig{}
-	cfg.IOTimeout = 2 * time.Second
-	p := gatewayPair(t, ctx, cfg)
+	pid, p := osdGatewayPair(t, ctx)
 	mv := p.mv
 	if err := mv.Reservations().Register(ctx, 0, 0xa); err != nil {
 		t.Fatalf("register: %v", err)
@@ -350,4 +338,15 @@ func stopOSD(t *testing.T, pid int) (resume func()) {
 	}
 	t.Cleanup(resume)
 	return resume
+}
+
+// osdGatewayPair is a gatewayPair for a test that stops or kills the
+// OSD (its PID, testenv.CephOSD's), with an IOTimeout of 2 s, shorter
+// than the OSD's stops.
+func osdGatewayPair(t *testing.T, ctx context.Context) (pid int, p *pair) {
+	t.Helper()
+	pid = testenv.CephOSD(t)
+	cfg := initiator.MultipathConfig{}
+	cfg.IOTimeout = 2 * time.Second
+	return pid, gatewayPair(t, ctx, cfg)
 }

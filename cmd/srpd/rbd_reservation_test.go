@@ -155,14 +155,8 @@ func TestRBDSharedReservations(t *testing.T) {
 func TestRBDReservationsGarbage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	conf, srpd, args := rbdGatewaySetup(t)
-	image := "rbd/" + args[5] + "/vol0" // args: --rbd-namespace ns
-	dir := t.TempDir()
-	addrs := []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t)}
-	var gws []*e2etest.Daemon
-	for i, addr := range addrs {
-		gws = append(gws, e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), addr, "", args...))
-	}
+	p := startGateways(t)
+	conf, image, addrs, gws := p.conf, p.image, p.addrs, p.gws
 	buf := make([]byte, 4096)
 	_, a := dialOpen(t, ctx, addrs[0], "hostA", initiator.OpenOptions{})
 	if a.Standby() {
