@@ -55,7 +55,10 @@ type Config struct {
 	// other way). In ProtocolSRP it also bounds the re-issues of a
 	// command answered UNIT ATTENTION or TASK ABORTED (another host's
 	// reset), counted from its first sending: past it the command fails
-	// with os.ErrDeadlineExceeded. Default 30 s.
+	// with os.ErrDeadlineExceeded. A command left unanswered through
+	// five I/O timeouts (each ending its connection, the command
+	// re-issued on the next) fails with os.ErrDeadlineExceeded too, as
+	// Linux's sd and NVMe hosts give up after five retries. Default 30 s.
 	IOTimeout time.Duration
 	// LossTimeout bounds how long I/O waits for a lost connection to come
 	// back before failing with ErrConnectionLost. Default 60 s.

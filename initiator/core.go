@@ -3,6 +3,7 @@ package initiator
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -242,6 +243,7 @@ func (c *core) tick(now int64) {
 	}
 	for i := range c.slots {
 		if sl := &c.slots[i]; sl.state == slotSent && now-sl.started > c.p.ioTimeout {
+			sl.req.timeouts++
 			c.fail(fmt.Errorf("initiator: %s outstanding for %s (I/O timeout %s)", sl.req.Op, time.Duration(now-sl.started).Round(time.Millisecond), time.Duration(c.p.ioTimeout)))
 			return
 		}
@@ -280,10 +282,18 @@ func (c *core) fail(err error) {
 	c.lastFailure = err
 }
 
+// maxIOTimeouts is how many I/O timeouts a request may end its
+// connection with before it fails: the retries Linux's sd and NVMe
+// hosts allow a command (SD_MAX_RETRIES, nvme_max_retries: 5), so a
+// target that answers everything but one command cannot keep it, and
+// its caller, waiting forever.
+const maxIOTimeouts = 5
+
 // reset forgets the connection after the shell tore it down: every
 // request that had not completed goes back to the queue in the order it
 // was started (xprtrdma's and nvme-rdma's recovery: requests are
-// re-issued, MRs never survive a connection).
+// re-issued, MRs never survive a connection), but one that its I/O
+// timeout has now ended maxIOTimeouts connections fails.
 func (c *core) reset() {
 	c.up = false
 	c.order = c.order[:0]
@@ -295,7 +305,16 @@ func (c *core) reset() {
 	slices.SortFunc(c.order, func(a, b int) int { return cmp.Compare(c.slots[a].seq, c.slots[b].seq) })
 	for _, i := range c.order {
 		sl := &c.slots[i]
-		c.requeue(sl.req)
+		if r := sl.req; r != nil && r.timeouts >= maxIOTimeouts {
+			what := r.scsi.name()
+			if what == "" {
+				what = r.Op.String()
+			}
+			c.finish(r, fmt.Errorf("initiator: %s unanswered through %d I/O timeouts of %s: %w",
+				what, r.timeouts, time.Duration(c.p.ioTimeout), os.ErrDeadlineExceeded))
+		} else {
+			c.requeue(r)
+		}
 		sl.req, sl.hasReg, sl.state = nil, false, slotFree
 	}
 	c.free = c.free[:0]

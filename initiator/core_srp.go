@@ -76,6 +76,19 @@ type scsiCmd struct {
 	out bool
 }
 
+// name names the command in an error: its operation code and, for the
+// codes that take one, service action (SPC-4 4.2.5.1). "" for a
+// volume's I/O (c nil), which its Op names.
+func (c *scsiCmd) name() string {
+	switch {
+	case c == nil || len(c.cdb) == 0:
+		return ""
+	case len(c.cdb) > 1 && (c.cdb[0] == scsiMaintenanceIn || c.cdb[0] == scsiMaintenanceOut || c.cdb[0] == scsiServiceIn16):
+		return fmt.Sprintf("SCSI command %#02x/%#02x", c.cdb[0], c.cdb[1]&0x1f)
+	}
+	return fmt.Sprintf("SCSI command %#02x", c.cdb[0])
+}
+
 // srpCore is the core's SRP state.
 type srpCore struct {
 	cmd srp.Cmd
@@ -360,19 +373,19 @@ func (c *core) srpOutcome(r *Request, rsp *srp.Rsp) (srpResult, error) {
 		return res, fmt.Errorf("initiator: SRP_RSP residuals %d in, %d out for a %d-byte transfer: %w", rsp.DataInResid, rsp.DataOutResid, n, ErrProtocol)
 	}
 	if rsp.Status != uint8(scsi.StatusGood) {
-		st := scsi.Status(rsp.Status)
-		if st != scsi.StatusCheckCondition || len(rsp.Sense) == 0 {
-			res.aborted = st == scsi.StatusTaskAborted
-			res.err = &SCSIError{Op: r.Op, Status: st}
+		st := SCSIStatus(rsp.Status)
+		if st != SCSIStatusCheckCondition || len(rsp.Sense) == 0 {
+			res.aborted = st == SCSIStatusTaskAborted
+			res.err = &SCSIError{Op: r.Op, Status: st, cmd: r.scsi.name()}
 			return res, nil
 		}
 		sn, err := scsi.ParseSense(rsp.Sense)
 		if err != nil {
-			res.err = &SCSIError{Op: r.Op, Status: st}
+			res.err = &SCSIError{Op: r.Op, Status: st, cmd: r.scsi.name()}
 			return res, nil
 		}
 		res.ua = sn.Key == senseKeyUnitAttn
-		res.err = &SCSIError{Op: r.Op, Status: st, Key: uint8(sn.Key), ASC: sn.ASC, ASCQ: sn.ASCQ}
+		res.err = &SCSIError{Op: r.Op, Status: st, Key: uint8(sn.Key), ASC: sn.ASC, ASCQ: sn.ASCQ, cmd: r.scsi.name()}
 		return res, nil
 	}
 	res.got = int(n)
@@ -525,16 +538,24 @@ var ErrShortTransfer = errors.New("initiator: short transfer")
 // BUSY, RESERVATION CONFLICT, TASK SET FULL and the like.
 type SCSIError struct {
 	Op        Op
-	Status    scsi.Status
+	Status    SCSIStatus
 	Key       uint8
 	ASC, ASCQ uint8
+
+	// cmd names a command the session sent for itself (an INQUIRY, a
+	// SET TARGET PORT GROUPS), whose Op says only its direction.
+	cmd string
 }
 
 func (e *SCSIError) Error() string {
-	if e.Status != scsi.StatusCheckCondition {
-		return fmt.Sprintf("initiator: %s: target: SCSI status %s", e.Op, e.Status)
+	what := e.cmd
+	if what == "" {
+		what = e.Op.String()
 	}
-	return fmt.Sprintf("initiator: %s: target: %s", e.Op, scsi.Sense{Key: scsi.SenseKey(e.Key), ASC: e.ASC, ASCQ: e.ASCQ})
+	if e.Status != SCSIStatusCheckCondition {
+		return fmt.Sprintf("initiator: %s: target: SCSI status %s", what, e.Status)
+	}
+	return fmt.Sprintf("initiator: %s: target: %s", what, scsi.Sense{Key: scsi.SenseKey(e.Key), ASC: e.ASC, ASCQ: e.ASCQ})
 }
 
 // Unwrap maps the sense callers act on to the package's sentinels, as
@@ -542,12 +563,16 @@ func (e *SCSIError) Error() string {
 // ErrAccessDenied, SPACE ALLOCATION FAILED ErrNoSpace, INVALID COMMAND
 // OPERATION CODE errors.ErrUnsupported, LBA OUT OF RANGE ErrInvalid,
 // TARGET PORT IN STANDBY STATE and IN UNAVAILABLE STATE (a fenced
-// gateway) ErrStandby, and
+// gateway) ErrStandby, the status RESERVATION CONFLICT
+// ErrReservationConflict, and
 // a flush's WRITE ERROR (under HARDWARE or MEDIUM ERROR)
 // ErrWriteCacheLost: a target reports so on the
 // nexus's first SYNCHRONIZE CACHE after it lost acknowledged writes
 // (srpd does after a restart, scsi.WriteCacheLost).
 func (e *SCSIError) Unwrap() error {
+	if e.Status == SCSIStatusReservationConflict {
+		return ErrReservationConflict
+	}
 	s := scsi.Sense{Key: scsi.SenseKey(e.Key), ASC: e.ASC, ASCQ: e.ASCQ}
 	if (s == scsi.SenseCacheLost || s == scsi.SenseWriteError) && e.Op == OpFlush {
 		// srpd reports a lost cache under HARDWARE ERROR

@@ -58,7 +58,8 @@
 // invalid is deregistered and replaced, and the channel reconnects with
 // backoff, logs in again, re-opens its volumes and re-issues the I/O that
 // had not completed. I/O fails with ErrConnectionLost only after
-// Config.LossTimeout. Each channel is one QP with its own poller
+// Config.LossTimeout; a command the target leaves unanswered through five
+// I/O timeouts fails with os.ErrDeadlineExceeded. Each channel is one QP with its own poller
 // goroutine, pool and credits; a session spreads I/O over its channels.
 //
 // # Multipath

@@ -15,6 +15,7 @@ import (
 	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/target/targettest"
+	"github.com/gosrp/gosrp/transport"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -96,11 +97,30 @@ var dataInLies = []dataInLie{
 // (FuzzALUAParse); this checks the lengths they are handed.
 func TestHostileSRPDataIn(t *testing.T) {
 	for _, tc := range dataInLies {
-		t.Run(tc.name, func(t *testing.T) { testHostileSRPDataIn(t, tc) })
+		t.Run(tc.name, func(t *testing.T) { testHostileSRPDataIn(t, tc, emuNICs) })
 	}
 }
 
-func testHostileSRPDataIn(t *testing.T, tc dataInLie) {
+// nics gives a test the target's NIC and the initiator's: emuNICs, or
+// the device in the rxe VM (rxe_test.go).
+type nics func(t *testing.T) (tp, ip transport.Provider)
+
+// emuNICs are two software NICs over the TCP wire, closed when the test
+// ends.
+func emuNICs(t *testing.T) (tp, ip transport.Provider) {
+	t.Helper()
+	for _, p := range []*transport.Provider{&tp, &ip} {
+		nic, err := emu.New(emu.Config{Wire: emu.WireTCP, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nic.Close() })
+		*p = nic
+	}
+	return tp, ip
+}
+
+func testHostileSRPDataIn(t *testing.T, tc dataInLie, nics nics) {
 	var mu sync.Mutex
 	tags := map[uint64]bool{} // SRP_CMD tags of the command to lie in
 	lying := false            // the command in flight is (QD1: the open's commands go one by one)
@@ -141,7 +161,8 @@ func testHostileSRPDataIn(t *testing.T, tc dataInLie) {
 			return targettest.Pass
 		},
 	}
-	addr, ip := aluaGateway(t, script)
+	tp, ip := nics(t)
+	addr := aluaGateway(t, aluaCluster(t), tp, script)
 	s := dial(t, initiator.Config{Provider: ip, Addr: addr, Name: "victim", Logger: quiet, Protocol: initiator.ProtocolSRP,
 		SRPTargetPortID: srpPort, LossTimeout: 10 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -182,30 +203,26 @@ func testHostileSRPDataIn(t *testing.T, tc dataInLie) {
 	}
 }
 
-// aluaGateway serves one volume of a gatewaytest cluster, active, as a
-// gateway with ALUA target port group 1 for SRP hosts, behind the
-// hostile-peer kit with script; it returns the address and the
-// initiator's NIC.
-func aluaGateway(t *testing.T, script targettest.Script) (string, *emu.Provider) {
+// aluaCluster is a gatewaytest cluster holding vol0 (4 MiB).
+func aluaCluster(t *testing.T) *gatewaytest.Cluster {
 	t.Helper()
 	cl := gatewaytest.NewCluster()
-	v, err := cl.Client().Create("vol0", 4<<20, 4096)
-	if err != nil {
+	if err := cl.Create("vol0", 4<<20, 4096); err != nil {
 		t.Fatal(err)
 	}
-	v.Close()
-	tp, err := emu.New(emu.Config{Wire: emu.WireTCP, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ip, err := emu.New(emu.Config{Wire: emu.WireTCP, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	return cl
+}
+
+// aluaGateway serves vol0 of cluster cl on NIC tp, as a gateway with
+// ALUA target port group 1 for SRP hosts, behind the hostile-peer kit
+// with script, and returns its address. vol0 is active there unless
+// another client of cl holds its lock.
+func aluaGateway(t *testing.T, cl *gatewaytest.Cluster, tp transport.Provider, script targettest.Script) string {
+	t.Helper()
 	tgt, err := target.New(target.Config{Name: "gw", Catalog: gateway.New(cl.Client()), SRPTargetPortID: srpPort,
 		SRPPortGroup: 1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serve(t, tgt, targettest.Wrap(tp, script).Listen, ip.Close, tp.Close), ip
+	return serve(t, tgt, targettest.Wrap(tp, script).Listen)
 }

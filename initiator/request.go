@@ -182,6 +182,10 @@ type Request struct {
 	srpRetries uint32
 	srpFirst   int64
 	srpLast    error
+	// timeouts counts the I/O timeouts that ended a connection while
+	// the request was on it unanswered (core.tick); at maxIOTimeouts it
+	// fails instead of being re-issued (core.reset).
+	timeouts uint8
 }
 
 func (r *Request) length() int64 {
@@ -215,9 +219,15 @@ func (r *Request) pin() bool    { return r.state.CompareAndSwap(reqPending, reqP
 func (r *Request) unpin()       { r.state.Store(reqPending) }
 func (r *Request) pinned() bool { return r.state.Load() == reqPinned }
 
-// deliver reports a claimed request.
+// deliver reports a claimed request. A volume's I/O the target refused
+// as a standby path turns the volume standby (Volume.Standby), as
+// Linux's alua_check_sense takes such a sense for the port group's new
+// state.
 func (r *Request) deliver(err error) {
 	r.Err = err
+	if err != nil && r.vol != nil && errors.Is(err, ErrStandby) {
+		r.vol.standby.Store(true)
+	}
 	switch {
 	case r.OnDone != nil:
 		r.OnDone(r)

@@ -1,6 +1,9 @@
 package initiator
 
-import "github.com/gosrp/gosrp/internal/wire"
+import (
+	"github.com/gosrp/gosrp/internal/scsi"
+	"github.com/gosrp/gosrp/internal/wire"
+)
 
 // Sense says why the target failed a command (IOError.Sense), in the
 // spirit of a SCSI sense key and additional sense code.
@@ -52,3 +55,24 @@ const (
 
 // String names the reason ("access denied"), or RejectReason(n).
 func (r RejectReason) String() string { return wire.RejectReason(r).String() }
+
+// SCSIStatus is the SCSI status an SRP target answered a command with
+// (SCSIError.Status; SAM-5 5.3).
+type SCSIStatus uint8
+
+// SCSI statuses, with their values on the wire.
+const (
+	SCSIStatusGood           = SCSIStatus(scsi.StatusGood)
+	SCSIStatusCheckCondition = SCSIStatus(scsi.StatusCheckCondition) // the sense data says why
+	SCSIStatusBusy           = SCSIStatus(scsi.StatusBusy)
+	// SCSIStatusReservationConflict: another host's persistent
+	// reservation forbids the command (ErrReservationConflict).
+	SCSIStatusReservationConflict = SCSIStatus(scsi.StatusResvConflict)
+	SCSIStatusTaskSetFull         = SCSIStatus(scsi.StatusTaskSetFull)
+	// SCSIStatusTaskAborted: another host's task management aborted the
+	// command (SAM-5 5.6, TAS); the session re-issues it.
+	SCSIStatusTaskAborted = SCSIStatus(scsi.StatusTaskAborted)
+)
+
+// String names the status ("BUSY"), or its value in hex.
+func (s SCSIStatus) String() string { return scsi.Status(s).String() }

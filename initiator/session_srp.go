@@ -304,7 +304,7 @@ func (s *Session) vpd(ctx context.Context, c *channel, lun uint16, page byte, n 
 // CONDITION (an optional command it does not serve, say).
 func isCheckCondition(err error) bool {
 	var se *SCSIError
-	return errors.As(err, &se) && se.Status == scsi.StatusCheckCondition
+	return errors.As(err, &se) && se.Status == SCSIStatusCheckCondition
 }
 
 // srpOpen opens LUN "lun<n>": nothing is opened on the target (a LUN is

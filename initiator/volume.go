@@ -36,12 +36,14 @@ type Volume struct {
 }
 
 // Standby reports whether the target answered the volume's open (or its
-// latest re-open) as a standby gateway, or told since, in a path notice,
-// that it became one: its I/O fails with ErrStandby until an open with
-// OpenOptions.Takeover makes it active. A target without gateways is
-// always active. Over ProtocolSRP it is the state of the LUN's ALUA
-// target port group at the open (REPORT TARGET PORT GROUPS); SRP has no
-// path notices.
+// latest re-open) as a standby gateway, or told since, in a path notice
+// or by refusing an I/O with ErrStandby, that it became one: its I/O
+// fails with ErrStandby until an open with OpenOptions.Takeover makes it
+// active. A target without gateways is always active. Over ProtocolSRP
+// it is the state of the LUN's ALUA target port group at the open
+// (REPORT TARGET PORT GROUPS), or standby since a command was answered
+// TARGET PORT IN STANDBY (or UNAVAILABLE) STATE; SRP has no path
+// notices.
 func (v *Volume) Standby() bool { return v.standby.Load() }
 
 // pathNoticed takes a path notice (wire.PathNotice): the volume is now

@@ -15,12 +15,13 @@ const (
 	StatusGood           Status = 0x00
 	StatusCheckCondition Status = 0x02 // sense data says why
 	StatusBusy           Status = 0x08
+	StatusResvConflict   Status = 0x18 // a reservation forbids the command (SPC-4 5.13)
 	StatusTaskSetFull    Status = 0x28
 	StatusTaskAborted    Status = 0x40 // another I_T nexus aborted it (TAS, SAM-5 5.6)
 )
 
 var statusNames = [...]string{
-	StatusGood: "GOOD", StatusCheckCondition: "CHECK CONDITION", StatusBusy: "BUSY", StatusTaskSetFull: "TASK SET FULL",
+	StatusGood: "GOOD", StatusCheckCondition: "CHECK CONDITION", StatusBusy: "BUSY", StatusResvConflict: "RESERVATION CONFLICT", StatusTaskSetFull: "TASK SET FULL",
 	StatusTaskAborted: "TASK ABORTED",
 }
 

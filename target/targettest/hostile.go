@@ -131,6 +131,9 @@ type Script struct {
 	// Swallow, if set, sees every IU the target receives before the
 	// target does (the bytes, valid during the call); true takes it away:
 	// the target never sees it and the kit reposts the receive for it.
+	// False hands the target the bytes as Swallow left them: a rewrite
+	// in place is what the target receives (a command it then runs
+	// otherwise than the initiator asked).
 	// A script that sends requests of its own (Response.Send) takes
 	// their answers so.
 	Swallow func(iu []byte) bool
