@@ -71,6 +71,33 @@ func TestRXEEndToEnd(t *testing.T) {
 	})
 }
 
+// TestRXEHostileSRP runs the hostile ALUA gateway's lies
+// (TestHostileSRPDataIn, TestHostileSRPTakeover) with target and
+// initiator on the device: the lengths the open's parsers are handed
+// come out of a real RDMA WRITE, and the answers never sent end real
+// connections at each I/O timeout (ten teardowns of a QP with a command
+// outstanding). test/rxe/run.sh runs it in the VM with GOSRP_RXE_E2E=1,
+// and so does CI.
+func TestRXEHostileSRP(t *testing.T) {
+	if os.Getenv("GOSRP_RXE_E2E") == "" {
+		t.Skip("needs an RDMA device: GOSRP_RXE_E2E=1 (test/rxe/run.sh ./initiator sets it)")
+	}
+	p, err := transport.Open("ibverbs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	device := func(*testing.T) (tp, ip transport.Provider) { return p, p }
+	before := rxeCounters()
+	defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
+	for _, tc := range dataInLies {
+		t.Run("datain/"+tc.name, func(t *testing.T) { testHostileSRPDataIn(t, tc, device) })
+	}
+	for _, tc := range takeoverLies {
+		t.Run("takeover/"+tc.name, func(t *testing.T) { testHostileSRPTakeover(t, tc, device) })
+	}
+}
+
 // rxeCounters reads the device's hardware counters (rxe's retries,
 // sequence errors, RNR NAKs, ...) so that a run can say what the device
 // saw while it ran.
