@@ -5,6 +5,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,22 +30,11 @@ func TestRBDFenceWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p := gatewayPair(t, ctx, initiator.MultipathConfig{})
-	nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nic.Close() }) // after the sessions' Cleanups
 	open := func(i int, host string, opts initiator.OpenOptions) *initiator.Volume {
-		s, err := initiator.Dial(ctx, initiator.Config{Provider: nic, Addr: p.addrs[i], Name: host})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		v, err := s.Open(ctx, "vol0", opts)
+		v, err := p.hostOpen(ctx, t, i, host, opts)
 		if err != nil {
 			t.Fatalf("%s: open on gateway %d: %v", host, i, err)
 		}
-		t.Cleanup(func() { v.Close() })
 		return v
 	}
 	told := make(chan bool, 4)
@@ -144,4 +136,119 @@ func TestRBDLoneSurvivor(t *testing.T) {
 		gens[i] = 2
 	}
 	verifyStamps(t, ctx, p.mv, gens)
+}
+
+// TestRBDReconnectKilled: a gateway is SIGKILLed while it replaces its
+// fenced client. The multipath host writes stamped blocks at QD8
+// through the first gateway; another host takes vol0 over through the
+// second, which blocklists the first's client; the first hears it
+// (librbd's watch) and reconnects: a new client connects to the
+// cluster, opens the image and takes the handles over. It is killed at
+// a moment drawn each run: during the takeover (before or after its
+// lock is broken) or 0-100 ms after it (before, during or after its
+// reconnect). It is a race with the cluster, which no seed replays: the
+// moment and the state changes it had logged are logged. Whatever it left behind (a
+// half-made client, a watch the OSD has yet to time out), the takeover
+// succeeds, the host's writes go on through the second gateway; the
+// first, restarted, is not active, and takes vol0 back for a third host
+// through one more lock break; the host follows, and every write it had
+// acknowledged reads back.
+func TestRBDReconnectKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p := gatewayPair(t, ctx, initiator.MultipathConfig{})
+	// takeover opens vol0 with a takeover through gateway i as host.
+	takeover := func(i int, host string) error {
+		v, err := p.hostOpen(ctx, t, i, host, initiator.OpenOptions{Takeover: true})
+		if err == nil && v.Standby() {
+			err = errors.New("answered standby")
+		}
+		return err
+	}
+	if p.mv.Path() != p.addrs[0] {
+		t.Fatalf("the host opened vol0 on %s, want the first gateway %s", p.mv.Path(), p.addrs[0])
+	}
+	w := startStampWriters(ctx, p.mv, 8, 16, 16, nil)
+	defer w.halt()
+	w.more(t, "before the takeover", 200)
+
+	// Half the runs kill it while the takeover runs (its lock not yet
+	// broken, or broken and not yet heard of), half 0-100 ms after the
+	// takeover returned, when it reconnects (it has logged standby
+	// once the reconnect is done).
+	during := rand.IntN(2) == 0
+	took := make(chan error, 1)
+	began := time.Now()
+	var tookFor time.Duration
+	go func() {
+		err := takeover(1, "other-host")
+		tookFor = time.Since(began)
+		took <- err
+	}()
+	var err error
+	if during {
+		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+	} else {
+		err = <-took
+		time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
+	}
+	killed := time.Since(began)
+	p.gws[0].Kill(t)
+	if during {
+		err = <-took
+	}
+	if err != nil {
+		t.Fatalf("other-host: takeover through the second gateway: %v", err)
+	}
+	var states []string
+	for _, l := range strings.Split(p.gws[0].Log(), "\n") {
+		if _, st, ok := strings.Cut(l, `msg="volume path state changed" volume=vol0 `); ok {
+			states = append(states, st)
+		}
+	}
+	t.Logf("the first gateway killed %v after the takeover began, which took %v; its state changes: %v",
+		killed.Round(time.Millisecond), tookFor.Round(time.Millisecond), states)
+
+	w.more(t, "through the second gateway after the kill", 200)
+	if p.mv.Path() != p.addrs[1] {
+		t.Fatalf("the host writes through %s, want the second gateway %s", p.mv.Path(), p.addrs[1])
+	}
+	p.gws[0] = p.start(0)
+	if s := p.pathState(t, p.gws[0]); s == "active" {
+		t.Fatal("the restarted first gateway says vol0 is active while the second holds its lock")
+	}
+	if err := takeover(0, "third-host"); err != nil {
+		t.Fatalf("third-host: takeover through the restarted first gateway: %v", err)
+	}
+	w.more(t, "after the takeover back", 200)
+	if err := w.halt(); err != nil {
+		t.Fatal(err)
+	}
+	if p.mv.Path() != p.addrs[0] {
+		t.Fatalf("after the takeover back the host writes through %s, want %s", p.mv.Path(), p.addrs[0])
+	}
+	t.Logf("%d writes acknowledged, %d failovers", w.acks.Load(), p.mv.Failovers())
+	verifyStamps(t, ctx, p.mv, w.gens)
+}
+
+// hostOpen dials gateway i as host, over a NIC of its own, and opens
+// vol0 there with opts; NIC, session and volume close when the test
+// ends. It does not fail t: it may run on a goroutine of the test's.
+func (p *pair) hostOpen(ctx context.Context, t *testing.T, i int, host string, opts initiator.OpenOptions) (*initiator.Volume, error) {
+	nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { nic.Close() }) // after the session's and volume's
+	s, err := initiator.Dial(ctx, initiator.Config{Provider: nic, Addr: p.addrs[i], Name: host})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { s.Close() })
+	v, err := s.Open(ctx, "vol0", opts)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { v.Close() })
+	return v, nil
 }

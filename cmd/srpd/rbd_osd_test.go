@@ -133,23 +133,7 @@ func TestRBDFullTakeover(t *testing.T) {
 	cfg := initiator.MultipathConfig{}
 	cfg.LossTimeout = 90 * time.Second
 	p := gatewayPair(t, ctx, cfg)
-	full := func(on bool) {
-		t.Helper()
-		ratios := [][2]string{{"set-nearfull-ratio", "0.85"}, {"set-backfillfull-ratio", "0.9"}, {"set-full-ratio", "0.95"}}
-		if on {
-			ratios = [][2]string{{"set-full-ratio", "0.001"}, {"set-backfillfull-ratio", "0.0008"}, {"set-nearfull-ratio", "0.0005"}}
-		}
-		for _, r := range ratios {
-			cephCLI(t, "ceph", p.conf, "osd", r[0], r[1])
-		}
-		deadline := time.Now().Add(60 * time.Second)
-		for strings.Contains(string(cephCLI(t, "ceph", p.conf, "osd", "pool", "ls", "detail")), ",full") != on {
-			if time.Now().After(deadline) {
-				t.Fatalf("the pool not %s 60 s after the ratios changed", map[bool]string{true: "full", false: "writable"}[on])
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	full := func(on bool) { t.Helper(); poolFull(t, p.conf, on) }
 	t.Cleanup(func() { full(false) }) // the package's later tests need the space
 
 	w := startStampWriters(ctx, p.mv, 16, 32, 16, nil)
@@ -186,6 +170,87 @@ func TestRBDFullTakeover(t *testing.T) {
 		t.Errorf("still on the killed gateway %d", active)
 	}
 	verifyStamps(t, ctx, p.mv, w.gens)
+}
+
+// poolFull makes the cluster's pools full (the OSD's full ratio set
+// below its use) or writable again, and waits up to 60 s for the pool
+// list to say so.
+func poolFull(t *testing.T, conf string, on bool) {
+	t.Helper()
+	ratios := [][2]string{{"set-nearfull-ratio", "0.85"}, {"set-backfillfull-ratio", "0.9"}, {"set-full-ratio", "0.95"}}
+	if on {
+		ratios = [][2]string{{"set-full-ratio", "0.001"}, {"set-backfillfull-ratio", "0.0008"}, {"set-nearfull-ratio", "0.0005"}}
+	}
+	for _, r := range ratios {
+		cephCLI(t, "ceph", conf, "osd", r[0], r[1])
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for strings.Contains(string(cephCLI(t, "ceph", conf, "osd", "pool", "ls", "detail")), ",full") != on {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool not %s 60 s after the ratios changed", map[bool]string{true: "full", false: "writable"}[on])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestRBDReservationFull: a host changes its reservation key while the
+// pool is full. The change is recorded in the image (a metadata write),
+// which a full pool holds at the client as it holds a data write: the
+// gateway must not answer it done before the record is written, and the
+// host's call must end by its deadline (4 s here), not hang. Once the
+// pool is writable again the held write lands or not; either way the
+// active gateway's report and the image's record agree, with the old key
+// or the new, and a change asked again from whichever key is recorded
+// succeeds.
+func TestRBDReservationFull(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	testenv.CephOSD(t) // not signalled: held for the cluster's exclusive lock
+	p := gatewayPair(t, ctx, initiator.MultipathConfig{})
+	mv := p.mv
+	if err := mv.Reservations().Register(ctx, 0, 0xa); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	poolFull(t, p.conf, true)
+	t.Cleanup(func() { poolFull(t, p.conf, false) }) // the package's later tests need the space
+	cctx, ccancel := context.WithTimeout(ctx, 4*time.Second)
+	start := time.Now()
+	err := mv.Reservations().Register(cctx, 0xa, 0xb)
+	ccancel()
+	t.Logf("the key change on the full pool: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	if err == nil {
+		t.Fatal("the key change on a full pool answered done: the record cannot have been written")
+	}
+	if time.Since(start) > 6*time.Second {
+		t.Fatalf("the key change outlived the host's 4 s deadline by %v", time.Since(start)-4*time.Second)
+	}
+	poolFull(t, p.conf, false)
+
+	// What the gateway reports and the image records agree, once the held
+	// write (if it was sent) has landed: the report waits for the change.
+	rep, err := mv.Reservations().Report(ctx)
+	if err != nil {
+		t.Fatalf("report once writable: %v", err)
+	}
+	rec := p.recordedReservations(t)
+	if len(rep.Registrants) != 1 || len(rec.Registrations) != 1 || rep.Registrants[0].Key != rec.Registrations[0].Key ||
+		rep.Generation != rec.Generation {
+		t.Fatalf("the gateway reports %+v (generation %d), the image records %+v (generation %d)",
+			rep.Registrants, rep.Generation, rec.Registrations, rec.Generation)
+	}
+	key := rep.Registrants[0].Key
+	if key != 0xa && key != 0xb {
+		t.Fatalf("the recorded key is %#x, want the old 0xa or the new 0xb", key)
+	}
+	t.Logf("after the pool is writable: key %#x recorded and reported", key)
+	if key == 0xa {
+		if err := mv.Reservations().Register(ctx, 0xa, 0xb); err != nil {
+			t.Fatalf("the change asked again: %v", err)
+		}
+	}
+	if rep, err := mv.Reservations().Report(ctx); err != nil || len(rep.Registrants) != 1 || rep.Registrants[0].Key != 0xb {
+		t.Fatalf("report after the change: %+v, %v; want key 0xb", rep, err)
+	}
 }
 
 // TestRBDStandbyReportOSDStopped: a standby gateway reads a volume's
@@ -304,11 +369,7 @@ func TestRBDReservationChangeKilled(t *testing.T) {
 	if rerr != nil {
 		t.Fatalf("report: %v", rerr)
 	}
-	var rec target.ReservationState
-	raw := rbdToolOutput(t, p.conf, "image-meta", "get", p.image, reservationsKey)
-	if err := json.Unmarshal(raw, &rec); err != nil {
-		t.Fatalf("the image's record %q: %v", raw, err)
-	}
+	rec := p.recordedReservations(t)
 	want := []initiator.Registrant{{Initiator: "host", Key: 0xb}}
 	var recorded []initiator.Registrant
 	for _, r := range rec.Registrations {
@@ -349,4 +410,16 @@ func osdGatewayPair(t *testing.T, ctx context.Context) (pid int, p *pair) {
 	cfg := initiator.MultipathConfig{}
 	cfg.IOTimeout = 2 * time.Second
 	return pid, gatewayPair(t, ctx, cfg)
+}
+
+// recordedReservations reads the reservations recorded with the image
+// (rbd image-meta get).
+func (p *pair) recordedReservations(t *testing.T) target.ReservationState {
+	t.Helper()
+	var rec target.ReservationState
+	raw := rbdToolOutput(t, p.conf, "image-meta", "get", p.image, reservationsKey)
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatalf("the image's record %q: %v", raw, err)
+	}
+	return rec
 }
