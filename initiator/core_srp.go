@@ -83,7 +83,8 @@ func (c *scsiCmd) name() string {
 	switch {
 	case c == nil || len(c.cdb) == 0:
 		return ""
-	case len(c.cdb) > 1 && (c.cdb[0] == scsiMaintenanceIn || c.cdb[0] == scsiMaintenanceOut || c.cdb[0] == scsiServiceIn16):
+	case len(c.cdb) > 1 && (c.cdb[0] == scsiMaintenanceIn || c.cdb[0] == scsiMaintenanceOut || c.cdb[0] == scsiServiceIn16 ||
+		c.cdb[0] == scsiPersistIn || c.cdb[0] == scsiPersistOut):
 		return fmt.Sprintf("SCSI command %#02x/%#02x", c.cdb[0], c.cdb[1]&0x1f)
 	}
 	return fmt.Sprintf("SCSI command %#02x", c.cdb[0])

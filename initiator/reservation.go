@@ -45,7 +45,8 @@ func ParseReservationType(s string) (ReservationType, error) {
 //
 // Methods that the state forbids fail with ErrReservationConflict (a
 // wrong key, a reservation held by another host); malformed ones with
-// ErrInvalid.
+// ErrInvalid. Over ProtocolSRP they are SCSI's PERSISTENT RESERVE OUT
+// and IN (reservation_srp.go), which LIO serves too.
 type Reservations struct {
 	v  *Volume
 	mv *MultipathVolume // set: through its active path (v nil)
@@ -120,7 +121,10 @@ type ReservationReport struct {
 	// PRgeneration), not with reserve and release.
 	Generation uint32
 	// Holder is the host holding the reservation ("" for none), with
-	// its key and the reservation's type.
+	// its key and the reservation's type. Over ProtocolSRP the target
+	// names no hosts (SCSI's READ KEYS lists keys): Holder and every
+	// Registrant's Initiator are "", and Type says whether a
+	// reservation is held.
 	Holder    string
 	HolderKey uint64
 	Type      ReservationType
@@ -164,7 +168,13 @@ func (r *Reservations) call(ctx context.Context, req *wire.ControlRequest, what 
 		return rsp, err
 	}
 	v := r.v
-	rsp, err := v.s.controlReq(ctx, v.s.chans[0], &Request{Op: opControl, ctrl: req, vol: v})
+	var rsp *wire.ControlResponse
+	var err error
+	if v.s.cfg.Protocol == ProtocolSRP {
+		rsp, err = v.s.srpReservation(ctx, v.lun, req)
+	} else {
+		rsp, err = v.s.controlReq(ctx, v.s.chans[0], &Request{Op: opControl, ctrl: req, vol: v})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("initiator: %s of %q: %w", what, v.name, err)
 	}

@@ -130,5 +130,5 @@ func (c *conn) srpOpenVolume(name string, lun int, nexus string) srpVolume {
 		c.log.Warn("SRP LUN left empty: open volume", "volume", name, "lun", lun, "conn", c.id, "err", err)
 		return srpVolume{}
 	}
-	return srpVolume{vol: v, info: info, mark: c.t.dirty.mark(name), lost: c.t.dirty.lostFor(name, nexus)}
+	return srpVolume{vol: v, info: info, mark: c.t.dirty.mark(name), lost: c.t.dirty.lostFor(name, nexus), pr: c.t.pr.volume(name)}
 }

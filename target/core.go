@@ -411,6 +411,10 @@ func (c *core) backendDone(idx int32, now int64) {
 		c.srpAbortDone(s)
 		return
 	}
+	if c.srp != nil && (s.job == jobReserve || s.job == jobReport) {
+		c.srpReservationDone(s)
+		return
+	}
 	if s.err != nil {
 		c.respond(s, wire.StatusError, senseOf(s.err))
 		return

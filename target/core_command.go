@@ -206,10 +206,11 @@ func (c *core) dispatchWrite(s *slot) {
 	case s.ov.revoked:
 		c.respond(s, wire.StatusError, wire.SenseAccessDenied)
 		return
-	case s.ov.ro && (c.srp == nil || s.srp.act.Op != scsi.OpSetPortGroups):
-		// A SET TARGET PORT GROUPS's data is its parameter list, not
-		// the volume's: a read-only host may ask for a takeover, as an
-		// OPEN with Takeover may (docs/gateways.md).
+	case s.ov.ro && (c.srp == nil || s.srp.act.Op != scsi.OpSetPortGroups && s.srp.act.Op != scsi.OpReserveOut):
+		// A SET TARGET PORT GROUPS's or PERSISTENT RESERVE OUT's data
+		// is its parameter list, not the volume's: a read-only host
+		// may ask for a takeover, as an OPEN with Takeover may
+		// (docs/gateways.md), or reserve, as its gosrp requests may.
 		c.respond(s, wire.StatusError, wire.SenseWriteProtected)
 		return
 	}

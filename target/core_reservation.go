@@ -1,11 +1,13 @@
 package target
 
-// The core's reservation requests (PERSISTENT RESERVE OUT and IN) and the
+// The core's reservation requests (PERSISTENT RESERVE OUT and IN, from a
+// gosrp host's control request or an SRP host's SCSI command) and the
 // check every command passes.
 
 import (
 	"fmt"
 
+	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/wire"
 )
 
@@ -66,4 +68,66 @@ func (c *core) finishReservation(s *slot) {
 	}
 	s.ov = nil
 	c.controlRespond(s, rsp)
+}
+
+// srpReserveOut goes on with a PERSISTENT RESERVE OUT whose parameter
+// list is in the slot's data buffer: the change runs as a gosrp host's
+// does, as the SRP host's initiator port (its registration is on every
+// gateway's port: the state is the volume's).
+func (c *core) srpReserveOut(s *slot) {
+	act, key, saKey, typ, a := scsi.ReserveOut(s.srp.act.PR, s.data[:s.cmd.Length])
+	if a.Status != scsi.StatusGood {
+		c.srpAnswer(s, a.Status, a.Sense)
+		return
+	}
+	s.ctl = wire.ControlRequest{Op: wire.ControlReserveOut, Action: act, Key: key, NewKey: saKey, Type: typ}
+	s.ov, s.prIni = s.srp.lu.ov, c.initiator
+	c.dispatch(s, jobReserve)
+}
+
+// srpReservationDone answers an SRP host's PERSISTENT RESERVE IN or OUT
+// once its job ran: a report as READ KEYS' or READ RESERVATION's data;
+// a change GOOD, or refused as SPC-4 says: a conflict with the status
+// RESERVATION CONFLICT (a wrong key, another's reservation), a standby
+// gateway that cannot record it NOT READY (standby), an invalid request
+// INVALID FIELD.
+func (c *core) srpReservationDone(s *slot) {
+	ov := s.ov
+	s.ov = nil
+	if s.job == jobReport {
+		rep := s.prRep
+		s.prRep = nil
+		if s.err != nil {
+			c.srpAnswer(s, scsi.StatusCheckCondition, scsi.FromWire(standbySense(s.err, wire.SenseInternal), scsi.OpNone))
+			return
+		}
+		keys := make([]uint64, len(rep.Registrants))
+		for i, r := range rep.Registrants {
+			keys[i] = r.Key
+		}
+		typ := rep.ResType
+		if rep.Holder == "" {
+			typ = wire.ResNone
+		}
+		a := scsi.ReserveInData(s.srp.act.PR, rep.Generation, keys, rep.HolderKey, typ)
+		if a.Status != scsi.StatusGood {
+			c.srpAnswer(s, a.Status, a.Sense)
+			return
+		}
+		c.srpDataIn(s, a.Data)
+		return
+	}
+	if c.p.trace != nil {
+		c.p.trace(fmt.Sprintf("SRP reservation %s of %q: %s", s.ctl.Action, ov.name, ov.pr))
+	}
+	switch sense := s.prOut.sense; {
+	case s.err != nil:
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.FromWire(standbySense(s.err, wire.SenseInternal), scsi.OpNone))
+	case sense == wire.SenseReservationConflict:
+		c.srpAnswer(s, scsi.StatusResvConflict, scsi.SenseNone)
+	case sense != wire.SenseNone:
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.FromWire(sense, scsi.OpNone))
+	default:
+		c.srpAnswer(s, scsi.StatusGood, scsi.SenseNone)
+	}
 }

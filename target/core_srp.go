@@ -240,6 +240,9 @@ func (c *core) srpExecute(s *slot, rawLUN srp.LUN, cdb []byte) {
 		}
 	}
 	s.srp.op = a.Op
+	if (a.Op == scsi.OpReserveIn || a.Op == scsi.OpReserveOut) && lu.ov.pr == nil {
+		a = scsi.Action{Status: scsi.StatusCheckCondition, Sense: scsi.SenseInvalidOpcode} // a target keeping none
+	}
 	if a.Status != scsi.StatusGood {
 		c.srpAnswer(s, a.Status, a.Sense)
 		return
@@ -248,10 +251,20 @@ func (c *core) srpExecute(s *slot, rawLUN srp.LUN, cdb []byte) {
 	case scsi.OpNone:
 		c.srpDataIn(s, a.Data)
 	case scsi.OpFlush:
+		if !c.reservationAllows(lu.ov, wire.OpFlush) {
+			c.srpAnswer(s, scsi.StatusResvConflict, scsi.SenseNone)
+			return
+		}
 		s.ov = lu.ov
 		s.cmd.Op = wire.OpFlush
 		c.dispatch(s, jobFlush)
 	case scsi.OpRead:
+		// Writes are checked as they are handed to the store (dispatch),
+		// reads and flushes here, as a gosrp command is at its arrival.
+		if !c.reservationAllows(lu.ov, wire.OpRead) {
+			c.srpAnswer(s, scsi.StatusResvConflict, scsi.SenseNone)
+			return
+		}
 		n := a.Blocks * lu.dev.BlockSize
 		if !c.srpTransfer(s, lu, wire.OpRead, a.LBA, n, s.srp.inLen, srp.DIUnder, &s.srp.inResid) {
 			return
@@ -269,7 +282,10 @@ func (c *core) srpExecute(s *slot, rawLUN srp.LUN, cdb []byte) {
 		} else {
 			c.postReads(s)
 		}
-	case scsi.OpUnmap, scsi.OpWriteSame, scsi.OpSetPortGroups:
+	case scsi.OpReserveIn:
+		s.srp.act, s.ov, s.prIni = a, lu.ov, c.initiator
+		c.dispatch(s, jobReport)
+	case scsi.OpUnmap, scsi.OpWriteSame, scsi.OpSetPortGroups, scsi.OpReserveOut:
 		s.srp.lu, s.srp.act = lu, a
 		if a.DataOut > c.maxXfer { // an UNMAP list beyond a slot's buffer
 			c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
@@ -326,6 +342,8 @@ func (c *core) srpFetched(s *slot) {
 		c.srpWriteSame(s, allZero(s.data[:s.srp.lu.dev.BlockSize]))
 	case scsi.OpSetPortGroups:
 		c.srpSetPortGroups(s)
+	case scsi.OpReserveOut:
+		c.srpReserveOut(s)
 	default:
 		c.noteBug(fmt.Errorf("target: SRP data-out fetched for %s", a.Op))
 		c.close("internal error: "+c.bug.Error(), false)
@@ -448,6 +466,11 @@ func (c *core) srpRespond(s *slot, st wire.Status, sense wire.Sense, k int) {
 	case st == wire.StatusGood:
 	case st == wire.StatusBusy:
 		r.Status = uint8(scsi.StatusBusy)
+	case sense == wire.SenseReservationConflict:
+		// A status of its own, with no sense data (SPC-4 5.13.1):
+		// Linux fails it as BLK_STS_NEXUS, which dm-multipath does not
+		// take for a path failure, where a CHECK CONDITION would be.
+		r.Status = uint8(scsi.StatusResvConflict)
 	default:
 		r.Status, sns = uint8(scsi.StatusCheckCondition), scsi.FromWire(sense, x.op)
 	}

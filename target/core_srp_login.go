@@ -145,6 +145,9 @@ type srpVolume struct {
 	// by the shell on the run loop just before it hands the volume over,
 	// so that no change reported to the core can be older.
 	state gwState
+	// pr is the volume's reservation state, which every command of the
+	// LUN is checked against as a gosrp host's are (nil: none kept).
+	pr *prVolume
 }
 
 // srpAttach takes the volumes the shell opened for the login's LUNs, in
@@ -175,7 +178,8 @@ func (c *core) srpAttach(nx *srpNexus, vols []srpVolume) {
 func (c *core) srpAttachLUN(i int, v *srpVolume, gen uint64) {
 	s := c.srp
 	ov := &openVol{handle: uint32(i + 1), name: s.names[i], vol: v.vol, size: v.info.Size, bs: int64(v.info.BlockSize),
-		ro: v.info.ReadOnly || s.access[i] == AccessReadOnly, stats: c.p.volStats(s.names[i])}
+		ro: v.info.ReadOnly || s.access[i] == AccessReadOnly, stats: c.p.volStats(s.names[i]),
+		pr: v.pr, owner: c.sessionKey(), ini: c.initiator}
 	if im, ok := v.vol.(Immediate); ok {
 		ov.now = im.Immediate()
 	}

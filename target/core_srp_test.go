@@ -38,7 +38,7 @@ func newSRPCoreHarness(tb testing.TB, credits int) *coreHarness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h.c.srpAttach(nil, []srpVolume{{vol: v, info: info}})
+	h.c.srpAttach(nil, []srpVolume{{vol: v, info: info, pr: newPRTable().volume(res.open[0])}})
 	h.c.acts.reset()
 	return h
 }
@@ -178,6 +178,10 @@ func FuzzSRPCore(f *testing.F) {
 		{Tag: 7, CDB: unmapCDB(24), DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 24, Imm: unmapList([2]uint64{1, 2})}},
 		{Tag: 8, CDB: writeSame16(0, 0, 3), DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 4096, Imm: pattern(4096, 1)}},
 		{Tag: 9, CDB: writeSame16(0x09, 0, 3)},
+		// PERSISTENT RESERVE OUT, REGISTER key 0xab; IN, READ KEYS.
+		{Tag: 12, CDB: []byte{0x5F, 0, 0, 0, 0, 0, 0, 0, 24, 0}, DataOut: srp.DataBuffer{Format: srp.FormatImmediate, Total: 24,
+			Imm: []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xab, 0, 0, 0, 0, 1, 0, 0, 0}}},
+		{Tag: 13, CDB: []byte{0x5E, 0, 0, 0, 0, 0, 0, 0x10, 0, 0}, DataIn: d},
 	} {
 		b := make([]byte, cmd.EncodedLen())
 		cmd.Encode(b)

@@ -12,9 +12,10 @@ import (
 // runJob does a slot's backend work on a worker goroutine. It reads only
 // the slot's job fields and writes only its result fields.
 func runJob(s *slot, cat Catalog) {
-	// Counted in the handle's inflight by dispatch: a close waits for
-	// them (a takeover too: the volume must not close under it).
-	isIO := s.job >= jobRead && s.job <= jobWriteZeroes || s.job == jobUnmap || s.job == jobTakeOver
+	// Counted in the handle's inflight by dispatch, on the same
+	// condition: a close waits for them (a takeover too: the volume
+	// must not close under it; an SRP host's reservation job too).
+	isIO := s.ov != nil && !s.control
 	defer func() {
 		if r := recover(); r != nil {
 			s.err = fmt.Errorf("target: %s job panicked: %v", jobName(s.job), r)

@@ -225,7 +225,7 @@ func (v *prVolume) String() string {
 
 // isWriteJob reports whether j changes the volume's data.
 func isWriteJob(j jobKind) bool {
-	return j == jobWrite || j == jobWriteFUA || j == jobDiscard || j == jobWriteZeroes
+	return j == jobWrite || j == jobWriteFUA || j == jobDiscard || j == jobWriteZeroes || j == jobUnmap
 }
 
 // ioDone ends a backend I/O job of kind j on the handle.

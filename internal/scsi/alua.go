@@ -71,7 +71,7 @@ func (d *Device) aluaState() byte {
 // answers the rest TARGET PORT IN UNAVAILABLE STATE.
 func standbyServes(cdb []byte) bool {
 	switch cdb[0] {
-	case opInquiry, opModeSense6, opModeSense10, opReportLUNs, opRequestSense, opReadCapacity10:
+	case opInquiry, opModeSense6, opModeSense10, opReportLUNs, opRequestSense, opReadCapacity10, opPersistIn, opPersistOut:
 		return true
 	case opServiceIn16:
 		return cdb[1]&0x1f == saReadCapacity16

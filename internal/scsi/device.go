@@ -163,11 +163,19 @@ const (
 	// parameter list and pass them to Device.SetPortGroups, which says
 	// whether to take the unit over.
 	OpSetPortGroups
+	// OpReserveIn: read the volume's reservation state and answer with
+	// ReserveInData (PERSISTENT RESERVE IN, READ KEYS or READ
+	// RESERVATION; Action.PR).
+	OpReserveIn
+	// OpReserveOut: fetch DataOut bytes of PERSISTENT RESERVE OUT
+	// parameter list, decode them with ReserveOut and make the change
+	// (Action.PR).
+	OpReserveOut
 )
 
 var opNames = [...]string{
 	OpNone: "none", OpRead: "read", OpWrite: "write", OpFlush: "flush", OpUnmap: "unmap", OpWriteSame: "write-same",
-	OpSetPortGroups: "set-port-groups",
+	OpSetPortGroups: "set-port-groups", OpReserveIn: "reserve-in", OpReserveOut: "reserve-out",
 }
 
 func (o Op) String() string { return enum.Name(opNames[:], o, "Op") }
@@ -197,6 +205,8 @@ type Action struct {
 	// parameter list of UNMAP. The target compares it with the SRP_CMD's
 	// data-out descriptor for the residual flags.
 	DataOut uint32
+	// PR is the decoded CDB of OpReserveIn and OpReserveOut.
+	PR PR
 }
 
 // good, check and data build Actions.
@@ -294,6 +304,10 @@ func (d *Device) Execute(n *Nexus, cdb []byte, luns []uint16) Action {
 			return d.reportPortGroups(cdb)
 		}
 		return check(SenseInvalidField)
+	case opPersistIn:
+		return persistIn(cdb)
+	case opPersistOut:
+		return persistOut(cdb)
 	case opMaintenanceOut:
 		if d.PortGroup == 0 {
 			break

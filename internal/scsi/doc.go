@@ -68,6 +68,15 @@
 // the target makes is the AccessChanged condition. testdata/alua traces
 // the rules.
 //
+// # Persistent reservations
+//
+// PERSISTENT RESERVE IN and OUT become OpReserveIn and OpReserveOut
+// (persist.go): the state is the target's, one per volume and shared
+// with its gosrp hosts, so the model only decodes the CDB and, once the
+// target has fetched it, the parameter list (ReserveOut), and encodes a
+// report (ReserveInData). A command the state forbids is answered by
+// the target with the status RESERVATION CONFLICT (StatusResvConflict).
+//
 // Anything the model does not implement answers ILLEGAL REQUEST,
 // INVALID COMMAND OPERATION CODE; a field it does not accept, INVALID
 // FIELD IN CDB. Sense is fixed format unless REQUEST SENSE asks for

@@ -1,9 +1,13 @@
 package scsi
 
-import "testing"
+import (
+	"testing"
 
-// FuzzExecute runs arbitrary CDBs, and for UNMAP arbitrary parameter
-// lists, against devices of each kind: the model never panics, a CHECK
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+// FuzzExecute runs arbitrary CDBs, and for UNMAP and PERSISTENT RESERVE
+// OUT arbitrary parameter lists, against devices of each kind: the model never panics, a CHECK
 // CONDITION always has a sense key, and every block operation it asks for
 // lies within the unit and its limits.
 func FuzzExecute(f *testing.F) {
@@ -15,6 +19,8 @@ func FuzzExecute(f *testing.F) {
 		cdb(0xa3, 0x0c, 0x01, 0x93, 0, 0, 0, 0, 2, 0), cdb(0xa3, 0x0c, 0x83, 0x9e, 0, 0x10, 0, 0, 2, 0),
 		cdb(0xa3, 0x0c, 0x80, 0, 0, 0, 0, 0, 2, 0),
 		cdb(0xa3, 0x2a, 0, 0, 0, 0, 0, 0, 1, 0), cdb(0xa4, 0x0a, 0, 0, 0, 0, 0, 0, 0, 8),
+		cdb(0x5e, 0x00, 0, 0, 0, 0, 0, 0x10, 0), cdb(0x5e, 0x01, 0, 0, 0, 0, 0, 0, 24), cdb(0x5e, 0x02, 0, 0, 0, 0, 0, 0, 8),
+		cdb(0x5f, 0x00, 0, 0, 0, 0, 0, 0, 24), cdb(0x5f, 0x01, 0x01, 0, 0, 0, 0, 0, 24), cdb(0x5f, 0x05, 0x03, 0, 0, 0, 0, 0, 24),
 	}
 	unmap := []byte{0, 22, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 8, 0, 0, 0, 0}
 	for i, s := range seeds {
@@ -43,7 +49,8 @@ func FuzzExecute(f *testing.F) {
 					t.Fatalf("VPD %#x says %d bytes, has %d", c[2], n, len(a.Data)-4)
 				}
 			}
-			if a.Op != OpNone && d.PortGroup != 0 && (d.Standby || d.Unavailable) && a.Op != OpSetPortGroups {
+			if a.Op != OpNone && d.PortGroup != 0 && (d.Standby || d.Unavailable) && a.Op != OpSetPortGroups &&
+				a.Op != OpReserveIn && a.Op != OpReserveOut { // a standby port serves both (SPC-4 5.15.2.4.5)
 				t.Fatalf("%v on a standby port", a.Op)
 			}
 			if a.Op == OpSetPortGroups {
@@ -54,6 +61,24 @@ func FuzzExecute(f *testing.F) {
 				checkAction(t, d, res)
 				if act && res.Status != StatusGood {
 					t.Fatalf("takeover asked with %+v", res)
+				}
+			}
+			if a.Op == OpReserveOut {
+				if a.DataOut != prOutParamLen {
+					t.Fatalf("PERSISTENT RESERVE OUT fetching %d bytes", a.DataOut)
+				}
+				act, _, _, typ, res := ReserveOut(a.PR, params)
+				checkAction(t, d, res)
+				if res.Status == StatusGood && (!act.Valid() || typ != 0 && !typ.Valid()) {
+					t.Fatalf("PERSISTENT RESERVE OUT decoded to %v of type %v", act, typ)
+				}
+			}
+			if a.Op == OpReserveIn {
+				keys := []uint64{1, 2, 3}
+				r := ReserveInData(a.PR, 7, keys, 2, wire.ResWriteExclusive)
+				checkAction(t, d, r)
+				if r.Status == StatusGood && len(r.Data) > a.PR.Alloc {
+					t.Fatalf("PERSISTENT RESERVE IN answers %d bytes for %d", len(r.Data), a.PR.Alloc)
 				}
 			}
 			if a.Op == OpUnmap {

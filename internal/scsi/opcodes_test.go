@@ -58,11 +58,14 @@ func TestReportOpcodes(t *testing.T) {
 		)},
 		{"cut to the allocation length", disk(), rsoc(1, 0x93, 0, 4), fieldhex.Bytes(t, "00", "03", "0010")},
 		{"all commands, thick: UNMAP left out", thick, rsoc(0, 0, 0, 4096), fieldhex.Bytes(t,
-			"00000088",                             // 0 command data length: 17 descriptors of 8 bytes
+			"000000d8",                             // 0 command data length: 27 descriptors of 8 bytes
 			"00", "00", "0000", "00", "00", "0006", // TEST UNIT READY: opcode, reserved, SA, reserved, flags, CDB length
 			"03000000 00000006", "12000000 00000006", "1a000000 00000006",
 			"25000000 0000000a", "28000000 0000000a", "2a000000 0000000a", "35000000 0000000a", "41000000 0000000a",
 			"5a000000 0000000a",
+			"5e000000 0001000a", "5e000001 0001000a", "5e000002 0001000a", // PERSISTENT RESERVE IN, SERVACTV
+			"5f000000 0001000a", "5f000001 0001000a", "5f000002 0001000a", "5f000003 0001000a",
+			"5f000004 0001000a", "5f000005 0001000a", "5f000006 0001000a", // PERSISTENT RESERVE OUT
 			"88000000 00000010", "8a000000 00000010", "91000000 00000010", "93000000 00000010",
 			"9e", "00", "0010", "00", "01", "0010", // READ CAPACITY(16): SA 0x10, SERVACTV
 			"a0000000 0000000c",
@@ -113,6 +116,8 @@ func TestReportOpcodesTruth(t *testing.T) {
 				c[1], opts, sa = saReportOpcodes, 3, saReportOpcodes
 			case opMaintenanceOut:
 				c[1], opts, sa = saPortGroups, 3, saPortGroups
+			case opPersistIn, opPersistOut:
+				opts = 3 // service action 0: READ KEYS, REGISTER
 			}
 			a := dev.Execute(&Nexus{}, c, nil)
 			served := !(a.Status == StatusCheckCondition && a.Sense == SenseInvalidOpcode)

@@ -1,0 +1,144 @@
+package scsi
+
+// Persistent reservations (SPC-4 5.13, 6.15, 6.16): PERSISTENT RESERVE
+// IN and OUT decoded for the target and their answers encoded. The
+// reservation state is the target's (one per volume, shared with its
+// gosrp hosts and, through the volume's store, with the other gateways):
+// the model turns a command into an OpReserveIn or OpReserveOut, the
+// target runs it against that state, and ReserveInData encodes a report.
+
+import (
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+const (
+	opPersistIn  = 0x5E // PERSISTENT RESERVE IN
+	opPersistOut = 0x5F // PERSISTENT RESERVE OUT
+
+	// PERSISTENT RESERVE IN service actions (SPC-4 6.15.1).
+	prReadKeys        = 0x00
+	prReadReservation = 0x01
+	prReportCaps      = 0x02
+
+	// prOutParamLen is the basic PERSISTENT RESERVE OUT parameter list
+	// (SPC-4 6.16.3): reservation key, service action reservation key,
+	// four obsolete bytes, the flags (SPEC_I_PT, ALL_TG_PT, APTPL), a
+	// reserved byte and two obsolete.
+	prOutParamLen = 24
+)
+
+// prOutActions maps PERSISTENT RESERVE OUT's service actions (SPC-4
+// Table 174) to the target's; REGISTER AND MOVE (7) is not served.
+var prOutActions = [...]wire.ReserveAction{
+	0: wire.ActionRegister, 1: wire.ActionReserve, 2: wire.ActionRelease, 3: wire.ActionClear,
+	4: wire.ActionPreempt, 5: wire.ActionPreemptAbort, 6: wire.ActionRegisterIgnore,
+}
+
+// PR is a persistent reservation command's CDB, decoded by Execute for
+// the step after it: PERSISTENT RESERVE OUT's service action and type
+// (the parameter list is fetched first), PERSISTENT RESERVE IN's service
+// action and allocation length.
+type PR struct {
+	Service uint8
+	Type    wire.ReservationType
+	Alloc   int
+}
+
+// persistIn: PERSISTENT RESERVE IN (SPC-4 6.15). CDB (10 bytes): byte 1
+// bits 4:0 the service action, bytes 7-8 the allocation length. REPORT
+// CAPABILITIES is answered here; READ KEYS and READ RESERVATION need
+// the state, so the target runs OpReserveIn and encodes the answer with
+// ReserveInData. READ FULL STATUS is not served: its descriptors name
+// each registrant by a SCSI TransportID, which a gosrp host has not.
+func persistIn(cdb []byte) Action {
+	alloc := int(be.Uint16(cdb[7:]))
+	switch sa := cdb[1] & 0x1f; sa {
+	case prReadKeys, prReadReservation:
+		return Action{Status: StatusGood, Op: OpReserveIn, PR: PR{Service: sa, Alloc: alloc}}
+	case prReportCaps:
+		// LENGTH 8; ATP_C (a registration holds on every target port:
+		// the gateways share it) and PTPL_C (it persists across
+		// restarts); TMV, with PTPL_A (always persisting); the type
+		// mask: EX_AC_RO, WR_EX_RO, EX_AC, WR_EX (the ALL_REG types are
+		// not served).
+		b := []byte{0, 8, 0x04 | 0x01, 0x80 | 0x01, 0x40 | 0x20 | 0x08 | 0x02, 0, 0, 0}
+		return data(b, alloc)
+	}
+	return check(SenseInvalidField)
+}
+
+// persistOut: PERSISTENT RESERVE OUT (SPC-4 6.16). CDB (10 bytes): byte
+// 1 bits 4:0 the service action, byte 2 the scope (bits 7:4, only
+// LU_SCOPE) and type (bits 3:0), bytes 5-8 the parameter list length,
+// which must be the basic list's 24 bytes (a longer one carries
+// TransportIDs for SPEC_I_PT, not served). The target fetches the list
+// and hands it to ReserveOut.
+func persistOut(cdb []byte) Action {
+	sa := cdb[1] & 0x1f
+	if int(sa) >= len(prOutActions) {
+		return check(SenseInvalidField)
+	}
+	typ := wire.ReservationType(cdb[2] & 0x0f)
+	switch prOutActions[sa] {
+	case wire.ActionReserve, wire.ActionRelease, wire.ActionPreempt, wire.ActionPreemptAbort:
+		// REGISTER and CLEAR ignore scope and type (SPC-4 6.16.2);
+		// PREEMPT with no reservation to take ignores the type too,
+		// but which it is the state decides.
+		if cdb[2]>>4 != 0 || !typ.Valid() {
+			return check(SenseInvalidField)
+		}
+	default:
+		typ = wire.ResNone
+	}
+	if be.Uint32(cdb[5:]) != prOutParamLen {
+		return check(SenseParamListLength)
+	}
+	return Action{Status: StatusGood, Op: OpReserveOut, DataOut: prOutParamLen, PR: PR{Service: sa, Type: typ}}
+}
+
+// ReserveOut decodes the parameter list of the PERSISTENT RESERVE OUT
+// that Execute turned into pr (an OpReserveOut Action): the target's
+// action, the host's reservation key and the service action reservation
+// key (the key to register; for a preempt, the key to remove), and the
+// type. a is GOOD unless the list is refused: too short, or SPEC_I_PT
+// (registering other initiators by TransportID) asked.
+func ReserveOut(pr PR, param []byte) (act wire.ReserveAction, key, saKey uint64, typ wire.ReservationType, a Action) {
+	switch {
+	case len(param) < prOutParamLen || int(pr.Service) >= len(prOutActions):
+		return 0, 0, 0, 0, check(SenseParamListLength)
+	case param[20]&0x08 != 0: // SPEC_I_PT
+		return 0, 0, 0, 0, check(SenseInvalidParam)
+	}
+	// ALL_TG_PT is what every registration is here; APTPL asks for
+	// what always happens (the state is kept with the volume).
+	return prOutActions[pr.Service], be.Uint64(param), be.Uint64(param[8:]), pr.Type, good()
+}
+
+// ReserveInData encodes the answer to the PERSISTENT RESERVE IN that
+// Execute turned into pr (an OpReserveIn Action), from the volume's
+// state: its generation, the registered keys, and the reservation (typ
+// ResNone: none; holderKey its holder's key). READ KEYS (SPC-4
+// 6.15.2): PRGENERATION, ADDITIONAL LENGTH, the keys. READ RESERVATION
+// (6.15.3): PRGENERATION, ADDITIONAL LENGTH 0 or 16, then the holder's
+// key, the scope (LU_SCOPE) and type.
+func ReserveInData(pr PR, gen uint32, keys []uint64, holderKey uint64, typ wire.ReservationType) Action {
+	b := be.AppendUint32(nil, gen)
+	switch pr.Service {
+	case prReadKeys:
+		b = be.AppendUint32(b, uint32(8*len(keys)))
+		for _, k := range keys {
+			b = be.AppendUint64(b, k)
+		}
+	case prReadReservation:
+		if typ == wire.ResNone {
+			b = be.AppendUint32(b, 0)
+			break
+		}
+		b = be.AppendUint32(b, 16)
+		b = be.AppendUint64(b, holderKey)
+		b = append(b, 0, 0, 0, 0, 0, byte(typ), 0, 0)
+	default:
+		return check(SenseInvalidField)
+	}
+	return data(b, pr.Alloc)
+}

@@ -1,0 +1,130 @@
+package scsi
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/gosrp/gosrp/internal/fieldhex"
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+// prOut is a PERSISTENT RESERVE OUT CDB: service action sa, scope and
+// type st, parameter list length n.
+func prOut(sa, st byte, n uint32) []byte {
+	c := []byte{opPersistOut, sa, st, 0, 0, 0, 0, 0, 0, 0}
+	be.PutUint32(c[5:], n)
+	return c
+}
+
+// prParams is the basic parameter list: key, service action key, flags.
+func prParams(key, saKey uint64, flags byte) []byte {
+	p := make([]byte, prOutParamLen)
+	be.PutUint64(p, key)
+	be.PutUint64(p[8:], saKey)
+	p[20] = flags
+	return p
+}
+
+// TestPersistOut: PERSISTENT RESERVE OUT's CDB and parameter list, as
+// sg_persist and Linux's block layer (blk_pr_ops: sd_pr_command) send
+// them, decoded to the target's action; what SPC-4 6.16 refuses,
+// refused with its sense.
+func TestPersistOut(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		cdb, param []byte
+		sense      Sense // of the CDB, or else of the list
+		act        wire.ReserveAction
+		key, saKey uint64
+		typ        wire.ReservationType
+	}{
+		{name: "REGISTER", cdb: prOut(0, 0, 24), param: prParams(0, 0xabc, 0), act: wire.ActionRegister, saKey: 0xabc},
+		{name: "REGISTER, ALL_TG_PT and APTPL (sd_pr_register)", cdb: prOut(0, 0, 24), param: prParams(0xabc, 0xdef, 0x05),
+			act: wire.ActionRegister, key: 0xabc, saKey: 0xdef},
+		{name: "REGISTER ignores scope and type", cdb: prOut(0, 0xff, 24), param: prParams(0, 1, 0), act: wire.ActionRegister, saKey: 1},
+		{name: "RESERVE write exclusive", cdb: prOut(1, 0x01, 24), param: prParams(0xabc, 0, 0), act: wire.ActionReserve, key: 0xabc, typ: wire.ResWriteExclusive},
+		{name: "RELEASE exclusive access, registrants only", cdb: prOut(2, 0x06, 24), param: prParams(7, 0, 0), act: wire.ActionRelease, key: 7, typ: wire.ResExclusiveAccessRegistrants},
+		{name: "CLEAR", cdb: prOut(3, 0, 24), param: prParams(7, 0, 0), act: wire.ActionClear, key: 7},
+		{name: "PREEMPT", cdb: prOut(4, 0x03, 24), param: prParams(7, 9, 0), act: wire.ActionPreempt, key: 7, saKey: 9, typ: wire.ResExclusiveAccess},
+		{name: "PREEMPT AND ABORT", cdb: prOut(5, 0x05, 24), param: prParams(7, 9, 0), act: wire.ActionPreemptAbort, key: 7, saKey: 9, typ: wire.ResWriteExclusiveRegistrants},
+		{name: "REGISTER AND IGNORE EXISTING KEY", cdb: prOut(6, 0, 24), param: prParams(0, 5, 0), act: wire.ActionRegisterIgnore, saKey: 5},
+		{name: "REGISTER AND MOVE: not served", cdb: prOut(7, 0, 24), sense: SenseInvalidField},
+		{name: "a service action past the last", cdb: prOut(0x1f, 0, 24), sense: SenseInvalidField},
+		{name: "RESERVE of an ALL_REG type: not served", cdb: prOut(1, 0x07, 24), sense: SenseInvalidField},
+		{name: "RESERVE with type 0", cdb: prOut(1, 0, 24), sense: SenseInvalidField},
+		{name: "RESERVE with another scope", cdb: prOut(1, 0x21, 24), sense: SenseInvalidField},
+		{name: "a list that is not 24 bytes", cdb: prOut(0, 0, 28), sense: SenseParamListLength},
+		{name: "no list", cdb: prOut(0, 0, 0), sense: SenseParamListLength},
+		{name: "SPEC_I_PT", cdb: prOut(0, 0, 24), param: prParams(0, 1, 0x08), sense: SenseInvalidParam},
+		{name: "a list shorter than it said", cdb: prOut(0, 0, 24), param: make([]byte, 20), sense: SenseParamListLength},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := disk().Execute(&Nexus{}, tc.cdb, nil)
+			if a.Status != StatusGood {
+				if a.Sense != tc.sense {
+					t.Fatalf("CDB: %v %v, want %v", a.Status, a.Sense, tc.sense)
+				}
+				return
+			}
+			if a.Op != OpReserveOut || a.DataOut != prOutParamLen {
+				t.Fatalf("CDB: %+v", a)
+			}
+			act, key, saKey, typ, r := ReserveOut(a.PR, tc.param)
+			if r.Status != StatusGood {
+				if r.Sense != tc.sense {
+					t.Fatalf("list: %v %v, want %v", r.Status, r.Sense, tc.sense)
+				}
+				return
+			}
+			if tc.sense != (Sense{}) || act != tc.act || key != tc.key || saKey != tc.saKey || typ != tc.typ {
+				t.Fatalf("decoded %v key %#x sa key %#x type %v; want %v %#x %#x %v (sense %v)", act, key, saKey, typ, tc.act, tc.key, tc.saKey, tc.typ, tc.sense)
+			}
+		})
+	}
+}
+
+// TestPersistIn: PERSISTENT RESERVE IN's answers in SPC-4's layouts, cut
+// to the allocation length; READ FULL STATUS is refused (INVALID FIELD
+// IN CDB), as is any other service action. A standby port serves both
+// commands (SPC-4 5.15.2.4.5).
+func TestPersistIn(t *testing.T) {
+	in := func(sa byte, alloc uint16) []byte {
+		c := []byte{opPersistIn, sa, 0, 0, 0, 0, 0, 0, 0, 0}
+		be.PutUint16(c[7:], alloc)
+		return c
+	}
+	keys := []uint64{0xa, 0xbbbb}
+	for _, tc := range []struct {
+		name string
+		cdb  []byte
+		typ  wire.ReservationType
+		want []byte
+	}{
+		{"READ KEYS", in(0, 512), wire.ResWriteExclusive, fieldhex.Bytes(t, "00000007", "00000010", "000000000000000a", "000000000000bbbb")},
+		{"READ KEYS cut to 8 bytes (sg_persist asks the length first)", in(0, 8), 0, fieldhex.Bytes(t, "00000007", "00000010")},
+		{"READ RESERVATION held", in(1, 512), wire.ResExclusiveAccess, fieldhex.Bytes(t,
+			"00000007", "00000010", "000000000000bbbb", "00000000", "00", "03", "0000")},
+		{"READ RESERVATION, none", in(1, 512), 0, fieldhex.Bytes(t, "00000007", "00000000")},
+		{"REPORT CAPABILITIES", in(2, 512), 0, fieldhex.Bytes(t, "0008", "05", "81", "6a", "00", "0000")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := disk()
+			d.PortGroup, d.Standby = 2, true
+			a := d.Execute(&Nexus{}, tc.cdb, nil)
+			if a.Status != StatusGood {
+				t.Fatalf("%v %v", a.Status, a.Sense)
+			}
+			if a.Op == OpReserveIn {
+				a = ReserveInData(a.PR, 7, keys, 0xbbbb, tc.typ)
+			}
+			if !bytes.Equal(a.Data, tc.want) {
+				t.Fatalf("% x\nwant\n% x", a.Data, tc.want)
+			}
+		})
+	}
+	for _, sa := range []byte{3, 4, 0x1f} {
+		if a := disk().Execute(&Nexus{}, in(sa, 512), nil); a.Sense != SenseInvalidField {
+			t.Errorf("service action %d: %v %v, want INVALID FIELD IN CDB", sa, a.Status, a.Sense)
+		}
+	}
+}
