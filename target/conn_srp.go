@@ -87,6 +87,7 @@ func (c *conn) srpOpen(names []string) {
 		}
 	}
 	c.core.srpAttach(c.srpNx, vols)
+	countWriters(c.core.handles)
 }
 
 // srpNexus names the session's I_T nexus: its initiator and target port

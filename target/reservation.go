@@ -196,6 +196,25 @@ func (v *prVolume) closeWriter(owner string, excl bool) {
 	}
 }
 
+// countWriters counts an SRP session's writable LUNs (handles) as
+// writers in their volumes' reservation state, as a gosrp OPEN for
+// writing is counted: a PREEMPT AND ABORT that preempts the host then
+// waits for its writes already in the store (prVolume.fence), and
+// another session's exclusive open is refused while this one may
+// write. The shell calls it on the run loop once the core attached the
+// LUNs; each handle is counted once, and releasePR ends it whichever
+// way the handle closes.
+func countWriters(handles []*openVol) {
+	for _, ov := range handles {
+		if ov == nil || ov.pr == nil || ov.ro || ov.writer {
+			continue
+		}
+		ov.pr.openWriter(ov.owner, ov.ini, false) // never refused: not exclusive
+		ov.pr.addWriter(ov)
+		ov.writer = true
+	}
+}
+
 // releasePR ends what the handle counted in its volume's reservation
 // state (a writer, an exclusive open) when the handle closes, whichever
 // way: CLOSE, revocation, the connection's end.

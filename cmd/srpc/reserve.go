@@ -29,6 +29,11 @@ Registrations and reservations survive srpd restarts. A host that died
 holding a reservation is fenced off by another preempting its key.
 Keys are 64-bit numbers, decimal or 0x-hex; 0 is no key.
 
+With --protocol srp these are SCSI's PERSISTENT RESERVE OUT and IN, to
+srpd or any SRP target that serves them (LIO does); the host is its
+initiator port, and show lists keys, not names. srpd holds gosrp and
+SRP hosts (the kernel's ib_srp too) to the same reservations.
+
   srpc reserve register vol0 0xa                # register key 0xa
   srpc reserve reserve vol0 --key 0xa           # take write-exclusive
   srpc reserve show vol0
@@ -233,9 +238,13 @@ func reserveShowCommand() *cli.Command {
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', 0)
 			fmt.Fprintf(w, "volume:\t%s\n", args[0])
 			fmt.Fprintf(w, "generation:\t%d\n", rep.Generation)
-			if rep.Holder == "" {
+			switch {
+			case rep.Holder == "" && rep.HolderKey == 0:
 				fmt.Fprintf(w, "reservation:\tnone\n")
-			} else {
+			case rep.Holder == "":
+				// --protocol srp: SCSI names hosts by key only.
+				fmt.Fprintf(w, "reservation:\t%s by the host of key %#x\n", rep.Type, rep.HolderKey)
+			default:
 				fmt.Fprintf(w, "reservation:\t%s by %q (key %#x)\n", rep.Type, rep.Holder, rep.HolderKey)
 			}
 			if rep.ExclusiveHolder != "" {
@@ -248,6 +257,10 @@ func reserveShowCommand() *cli.Command {
 				label := ""
 				if i == 0 {
 					label = "registrations:"
+				}
+				if g.Initiator == "" {
+					fmt.Fprintf(w, "%s\tkey %#x\n", label, g.Key)
+					continue
 				}
 				fmt.Fprintf(w, "%s\t%q key %#x\n", label, g.Initiator, g.Key)
 			}

@@ -53,3 +53,42 @@ func TestSRPProtocol(t *testing.T) {
 		t.Fatalf("bad --srp-target-port: exit %d, %q", r.Code, r.Stderr)
 	}
 }
+
+// TestSRPReserve: srpc reserve --protocol srp (PERSISTENT RESERVE OUT and
+// IN) against srpd's SRP personality, real processes, with a gosrp host
+// beside it on the same volume: the SRP host registers and reserves,
+// show prints its key and the reservation (SCSI names no host), the
+// gosrp host's show names it by its initiator port and its import is
+// refused, and once the SRP host releases and unregisters the import
+// goes through.
+func TestSRPReserve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	srpc, dir, addr := startTarget(t, "4MiB")
+	srpConn := []string{"--target", addr, "--name", "srp-h", "--protocol", "srp"}
+	gosrpConn := []string{"--target", addr, "--name", "gosrp-h"}
+	run := func(args ...string) e2etest.Result {
+		t.Helper()
+		return e2etest.MustRun(t, srpc, args...)
+	}
+	run(append([]string{"reserve", "register", "lun0", "0xabc"}, srpConn...)...)
+	run(append([]string{"reserve", "reserve", "--key", "0xabc", "lun0"}, srpConn...)...)
+	if r := run(append([]string{"reserve", "show", "lun0"}, srpConn...)...); !strings.Contains(r.Stdout, "write-exclusive by the host of key 0xabc") ||
+		!strings.Contains(r.Stdout, "key 0xabc") {
+		t.Fatalf("srpc reserve show --protocol srp:\n%s", r.Stdout)
+	}
+	if r := run(append([]string{"reserve", "show", "vol0"}, gosrpConn...)...); !strings.Contains(r.Stdout, "write-exclusive by \"") {
+		t.Fatalf("the gosrp host's srpc reserve show:\n%s", r.Stdout)
+	}
+	in := filepath.Join(dir, "in.img")
+	if err := os.WriteFile(in, make([]byte, 8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := e2etest.Run(t, nil, srpc, append([]string{"import", "vol0", in}, gosrpConn...)...); r.Code == 0 || !strings.Contains(r.Stderr, "reserved") {
+		t.Fatalf("the gosrp host's import under the SRP host's reservation: exit %d, %q", r.Code, r.Stderr)
+	}
+	run(append([]string{"reserve", "release", "--key", "0xabc", "lun0"}, srpConn...)...)
+	run(append([]string{"reserve", "register", "--key", "0xabc", "lun0", "0"}, srpConn...)...)
+	run(append([]string{"import", "vol0", in}, gosrpConn...)...)
+}

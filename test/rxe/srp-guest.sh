@@ -79,6 +79,34 @@ if command -v sg_vpd > /dev/null; then
   grep -q 'LBPME)=1' $O/sg.log || grep -q 'lbpme=1' $O/sg.log || fail "READ CAPACITY(16) without LBPME: $(tail -12 $O/sg.log)"
   say "sg_inq, sg_vpd di/bl/lbpv, sg_readcap: NAA $(grep -A1 'designator type: NAA' $O/sg.log | tail -1 | tr -d ' '); thin provisioning with UNMAP"
 fi
+# Persistent reservations, the kernel's and a gosrp host's on one volume:
+# the kernel registers and reserves write-exclusive (sg_persist through
+# ib_srp); the gosrp host (srpc over ibverbs) sees the reservation, and
+# preempts the kernel's key with exclusive access, with abort; the
+# kernel's next read must fail as a reservation conflict (the status,
+# not an error dm-multipath would fail the path for); cleared, the
+# kernel reads again.
+if command -v sg_persist > /dev/null && [ -x /mnt/srpc ]; then
+  PR="srpc reserve --provider ibverbs --target $IP:$PORT --name gosrp-pr"
+  DIAG="cat $O/pr.log"
+  sg_persist -n --out --register --param-sark=0xabc /dev/$D > $O/pr.log 2>&1 || fail "sg_persist register"
+  sg_persist -n --out --reserve --param-rk=0xabc --prout-type=1 /dev/$D >> $O/pr.log 2>&1 || fail "sg_persist reserve"
+  sg_persist -n --in --read-keys /dev/$D >> $O/pr.log 2>&1 || fail "sg_persist read keys"
+  sg_persist -n --in --read-reservation /dev/$D >> $O/pr.log 2>&1 || fail "sg_persist read reservation"
+  grep -q "Key=0xabc" $O/pr.log || fail "sg_persist reads no reservation of key 0xabc"
+  $PR show vol0 >> $O/pr.log 2>&1 || fail "srpc reserve show"
+  grep -q "write-exclusive by" $O/pr.log || fail "the gosrp host sees no reservation"
+  $PR register vol0 0xb >> $O/pr.log 2>&1 || fail "srpc reserve register"
+  $PR preempt --key 0xb --victim 0xabc --type exclusive-access --abort vol0 >> $O/pr.log 2>&1 || fail "srpc reserve preempt"
+  if dd if=/dev/$D of=/dev/null bs=4k count=1 iflag=direct >> $O/pr.log 2>&1; then
+    fail "the kernel read through another host's exclusive-access reservation"
+  fi
+  dmesg | grep -q "reservation conflict" || fail "the kernel's refused read was no reservation conflict: $(dmesg | tail -5)"
+  $PR clear --key 0xb vol0 >> $O/pr.log 2>&1 || fail "srpc reserve clear"
+  dd if=/dev/$D of=/dev/null bs=4k count=1 iflag=direct >> $O/pr.log 2>&1 || fail "the kernel's read once the reservations were cleared"
+  DIAG=
+  say "persistent reservations: the kernel's (sg_persist) seen by a gosrp host; its preempt fenced the kernel (reservation conflict); cleared, the kernel reads"
+fi
 # One request of each size first, so a failure says which size fails.
 for bs in 4k 8k 64k 128k 256k 512k; do
   if timeout 60 dd if=/dev/urandom of=/dev/$D bs=$bs count=1 oflag=direct 2>/dev/null; then say "write of $bs: ok"; else say "write of $bs: FAILED"; fi

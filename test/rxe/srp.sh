@@ -2,7 +2,9 @@
 # test/rxe/srp.sh: the Linux kernel's SRP initiator (ib_srp) against srpd
 # over rxe, in one boot of a guest that carries ib_srp, sd_mod, fio,
 # e2fsprogs and sg3-utils: add_target from the line srpd status prints,
-# the volume as /dev/sdX (sg_inq, sg_vpd, sg_readcap), 4 MiB written and
+# the volume as /dev/sdX (sg_inq, sg_vpd, sg_readcap), a reservation the
+# kernel takes (sg_persist) seen by a gosrp host (srpc), whose preempt
+# then fences the kernel, 4 MiB written and
 # read back, fio randwrite with crc32c verification, blkdiscard read back
 # as zeros, a resize seen after a rescan, mkfs.ext4 + a file synced, srpd
 # SIGKILLed and restarted while mounted with ib_srp reconnecting, both
@@ -27,10 +29,10 @@ ROOT=$(cd "$RXE_SCRIPTS/../.." && pwd)
 guest_ready || bash "$RXE_SCRIPTS/build-guest.sh"
 B=$(mktemp -d "${TMPDIR:-/tmp}/gosrp-srp.XXXXXX")
 trap 'rm -rf "$B"' EXIT
-(cd "$ROOT" && CGO_ENABLED=1 go build -tags ibverbs -o "$B/" ./cmd/srpd)
+(cd "$ROOT" && CGO_ENABLED=1 go build -tags ibverbs -o "$B/" ./cmd/srpd ./cmd/srpc)
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gosrp-srp-out.XXXXXX")}
 rc=0
-VM_MEM=${VM_MEM:-2048} VM_LIMIT=${VM_LIMIT:-900} VM_FILES="$B/srpd" VM_OUT="$OUT" \
+VM_MEM=${VM_MEM:-2048} VM_LIMIT=${VM_LIMIT:-900} VM_FILES="$B/srpd $B/srpc" VM_OUT="$OUT" \
   bash "$RXE_SCRIPTS/vm-exec.sh" "$RXE_SCRIPTS/srp-guest.sh" || rc=$?
 cat "$OUT/steps.log" 2>/dev/null
 echo "srp: rc=$rc, logs in $OUT"
