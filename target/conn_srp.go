@@ -87,7 +87,7 @@ func (c *conn) srpOpen(names []string) {
 		}
 	}
 	c.core.srpAttach(c.srpNx, vols)
-	countWriters(c.core.handles)
+	countWriters(c.core.srpTakeAttached())
 }
 
 // srpNexus names the session's I_T nexus: its initiator and target port

@@ -42,7 +42,7 @@ func (c *conn) srpLUNsStep() {
 				r.opened[i].state = stateOf(r.opened[i].vol)
 			}
 			c.core.srpAttachNew(r.gen, r.opened)
-			countWriters(c.core.handles)
+			countWriters(c.core.srpTakeAttached())
 		}
 	}
 	if c.refreshing || !c.lunsChanged.Swap(false) {

@@ -47,6 +47,9 @@ type srpSession struct {
 	names  []string
 	access []Access
 	luns   []srpLUN
+	// attached are the handles srpAttachLUN made since the shell last
+	// took them (srpTakeAttached), to count as writers (countWriters).
+	attached []*openVol
 	// cmd is the decoding scratch of the request being assigned; tbl
 	// that of a long fetched table (core_srp_table.go), made on first use.
 	cmd srp.Cmd

@@ -171,6 +171,14 @@ func (c *core) srpAttach(nx *srpNexus, vols []srpVolume) {
 	}
 }
 
+// srpTakeAttached returns the handles attached since it was last called
+// (fresh ones, which no other goroutine has seen) and forgets them.
+func (c *core) srpTakeAttached() []*openVol {
+	a := c.srp.attached
+	c.srp.attached = nil
+	return a
+}
+
 // srpAttachLUN makes v the logical unit of LUN i (its handle i+1, its
 // slot in s.luns and c.handles there already), with the access the
 // session has in s.access[i]; gen is the catalog change that adds it
@@ -201,6 +209,7 @@ func (c *core) srpAttachLUN(i int, v *srpVolume, gen uint64) {
 	}
 	c.handles[i] = ov
 	c.nhandles++
+	s.attached = append(s.attached, ov)
 	h := fnv.New64a()
 	h.Write([]byte(c.p.name + "\x00" + ov.name))
 	blocks := uint64(ov.size / ov.bs)

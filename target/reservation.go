@@ -201,9 +201,10 @@ func (v *prVolume) closeWriter(owner string, excl bool) {
 // writing is counted: a PREEMPT AND ABORT that preempts the host then
 // waits for its writes already in the store (prVolume.fence), and
 // another session's exclusive open is refused while this one may
-// write. The shell calls it on the run loop once the core attached the
-// LUNs; each handle is counted once, and releasePR ends it whichever
-// way the handle closes.
+// write. The shell calls it on the run loop with the handles the core
+// just attached (core.srpTakeAttached): only those, since an older one
+// may be closing on another goroutine (closeRevoked), whose releasePR
+// ends what was counted.
 func countWriters(handles []*openVol) {
 	for _, ov := range handles {
 		if ov == nil || ov.pr == nil || ov.ro || ov.writer {

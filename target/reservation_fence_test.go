@@ -75,7 +75,7 @@ func TestPreemptAbortFencesSRP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSRPCoreHarness(t, 4)
 		ov := h.c.handles[0]
-		countWriters(h.c.handles)
+		countWriters(h.c.srpTakeAttached())
 		v := ov.pr
 		ini := h.c.initiator
 		applyAll(t, v, []prStep{{ini, wire.ActionRegister, 0, 1}, {ini, wire.ActionReserve, 1, 0}, {"B", wire.ActionRegister, 0, 0xb}})
