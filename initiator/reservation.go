@@ -2,6 +2,7 @@ package initiator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -172,6 +173,13 @@ func (r *Reservations) call(ctx context.Context, req *wire.ControlRequest, what 
 	var err error
 	if v.s.cfg.Protocol == ProtocolSRP {
 		rsp, err = v.s.srpReservation(ctx, v.lun, req)
+		var se *SCSIError
+		if errors.As(err, &se) && se.Status == SCSIStatusReservationConflict {
+			// SCSI says no more than the status: a wrong key, or another
+			// host's reservation.
+			return nil, &ReservationError{Action: what, Volume: v.name, Reason: "reservation conflict (the target's status; SCSI gives no reason)",
+				Err: ErrReservationConflict}
+		}
 	} else {
 		rsp, err = v.s.controlReq(ctx, v.s.chans[0], &Request{Op: opControl, ctrl: req, vol: v})
 	}

@@ -57,7 +57,8 @@ func TestSRPProtocol(t *testing.T) {
 // TestSRPReserve: srpc reserve --protocol srp (PERSISTENT RESERVE OUT and
 // IN) against srpd's SRP personality, real processes, with a gosrp host
 // beside it on the same volume: the SRP host registers and reserves,
-// show prints its key and the reservation (SCSI names no host), the
+// show prints its key and the reservation (SCSI names no host), a
+// RESERVE with an unregistered key is refused as a conflict, the
 // gosrp host's show names it by its initiator port and its import is
 // refused, and once the SRP host releases and unregisters the import
 // goes through.
@@ -77,6 +78,10 @@ func TestSRPReserve(t *testing.T) {
 	if r := run(append([]string{"reserve", "show", "lun0"}, srpConn...)...); !strings.Contains(r.Stdout, "write-exclusive by the host of key 0xabc") ||
 		!strings.Contains(r.Stdout, "key 0xabc") {
 		t.Fatalf("srpc reserve show --protocol srp:\n%s", r.Stdout)
+	}
+	if r := e2etest.Run(t, nil, srpc, append([]string{"reserve", "reserve", "--key", "0x999", "lun0"}, srpConn...)...); r.Code != 1 ||
+		!strings.Contains(r.Stderr, "refused: reservation conflict") {
+		t.Fatalf("a RESERVE with an unregistered key: exit %d, %q", r.Code, r.Stderr)
 	}
 	if r := run(append([]string{"reserve", "show", "vol0"}, gosrpConn...)...); !strings.Contains(r.Stdout, "write-exclusive by \"") {
 		t.Fatalf("the gosrp host's srpc reserve show:\n%s", r.Stdout)
