@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"os"
 	"sync"
 	"testing"
@@ -195,9 +196,7 @@ func testHostileSRPTakeover(t *testing.T, tc takeoverLie, nics nics) {
 // as the host would next: it must land if, and only if, the gateway
 // truly took the lock (tookOver); otherwise it fails ErrStandby, v turns
 // standby, and hv's block (the lock holder's) is untouched.
-func checkTakeoverWrite(t *testing.T, ctx context.Context, v *initiator.Volume, hv interface {
-	ReadAt([]byte, int64) (int, error)
-}, tookOver bool) {
+func checkTakeoverWrite(t *testing.T, ctx context.Context, v *initiator.Volume, hv io.ReaderAt, tookOver bool) {
 	t.Helper()
 	w := make([]byte, 4096)
 	pattern(w, 1, 2, 1)

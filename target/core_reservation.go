@@ -92,24 +92,19 @@ func (c *core) srpReserveOut(s *slot) {
 // gateway that cannot record it NOT READY (standby), an invalid request
 // INVALID FIELD.
 func (c *core) srpReservationDone(s *slot) {
-	ov := s.ov
-	s.ov = nil
+	ov, rep := s.ov, s.prRep
+	s.ov, s.prRep = nil, nil
+	if s.err != nil {
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.FromWire(standbySense(s.err, wire.SenseInternal), scsi.OpNone))
+		return
+	}
 	if s.job == jobReport {
-		rep := s.prRep
-		s.prRep = nil
-		if s.err != nil {
-			c.srpAnswer(s, scsi.StatusCheckCondition, scsi.FromWire(standbySense(s.err, wire.SenseInternal), scsi.OpNone))
-			return
-		}
 		keys := make([]uint64, len(rep.Registrants))
 		for i, r := range rep.Registrants {
 			keys[i] = r.Key
 		}
-		typ := rep.ResType
-		if rep.Holder == "" {
-			typ = wire.ResNone
-		}
-		a := scsi.ReserveInData(s.srp.act.PR, rep.Generation, keys, rep.HolderKey, typ)
+		// The state's type is ResNone whenever no host holds it.
+		a := scsi.ReserveInData(s.srp.act.PR, rep.Generation, keys, rep.HolderKey, rep.ResType)
 		if a.Status != scsi.StatusGood {
 			c.srpAnswer(s, a.Status, a.Sense)
 			return
@@ -121,8 +116,6 @@ func (c *core) srpReservationDone(s *slot) {
 		c.p.trace(fmt.Sprintf("SRP reservation %s of %q: %s", s.ctl.Action, ov.name, ov.pr))
 	}
 	switch sense := s.prOut.sense; {
-	case s.err != nil:
-		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.FromWire(standbySense(s.err, wire.SenseInternal), scsi.OpNone))
 	case sense == wire.SenseReservationConflict:
 		c.srpAnswer(s, scsi.StatusResvConflict, scsi.SenseNone)
 	case sense != wire.SenseNone:

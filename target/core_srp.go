@@ -250,24 +250,21 @@ func (c *core) srpExecute(s *slot, rawLUN srp.LUN, cdb []byte) {
 		c.srpAnswer(s, a.Status, a.Sense)
 		return
 	}
+	// Reads and flushes are checked against the reservations here, as a
+	// gosrp command is at its arrival (neither counts as a write there);
+	// writes as they are handed to the store (dispatch).
+	if (a.Op == scsi.OpRead || a.Op == scsi.OpFlush) && !c.reservationAllows(lu.ov, wire.OpRead) {
+		c.srpAnswer(s, scsi.StatusResvConflict, scsi.SenseNone)
+		return
+	}
 	switch a.Op {
 	case scsi.OpNone:
 		c.srpDataIn(s, a.Data)
 	case scsi.OpFlush:
-		if !c.reservationAllows(lu.ov, wire.OpFlush) {
-			c.srpAnswer(s, scsi.StatusResvConflict, scsi.SenseNone)
-			return
-		}
 		s.ov = lu.ov
 		s.cmd.Op = wire.OpFlush
 		c.dispatch(s, jobFlush)
 	case scsi.OpRead:
-		// Writes are checked as they are handed to the store (dispatch),
-		// reads and flushes here, as a gosrp command is at its arrival.
-		if !c.reservationAllows(lu.ov, wire.OpRead) {
-			c.srpAnswer(s, scsi.StatusResvConflict, scsi.SenseNone)
-			return
-		}
 		n := a.Blocks * lu.dev.BlockSize
 		if !c.srpTransfer(s, lu, wire.OpRead, a.LBA, n, s.srp.inLen, srp.DIUnder, &s.srp.inResid) {
 			return
