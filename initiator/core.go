@@ -289,6 +289,24 @@ func (c *core) fail(err error) {
 // its caller, waiting forever.
 const maxIOTimeouts = 5
 
+// unansweredError fails a request whose I/O timeout ended
+// maxIOTimeouts connections. It is os.ErrDeadlineExceeded to callers;
+// a Multipath takes it for a failed path (failsOver), as Linux's
+// dm-multipath retries a timed-out command on another path
+// (blk_path_error in include/linux/blk_types.h).
+type unansweredError struct {
+	what     string
+	timeouts int
+	timeout  time.Duration
+}
+
+func (e *unansweredError) Error() string {
+	return fmt.Sprintf("initiator: %s unanswered through %d I/O timeouts of %s: %v", e.what, e.timeouts, e.timeout, os.ErrDeadlineExceeded)
+}
+
+// Is makes the error os.ErrDeadlineExceeded.
+func (e *unansweredError) Is(target error) bool { return target == os.ErrDeadlineExceeded }
+
 // reset forgets the connection after the shell tore it down: every
 // request that had not completed goes back to the queue in the order it
 // was started (xprtrdma's and nvme-rdma's recovery: requests are
@@ -310,8 +328,7 @@ func (c *core) reset() {
 			if what == "" {
 				what = r.Op.String()
 			}
-			c.finish(r, fmt.Errorf("initiator: %s unanswered through %d I/O timeouts of %s: %w",
-				what, r.timeouts, time.Duration(c.p.ioTimeout), os.ErrDeadlineExceeded))
+			c.finish(r, &unansweredError{what, int(r.timeouts), time.Duration(c.p.ioTimeout)})
 		} else {
 			c.requeue(r)
 		}

@@ -18,7 +18,10 @@ type MultipathConfig struct {
 	// Config is every path's session configuration; its Addr is
 	// ignored (Addrs has them) and its LossTimeout bounds how long an
 	// I/O keeps trying paths before it fails with ErrConnectionLost
-	// (default 60 s).
+	// (default 60 s). A command a gateway leaves unanswered through
+	// five of its IOTimeouts (Config.IOTimeout) fails over as well, the
+	// gateway fenced, instead of failing with os.ErrDeadlineExceeded;
+	// it fails so only when no path answered it within LossTimeout.
 	Config
 	// Addrs are the gateways' addresses, in order of preference: the
 	// first one that answers an open active serves the volume.
@@ -394,16 +397,32 @@ func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from, prefe
 }
 
 // failsOver reports whether an I/O error means the path, not the I/O,
-// failed: the connection stayed down past FastFail, or the gateway no
-// longer serves the volume.
+// failed: the connection stayed down past FastFail, the gateway no
+// longer serves the volume, or it left the command unanswered through
+// five I/O timeouts (a gateway whose store hangs while it answers
+// pings). Re-issuing such a command on another gateway is safe because
+// the takeover fences the old one first: whatever it still holds can
+// no longer reach the volume.
 func failsOver(err error) bool {
-	return errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrStandby)
+	return errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrStandby) || errors.As(err, new(*unansweredError))
+}
+
+// worse returns the failure an I/O that failed over reports if no path
+// serves it in time: a command left unanswered (the deadline) once one
+// path did so, whatever the paths did after (a handle closed by the
+// failover, a path lost), else the latest.
+func worse(was, err error) error {
+	if errors.As(was, new(*unansweredError)) {
+		return was
+	}
+	return err
 }
 
 // do runs op on the active path, failing over and re-issuing it until it
 // succeeds, fails for a reason of its own, or LossTimeout passes.
 func (mv *MultipathVolume) do(ctx context.Context, op func(v *Volume) error) error {
 	var deadline time.Time
+	var why error
 	for {
 		a, err := mv.active()
 		if err != nil {
@@ -416,11 +435,12 @@ func (mv *MultipathVolume) do(ctx context.Context, op func(v *Volume) error) err
 		if err == nil || !failsOver(err) || ctx.Err() != nil {
 			return err
 		}
+		why = worse(why, err)
 		now := time.Now()
 		if deadline.IsZero() {
 			deadline = now.Add(mv.m.cfg.LossTimeout)
 		} else if now.After(deadline) {
-			return fmt.Errorf("initiator: multipath %q: no path served it within %v: %w", mv.name, mv.m.cfg.LossTimeout, err)
+			return fmt.Errorf("initiator: multipath %q: no path served it within %v: %w", mv.name, mv.m.cfg.LossTimeout, why)
 		}
 		if ferr := mv.failover(ctx, a.gen, a.path, -1); ferr != nil {
 			if errors.Is(ferr, ErrClosed) || ctx.Err() != nil {

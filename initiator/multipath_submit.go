@@ -21,6 +21,7 @@ type mpReq struct {
 	onDone func(*Request)
 	gen    uint64    // the generation of the path it was submitted on
 	since  time.Time // when it first failed over; zero until then
+	err    error     // why it failed over (worse)
 	fn     func(*Request)
 }
 
@@ -49,8 +50,9 @@ type mpRetry struct {
 // Volume.Submit); it comes back on r.Done (or r.OnDone) once it
 // completed on some path. A request that fails because its path was
 // lost or answered standby is re-issued on the path a failover makes
-// active, by a goroutine of the volume, until Config.LossTimeout from its
-// first failure; r.Buf stays the request's until it comes back. Requests
+// active (so is one a gateway left unanswered through five I/O
+// timeouts), by a goroutine of the volume, until Config.LossTimeout
+// from its first failure; r.Buf stays the request's until it comes back. Requests
 // still waiting for a path when the volume closes come back with
 // ErrClosed.
 func (mv *MultipathVolume) Submit(r *Request) error {
@@ -92,6 +94,7 @@ func (mv *MultipathVolume) retriable(err error, gen uint64) bool {
 // it must not block, so a request to re-issue goes to the queue.
 func (w *mpReq) complete(r *Request) {
 	if r.Err != nil && w.mv.retriable(r.Err, w.gen) {
+		w.err = worse(w.err, r.Err)
 		w.mv.requeue(w)
 		return
 	}
@@ -202,7 +205,11 @@ func (mv *MultipathVolume) reissue(ctx context.Context, w *mpReq) bool {
 		w.since = time.Now()
 	}
 	if time.Since(w.since) > mv.m.cfg.LossTimeout {
-		w.finish(fmt.Errorf("initiator: multipath %q: no path served it within %v: %w", mv.name, mv.m.cfg.LossTimeout, ErrConnectionLost))
+		why := ErrConnectionLost
+		if errors.As(w.err, new(*unansweredError)) {
+			why = w.err // left unanswered: the deadline, not a lost path
+		}
+		w.finish(fmt.Errorf("initiator: multipath %q: no path served it within %v: %w", mv.name, mv.m.cfg.LossTimeout, why))
 		return true
 	}
 	a, err := mv.active()

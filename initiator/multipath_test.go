@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/gateway"
 	"github.com/gosrp/gosrp/internal/gateway/gatewaytest"
+	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/target/targettest"
 	"github.com/gosrp/gosrp/transport/emu"
@@ -30,8 +32,15 @@ type gatewayRig struct {
 	// frozen[i] set: gateway i answers nothing, logins included, its
 	// connections up (a SIGSTOPped srpd); only with rigOpts.freezable.
 	frozen []atomic.Bool
+	// wedged[i] set: gateway i's store hangs: the WRITE commands it
+	// receives are never answered, while it answers everything else,
+	// pings included; only with rigOpts.freezable.
+	wedged []atomic.Bool
 	// fastFail is the Multipaths' FastFail (dial); 200 ms unless set.
 	fastFail time.Duration
+	// ioTimeout and lossTimeout are the Multipaths' Config.IOTimeout
+	// and LossTimeout: the defaults (30 s) and 10 s unless set.
+	ioTimeout, lossTimeout time.Duration
 }
 
 func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, rigOpts{}) }
@@ -55,7 +64,7 @@ type unwatched struct {
 
 func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 	t.Helper()
-	r := &gatewayRig{cl: gatewaytest.NewCluster(), frozen: make([]atomic.Bool, 2)}
+	r := &gatewayRig{cl: gatewaytest.NewCluster(), frozen: make([]atomic.Bool, 2), wedged: make([]atomic.Bool, 2)}
 	v, err := r.cl.Client().Create("vol0", 4<<20, 4096)
 	if err != nil {
 		t.Fatal(err)
@@ -91,13 +100,19 @@ func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 		ctx, cancel := context.WithCancel(context.Background())
 		listen := nic.Listen
 		if o.freezable {
-			frozen := &r.frozen[i]
-			listen = targettest.Wrap(nic, targettest.Script{Respond: func(*targettest.Response) targettest.Action {
-				if frozen.Load() {
-					return targettest.Drop
-				}
-				return targettest.Pass
-			}}).Listen
+			frozen, wedged := &r.frozen[i], &r.wedged[i]
+			listen = targettest.Wrap(nic, targettest.Script{
+				Respond: func(*targettest.Response) targettest.Action {
+					if frozen.Load() {
+						return targettest.Drop
+					}
+					return targettest.Pass
+				},
+				Swallow: func(iu []byte) bool {
+					var c wire.Command
+					return wedged.Load() && c.Decode(iu) == nil && c.Op == wire.OpWrite
+				},
+			}).Listen
 		}
 		l, err := listen(ctx, "127.0.0.1:0")
 		if err != nil {
@@ -132,7 +147,7 @@ func (r *gatewayRig) dial(t *testing.T, name string) *initiator.Multipath {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	m, err := initiator.DialMultipath(ctx, initiator.MultipathConfig{
-		Config: initiator.Config{Provider: r.ip, Name: name, LossTimeout: 10 * time.Second},
+		Config: initiator.Config{Provider: r.ip, Name: name, IOTimeout: r.ioTimeout, LossTimeout: cmp.Or(r.lossTimeout, 10*time.Second)},
 		Addrs:  r.addrs, FastFail: cmp.Or(r.fastFail, 200*time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +204,7 @@ func stampedWriters(t *testing.T, mv *initiator.MultipathVolume, qd int, stop <-
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Fatalf("write: %v", err)
+		t.Errorf("write: %v", err) // not Fatal: it may run on a goroutine of its caller's
 	}
 	return gens
 }
@@ -209,12 +224,16 @@ func verifyStamps(t *testing.T, mv *initiator.MultipathVolume, gens []uint32) {
 	}
 }
 
-// waitAcks waits until n more writes were acknowledged.
+// waitAcks waits until n more writes were acknowledged; it ends the
+// test if a writer failed it.
 func waitAcks(t *testing.T, acks *atomic.Int64, n int64) {
 	t.Helper()
 	want := acks.Load() + n
 	deadline := time.Now().Add(20 * time.Second)
 	for acks.Load() < want {
+		if t.Failed() {
+			t.FailNow()
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d writes acknowledged, waited for %d", acks.Load(), want)
 		}
@@ -254,12 +273,19 @@ func writesThrough(t *testing.T, mv *initiator.MultipathVolume, fault func()) ([
 	t.Helper()
 	var acks atomic.Int64
 	stop := make(chan struct{})
-	done := make(chan []uint32)
+	done := make(chan []uint32, 1)
 	go func() { done <- stampedWriters(t, mv, 8, stop, &acks) }()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop) // the test failed: let the other writers go
+		}
+	}()
 	waitAcks(t, &acks, 200)
 	at := time.Now()
 	fault()
-	for mv.Failovers() == 0 && time.Since(at) < 40*time.Second {
+	for mv.Failovers() == 0 && time.Since(at) < 40*time.Second && !t.Failed() {
 		time.Sleep(time.Millisecond)
 	}
 	waitAcks(t, &acks, 1)
@@ -277,6 +303,45 @@ func (r *gatewayRig) checkMoved(t *testing.T, mv *initiator.MultipathVolume, gen
 		t.Fatalf("after the fault: path %s, %d failovers, gateway 1 %v", mv.Path(), mv.Failovers(), r.cats[1].State("vol0"))
 	}
 	verifyStamps(t, mv, gens)
+}
+
+// TestMultipathWedgedGateway: QD8 stamped writes through the first
+// gateway, whose store then hangs: it leaves every WRITE unanswered
+// while it answers pings, so no keepalive finds it. Each write ends five
+// connections with its I/O timeout (200 ms) and then fails over, the
+// first gateway fenced by the takeover: the writes go on through the
+// second gateway and every acknowledged write reads back. Before, the
+// five timeouts failed the write with os.ErrDeadlineExceeded though a
+// healthy path stood by. With both gateways wedged, a write and a
+// submitted write fail with os.ErrDeadlineExceeded once LossTimeout
+// (3 s) has passed, and do not hang.
+func TestMultipathWedgedGateway(t *testing.T) {
+	r := newGatewayRigOpts(t, rigOpts{freezable: true})
+	// FastFail well past five I/O timeouts, so that no connection
+	// counts as lost before the five end (keepalive pings are answered).
+	r.ioTimeout, r.lossTimeout, r.fastFail = 200*time.Millisecond, 3*time.Second, 5*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	mv := r.open(t, ctx)
+	defer func() { r.wedged[0].Store(false); r.wedged[1].Store(false) }()
+	gens, took := writesThrough(t, mv, func() { r.wedged[0].Store(true) })
+	t.Logf("wedge → first write acknowledged through the other gateway: %v", took)
+	r.checkMoved(t, mv, gens)
+
+	r.wedged[1].Store(true)
+	done := make(chan *initiator.Request, 1)
+	if err := mv.Submit(&initiator.Request{Op: initiator.OpWrite, Buf: make([]byte, 4096), Done: done}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	_, err := mv.WriteAtContext(ctx, make([]byte, 4096), 4096)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a write no gateway answers: %v, want os.ErrDeadlineExceeded", err)
+	}
+	if rq := <-done; !errors.Is(rq.Err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a submitted write no gateway answers: %v, want os.ErrDeadlineExceeded", rq.Err)
+	}
+	t.Logf("both wedged: failed after %v (%d failovers): %v", time.Since(at), mv.Failovers(), err)
 }
 
 // TestMultipathFrozenGateway: QD8 stamped writes through the first

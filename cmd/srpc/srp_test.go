@@ -61,12 +61,18 @@ func TestSRPProtocol(t *testing.T) {
 // RESERVE with an unregistered key is refused as a conflict, the
 // gosrp host's show names it by its initiator port and its import is
 // refused, and once the SRP host releases and unregisters the import
-// goes through.
+// goes through. Between the reserve and the rest, srpd is SIGKILLed and
+// restarted on its data directory: what it acknowledged to the SRP host
+// (the key, the reservation, their generation) is still there, as
+// sd_pr_register's APTPL asks.
 func TestSRPReserve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	srpc, dir, addr := startTarget(t, "4MiB")
+	srpd, srpc := e2etest.Binaries(t)
+	dir, addr := t.TempDir(), e2etest.FreeAddr(t)
+	data := filepath.Join(dir, "data")
+	d := e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "4MiB")
 	srpConn := []string{"--target", addr, "--name", "srp-h", "--protocol", "srp"}
 	gosrpConn := []string{"--target", addr, "--name", "gosrp-h"}
 	run := func(args ...string) e2etest.Result {
@@ -75,9 +81,12 @@ func TestSRPReserve(t *testing.T) {
 	}
 	run(append([]string{"reserve", "register", "lun0", "0xabc"}, srpConn...)...)
 	run(append([]string{"reserve", "reserve", "--key", "0xabc", "lun0"}, srpConn...)...)
+	before := run(append([]string{"reserve", "show", "lun0"}, srpConn...)...).Stdout
+	d.Kill(t)
+	e2etest.StartDaemon(t, srpd, data, addr, "")
 	if r := run(append([]string{"reserve", "show", "lun0"}, srpConn...)...); !strings.Contains(r.Stdout, "write-exclusive by the host of key 0xabc") ||
-		!strings.Contains(r.Stdout, "key 0xabc") {
-		t.Fatalf("srpc reserve show --protocol srp:\n%s", r.Stdout)
+		!strings.Contains(r.Stdout, "key 0xabc") || r.Stdout != before {
+		t.Fatalf("srpc reserve show --protocol srp after srpd's SIGKILL:\n%s\nbefore it:\n%s", r.Stdout, before)
 	}
 	if r := e2etest.Run(t, nil, srpc, append([]string{"reserve", "reserve", "--key", "0x999", "lun0"}, srpConn...)...); r.Code != 1 ||
 		!strings.Contains(r.Stderr, "refused: reservation conflict") {
