@@ -14,6 +14,7 @@ import (
 
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/e2etest"
+	"github.com/gosrp/gosrp/transport/emu"
 )
 
 // TestRBDSharedReservations: two srpd gateways over one RBD image, two
@@ -213,4 +214,107 @@ func TestRBDReservationsGarbage(t *testing.T) {
 	if _, err := b.WriteAtContext(ctx, buf, 4096); !errors.Is(err, initiator.ErrReservationConflict) {
 		t.Fatalf("B's write once the record was mended: %v, want ErrReservationConflict", err)
 	}
+}
+
+// TestRBDSRPReservations: SRP hosts (T10 SRP, SCSI persistent
+// reservations) through two srpd gateways over one RBD image, each
+// gateway its own ALUA target port group. Host X takes the volume
+// through the first gateway (SET TARGET PORT GROUPS), registers and
+// takes a Write Exclusive reservation. Host Y, on the standby gateway,
+// cannot register there (NOT READY: that gateway could not record it
+// where the active one reads it), but its PERSISTENT RESERVE IN reads
+// the reservation recorded with the image. Y takes the volume over: the
+// gateway reads the reservation before it serves, so Y's write is a
+// RESERVATION CONFLICT and its read goes through; Y registers and
+// preempts X. X's write through its fenced gateway is refused standby;
+// Y's gateway is SIGKILLed, and once X takes the volume back, X's write
+// is a conflict: each gateway holds the SRP hosts to the reservation
+// the other recorded before it answered.
+func TestRBDSRPReservations(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, srpd, args := rbdGatewaySetup(t)
+	dir := t.TempDir()
+	addrs := []string{e2etest.FreeAddr(t), e2etest.FreeAddr(t)}
+	var gws []*e2etest.Daemon
+	for i, addr := range addrs {
+		gws = append(gws, e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), addr, "", append(args, "--srp-port-group", fmt.Sprint(i+1))...))
+	}
+	open := func(host string, gw int, takeover bool) *initiator.Volume {
+		t.Helper()
+		nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nic.Close() })
+		s, err := initiator.Dial(ctx, initiator.Config{Provider: nic, Addr: addrs[gw], Name: host, Protocol: initiator.ProtocolSRP, LossTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		v, err := s.Open(ctx, "lun0", initiator.OpenOptions{Takeover: takeover})
+		if err != nil {
+			t.Fatalf("%s: open lun0 on gateway %d (takeover %v): %v", host, gw, takeover, err)
+		}
+		return v
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	is := func(what string, err, want error) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Fatalf("%s: %v, want %v", what, err, want)
+		}
+	}
+	holds := func(what string, v *initiator.Volume, key uint64) {
+		t.Helper()
+		rep, err := v.Reservations().Report(ctx)
+		must(what, err)
+		if rep.HolderKey != key || rep.Type != initiator.WriteExclusive {
+			t.Fatalf("%s: %+v, want key %#x holding write-exclusive", what, rep, key)
+		}
+	}
+	buf := make([]byte, 4096)
+
+	x := open("hostX", 0, true)
+	if x.Standby() {
+		t.Fatal("lun0 standby on the first gateway after X's SET TARGET PORT GROUPS")
+	}
+	must("X registers", x.Reservations().Register(ctx, 0, 0xa))
+	must("X reserves", x.Reservations().Reserve(ctx, 0xa, initiator.WriteExclusive))
+	_, err := x.WriteAtContext(ctx, buf, 0)
+	must("X writes", err)
+
+	y := open("hostY", 1, false)
+	if !y.Standby() {
+		t.Fatal("lun0 active on the second gateway")
+	}
+	is("Y registers through the standby gateway", y.Reservations().Register(ctx, 0, 0xb), initiator.ErrStandby)
+	holds("Y's report through the standby gateway", y, 0xa)
+
+	y = open("hostY", 1, true)
+	if y.Standby() {
+		t.Fatal("lun0 standby on the second gateway after Y's SET TARGET PORT GROUPS")
+	}
+	_, err = y.WriteAtContext(ctx, buf, 4096)
+	is("Y's write through the gateway that took the volume over", err, initiator.ErrReservationConflict)
+	_, err = y.ReadAtContext(ctx, buf, 0)
+	must("Y reads (Write Exclusive lets it)", err)
+	holds("Y's report through the active gateway", y, 0xa)
+	must("Y registers", y.Reservations().Register(ctx, 0, 0xb))
+	must("Y preempts X", y.Reservations().Preempt(ctx, 0xb, 0xa, initiator.WriteExclusive, false))
+	_, err = y.WriteAtContext(ctx, buf, 4096)
+	must("Y writes, holding the reservation", err)
+
+	_, err = x.WriteAtContext(ctx, buf, 0)
+	is("X's write through the fenced gateway", err, initiator.ErrStandby)
+	gws[1].Kill(t) // what it acknowledged is with the image, not in it
+	x = open("hostX", 0, true)
+	_, err = x.WriteAtContext(ctx, buf, 0)
+	is("X's write after it took the volume back", err, initiator.ErrReservationConflict)
+	holds("X's report through the first gateway again", x, 0xb)
 }
