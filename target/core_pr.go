@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/wire"
 )
 
@@ -47,6 +48,32 @@ type prOutcome struct {
 	msg   string     // why not, for the control response
 	// preempted are the hosts a preempt removed.
 	preempted []string
+	// notices are the unit attentions the change owes other hosts.
+	notices []prNotice
+}
+
+// prNotice is a unit attention that a change establishes for another
+// host on its SRP I_T nexuses of the volume (SPC-4 5.13.11): what,
+// one of scsi.Condition's reservation conditions. gosrp hosts hear of
+// it by their next command's refusal, as they always did.
+type prNotice struct {
+	initiator string
+	what      scsi.Condition
+}
+
+// tell adds what for every registrant but ini.
+func (p *prState) tell(out *prOutcome, ini string, what scsi.Condition) {
+	for _, r := range p.regs {
+		if r.initiator != ini {
+			out.notices = append(out.notices, prNotice{r.initiator, what})
+		}
+	}
+}
+
+// registrantsOnly reports whether typ is a reservation of the
+// registrants (one whose release the others must hear of).
+func registrantsOnly(typ wire.ReservationType) bool {
+	return typ == wire.ResWriteExclusiveRegistrants || typ == wire.ResExclusiveAccessRegistrants
 }
 
 func (p *prState) find(ini string) int {
@@ -109,13 +136,19 @@ func (p *prState) apply(ini string, act wire.ReserveAction, key, newKey uint64, 
 		if p.typ != typ {
 			return invalid("the reservation is %s, not %s", p.typ, typ)
 		}
+		var out prOutcome
+		if registrantsOnly(p.typ) { // SPC-4 5.13.11.2
+			p.tell(&out, ini, scsi.ReservationsReleased)
+		}
 		p.holder, p.typ = "", wire.ResNone
-		return prOutcome{}
+		return out
 	case wire.ActionClear:
+		var out prOutcome
+		p.tell(&out, ini, scsi.ReservationsPreempted) // SPC-4 5.13.11.3
 		p.regs = p.regs[:0]
 		p.holder, p.typ = "", wire.ResNone
 		p.gen++
-		return prOutcome{}
+		return out
 	case wire.ActionPreempt, wire.ActionPreemptAbort:
 		return p.preempt(ini, newKey, typ)
 	}
@@ -150,16 +183,23 @@ func (p *prState) register(ini string, ignore bool, key, newKey uint64) prOutcom
 		return prOutcome{}
 	}
 	p.regs = slices.Delete(p.regs, i, i+1)
+	var out prOutcome
 	if p.holder == ini {
+		if registrantsOnly(p.typ) { // SPC-4 5.13.10.2
+			p.tell(&out, ini, scsi.ReservationsReleased)
+		}
 		p.holder, p.typ = "", wire.ResNone
 	}
 	p.gen++
-	return prOutcome{}
+	return out
 }
 
 // preempt is PREEMPT (SPC-4 §5.13.11.4): the registrations with key
 // victim go; if the holder's key was victim, ini takes the reservation
 // with typ; with no registration of that key, a RESERVATION CONFLICT.
+// The hosts it removed hear REGISTRATIONS PREEMPTED; if it changed the
+// reservation's type, the registrants it left hear RESERVATIONS
+// RELEASED (5.13.11.4.3).
 func (p *prState) preempt(ini string, victim uint64, typ wire.ReservationType) prOutcome {
 	if victim == 0 {
 		return invalid("preempt needs the key to preempt (0 names no host)")
@@ -184,7 +224,13 @@ func (p *prState) preempt(ini string, victim uint64, typ wire.ReservationType) p
 	if len(out.preempted) == 0 && !takes {
 		return conflict("no other host is registered with key %#x", victim)
 	}
+	for _, h := range out.preempted {
+		out.notices = append(out.notices, prNotice{h, scsi.RegistrationsPreempted})
+	}
 	if takes {
+		if p.typ != typ {
+			p.tell(&out, ini, scsi.ReservationsReleased) // the preempted are gone
+		}
 		p.holder, p.typ = ini, typ
 	}
 	p.gen++

@@ -76,6 +76,9 @@ func (h *traceHarness) printOutcome(out prOutcome) {
 	if len(out.preempted) > 0 {
 		h.printf(" (preempted %v)", out.preempted)
 	}
+	for _, n := range out.notices {
+		h.printf(" (tells %s %s)", n.initiator, n.what)
+	}
 	h.printf("\n")
 }
 

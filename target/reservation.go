@@ -17,6 +17,10 @@ type prTable struct {
 	mu    sync.Mutex
 	vols  map[string]*prVolume
 	store ReservationStore // nil: in memory only
+	// notify raises a change's unit attentions on the SRP I_T nexuses
+	// of the hosts it names (srpNexusTable.raisePR); nil: nobody to
+	// tell (a core of its own, in tests).
+	notify func(volume string, ns []prNotice)
 }
 
 func newPRTable() *prTable { return &prTable{vols: map[string]*prVolume{}} }
@@ -28,7 +32,7 @@ func (t *prTable) volume(name string) *prVolume {
 	defer t.mu.Unlock()
 	v := t.vols[name]
 	if v == nil {
-		v = &prVolume{name: name, store: t.store}
+		v = &prVolume{name: name, store: t.store, notify: t.notify}
 		v.view.Store(&prState{})
 		t.vols[name] = v
 	}
@@ -39,11 +43,12 @@ func (t *prTable) volume(name string) *prVolume {
 // a fresh immutable copy in view, which the cores read per command
 // without a lock.
 type prVolume struct {
-	name  string
-	store ReservationStore // nil: in memory only
-	mu    sync.Mutex
-	st    prState
-	view  atomic.Pointer[prState]
+	name   string
+	store  ReservationStore // nil: in memory only
+	notify func(volume string, ns []prNotice)
+	mu     sync.Mutex
+	st     prState
+	view   atomic.Pointer[prState]
 	// writers are the handles open for writing (under mu), for
 	// PREEMPT AND ABORT to wait for the preempted hosts' writes.
 	writers map[*openVol]struct{}
@@ -111,6 +116,11 @@ func (v *prVolume) apply(ini string, act wire.ReserveAction, key, newKey uint64,
 		}
 	}
 	v.mu.Unlock()
+	if v.notify != nil && len(out.notices) > 0 {
+		// Before the answer: the preempted host's next command, on
+		// any channel, hears of it (SPC-4 5.13.11.4.3).
+		v.notify(v.name, out.notices)
+	}
 	if n := v.fence(victims, fenceTimeout); n > 0 {
 		return prOutcome{sense: wire.SenseInternal, preempted: out.preempted,
 			msg: fmt.Sprintf("preempted, but %d writes of the preempted hosts were still in the store after %s", n, fenceTimeout)}, gen

@@ -15,6 +15,7 @@ package target
 // the channels of a busy nexus do not contend in steady state.
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -95,6 +96,37 @@ func (t *srpNexusTable) resetOthers(volume string, from *srpNexus) int {
 		n.mu.Unlock()
 	}
 	return raised
+}
+
+// raisePR raises the unit attentions of a persistent reservation change
+// (prOutcome.notices) on the unit of volume of every nexus of each host
+// named: all its nexuses, whichever target port (SPC-4 5.13.11 speaks
+// of the I_T nexuses of the host's initiator port). A nexus that does
+// not have the unit yet has nothing to hear: it opens it as it is now.
+func (t *srpNexusTable) raisePR(volume string, ns []prNotice) {
+	t.mu.Lock()
+	type hit struct {
+		n    *srpNexus
+		what scsi.Condition
+	}
+	var hits []hit
+	for _, n := range t.m {
+		for _, x := range ns {
+			if strings.HasPrefix(n.key, srpKeyPrefix+x.initiator+"\x00") {
+				hits = append(hits, hit{n, x.what})
+			}
+		}
+	}
+	t.mu.Unlock()
+	for _, h := range hits {
+		h.n.mu.Lock()
+		for _, u := range h.n.units {
+			if u.name == volume {
+				u.raiseLocked(h.what)
+			}
+		}
+		h.n.mu.Unlock()
+	}
 }
 
 // srpNexus is one SRP I_T nexus: the logical units its channels have,

@@ -88,6 +88,7 @@ func New(cfg Config) (*Target, error) {
 		evictAge: evictAge, pr: newPRTable(),
 	}
 	t.acl.Store(cfg.ACL)
+	t.pr.notify = t.srpNexuses.raisePR
 	if err := t.pr.load(cfg.Reservations); err != nil {
 		return nil, err
 	}

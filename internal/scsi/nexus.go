@@ -34,6 +34,18 @@ const (
 	// over for another nexus): ASYMMETRIC ACCESS STATE CHANGED, on which
 	// Linux's scsi_dh_alua asks REPORT TARGET PORT GROUPS again.
 	AccessChanged
+	// RegistrationsPreempted: another host preempted this host's
+	// registration (PREEMPT, PREEMPT AND ABORT; SPC-4 5.13.11.4.3);
+	// ReservationsPreempted: another host cleared every registration
+	// and the reservation (CLEAR, 5.13.11.3); ReservationsReleased: the
+	// registrants-only reservation this host was registered under was
+	// released by its holder or went with its holder's registration
+	// (5.13.11.2, 5.13.10.2), or a preempt changed its type. Linux
+	// retries the command they come with; a host that watches for them
+	// learns it was fenced before its next write is refused.
+	RegistrationsPreempted
+	ReservationsPreempted
+	ReservationsReleased
 )
 
 // uaOrder lists the conditions with their sense, in reporting order.
@@ -46,10 +58,14 @@ var uaOrder = [...]struct {
 	{CapacityChanged, SenseCapacityChanged},
 	{LUNsChanged, SenseLUNsChanged},
 	{AccessChanged, SenseAccessChanged},
+	{RegistrationsPreempted, SenseRegistrationsPreempted},
+	{ReservationsPreempted, SenseReservationsPreempted},
+	{ReservationsReleased, SenseReservationsReleased},
 }
 
 // conditionNames names the conditions by bit.
-var conditionNames = []string{"write-cache-lost", "capacity-changed", "luns-changed", "reset-occurred", "access-changed"}
+var conditionNames = []string{"write-cache-lost", "capacity-changed", "luns-changed", "reset-occurred", "access-changed",
+	"registrations-preempted", "reservations-preempted", "reservations-released"}
 
 func (c Condition) String() string { return enum.Flags(conditionNames, c) }
 

@@ -102,6 +102,11 @@ var (
 	SenseCapacityChanged = Sense{KeyUnitAttention, 0x2A, 0x09}  // CAPACITY DATA HAS CHANGED
 	SenseLUNsChanged     = Sense{KeyUnitAttention, 0x3F, 0x0E}  // REPORTED LUNS DATA HAS CHANGED
 	SenseAccessChanged   = Sense{KeyUnitAttention, 0x2A, 0x06}  // ASYMMETRIC ACCESS STATE CHANGED
+	// Persistent reservation changes another host made (Condition's
+	// RegistrationsPreempted, ReservationsPreempted, ReservationsReleased).
+	SenseRegistrationsPreempted = Sense{KeyUnitAttention, 0x2A, 0x05} // REGISTRATIONS PREEMPTED
+	SenseReservationsPreempted  = Sense{KeyUnitAttention, 0x2A, 0x03} // RESERVATIONS PREEMPTED
+	SenseReservationsReleased   = Sense{KeyUnitAttention, 0x2A, 0x04} // RESERVATIONS RELEASED
 )
 
 var ascNames = map[[2]uint8]string{
@@ -128,6 +133,9 @@ var ascNames = map[[2]uint8]string{
 	{0x2A, 0x09}: "CAPACITY DATA HAS CHANGED",
 	{0x3F, 0x0E}: "REPORTED LUNS DATA HAS CHANGED",
 	{0x2A, 0x06}: "ASYMMETRIC ACCESS STATE CHANGED",
+	{0x2A, 0x05}: "REGISTRATIONS PREEMPTED",
+	{0x2A, 0x03}: "RESERVATIONS PREEMPTED",
+	{0x2A, 0x04}: "RESERVATIONS RELEASED",
 }
 
 // String reads as "ILLEGAL REQUEST: INVALID FIELD IN CDB (24/00)".

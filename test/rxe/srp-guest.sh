@@ -82,10 +82,14 @@ fi
 # Persistent reservations, the kernel's and a gosrp host's on one volume:
 # the kernel registers and reserves write-exclusive (sg_persist through
 # ib_srp); the gosrp host (srpc over ibverbs) sees the reservation, and
-# preempts the kernel's key with exclusive access, with abort; the
-# kernel's next read must fail as a reservation conflict (the status,
-# not an error dm-multipath would fail the path for); cleared, the
-# kernel reads again.
+# preempts the kernel's key with exclusive access, with abort, while fio
+# writes through the kernel at QD16: that is the fence. The gosrp host
+# then writes 8 MiB of its own over fio's region; fio must fail (its
+# writes refused), and the region read back must be the gosrp host's
+# bytes: a kernel write that landed after the preempt's answer would
+# show. The kernel's next read must fail as a reservation conflict (the
+# status, not an error dm-multipath would fail the path for); cleared,
+# the kernel reads again.
 if command -v sg_persist > /dev/null && [ -x /mnt/srpc ]; then
   PR="srpc reserve --provider ibverbs --target $IP:$PORT --name gosrp-pr"
   DIAG="cat $O/pr.log"
@@ -97,7 +101,21 @@ if command -v sg_persist > /dev/null && [ -x /mnt/srpc ]; then
   $PR show vol0 >> $O/pr.log 2>&1 || fail "srpc reserve show"
   grep -q "write-exclusive by" $O/pr.log || fail "the gosrp host sees no reservation"
   $PR register vol0 0xb >> $O/pr.log 2>&1 || fail "srpc reserve register"
+  fio --name=fenced --filename=/dev/$D --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=16 --size=8m \
+    --time_based --runtime=120 > $O/fio-fenced.log 2>&1 &
+  FIO=$!
+  sleep 3
+  kill -0 $FIO 2>/dev/null || fail "fio ended before the preempt: $(tail -5 $O/fio-fenced.log)"
   $PR preempt --key 0xb --victim 0xabc --type exclusive-access --abort vol0 >> $O/pr.log 2>&1 || fail "srpc reserve preempt"
+  head -c 8M /dev/urandom > /tmp/fence.img
+  CONN="--provider ibverbs --target $IP:$PORT --name gosrp-pr"
+  srpc import $CONN vol0 /tmp/fence.img >> $O/pr.log 2>&1 || fail "the preempting host's import"
+  if wait $FIO; then
+    fail "fio wrote on through the preempt: $(tail -5 $O/fio-fenced.log)"
+  fi
+  srpc export $CONN --length 8MiB vol0 /tmp/fence.out >> $O/pr.log 2>&1 || fail "the preempting host's export"
+  cmp /tmp/fence.img /tmp/fence.out >> $O/pr.log 2>&1 || fail "a write of the preempted kernel landed after the preempt: $(tail -2 $O/pr.log)"
+  FENCED="fio's writes refused from the preempt on ($(grep -o -m1 'io_u error[^:]*: [^:]*' $O/fio-fenced.log)), the preempting host's 8 MiB intact"
   if dd if=/dev/$D of=/dev/null bs=4k count=1 iflag=direct >> $O/pr.log 2>&1; then
     fail "the kernel read through another host's exclusive-access reservation"
   fi
@@ -105,7 +123,7 @@ if command -v sg_persist > /dev/null && [ -x /mnt/srpc ]; then
   $PR clear --key 0xb vol0 >> $O/pr.log 2>&1 || fail "srpc reserve clear"
   dd if=/dev/$D of=/dev/null bs=4k count=1 iflag=direct >> $O/pr.log 2>&1 || fail "the kernel's read once the reservations were cleared"
   DIAG=
-  say "persistent reservations: the kernel's (sg_persist) seen by a gosrp host; its preempt fenced the kernel (reservation conflict); cleared, the kernel reads"
+  say "persistent reservations: the kernel's (sg_persist) seen by a gosrp host; its preempt with abort fenced the kernel under QD16 writes: $FENCED; the kernel's read a reservation conflict; cleared, the kernel reads"
 fi
 # One request of each size first, so a failure says which size fails.
 for bs in 4k 8k 64k 128k 256k 512k; do

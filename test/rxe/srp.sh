@@ -4,7 +4,8 @@
 # e2fsprogs and sg3-utils: add_target from the line srpd status prints,
 # the volume as /dev/sdX (sg_inq, sg_vpd, sg_readcap), a reservation the
 # kernel takes (sg_persist) seen by a gosrp host (srpc), whose preempt
-# then fences the kernel, 4 MiB written and
+# with abort fences the kernel under fio's QD16 writes (no kernel write
+# lands after it), 4 MiB written and
 # read back, fio randwrite with crc32c verification, blkdiscard read back
 # as zeros, a resize seen after a rescan, mkfs.ext4 + a file synced, srpd
 # SIGKILLed and restarted while mounted with ib_srp reconnecting, both

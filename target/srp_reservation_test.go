@@ -1,0 +1,90 @@
+package target
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/gosrp/gosrp/internal/scsi"
+	"github.com/gosrp/gosrp/internal/srp"
+)
+
+// prOut sends PERSISTENT RESERVE OUT service action sa (SPC-4 6.16) of
+// reservation type typ on lun, with the host's key and the service
+// action key, its 24-byte parameter list from client data [0, 24).
+func (c *srpClient) prOut(lun uint16, sa, typ byte, key, saKey uint64) srp.Rsp {
+	p := c.data(0, 24)
+	clear(p)
+	binary.BigEndian.PutUint64(p, key)
+	binary.BigEndian.PutUint64(p[8:], saKey)
+	return c.do(c.out(srpCmd(lun, 0x5F, sa, typ, 0, 0, 0, 0, 0, 24, 0), 0, 24))
+}
+
+// PERSISTENT RESERVE OUT service actions and types (SPC-4 6.16.2,
+// 6.15.3.4).
+const (
+	prRegister = 0x00
+	prReserve  = 0x01
+	prRelease  = 0x02
+	prClear    = 0x03
+	prPreempt  = 0x04
+	prWERO     = 0x05 // WRITE EXCLUSIVE - REGISTRANTS ONLY
+	prWE       = 0x01
+	prNoType   = 0x00
+)
+
+// TestSRPReservationUnitAttention: the unit attentions a persistent
+// reservation change owes the other SRP hosts (SPC-4 5.13.11), through a
+// target with three SRP I_T nexuses on one LUN. A host preempted hears
+// REGISTRATIONS PREEMPTED on its next command, once, before it is
+// refused; the registrants of a released registrants-only reservation
+// hear RESERVATIONS RELEASED; a CLEAR tells every other registrant
+// RESERVATIONS PREEMPTED. The host that made the change hears nothing.
+// Before, a preempted host learned of it only from its next write's
+// RESERVATION CONFLICT, and a host whose registrants-only reservation
+// was gone not at all.
+func TestSRPReservationUnitAttention(t *testing.T) {
+	forSRPEnvs(t, func(t *testing.T, e env) {
+		r := newRig(t, e, Config{})
+		var a, b, c *srpClient
+		for i, p := range []**srpClient{&a, &b, &c} {
+			cl, err := r.srpDial(t, srpLoginReq(byte(i+1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			*p = cl
+		}
+		tur := func(c *srpClient) srp.Rsp { return c.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)) }
+		for _, cl := range []*srpClient{a, b, c} {
+			cl.good("TEST UNIT READY", tur(cl), 0)
+		}
+		a.good("A registers", a.prOut(lunVol0, prRegister, prNoType, 0, 0xa), 0)
+		b.good("B registers", b.prOut(lunVol0, prRegister, prNoType, 0, 0xb), 0)
+		c.good("C registers", c.prOut(lunVol0, prRegister, prNoType, 0, 0xc), 0)
+		a.good("A reserves write-exclusive, registrants only", a.prOut(lunVol0, prReserve, prWERO, 0xa, 0), 0)
+		a.good("A releases", a.prOut(lunVol0, prRelease, prWERO, 0xa, 0), 0)
+		for _, cl := range []*srpClient{b, c} {
+			cl.checkSense("a registrant after the registrants-only reservation's release", tur(cl), scsi.SenseReservationsReleased)
+			cl.good("the same registrant's next command", tur(cl), 0)
+		}
+		a.good("the releasing host", tur(a), 0)
+
+		a.good("A reserves write-exclusive", a.prOut(lunVol0, prReserve, prWE, 0xa, 0), 0)
+		b.good("B preempts A, keeping the type", b.prOut(lunVol0, prPreempt, prWE, 0xb, 0xa), 0)
+		a.checkSense("A after B preempted it", tur(a), scsi.SenseRegistrationsPreempted)
+		a.good("A's next command", tur(a), 0)
+		b.good("the preempting host", tur(b), 0)
+		c.good("C, whose reservation type did not change", tur(c), 0)
+		w := a.do(a.out(srpCmd(lunVol0, rw10(0x2A, 0, 1, false)...), 0, bs))
+		if w.Status != uint8(scsi.StatusResvConflict) {
+			t.Fatalf("A's write under B's reservation: status %s, want RESERVATION CONFLICT", scsi.Status(w.Status))
+		}
+
+		c.good("C clears", c.prOut(lunVol0, prClear, prNoType, 0xc, 0), 0)
+		b.checkSense("B after C's CLEAR", tur(b), scsi.SenseReservationsPreempted)
+		a.good("A, no longer registered, hears nothing of the CLEAR", tur(a), 0)
+		c.good("the clearing host", tur(c), 0)
+		for _, cl := range []*srpClient{a, b, c} {
+			cl.logout()
+		}
+	})
+}
