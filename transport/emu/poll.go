@@ -11,9 +11,8 @@ import (
 // Waiting policy of a ring reader with nothing to do: poll for a spin
 // budget, then sleep until a doorbell (or at most shmSleep, a safety net;
 // peer death is reported by the socket). The budget adapts to how long the
-// reader has been waiting for work lately, as an adaptive mutex spins about
-// as long as the lock is usually held: twice the recent average wait,
-// within [shmSpinMin, shmSpinMax]. A peer that answers in microseconds
+// reader has been waiting for work lately (transport/internal/spin): twice
+// the recent average wait, within [shmSpinMin, shmSpinMax]. A peer that answers in microseconds
 // (the other process on another core) is met spinning, with no system call
 // on either side; a peer that answers slowly, or shares a core with us,
 // finds the reader asleep instead of burning the CPU it needs.
@@ -97,14 +96,6 @@ func (c *contention) busy(now int64) bool {
 
 // contended reports whether polling for answers should stop at now.
 func (c *contention) contended(now int64) bool { return now < c.until }
-
-// spinBudget is how long to poll before sleeping, from the average wait.
-func spinBudget(avgWait int64) int64 {
-	if avgWait > int64(shmSpinMax) {
-		return int64(shmSpinMin)
-	}
-	return min(max(2*avgWait, int64(shmSpinMin)), int64(shmSpinMax))
-}
 
 // tcpSpinAwait is how long the reader polls a quiet socket while its QP
 // has requests in flight, before it parks in the netpoller. Parking costs

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gosrp/gosrp/internal/clock"
 	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/internal/spin"
 )
 
 // ctlReader reads the unix socket until it closes. EOF means the peer
@@ -102,8 +103,8 @@ func (l *shmLink) mapPeer(id, size uint64, fd int) error {
 func (l *shmLink) reader() {
 	defer l.wg.Done()
 	defer l.exit()
-	var avgWait int64 // moving average of idle waits, ns
-	var since int64   // start of the current idle wait; 0 while busy
+	var avgWait spin.Average // of idle waits
+	var since int64          // start of the current idle wait; 0 while busy
 	// awaiting, for this wait: 0 not decided yet, 1 answers are due, 2
 	// none are but new requests are worth polling for, 3 neither.
 	awaiting := 0
@@ -119,7 +120,7 @@ func (l *shmLink) reader() {
 		}
 		if n > 0 {
 			if since != 0 {
-				avgWait += (clock.Nanos() - since - avgWait) / 8
+				avgWait.Observe(clock.Nanos() - since)
 				s := int64(0)
 				if slept {
 					s = 1024
@@ -150,7 +151,7 @@ func (l *shmLink) reader() {
 		}
 		cont.observe(prev, now)
 		prev = now
-		if now-since < spinBudget(avgWait) {
+		if now-since < spin.Budget(avgWait.Nanos(), int64(shmSpinMin), int64(shmSpinMax)) {
 			runtime.Gosched() // let this process's other goroutines run
 			continue
 		}

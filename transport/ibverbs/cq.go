@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/internal/spin"
 )
 
 // pollBatch is how many completions one ibv_poll_cq call moves.
@@ -48,6 +49,11 @@ type CQ struct {
 	overrun atomic.Bool
 
 	busyHits, arms, sleeps atomic.Uint64 // WaitStats
+
+	// waits is the recent waits' average, for busy_poll=adaptive; under
+	// waitMu (Wait may be called from several goroutines).
+	waitMu sync.Mutex
+	waits  spin.Average
 }
 
 var _ transport.CQ = (*CQ)(nil)
@@ -242,8 +248,15 @@ func (c *CQ) Wait(ctx context.Context) error {
 	}
 	c.life.RLock()
 	defer c.life.RUnlock()
-	if got, err := c.pollBusy(ctx); got || err != nil {
+	hit, start, err := c.pollBusy(ctx)
+	if hit || err != nil {
+		if hit && err == nil {
+			c.waited(start)
+		}
 		return err
+	}
+	if start.IsZero() && c.d.p.adaptive {
+		start = time.Now()
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -264,6 +277,9 @@ func (c *CQ) Wait(ctx context.Context) error {
 	c.stashI, c.stashN = 0, got
 	c.mu.Unlock()
 	if err != nil || got > 0 {
+		if got > 0 {
+			c.waited(start)
+		}
 		return err
 	}
 	c.sleeps.Add(1)
@@ -281,6 +297,7 @@ func (c *CQ) Wait(ctx context.Context) error {
 		if fds[0].Revents != 0 {
 			for C.gosrp_get_cq_event(c.ch) == 0 {
 			}
+			c.waited(start)
 			return nil
 		}
 		if fds[1].Revents != 0 {
@@ -301,39 +318,41 @@ func (c *CQ) Wait(ctx context.Context) error {
 }
 
 // pollBusy polls the CQ into the stash until it finds a completion, the
-// provider's busy_poll passes, or ctx ends; it reports whether the caller
-// has something to poll (or an error). A poll is no system call on rxe or
-// on hardware, an arming and a sleep are three (package doc, Waiting).
-func (c *CQ) pollBusy(ctx context.Context) (bool, error) {
-	limit := c.d.p.busyPoll
-	if limit <= 0 {
-		return false, nil
-	}
+// busy poll's limit passes, or ctx ends; it reports whether the caller
+// has something to poll (or an error), and when it began polling (zero
+// if its first look found something, or it did not poll). A poll is no
+// system call on rxe or on hardware, an arming and a sleep are three
+// (package doc, Waiting).
+func (c *CQ) pollBusy(ctx context.Context) (bool, time.Time, error) {
+	limit := c.busyLimit()
 	var start time.Time
+	if limit <= 0 {
+		return false, start, nil
+	}
 	for i := 0; ; i++ {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return false, errCQClosed
+			return false, start, errCQClosed
 		}
 		if c.stashI < c.stashN || c.overrun.Load() {
 			c.mu.Unlock()
-			return true, nil
+			return true, start, nil
 		}
 		got, err := c.poll(c.stash[:])
 		c.stashI, c.stashN = 0, got
 		c.mu.Unlock()
 		if err != nil || got > 0 {
 			c.busyHits.Add(1)
-			return true, err
+			return true, start, err
 		}
 		if err := ctx.Err(); err != nil {
-			return false, err
+			return false, start, err
 		}
 		if i == 0 {
 			start = time.Now()
 		} else if time.Since(start) >= limit {
-			return false, nil
+			return false, start, nil
 		}
 		// This process's other goroutines first (they post the work
 		// whose completions this waits for), then other threads of this
@@ -345,6 +364,36 @@ func (c *CQ) pollBusy(ctx context.Context) (bool, error) {
 		runtime.Gosched()
 		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
+}
+
+// busyLimit is how long this Wait polls: the provider's busy_poll, or
+// with busy_poll=adaptive twice the CQ's recent waits within
+// [busy_poll, AdaptiveBusyPollMax] (transport/internal/spin).
+func (c *CQ) busyLimit() time.Duration {
+	p := c.d.p
+	if !p.adaptive {
+		return p.busyPoll
+	}
+	c.waitMu.Lock()
+	avg := c.waits.Nanos()
+	c.waitMu.Unlock()
+	return time.Duration(spin.Budget(avg, int64(p.busyPoll), int64(AdaptiveBusyPollMax)))
+}
+
+// waited records, for busy_poll=adaptive, a wait that began at start
+// (zero: it found a completion at its first look) and ended with a
+// completion now.
+func (c *CQ) waited(start time.Time) {
+	if !c.d.p.adaptive {
+		return
+	}
+	var d int64
+	if !start.IsZero() {
+		d = int64(time.Since(start))
+	}
+	c.waitMu.Lock()
+	c.waits.Observe(d)
+	c.waitMu.Unlock()
 }
 
 // WaitStats counts what CQ.Wait did, for tests and measurement: BusyHits

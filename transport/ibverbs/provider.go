@@ -39,6 +39,9 @@ type Provider struct {
 	rnrRetry int           // rdma_conn_param.rnr_retry_count
 	retry    int           // rdma_conn_param.retry_count
 	busyPoll time.Duration // CQ.Wait polls this long before it arms the CQ
+	// adaptive: CQ.Wait polls for a budget from its CQ's recent waits
+	// instead (busy_poll=adaptive), at least busyPoll.
+	adaptive bool
 
 	mu      sync.Mutex
 	closed  bool
@@ -56,6 +59,12 @@ var _ transport.Provider = (*Provider)(nil)
 // call, short enough that an idle connection stops spinning at once.
 const DefaultBusyPoll = 50 * time.Microsecond
 
+// AdaptiveBusyPollMax is the longest poll of busy_poll=adaptive: waits
+// that last longer (an idle connection, a slow peer) are slept through
+// after DefaultBusyPoll. It covers a 4 KiB round trip over rxe in a
+// TCG guest (450-520 µs polled, docs/performance.md) twice.
+const AdaptiveBusyPollMax = 2 * time.Millisecond
+
 // New returns a provider. It does not open any device; Devices lists them.
 // Options (all optional):
 //
@@ -68,15 +77,22 @@ const DefaultBusyPoll = 50 * time.Microsecond
 //	             DefaultBusyPoll; 0 arms at once). Polling costs a core
 //	             while it lasts; arming and sleeping cost three system
 //	             calls and a wake-up (see the package doc, Waiting).
+//	             adaptive: each CQ polls for twice its recent waits,
+//	             between DefaultBusyPoll and AdaptiveBusyPollMax, so that
+//	             a QD1 stream is met polling and an idle one sleeps.
 func New(opts transport.Options) (*Provider, error) {
 	p := &Provider{devices: map[string]*Device{}, rnrRetry: 6, retry: 7, busyPoll: DefaultBusyPoll}
 	for k, v := range opts {
+		if k == "busy_poll" && v == "adaptive" {
+			p.busyPoll, p.adaptive = DefaultBusyPoll, true
+			continue
+		}
 		if k == "busy_poll" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d < 0 || d > time.Second {
-				return nil, fmt.Errorf("ibverbs: option busy_poll=%q: want a duration from 0 to 1s: %w", v, transport.ErrInvalidArgument)
+				return nil, fmt.Errorf("ibverbs: option busy_poll=%q: want a duration from 0 to 1s, or adaptive: %w", v, transport.ErrInvalidArgument)
 			}
-			p.busyPoll = d
+			p.busyPoll, p.adaptive = d, false
 			continue
 		}
 		n, err := strconv.Atoi(v)

@@ -23,6 +23,7 @@ func TestBusyPollOption(t *testing.T) {
 		{"200us", 200 * time.Microsecond, true},
 		{"2ms", 2 * time.Millisecond, true},
 		{"1s", time.Second, true},
+		{"adaptive", DefaultBusyPoll, true},
 		{"2s", 0, false},
 		{"-1us", 0, false},
 		{"50", 0, false}, // a duration needs its unit
@@ -43,8 +44,8 @@ func TestBusyPollOption(t *testing.T) {
 			t.Errorf("busy_poll=%q: %v", tc.v, err)
 			continue
 		}
-		if p.busyPoll != tc.want {
-			t.Errorf("busy_poll=%q: %v, want %v", tc.v, p.busyPoll, tc.want)
+		if p.busyPoll != tc.want || p.adaptive != (tc.v == "adaptive") {
+			t.Errorf("busy_poll=%q: %v (adaptive %v), want %v", tc.v, p.busyPoll, p.adaptive, tc.want)
 		}
 	}
 }
