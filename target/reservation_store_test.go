@@ -59,7 +59,12 @@ func TestReservationsPersist(t *testing.T) {
 	}
 
 	st.fail = errors.New("disk full")
+	var told []prNotice
+	w.notify = func(_ string, ns []prNotice) { told = append(told, ns...) }
 	out, gen := w.apply("B", wire.ActionPreempt, 0xb, 0xa, wire.ResWriteExclusive)
+	if len(told) != 0 {
+		t.Fatalf("a preempt that could not be saved told the hosts %v", told)
+	}
 	if out.sense != wire.SenseInternal || !strings.Contains(out.msg, "disk full") || gen != 2 {
 		t.Fatalf("preempt that could not be saved: %s %q gen %d", out.sense, out.msg, gen)
 	}

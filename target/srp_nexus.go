@@ -86,14 +86,7 @@ func (t *srpNexusTable) resetOthers(volume string, from *srpNexus) int {
 	t.mu.Unlock()
 	raised := 0
 	for _, n := range nexuses {
-		n.mu.Lock()
-		for _, u := range n.units {
-			if u.name == volume {
-				u.raiseLocked(scsi.ResetOccurred)
-				raised++
-			}
-		}
-		n.mu.Unlock()
+		raised += n.raise(volume, scsi.ResetOccurred)
 	}
 	return raised
 }
@@ -119,14 +112,23 @@ func (t *srpNexusTable) raisePR(volume string, ns []prNotice) {
 	}
 	t.mu.Unlock()
 	for _, h := range hits {
-		h.n.mu.Lock()
-		for _, u := range h.n.units {
-			if u.name == volume {
-				u.raiseLocked(h.what)
-			}
-		}
-		h.n.mu.Unlock()
+		h.n.raise(volume, h.what)
 	}
+}
+
+// raise raises c on each of n's units of volume (srpUnitKey: one per
+// LUN number the volume had in the session) and returns how many.
+func (n *srpNexus) raise(volume string, c scsi.Condition) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	raised := 0
+	for _, u := range n.units {
+		if u.name == volume {
+			u.raiseLocked(c)
+			raised++
+		}
+	}
+	return raised
 }
 
 // srpNexus is one SRP I_T nexus: the logical units its channels have,
