@@ -341,6 +341,41 @@ wait $FIO || fail "the second host's writer failed across the first host's LUN r
   fail "srpd logged $(grep -c 'function="LOGICAL UNIT RESET" lun=1' $O/srpd-luns.log) LOGICAL UNIT RESETs of vol5, want $RESETS"
 say "$RESETS LOGICAL UNIT RESETs of vol5 from /dev/$D1 during the other port's verified writes to /dev/$B1: srpd answered TASK ABORTED to $ABORTED of the other nexus's commands; the writer verified, $(grep -o 'IOPS=[^,]*' $O/fio-other-host.log | head -1), no reconnect"
 
+# A reservation unit attention, as the kernel hears it (SPC-4 5.13.11):
+# both initiator ports register on vol5, the second reserves it
+# write-exclusive, and the first preempts it. The second port lost its
+# registration, so its I_T nexus owes REGISTRATIONS PREEMPTED (2A/05):
+# its next command (sg_turs, through the kernel's SG_IO) must be
+# answered with it, and only that one. The preempting port cannot be the
+# one to listen: after its LOGICAL UNIT RESETs the kernel expects a unit
+# attention there (scsi_check_sense's expecting_cc_ua) and retries the
+# first one it gets, so the tool would never see it. The preempted
+# port's write must then fail as a reservation conflict; the preempting
+# port clears all.
+if command -v sg_persist > /dev/null; then
+  DIAG="cat $O/pr-ua.log"
+  sg_turs /dev/$D1 > $O/pr-ua.log 2>&1 || true # whatever either nexus was owed before
+  sg_turs /dev/$B1 >> $O/pr-ua.log 2>&1 || true
+  sg_persist -n --out --register --param-sark=0x1 /dev/$D1 >> $O/pr-ua.log 2>&1 || fail "sg_persist register on /dev/$D1"
+  sg_persist -n --out --register --param-sark=0x2 /dev/$B1 >> $O/pr-ua.log 2>&1 || fail "sg_persist register on /dev/$B1"
+  sg_persist -n --out --reserve --param-rk=0x2 --prout-type=1 /dev/$B1 >> $O/pr-ua.log 2>&1 || fail "sg_persist reserve on /dev/$B1"
+  sg_turs /dev/$B1 >> $O/pr-ua.log 2>&1 || fail "the reservation holder owed a unit attention before the preempt"
+  sg_persist -n --out --preempt --param-rk=0x1 --param-sark=0x2 --prout-type=1 /dev/$D1 >> $O/pr-ua.log 2>&1 || fail "sg_persist preempt from /dev/$D1"
+  rc=0; sg_turs -v /dev/$B1 > $O/pr-ua-turs.log 2>&1 || rc=$?
+  cat $O/pr-ua-turs.log >> $O/pr-ua.log
+  # sg3_utils' exit status 6 is a unit attention (SG_LIB_CAT_UNIT_ATTENTION).
+  [ $rc = 6 ] || fail "the preempted nexus's TEST UNIT READY: exit $rc, want 6 (a unit attention)"
+  grep -qi "registrations preempted" $O/pr-ua-turs.log || fail "the preempted nexus's unit attention is not REGISTRATIONS PREEMPTED: $(cat $O/pr-ua-turs.log)"
+  sg_turs /dev/$B1 >> $O/pr-ua.log 2>&1 || fail "the preempted nexus's unit attention was reported more than once"
+  if dd if=/dev/zero of=/dev/$B1 bs=4k count=1 oflag=direct >> $O/pr-ua.log 2>&1; then
+    fail "the preempted port wrote through the other port's write-exclusive reservation"
+  fi
+  sg_persist -n --out --clear --param-rk=0x1 /dev/$D1 >> $O/pr-ua.log 2>&1 || fail "sg_persist clear from /dev/$D1"
+  dd if=/dev/zero of=/dev/$B1 bs=4k count=1 oflag=direct >> $O/pr-ua.log 2>&1 || fail "the preempted port's write once the reservations were cleared"
+  DIAG=
+  say "a preempt through /dev/$D1 answered the preempted port's next TEST UNIT READY (/dev/$B1) with $(grep -io -m1 'registrations preempted' $O/pr-ua-turs.log), once; its write then a reservation conflict; cleared, it writes"
+fi
+
 # pebble under fire: srpd on the pebble backend SIGKILLed while ext4
 # writes through ib_srp. pebble's WAL writer holds acknowledged writes
 # in the process for moments, so the restarted srpd must report a lost
