@@ -32,7 +32,8 @@ import (
 // the test VM): every operation, sizes from 512 B (on a volume of
 // 512-byte blocks) to 1 MiB, QD1 and QD32, immediate data on and off,
 // then a connection the target cuts (through target/targettest, which
-// works on any provider) and the reconnect after it. A clean run has no
+// works on any provider) and the reconnect after it; then the same with
+// the target polling adaptively, as srpd does. A clean run has no
 // lost connection but the one it forces. test/rxe/run.sh runs it in the
 // VM with GOSRP_RXE_E2E=1, and so does CI.
 func TestRXEEndToEnd(t *testing.T) {
@@ -53,6 +54,20 @@ func TestRXEEndToEnd(t *testing.T) {
 			rxeRun(t, p, p, imm)
 		})
 	}
+	// srpd's way of waiting (cmd/srpd polls adaptively over real verbs):
+	// the target's CQ waiters on a provider of busy_poll=adaptive, the
+	// initiator on the default, the forced teardown and reconnect
+	// included, so a peer's QP going down while the target polls is met.
+	t.Run("target-busy-poll=adaptive", func(t *testing.T) {
+		ap, err := transport.Open("ibverbs", transport.Options{"busy_poll": "adaptive"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ap.Close()
+		before := rxeCounters()
+		defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
+		rxeRun(t, ap, p, 0)
+	})
 	// The same run with faults made in front of the initiator on the real
 	// device (transport/faults): refused posts, QP errors, lost
 	// completions, completions that report an error for WRs rxe did

@@ -99,7 +99,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Provider, "provider", c.Provider, "verbs `PROVIDER`: emu (software NIC) or ibverbs (RDMA hardware; needs a build with -tags ibverbs)")
 	fs.StringVar(&c.Profile, "profile", c.Profile, "emu device quirk `PROFILE`: strict, ib, iwarp or rxe")
 	fs.StringVar(&c.Wire, "wire", c.Wire, "emu `WIRE` between the hosts: tcp (between processes or hosts), shm (between processes on this host, over shared memory) or loop (in-process only)")
-	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable), e.g. seed=1", func(s string) error {
+	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable), e.g. seed=1; over ibverbs srpd polls with busy_poll=adaptive unless one is given", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {
 			return fmt.Errorf("want KEY=VALUE, got %q", s)

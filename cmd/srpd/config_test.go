@@ -126,3 +126,25 @@ func TestBreakLimit(t *testing.T) {
 		t.Fatal("break_limit = \"3\" accepted")
 	}
 }
+
+// TestProviderOptionsBusyPoll: over real verbs srpd polls adaptively
+// unless told otherwise (by a flag or the config file's
+// provider_options); emu gets no busy_poll, which it would refuse.
+func TestProviderOptionsBusyPoll(t *testing.T) {
+	for _, tc := range []struct {
+		provider string
+		opts     map[string]string
+		want     string
+	}{
+		{"ibverbs", nil, "adaptive"},
+		{"ibverbs", map[string]string{"busy_poll": "50us"}, "50us"},
+		{"ibverbs", map[string]string{"busy_poll": "0"}, "0"},
+		{"emu", nil, ""},
+	} {
+		c := defaultConfig()
+		c.Provider, c.ProviderOptions = tc.provider, tc.opts
+		if got := providerOptions(&c)["busy_poll"]; got != tc.want {
+			t.Errorf("%s %v: busy_poll %q, want %q", tc.provider, tc.opts, got, tc.want)
+		}
+	}
+}

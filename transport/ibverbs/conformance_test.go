@@ -19,13 +19,24 @@ func TestConformance(t *testing.T) {
 	// rxe under TCG: completions and connection setup take milliseconds,
 	// with tails far longer than on hardware.
 	transporttest.Timeout = 30 * time.Second
-	transporttest.Run(t, func(t *testing.T) transport.Provider {
-		p, err := transport.Open(Name, nil)
-		if err != nil {
-			t.Fatal(err)
+	// Both ways of waiting: the provider's default, and the adaptive
+	// busy poll srpd runs with (cmd/srpd), whose waits end by a
+	// completion found while polling as often as by one that wakes them.
+	for _, opts := range []transport.Options{nil, {"busy_poll": "adaptive"}} {
+		name := "busy_poll=default"
+		if opts != nil {
+			name = "busy_poll=" + opts["busy_poll"]
 		}
-		return p
-	})
+		t.Run(name, func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T) transport.Provider {
+				p, err := transport.Open(Name, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			})
+		})
+	}
 }
 
 // TestConformanceFaults runs the suite's fault tests (post failures, QP
