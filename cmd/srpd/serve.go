@@ -231,7 +231,8 @@ func checkBackend(cfg Config) error {
 }
 
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
-	prov, err := cli.OpenProvider(cfg.Provider, providerOptions(&cfg), log)
+	popts := providerOptions(&cfg)
+	prov, err := cli.OpenProvider(cfg.Provider, popts, log)
 	if err != nil {
 		return err
 	}
@@ -429,8 +430,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	for i, v := range vols {
 		names[i] = v.Name
 	}
-	log.Info("serving", "listen", ln.Addr(), "provider", cfg.Provider, "data", cfg.Data,
-		"volumes", strings.Join(names, ","), "admin", sockPath, "metrics", svc.status.Metrics)
+	attrs := []any{"listen", ln.Addr(), "provider", cfg.Provider, "data", cfg.Data,
+		"volumes", strings.Join(names, ","), "admin", sockPath, "metrics", svc.status.Metrics}
+	if bp, ok := popts["busy_poll"]; ok {
+		// How the CQ waiters wait decides latency and CPU use: say it.
+		attrs = append(attrs, "busy_poll", bp)
+	}
+	log.Info("serving", attrs...)
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -44,6 +44,8 @@ until grep -q 'msg=serving' $O/srpd.log 2>/dev/null; do
   fi
   sleep 0.25
 done
+# srpd over real verbs polls adaptively unless told otherwise, and says so.
+grep -q 'msg=serving.* busy_poll=adaptive' $O/srpd.log || { bad "srpd's serving line names no busy_poll=adaptive"; grep msg=serving $O/srpd.log; exit 1; }
 
 step list srpc list $P
 step info srpc info $P vol0
