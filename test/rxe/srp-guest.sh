@@ -79,6 +79,17 @@ if command -v sg_vpd > /dev/null; then
   grep -q 'LBPME)=1' $O/sg.log || grep -q 'lbpme=1' $O/sg.log || fail "READ CAPACITY(16) without LBPME: $(tail -12 $O/sg.log)"
   say "sg_inq, sg_vpd di/bl/lbpv, sg_readcap: NAA $(grep -A1 'designator type: NAA' $O/sg.log | tail -1 | tr -d ' '); thin provisioning with UNMAP"
 fi
+# srpd polls its CQs adaptively by default (cmd/srpd): a waiter whose
+# waits outlast 2 ms polls 50 us and sleeps. A logged-in host that sends
+# nothing must therefore cost srpd next to no CPU: a poll that failed to
+# back off would burn a vCPU (1000 ticks in these 10 s). The bound is
+# 5% of a CPU; measured: 0 ticks in 20 s.
+sleep 2
+T0=$(awk '{print $14 + $15}' /proc/$SRPD/stat)
+sleep 10
+IDLE=$(( $(awk '{print $14 + $15}' /proc/$SRPD/stat) - T0 ))
+[ $IDLE -le 50 ] || fail "srpd used $IDLE ticks of CPU in 10 s with its host idle (busy_poll=adaptive should sleep)"
+say "srpd idle with ib_srp logged in: $IDLE ticks of CPU in 10 s"
 # Persistent reservations, the kernel's and a gosrp host's on one volume:
 # the kernel registers and reserves write-exclusive (sg_persist through
 # ib_srp); the gosrp host (srpc over ibverbs) sees the reservation, and
