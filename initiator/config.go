@@ -64,11 +64,12 @@ type Config struct {
 	// back before failing with ErrConnectionLost. Default 60 s.
 	LossTimeout time.Duration
 	// KeepaliveTimeout is how long a channel may hear nothing from the
-	// target while it waits for an answer before it takes the target
-	// for dead and tears the connection down (keepalive.go): after
-	// half of it in silence the channel sends a ping, whether idle or
-	// with requests outstanding, and any answer is proof of life, so a
-	// channel whose I/O completes sends none. A connection it ends
+	// target before it takes the target for dead and tears the
+	// connection down (keepalive.go): after half of it in silence the
+	// channel sends a ping, whether idle or with requests outstanding,
+	// and the target has at least the other half to answer it; any
+	// answer is proof of life, so a channel whose I/O completes sends
+	// none. A connection it ends
 	// counts as lost since the target was last heard from (LossTimeout
 	// runs from there). It finds a target that hangs with its
 	// connections up (a stopped process) long before IOTimeout does; a

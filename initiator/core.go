@@ -254,22 +254,12 @@ func (c *core) tick(now int64) {
 			return
 		}
 	}
-	switch c.ka.tick(now, c.awaiting()) {
+	switch c.ka.tick(now) {
 	case kaPing:
 		c.acts.ping = true
 	case kaDead:
 		c.fail(fmt.Errorf("%w: nothing heard for %s (KeepaliveTimeout %s)", errSilent, c.ka.silence(now).Round(time.Millisecond), time.Duration(c.ka.timeout)))
 	}
-}
-
-// awaiting reports whether a command is on the wire, its answer owed.
-func (c *core) awaiting() bool {
-	for i := range c.slots {
-		if c.slots[i].state == slotSent {
-			return true
-		}
-	}
-	return false
 }
 
 // fail ends the connection: no event changes anything until reset.

@@ -1,10 +1,10 @@
 package initiator
 
 // Keepalive: a channel that hears nothing from its target for a while
-// asks it (a ping), and takes a target silent for KeepaliveTimeout while
-// it owes an answer for dead, as NVMe over Fabrics' Keep Alive (KATO,
-// NVMe-oF 1.1 §3.9) and iSCSI's NOP-Out (RFC 7143 §11.18) do. A
-// response of any kind is proof of life, so a channel whose I/O
+// asks it (a ping), and takes a target that leaves the ping unanswered,
+// silent for KeepaliveTimeout, for dead, as NVMe over Fabrics' Keep
+// Alive (KATO, NVMe-oF 1.1 §3.9) and iSCSI's NOP-Out (RFC 7143 §11.18)
+// do. A response of any kind is proof of life, so a channel whose I/O
 // completes sends no ping at all.
 
 import (
@@ -37,22 +37,28 @@ const (
 //   - silence of timeout/2 sends one ping, whether the channel is idle
 //     (standby paths, a quiet volume) or waits for answers (requests
 //     outstanding that long: a live target answers the ping at once);
-//   - silence of timeout with an answer owed (a request outstanding, or
-//     the ping) is death; an idle channel that was never pinged is not
-//     dead however long the silence.
+//   - death is silence of timeout with the ping asked at least
+//     timeout/2 before: a live target always has half the timeout to
+//     answer it, whatever the phase of the ticks. A tick that comes
+//     late (the shell's ticker is coarse: a 200 ms timeout is two
+//     100 ms ticks, and one that lands a microsecond before timeout/2
+//     skips the ping) sends the ping then, instead of taking a target
+//     that was never asked for dead; TestKeepaliveTickPhase is that
+//     case. A ping that cannot go out (no credit) still counts: its
+//     target is as silent as one that drops it.
 type keepalive struct {
-	timeout int64 // ns; 0: off
-	heardAt int64 // the tick at which the target was last heard from
-	heard   bool  // something arrived since the last tick
-	pinged  bool  // a ping was asked for since heardAt
+	timeout  int64 // ns; 0: off
+	heardAt  int64 // the tick at which the target was last heard from
+	heard    bool  // something arrived since the last tick
+	pinged   bool  // a ping was asked for since heardAt
+	pingedAt int64 // the tick at which it was asked for
 }
 
 // reset starts counting silence at now (a login).
 func (k *keepalive) reset(now int64) { k.heardAt, k.heard, k.pinged = now, false, false }
 
-// tick applies the passage of time; busy says whether an answer is owed
-// (a request outstanding on the wire).
-func (k *keepalive) tick(now int64, busy bool) kaAction {
+// tick applies the passage of time.
+func (k *keepalive) tick(now int64) kaAction {
 	if k.timeout <= 0 {
 		return kaNone
 	}
@@ -60,13 +66,14 @@ func (k *keepalive) tick(now int64, busy bool) kaAction {
 		k.reset(now)
 		return kaNone
 	}
-	silent := now - k.heardAt
-	switch {
-	case silent >= k.timeout && (busy || k.pinged):
-		return kaDead
-	case silent >= k.timeout/2 && !k.pinged:
-		k.pinged = true
+	switch silent := now - k.heardAt; {
+	case silent < k.timeout/2:
+		return kaNone
+	case !k.pinged:
+		k.pinged, k.pingedAt = true, now
 		return kaPing
+	case silent >= k.timeout && now-k.pingedAt >= k.timeout/2:
+		return kaDead
 	}
 	return kaNone
 }

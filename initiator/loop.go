@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/internal/clock"
+	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
 
@@ -224,6 +225,9 @@ func (c *channel) deliver(d *doneIO, now int64) {
 		}
 	}
 	if !r.claim() {
+		if r.Op == opControl && err == nil {
+			c.closeOrphan(r)
+		}
 		return
 	}
 	if r.Op == OpRead && err == nil {
@@ -232,6 +236,27 @@ func (c *channel) deliver(d *doneIO, now int64) {
 		}
 	}
 	r.deliver(err)
+}
+
+// closeOrphan closes the handle of an OPEN whose caller gave up before
+// the target answered it (its context ended: a takeover held past a
+// failover's deadline by a standby whose store hangs): the target opened
+// the volume all the same, and nobody else will ever close that handle,
+// which would hold the volume open there, and a slot of the connection's
+// handle table, until the connection ends. The handle is recorded for
+// a volume of its own, of the connection that answered (its epoch), as
+// Open records one, so that the close names it only on that connection:
+// on a later one the number may be another volume's.
+func (c *channel) closeOrphan(r *Request) {
+	if r.ctrl == nil || r.ctrl.Op != wire.ControlOpen || r.ctrlRsp.Error != "" || r.ctrlRsp.Handle == 0 {
+		return
+	}
+	orphan := &Volume{s: c.s, name: r.ctrl.Volume}
+	c.setHandle(orphan, r.ctrlRsp.Handle, r.epoch)
+	cl := &Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlClose}, vol: orphan}
+	if err := c.submit(cl); err != nil {
+		c.s.cfg.Logger.Debug("initiator: close of an abandoned open's handle not sent", "channel", c.id, "handle", r.ctrlRsp.Handle, "err", err)
+	}
 }
 
 func (c *channel) onTick() {

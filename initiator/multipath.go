@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -22,6 +23,8 @@ type MultipathConfig struct {
 	// five of its IOTimeouts (Config.IOTimeout) fails over as well, the
 	// gateway fenced, instead of failing with os.ErrDeadlineExceeded;
 	// it fails so only when no path answered it within LossTimeout.
+	// The takeovers a failover asks for end at that deadline too: a
+	// standby whose store hangs cannot hold an I/O past it.
 	Config
 	// Addrs are the gateways' addresses, in order of preference: the
 	// first one that answers an open active serves the volume.
@@ -93,7 +96,7 @@ func DialMultipath(ctx context.Context, cfg MultipathConfig) (*Multipath, error)
 		}
 	}
 	if len(errs) == len(cfg.Addrs) {
-		return nil, fmt.Errorf("initiator: multipath: no path answered: %w", errors.Join(errs...))
+		return nil, fmt.Errorf("initiator: multipath: no path answered: %w", pathErrors(errs))
 	}
 	return m, nil
 }
@@ -229,7 +232,7 @@ func (m *Multipath) Open(ctx context.Context, name string, opts OpenOptions) (*M
 	}
 	if err := mv.failover(ctx, 0, -1, -1); err != nil {
 		mv.Close()
-		return nil, fmt.Errorf("initiator: multipath open %q: %w", name, errors.Join(append(errs, err)...))
+		return nil, fmt.Errorf("initiator: multipath open %q: %w", name, pathErrors(append(errs, err)))
 	}
 	return mv, nil
 }
@@ -363,7 +366,7 @@ func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from, prefe
 	close(mv.switching)
 	mv.switching = nil
 	if next.v == nil {
-		return fmt.Errorf("no path took %q over: %w", mv.name, errors.Join(errs...))
+		return fmt.Errorf("no path took %q over: %w", mv.name, pathErrors(errs))
 	}
 	if mv.closed {
 		next.v.Close()
@@ -396,6 +399,23 @@ func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from, prefe
 	return nil
 }
 
+// pathErrors is what each path answered, on one line (a log line, a
+// command's one-line error); errors.Is and errors.As see each.
+type pathErrors []error
+
+func (e pathErrors) Error() string {
+	var b strings.Builder
+	for i, err := range e {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e pathErrors) Unwrap() []error { return e }
+
 // failsOver reports whether an I/O error means the path, not the I/O,
 // failed: the connection stayed down past FastFail, the gateway no
 // longer serves the volume, or it left the command unanswered through
@@ -422,7 +442,7 @@ func worse(was, err error) error {
 // succeeds, fails for a reason of its own, or LossTimeout passes.
 func (mv *MultipathVolume) do(ctx context.Context, op func(v *Volume) error) error {
 	var deadline time.Time
-	var why error
+	var why, takeover error
 	for {
 		a, err := mv.active()
 		if err != nil {
@@ -440,12 +460,19 @@ func (mv *MultipathVolume) do(ctx context.Context, op func(v *Volume) error) err
 		if deadline.IsZero() {
 			deadline = now.Add(mv.m.cfg.LossTimeout)
 		} else if now.After(deadline) {
-			return fmt.Errorf("initiator: multipath %q: no path served it within %v: %w", mv.name, mv.m.cfg.LossTimeout, why)
+			return mv.unserved(why, takeover)
 		}
-		if ferr := mv.failover(ctx, a.gen, a.path, -1); ferr != nil {
+		// The takeover too ends at the deadline: a standby whose store
+		// hangs (its lock break, its reservations' load) must not hold
+		// the caller past LossTimeout (TestMultipathWedgedStandby).
+		fctx, cancel := context.WithDeadline(ctx, deadline)
+		ferr := mv.failover(fctx, a.gen, a.path, -1)
+		cancel()
+		if ferr != nil {
 			if errors.Is(ferr, ErrClosed) || ctx.Err() != nil {
 				return ferr
 			}
+			takeover = ferr
 			// No path took over yet (both gateways restarting, say):
 			// try again shortly, until the deadline.
 			select {
@@ -455,6 +482,16 @@ func (mv *MultipathVolume) do(ctx context.Context, op func(v *Volume) error) err
 			}
 		}
 	}
+}
+
+// unserved is the failure of an I/O that no path served within
+// LossTimeout: why, the path's failure, wrapped (what callers test), and
+// the last takeover's failure, if one failed, said.
+func (mv *MultipathVolume) unserved(why, takeover error) error {
+	if takeover != nil {
+		return fmt.Errorf("initiator: multipath %q: no path served it within %v: %w (takeover: %v)", mv.name, mv.m.cfg.LossTimeout, why, takeover)
+	}
+	return fmt.Errorf("initiator: multipath %q: no path served it within %v: %w", mv.name, mv.m.cfg.LossTimeout, why)
 }
 
 // moved reports whether a failover replaced the path of generation gen.

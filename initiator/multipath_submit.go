@@ -22,7 +22,10 @@ type mpReq struct {
 	gen    uint64    // the generation of the path it was submitted on
 	since  time.Time // when it first failed over; zero until then
 	err    error     // why it failed over (worse)
-	fn     func(*Request)
+	// takeover is why the last failover tried for it failed, if one
+	// did: said in its failure (unserved).
+	takeover error
+	fn       func(*Request)
 }
 
 var mpReqPool sync.Pool
@@ -204,23 +207,29 @@ func (mv *MultipathVolume) reissue(ctx context.Context, w *mpReq) bool {
 	if w.since.IsZero() {
 		w.since = time.Now()
 	}
-	if time.Since(w.since) > mv.m.cfg.LossTimeout {
+	deadline := w.since.Add(mv.m.cfg.LossTimeout)
+	if time.Now().After(deadline) {
 		why := ErrConnectionLost
 		if errors.As(w.err, new(*unansweredError)) {
 			why = w.err // left unanswered: the deadline, not a lost path
 		}
-		w.finish(fmt.Errorf("initiator: multipath %q: no path served it within %v: %w", mv.name, mv.m.cfg.LossTimeout, why))
+		w.finish(mv.unserved(why, w.takeover))
 		return true
 	}
 	a, err := mv.active()
 	if err == nil && a.gen == w.gen {
-		err = mv.failover(ctx, a.gen, a.path, -1)
+		// Bounded as do's: a hung takeover holds no request past its
+		// deadline.
+		fctx, cancel := context.WithDeadline(ctx, deadline)
+		err = mv.failover(fctx, a.gen, a.path, -1)
+		cancel()
 	}
 	if errors.Is(err, ErrClosed) || ctx.Err() != nil {
 		w.finish(fmt.Errorf("initiator: multipath %q: %w", mv.name, ErrClosed))
 		return true
 	}
 	if err != nil {
+		w.takeover = err
 		return false
 	}
 	if err := mv.submitOn(w); err != nil {

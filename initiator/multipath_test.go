@@ -27,6 +27,7 @@ type gatewayRig struct {
 	cl    *gatewaytest.Cluster
 	addrs []string
 	cats  []*gateway.Catalog
+	tgts  []*target.Target
 	stop  []func() // stop[i] kills gateway i: its NIC goes, with every connection
 	ip    *emu.Provider
 	// frozen[i] set: gateway i answers nothing, logins included, its
@@ -51,8 +52,12 @@ func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, rigOp
 // the catalogs' state changes untold (no path notices), as a target
 // that predates them; noFenceWatch hides the cluster's fence watch
 // from the gateways (unwatched); portGroups gives gateway i ALUA target
-// port group i+1 for SRP hosts.
-type rigOpts struct{ freezable, noNotices, noFenceWatch, portGroups bool }
+// port group i+1 for SRP hosts; beforeActive, if set, is each gateway's
+// gateway.Catalog.BeforeActive (i: the gateway).
+type rigOpts struct {
+	freezable, noNotices, noFenceWatch, portGroups bool
+	beforeActive                                   func(i int, name string) error
+}
 
 // unwatched is a gatewaytest client without its gateway.FenceWatcher, as
 // the rbd store is: its gateway learns it was fenced at its next request.
@@ -85,6 +90,9 @@ func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 			st = unwatched{c, c, c}
 		}
 		cat := gateway.New(st)
+		if o.beforeActive != nil {
+			cat.BeforeActive(func(name string) error { return o.beforeActive(i, name) })
+		}
 		tcfg := target.Config{Name: "gw", Catalog: cat}
 		if o.portGroups {
 			tcfg.SRPPortGroup = uint16(i + 1)
@@ -137,6 +145,7 @@ func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 		})
 		r.addrs = append(r.addrs, l.Addr())
 		r.cats = append(r.cats, cat)
+		r.tgts = append(r.tgts, tgt)
 		r.stop = append(r.stop, stop)
 	}
 	return r
