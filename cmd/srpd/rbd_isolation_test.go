@@ -105,6 +105,12 @@ func TestRBDWedgedGateway(t *testing.T) {
 	iso := startIsolatedPair(t, ctx, initiator.Config{IOTimeout: time.Second, LossTimeout: 60 * time.Second})
 	n, gws := iso.net, iso.gws
 	_, port0, _ := net.SplitHostPort(iso.addrs[0])
+	defer func() {
+		// Deferred, so that a Fatal inside the helpers prints it too.
+		if t.Failed() {
+			t.Logf("the first gateway's log:\n%s", gws[0].Log())
+		}
+	}()
 
 	defer n.unwedge(t)
 	iso.writeAcross(t, ctx, "wedge", func() { n.wedge(t, port0) })
@@ -113,9 +119,6 @@ func TestRBDWedgedGateway(t *testing.T) {
 	n.unwedge(t)
 	iso.waitFenced(t, ctx, healed)
 	iso.verifyNewest(t, ctx)
-	if t.Failed() {
-		t.Logf("the first gateway's log:\n%s", gws[0].Log())
-	}
 }
 
 // needIsolation skips a test of a gateway in a network namespace where

@@ -10,12 +10,13 @@ import (
 
 // Waiting policy of a ring reader with nothing to do: poll for a spin
 // budget, then sleep until a doorbell (or at most shmSleep, a safety net;
-// peer death is reported by the socket). The budget adapts to how long the
-// reader has been waiting for work lately (transport/internal/spin): twice
-// the recent average wait, within [shmSpinMin, shmSpinMax]. A peer that answers in microseconds
-// (the other process on another core) is met spinning, with no system call
-// on either side; a peer that answers slowly, or shares a core with us,
-// finds the reader asleep instead of burning the CPU it needs.
+// peer death is reported by the socket). The budget adapts to how long
+// the reader has been waiting for work lately (transport/internal/spin):
+// twice the recent average wait, within [shmSpinMin, shmSpinMax]. A peer
+// that answers in microseconds (the other process on another core) is
+// met spinning, with no system call on either side; a peer that answers
+// slowly, or shares a core with us, finds the reader asleep instead of
+// burning the CPU it needs.
 const (
 	// shmSpinPolls is how many times a producer retries a full ring, or
 	// shutSinks a busy gate, before it starts yielding.
