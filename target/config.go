@@ -302,6 +302,14 @@ type Config struct {
 	// nil keeps them for the Target's lifetime, so a restart numbers the
 	// volumes in name order again.
 	LUNs LUNStore
+	// SRPOpenWait is how long an SRP login, or a catalog change reaching
+	// a logged-in session, waits for its LUNs' volumes to open (each is
+	// opened on a goroutine of its own). A volume whose store has not
+	// answered by then is left out, so that one hung volume holds back
+	// neither the session nor the other LUNs; once it opens it becomes
+	// a LUN of the session, announced by REPORTED LUNS DATA HAS CHANGED
+	// (conn_srp_open.go). Default DefaultSRPOpenWait.
+	SRPOpenWait time.Duration
 }
 
 // Limits of the configuration.
@@ -320,6 +328,11 @@ const (
 	DefaultMaxTransfer  = 1 << 20
 	MaxMaxTransfer      = 64 << 20
 	DefaultLoginTimeout = 10 * time.Second
+	// DefaultSRPOpenWait is long enough for a store that is only slow
+	// (an RBD image's open and lock take tens to hundreds of
+	// milliseconds) and short beside the time a host's SCSI scan gives
+	// a command (sd's 30 s).
+	DefaultSRPOpenWait = 5 * time.Second
 	// iuSize is the size of every receive buffer and IU send buffer: the
 	// largest IU the target accepts and the largest it sends.
 	iuSize = 4096
@@ -369,6 +382,9 @@ func (c *Config) normalize() error {
 	}
 	if c.LoginTimeout <= 0 {
 		c.LoginTimeout = DefaultLoginTimeout
+	}
+	if c.SRPOpenWait <= 0 {
+		c.SRPOpenWait = DefaultSRPOpenWait
 	}
 	if c.MaxPendingLogins == 0 {
 		c.MaxPendingLogins = DefaultMaxPendingLogins

@@ -128,6 +128,9 @@ type conn struct {
 	// refreshIn, under nexusMu, is a LUN refresh step's result for the
 	// run loop (conn_srp_luns.go).
 	refreshIn *srpRefresh
+	// late: the SRP volume opens that outlived Config.SRPOpenWait
+	// (conn_srp_open.go).
+	late srpLateOpens
 }
 
 func (c *conn) drain() { c.drainOnce.Do(func() { close(c.drainCh); c.signals.Add(1) }) }

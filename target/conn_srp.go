@@ -76,15 +76,19 @@ func (t *Target) channels(c *conn, key string) int {
 // srpOpen opens the volumes of the session's LUNs (names by LUN, ""
 // for none) and hands them to the core. A volume that fails to open
 // leaves its LUN empty: the initiator sees LOGICAL UNIT NOT SUPPORTED
-// there, and the failure is logged.
+// there, and the failure is logged; one that has not opened within
+// SRPOpenWait is added once it opens (conn_srp_open.go).
 func (c *conn) srpOpen(names []string) {
-	vols := make([]srpVolume, len(names))
-	nexus := c.srpNexus()
+	var luns []srpNewLUN
 	for i, name := range names {
 		if name != "" {
-			vols[i] = c.srpOpenVolume(name, i, nexus)
-			vols[i].state = stateOf(vols[i].vol)
+			luns = append(luns, srpNewLUN{lun: i, name: name})
 		}
+	}
+	vols := make([]srpVolume, len(names))
+	for _, o := range c.srpOpenAll(luns, c.srpNexus()) {
+		vols[o.lun] = o.srpVolume
+		vols[o.lun].state = stateOf(o.vol)
 	}
 	c.core.srpAttach(c.srpNx, vols)
 	countWriters(c.core.srpTakeAttached())
@@ -203,6 +207,7 @@ func (c *conn) nexusShutdown() {
 	c.nexusIn, c.refreshIn = nil, nil
 	c.nexusMu.Unlock()
 	c.srpCloseOpened(r)
+	c.srpLateShut()
 	for _, m := range in {
 		if m.abort != nil {
 			m.abort.finish()

@@ -2,9 +2,10 @@ package target
 
 // The shell's part of a live SRP session's LUN table
 // (core_srp_luns.go): on a catalog change, the catalog listed and
-// numbered, then the new LUNs' volumes opened, each off the run loop
-// on a goroutine the connection owns, one refresh at a time; the run
-// loop hands each result to the core.
+// numbered, then the new LUNs' volumes opened, off the run loop on a
+// goroutine the connection owns, one refresh at a time, each volume
+// within Config.SRPOpenWait (conn_srp_open.go); the run loop hands each
+// result to the core.
 
 // srpRefresh is what a refresh goroutine hands the run loop: the
 // catalog numbered by LUN for catalog change gen (listed), or the
@@ -35,7 +36,7 @@ func (c *conn) srpLUNsStep() {
 			}
 			if open := c.core.srpCatalog(r.gen, r.byLUN, r.err); len(open) > 0 {
 				nexus := c.srpNexus()
-				c.srpRefreshGo(func() *srpRefresh { return &srpRefresh{gen: r.gen, opened: c.srpOpenNew(open, nexus)} })
+				c.srpRefreshGo(func() *srpRefresh { return &srpRefresh{gen: r.gen, opened: c.srpOpenAll(open, nexus)} })
 			}
 		} else {
 			for i := range r.opened {
@@ -109,17 +110,6 @@ func (c *conn) srpListLUNs() *srpRefresh {
 	}
 	r.err = err
 	return r
-}
-
-// srpOpenNew opens the volumes of the new LUNs for the I_T nexus named
-// nexus; one that fails to open leaves its LUN empty, logged, as at
-// login.
-func (c *conn) srpOpenNew(luns []srpNewLUN, nexus string) []srpOpened {
-	out := make([]srpOpened, len(luns))
-	for i, l := range luns {
-		out[i] = srpOpened{srpNewLUN: l, srpVolume: c.srpOpenVolume(l.name, l.lun, nexus)}
-	}
-	return out
 }
 
 // srpOpenVolume opens the volume name of LUN lun for the I_T nexus

@@ -48,6 +48,9 @@ type storeCatalog struct {
 	ro    map[string]bool
 	// wrap, if set, wraps every opened volume (to slow or gate it).
 	wrap func(Volume) Volume
+	// opening, if set, is called first by every OpenVolume (to count
+	// the opens, or hang one as a store that does not answer).
+	opening func(name string)
 }
 
 func (c *storeCatalog) List() ([]VolumeInfo, error) {
@@ -75,6 +78,9 @@ func (c *storeCatalog) List() ([]VolumeInfo, error) {
 
 // OpenVolume opens VOL@SNAP as a snapshot, as cmd/srpd's catalog does.
 func (c *storeCatalog) OpenVolume(name string) (Volume, error) {
+	if c.opening != nil {
+		c.opening(name)
+	}
 	var v Volume
 	var err error
 	if vol, snap, ok := strings.Cut(name, "@"); ok {

@@ -1,0 +1,96 @@
+package target
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/scsi"
+)
+
+// TestSRPHungOpen: the store hangs in the open of one volume (vol1). An
+// SRP login completes all the same once SRPOpenWait has passed, its
+// other LUNs serving I/O and vol1's LUN left empty (LOGICAL UNIT NOT
+// SUPPORTED, not in REPORT LUNS). A catalog change then adds two
+// volumes, one of which hangs too: the other becomes a LUN, announced by
+// REPORTED LUNS DATA HAS CHANGED, without waiting for it. Once the store
+// answers, both hung volumes become LUNs of the session, announced by
+// another unit attention, each opened once: the refreshes meanwhile did
+// not open them again. Before, the login never finished (its connection
+// opened the volumes one by one before its loop started), and a hung
+// open held back every other new LUN of the change.
+func TestSRPHungOpen(t *testing.T) {
+	e := srpEnvs[0]
+	r := newRig(t, e, Config{SRPOpenWait: 200 * time.Millisecond})
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	opens := map[string]int{}
+	r.cat.opening = func(name string) {
+		mu.Lock()
+		opens[name]++
+		mu.Unlock()
+		if name == "vol1" || name == "slow" {
+			<-gate
+		}
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release) // before the rig's shutdown (cleanups run last first)
+
+	c, err := r.srpDial(t, srpLoginReq(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.reportLUNs(t, "REPORT LUNS with vol1 hung"); !slices.Equal(got, []uint16{lunRO, lunVol0}) {
+		t.Fatalf("REPORT LUNS with vol1's open hung: %v, want ro and vol0", got)
+	}
+	c.checkSense("TEST UNIT READY on vol1's LUN while its open hangs", srpTUR(c, lunVol1), scsi.SenseLUNotSupported)
+	copy(c.data(0, bs), pattern(bs, 0x11))
+	c.good("WRITE(10) to vol0 while vol1's open hangs", c.do(c.out(srpCmd(lunVol0, rw10(0x2A, 0, 1, false)...), 0, bs)), 0)
+
+	const lunNew, lunSlow = 3, 4
+	r.createVolume(t, "new")
+	r.createVolume(t, "slow")
+	r.tgt.CatalogChanged()
+	c.waitLUNs(t, "the change, slow hung", []uint16{lunRO, lunVol0, lunNew})
+
+	release()
+	c.waitLUNs(t, "the hung opens returned", []uint16{lunRO, lunVol0, lunVol1, lunNew, lunSlow})
+	for i, lun := range []uint16{lunVol1, lunSlow} {
+		p := pattern(bs, byte(0x21+i))
+		copy(c.data(0, bs), p)
+		c.good("WRITE(10) to a LUN opened late", c.do(c.out(srpCmd(lun, rw10(0x2A, 1, 1, false)...), 0, bs)), 0)
+		clear(c.data(bs, bs))
+		c.good("READ(10) of a LUN opened late", c.do(c.in(srpCmd(lun, rw10(0x28, 1, 1, false)...), bs, bs)), 0)
+		if !bytes.Equal(c.data(bs, bs), p) {
+			t.Fatalf("LUN %d read back something else", lun)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if opens["vol1"] != 1 || opens["slow"] != 1 {
+		t.Errorf("opens: %v; want vol1 and slow opened once each (a refresh reopened a volume whose open still ran)", opens)
+	}
+	c.logout()
+}
+
+// waitLUNs waits until a TEST UNIT READY on vol0 reports REPORTED LUNS
+// DATA HAS CHANGED and REPORT LUNS lists want afterwards; a unit
+// attention followed by another list is waited past (a change may be
+// announced in two steps).
+func (c *srpClient) waitLUNs(t *testing.T, what string, want []uint16) {
+	t.Helper()
+	var got []uint16
+	waitFor(t, fmt.Sprintf("%s: REPORT LUNS %v", what, want), func() bool {
+		rsp := srpTUR(c, lunVol0)
+		if rsp.Status == uint8(scsi.StatusGood) {
+			return false
+		}
+		c.checkSense(what+": TEST UNIT READY", rsp, scsi.SenseLUNsChanged)
+		got = c.reportLUNs(t, what+": REPORT LUNS")
+		return slices.Equal(got, want)
+	})
+}
