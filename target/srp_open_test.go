@@ -24,7 +24,7 @@ import (
 // open held back every other new LUN of the change.
 func TestSRPHungOpen(t *testing.T) {
 	e := srpEnvs[0]
-	r := newRig(t, e, Config{SRPOpenWait: 200 * time.Millisecond})
+	r := newRig(t, e, Config{SRPOpenWait: time.Second})
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	opens := map[string]int{}
@@ -60,6 +60,9 @@ func TestSRPHungOpen(t *testing.T) {
 	release()
 	c.waitLUNs(t, "the hung opens returned", []uint16{lunRO, lunVol0, lunVol1, lunNew, lunSlow})
 	for i, lun := range []uint16{lunVol1, lunSlow} {
+		// Each late open announced itself: the second announcement may
+		// still be pending on a unit the first attached.
+		c.clearUA(t, lun)
 		p := pattern(bs, byte(0x21+i))
 		copy(c.data(0, bs), p)
 		c.good("WRITE(10) to a LUN opened late", c.do(c.out(srpCmd(lun, rw10(0x2A, 1, 1, false)...), 0, bs)), 0)
@@ -92,5 +95,19 @@ func (c *srpClient) waitLUNs(t *testing.T, what string, want []uint16) {
 		c.checkSense(what+": TEST UNIT READY", rsp, scsi.SenseLUNsChanged)
 		got = c.reportLUNs(t, what+": REPORT LUNS")
 		return slices.Equal(got, want)
+	})
+}
+
+// clearUA sends TEST UNIT READY to lun until it is GOOD, taking the
+// REPORTED LUNS DATA HAS CHANGED it may report first.
+func (c *srpClient) clearUA(t *testing.T, lun uint16) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("LUN %d ready", lun), func() bool {
+		rsp := srpTUR(c, lun)
+		if rsp.Status == uint8(scsi.StatusGood) {
+			return true
+		}
+		c.checkSense(fmt.Sprintf("TEST UNIT READY on LUN %d", lun), rsp, scsi.SenseLUNsChanged)
+		return false
 	})
 }
