@@ -2,7 +2,9 @@
 # Builds the rxe test guest in $GOSRP_RXE_DIR (default /var/cache/gosrp-rxe):
 #   1. host tools (qemu-system-x86, debootstrap, cpio) from apt;
 #   2. Debian's own kernel (the package linux-image-amd64 depends on), unpacked, not installed;
-#      it has CONFIG_RDMA_RXE=m;
+#      it has CONFIG_RDMA_RXE=m; GOSRP_RXE_KERNEL_SUITE=bookworm-backports takes it from that
+#      suite of the same mirror instead (a newer rxe beside the same userland; apt lists of
+#      their own in $W, the host's apt configuration untouched);
 #   3. a minbase userland of the host's Debian suite with rdma-core and librdmacm (debootstrap),
 #      plus GOSRP_RXE_EXTRA_PKGS;
 #   4. one uncompressed newc cpio = userland + the module closure of rdma_rxe and friends
@@ -27,16 +29,27 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+if [ "$(cat "$W/kernel.suite" 2>/dev/null)" != "${GOSRP_RXE_KERNEL_SUITE:-}" ]; then
+  rm -rf "$W/kernel"
+fi
 if [ ! -d "$W/kernel/lib/modules" ]; then
   step "downloading the Debian kernel"
   rm -rf "$W/kpkg" "$W/kernel.tmp"; mkdir -p "$W/kpkg"
-  PKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
+  APT=()
+  if [ -n "${GOSRP_RXE_KERNEL_SUITE:-}" ]; then
+    mkdir -p "$W/apt/lists/partial"
+    echo "deb $(mirror) $GOSRP_RXE_KERNEL_SUITE main" > "$W/apt/sources.list"
+    APT=(-o "Dir::Etc::sourcelist=$W/apt/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$W/apt/lists")
+    apt-get "${APT[@]}" update -qq
+  fi
+  PKG=$(apt-cache "${APT[@]}" depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
   [ -n "$PKG" ] || { echo "rxe: cannot find the kernel package linux-image-amd64 points at (apt-get update?)" >&2; exit 1; }
-  ( cd "$W/kpkg" && apt-get download "$PKG" 2>&1 | grep -v unsandboxed || true )
+  ( cd "$W/kpkg" && apt-get "${APT[@]}" download "$PKG" 2>&1 | grep -v unsandboxed || true )
   dpkg -x "$W/kpkg/${PKG}"_*.deb "$W/kernel.tmp"
   grep -q '^CONFIG_RDMA_RXE=[ym]' "$W/kernel.tmp/boot/config-"* || { echo "rxe: $PKG has no CONFIG_RDMA_RXE" >&2; exit 1; }
   rm -rf "$W/kpkg"
   mv "$W/kernel.tmp" "$W/kernel"
+  echo "${GOSRP_RXE_KERNEL_SUITE:-}" > "$W/kernel.suite"
   step "kernel $PKG unpacked"
 fi
 
