@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"
 )
 
 // The faults with the most moving parts (completions lost in a flush, stray
@@ -334,8 +335,10 @@ func TestStaleWrappedKey(t *testing.T) {
 
 // TestRegFailure: a REG_MR (BIND_MW) the device rejects — malformed
 // (bad page list / access), PD mismatch, REG on VALID — completes in
-// error although unsignaled; the SEND chained behind it is flushed, so
-// the target never sees the key; the MR is TAINTED and replaced.
+// error although unsignaled (WR_FLUSH_ERR alone where the device hides
+// the cause, Quirks.LocalErrFlushed); the SEND chained behind it is
+// flushed, so the target never sees the key; the MR is TAINTED and
+// replaced.
 func TestRegFailure(t *testing.T) {
 	for _, profile := range []string{"strict", "rxe"} {
 		for _, mech := range []Mechanism{FRMR, MW} {
@@ -352,9 +355,18 @@ func TestRegFailure(t *testing.T) {
 					if r.regFailSeen != 1 {
 						t.Fatalf("%d error completions for the unsignaled REG, want 1", r.regFailSeen)
 					}
+					prof, err := emu.LookupProfile(profile)
+					if err != nil {
+						t.Fatal(err)
+					}
 					want := transport.StatusMWBindErr
-					if profile == "rxe" && mech == FRMR {
-						want = transport.StatusLocQPOpErr
+					switch {
+					case prof.Quirks.LocalErrFlushed:
+						// rxe on Linux 6.12: the failed REG reports only a
+						// flush, and the pool must still see it for what it is.
+						want = transport.StatusWRFlushErr
+					case mech == FRMR:
+						want = prof.Quirks.LocalOpErrStatus
 					}
 					if r.regFailStatus != want {
 						t.Errorf("REG failed with %s, want %s", r.regFailStatus, want)

@@ -91,4 +91,20 @@ type Quirks struct {
 	// windows) gets a longer horizon from a cyclic device for the same
 	// resources; it must stay correct without it.
 	CyclicIndices bool
+	// LocalErrFlushed: a send-queue WR that fails at the requester (a
+	// local SGE that does not resolve or is out of bounds, a REG_MR,
+	// LOCAL_INV or BIND_MW the device refuses) completes StatusWRFlushErr,
+	// as every WR after it does: the cause is not reported, only that
+	// the QP went to ERR. rxe does on Linux 6.12 (measured in the VM with
+	// a bookworm-backports kernel; 6.1 reports LocalOpErrStatus and
+	// LocalKeyErrStatus): its requester moves the QP to ERR and its
+	// completer, finding the QP in ERR, flushes the whole send queue, the
+	// failed WR included (drivers/infiniband/sw/rxe/rxe_comp.c,
+	// flush_send_queue, since "RDMA/rxe: Fix multiple rxe_qp_error
+	// calls", v6.10). Errors the completer finds in a response (a READ's
+	// sink) and the responder's are still reported. A consumer must take
+	// a flushed REG_MR or LOCAL_INV for "state unknown" in any case
+	// (docs/verbs.md#flushed-invalidations), and a flush for a QP in ERR
+	// whose cause it may never see.
+	LocalErrFlushed bool
 }

@@ -75,6 +75,7 @@ func TestConformanceKnobs(t *testing.T) {
 		{"WindowBoundsUnchecked", func(q *transport.Quirks) { q.WindowBoundsUnchecked = true }},
 		{"DestroyQPInvalidatesWindows", func(q *transport.Quirks) { q.DestroyQPInvalidatesWindows = true }},
 		{"CyclicIndices", func(q *transport.Quirks) { q.CyclicIndices = true }},
+		{"LocalErrFlushed", func(q *transport.Quirks) { q.LocalErrFlushed = true }},
 	}
 	seed := *conformanceSeed
 	if seed == 0 {

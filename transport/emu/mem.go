@@ -66,6 +66,11 @@ type memObj struct {
 type opError struct {
 	status transport.Status
 	reason string
+	// sink: a READ's sink is bad. Checked here before the request goes
+	// out, but a real device finds it when the response arrives, in its
+	// completer, and reports it even where it flushes the requester's
+	// own failures (Quirks.LocalErrFlushed).
+	sink bool
 }
 
 func (d *device) localOpErr(format string, args ...any) *opError {

@@ -59,7 +59,10 @@ var profiles = map[string]Profile{
 	// before they reach the device. So is destroying a QP while a type-2
 	// window bound through it is valid: rxe would wait ~50 s for the
 	// window's reference and warn. Indices are handed out cyclically
-	// (rxe_pool.c's xa_alloc_cyclic), not the one freed last.
+	// (rxe_pool.c's xa_alloc_cyclic), not the one freed last. A WR that
+	// fails at the requester completes WR_FLUSH_ERR, its cause unreported,
+	// as on Linux 6.12 (LocalErrFlushed); Linux 6.1 reports the statuses
+	// above instead, which the other profiles' consumers see.
 	"rxe": {Name: "rxe", Vendor: "gosrp-emu (rxe-like)", Quirks: transport.Quirks{
 		LocalOpErrStatus:      transport.StatusLocQPOpErr,
 		NoQPErrorEvents:       true,
@@ -67,6 +70,7 @@ var profiles = map[string]Profile{
 		RecvLenErrStatus:      transport.StatusLocQPOpErr,
 		WindowBoundsUnchecked: true,
 		CyclicIndices:         true,
+		LocalErrFlushed:       true,
 	}},
 }
 

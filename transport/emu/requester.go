@@ -213,7 +213,7 @@ func (q *qp) progress() (sent link) {
 			q.mu.Lock()
 			if idx >= q.sqDone && w.state != wqeDone {
 				if err != nil {
-					q.endLocked(w, err.status, err.reason)
+					q.failLocalLocked(w, err)
 				} else {
 					w.state = wqeDone
 				}
@@ -228,7 +228,7 @@ func (q *qp) progress() (sent link) {
 		}
 		pkt, bad := q.buildRequestLocked(w)
 		if bad != nil {
-			q.endLocked(w, bad.status, bad.reason)
+			q.failLocalLocked(w, bad)
 			q.retireLocked()
 			q.unlock()
 			continue
@@ -297,7 +297,7 @@ func (q *qp) buildRequestLocked(w *wqe) (*packet, *opError) {
 			// The responder's NIC places the data itself: name the sinks.
 			segs, bad := q.segsLocked(wr.SGL, true)
 			if bad != nil {
-				return nil, &opError{status: transport.StatusLocProtErr, reason: bad.reason}
+				return nil, &opError{status: transport.StatusLocProtErr, reason: bad.reason, sink: true}
 			}
 			pkt.segs = segs
 			return pkt, nil
@@ -307,7 +307,7 @@ func (q *qp) buildRequestLocked(w *wqe) (*packet, *opError) {
 		defer d.mem.RUnlock()
 		for _, s := range wr.SGL {
 			if _, bad := d.checkLocalLocked(q, s, true); bad != nil {
-				return nil, &opError{status: transport.StatusLocProtErr, reason: bad.reason}
+				return nil, &opError{status: transport.StatusLocProtErr, reason: bad.reason, sink: true}
 			}
 		}
 		return pkt, nil
@@ -494,6 +494,18 @@ func (q *qp) ackedLocked(w *wqe, status transport.Status, reason string) {
 	if status != transport.StatusSuccess {
 		q.inflight = q.inflight[:0]
 	}
+}
+
+// failLocalLocked ends w, which failed at the requester, with its
+// error's status, or with WR_FLUSH_ERR where the device reports such a
+// failure as a flush (Quirks.LocalErrFlushed: rxe on Linux 6.12).
+// REQUIRES: q.mu.
+func (q *qp) failLocalLocked(w *wqe, err *opError) {
+	if q.dev.p.quirks.LocalErrFlushed && !err.sink {
+		q.endLocked(w, transport.StatusWRFlushErr, err.reason+" (reported as a flush: Quirks.LocalErrFlushed)")
+		return
+	}
+	q.endLocked(w, err.status, err.reason)
 }
 
 // endLocked ends w with status. A failed WQE blocks the send queue:

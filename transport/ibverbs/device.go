@@ -168,6 +168,9 @@ func quirksFor(vendor, part uint32) transport.Quirks {
 			WindowBoundsUnchecked: true,
 			// rxe_pool.c: xa_alloc_cyclic over the pool's index range.
 			CyclicIndices: true,
+			// Measured on 6.1 (reported) and 6.12 (flushed); the change
+			// is "RDMA/rxe: Fix multiple rxe_qp_error calls", v6.10.
+			LocalErrFlushed: kernelAtLeast(kernelRelease(), 6, 10),
 		}
 	case mellanoxVendorID:
 		q := transport.Quirks{

@@ -148,7 +148,11 @@
 //	LOCAL_INV of a window bound on       succeeds on rxe -> rewritten to fail
 //	  another QP, or of another PD         (LOC_QP_OP_ERR)
 //	failed LOCAL_INV status              LOC_QP_OP_ERR, vendor_err 0
-//	                                       (LocalOpErrStatus)
+//	                                       (LocalOpErrStatus); on 6.12
+//	                                       WR_FLUSH_ERR, as every local
+//	                                       failure of a send-queue WR
+//	                                       (LocalErrFlushed, set from the
+//	                                       kernel release: 6.10 and later)
 //	failed BIND_MW status                MW_BIND_ERR (e.g. bind of a bound
 //	                                       window), while LocalOpErrStatus
 //	                                       is LOC_QP_OP_ERR: a failed

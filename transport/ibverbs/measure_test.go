@@ -29,7 +29,12 @@ func TestMeasure(t *testing.T) {
 		t.Helper()
 		t.Logf("MEASURE %-34s "+format, append([]any{rule}, args...)...)
 	}
-	isLocalOpErr := func(st transport.Status) bool { return st == q.LocalOpErrStatus }
+	isLocalOpErr := func(st transport.Status) bool {
+		if q.LocalErrFlushed {
+			return st == transport.StatusWRFlushErr
+		}
+		return st == q.LocalOpErrStatus
+	}
 	if !caps.Has(transport.CapMemWindow2 | transport.CapLocalInv | transport.CapSendWithInv) {
 		t.Skipf("device caps %s: windows and invalidation needed", caps)
 	}
@@ -227,6 +232,9 @@ func TestMeasure(t *testing.T) {
 		want := q.LocalKeyErrStatus
 		if want == transport.StatusSuccess {
 			want = transport.StatusLocProtErr
+		}
+		if q.LocalErrFlushed {
+			want = transport.StatusWRFlushErr
 		}
 		if len(got) == 0 || !strings.Contains(got[0], want.String()) {
 			t.Errorf("first completion %v, Quirks say %s", got, want)

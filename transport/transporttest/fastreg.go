@@ -145,13 +145,14 @@ func newFRFixture(t *testing.T, p transport.Provider, m mechanism) *frFixture {
 // localErr is the status a failed local memory operation must report:
 // Quirks.LocalOpErrStatus. rxe reports MW_BIND_ERR for a failed BIND_MW even
 // though its REG_MR/LOCAL_INV failures are LOC_QP_OP_ERR (rxe_do_local_ops),
-// so MW_BIND_ERR is always accepted for windows.
+// so MW_BIND_ERR is always accepted for windows. Where the device reports
+// such failures as flushes (Quirks.LocalErrFlushed), WR_FLUSH_ERR.
 func (x *frFixture) localErr() []transport.Status {
 	s := []transport.Status{x.quirk.LocalOpErrStatus}
 	if x.m.isMW() && !slices.Contains(s, transport.StatusMWBindErr) {
 		s = append(s, transport.StatusMWBindErr)
 	}
-	return s
+	return localFail(x.quirk, s...)
 }
 
 // reg registers [off, off+n) under k, signaled, and requires success.

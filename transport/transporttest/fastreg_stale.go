@@ -160,7 +160,7 @@ func testFRPoisonAfterFlushedLocalInv(t *testing.T, p transport.Provider, m mech
 	pr2.a.doOK(t, fresh.regWR(t, 3, fk, 0, 4096, frAcc, 0), m.wcOpcode())
 	wc := pr2.a.do(t, localInvWR(4, k, 0))
 	if x.quirk.PoisonOnFlush {
-		checkWC(t, wc, 4, pr2.a.qp, transport.StatusMWBindErr)
+		checkWC(t, wc, 4, pr2.a.qp, localFail(x.quirk, transport.StatusMWBindErr)...)
 		return
 	}
 	checkOK(t, wc, 4, pr2.a.qp, transport.WCLocalInv)
@@ -179,7 +179,7 @@ func (x *frFixture) poisonCheck(t *testing.T, p transport.Provider, k transport.
 	// The object named by the flushed WR.
 	wc := pr2.a.do(t, x.f.regWR(t, 13, k, 4096, 4096, frAcc, 0))
 	if x.quirk.PoisonOnFlush {
-		checkWC(t, wc, 13, pr2.a.qp, transport.StatusMWBindErr)
+		checkWC(t, wc, 13, pr2.a.qp, localFail(x.quirk, transport.StatusMWBindErr)...)
 		return
 	}
 	if checkOK(t, wc, 13, pr2.a.qp, x.m.wcOpcode()) {

@@ -122,6 +122,16 @@ func checkWC(t *testing.T, wc transport.WC, id uint64, qp transport.QP, status .
 	return ok
 }
 
+// localFail is what a WR that fails at the requester must complete with:
+// one of want, or WR_FLUSH_ERR alone on a device that reports such a
+// failure as a flush (Quirks.LocalErrFlushed).
+func localFail(q transport.Quirks, want ...transport.Status) []transport.Status {
+	if q.LocalErrFlushed {
+		return []transport.Status{transport.StatusWRFlushErr}
+	}
+	return want
+}
+
 // checkOK checks a successful completion including its opcode.
 func checkOK(t *testing.T, wc transport.WC, id uint64, qp transport.QP, op transport.WCOpcode) bool {
 	t.Helper()

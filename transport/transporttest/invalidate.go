@@ -52,7 +52,7 @@ func testLocalInvRegularMR(t *testing.T, p transport.Provider) {
 	pr := connectPair(t, p, pairConfig{})
 	mr := newBuf(t, p, pr.a.pd, transport.PageSize, accRW)
 	wc := pr.a.do(t, localInvWR(1, mr.mr.RKey(), 0))
-	checkWC(t, wc, 1, pr.a.qp, attr.Quirks.LocalOpErrStatus)
+	checkWC(t, wc, 1, pr.a.qp, localFail(attr.Quirks, attr.Quirks.LocalOpErrStatus)...)
 	// The MR is untouched: a new connection still writes it.
 	pr2 := connectPair(t, p, pairConfig{pdA: pr.a.pd})
 	src := newBuf(t, p, pr2.b.pd, transport.PageSize, 0)

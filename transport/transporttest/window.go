@@ -72,7 +72,7 @@ func testMWBindRule(t *testing.T, p transport.Provider, mrAcc transport.Access, 
 		localInvWR(2, mw.Key().Bump(), transport.FlagSignaled),
 	)
 	wcs := waitWC(t, a.scq, 2, Timeout)
-	checkWC(t, wcs[0], 1, a.qp, attr.Quirks.LocalOpErrStatus, transport.StatusMWBindErr)
+	checkWC(t, wcs[0], 1, a.qp, localFail(attr.Quirks, attr.Quirks.LocalOpErrStatus, transport.StatusMWBindErr)...)
 	checkWC(t, wcs[1], 2, a.qp, transport.StatusWRFlushErr)
 }
 

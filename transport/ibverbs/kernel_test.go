@@ -1,0 +1,30 @@
+//go:build linux
+
+package ibverbs
+
+import "testing"
+
+func TestKernelAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		want    bool
+	}{
+		{"6.12.95+deb12-amd64", true},
+		{"6.10.0", true},
+		{"6.10", true},
+		{"6.9.12-arch1", false},
+		{"6.1.0-41-amd64", false},
+		{"7.0.0", true},
+		{"5.15.0-generic", false},
+		{"", false},
+		{"six.ten", false},
+		{"6.x", false},
+	} {
+		if got := kernelAtLeast(tc.release, 6, 10); got != tc.want {
+			t.Errorf("kernelAtLeast(%q, 6, 10) = %v, want %v", tc.release, got, tc.want)
+		}
+	}
+	if kernelRelease() == "" {
+		t.Error("uname gave no release")
+	}
+}
