@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -58,6 +59,9 @@ type Device struct {
 	isRxe         bool
 	winMu         sync.RWMutex
 	windows       map[uint32]*MW // key index -> window
+	// doubted counts the unsure windows (qp_mw.go), so that completions
+	// look for a window to confirm only while there is one.
+	doubted atomic.Int64
 
 	events *asyncq.Queue // counts the events dropped because nobody read them
 	stopFD int           // eventfd that stops the async goroutine

@@ -191,6 +191,9 @@ type MW struct {
 	// cur is the key the device holds for it as far as posts tell.
 	// Guarded by the device's winMu.
 	winState
+	// doubts counts the times the window was made unsure (doubtWindows),
+	// so that only a BIND_MW posted since confirms it. Guarded by winMu.
+	doubts uint32
 }
 
 var _ transport.MW = (*MW)(nil)
@@ -213,6 +216,10 @@ func (w *MW) Close() error {
 	d.winMu.Lock()
 	if d.windows[w.key.Index()] == w {
 		delete(d.windows, w.key.Index())
+	}
+	if w.unsure {
+		w.unsure = false
+		d.doubted.Add(-1)
 	}
 	d.winMu.Unlock()
 	return nil

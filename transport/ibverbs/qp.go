@@ -87,6 +87,10 @@ type sendSlot struct {
 	id     uint64
 	w      *MW      // window whose provider-side state the request changed
 	before winState // its state before
+	// bind: the request is a BIND_MW of w, posted when w had been
+	// doubted doubts times (windowConfirmed).
+	bind   bool
+	doubts uint32
 }
 
 // winState is the provider's view of a window.
@@ -94,6 +98,10 @@ type winState struct {
 	bound bool
 	cur   transport.Key
 	bqp   *QP // the QP that bound it
+	// unsure: a request that changed the window failed or was flushed,
+	// or its QP was reset, so the device may hold it in any state and
+	// under any of its keys (doubtWindows).
+	unsure bool
 }
 
 var _ transport.QP = (*QP)(nil)
@@ -249,9 +257,10 @@ func (q *QP) Modify(to transport.QPState) error {
 	q.state.Store(uint32(to))
 	switch {
 	case to == transport.QPReset:
-		// RESET discards outstanding work without completions.
+		// RESET discards outstanding work without completions, some of
+		// which may have executed.
 		q.ringMu.Lock()
-		q.rollbackWindows(q.stail)
+		q.doubtWindows(q.stail, q.shead)
 		q.stail = q.shead
 		q.rtail = q.rhead
 		q.ringMu.Unlock()

@@ -11,20 +11,33 @@ import (
 	"github.com/gosrp/gosrp/transport"
 )
 
-// The provider's view of the windows bound through a QP: rolled back when
-// a send fails, counted before the QP is destroyed, and invalidations
-// rxe would mishandle rewritten so they fail as on a strict device.
+// The provider's view of the windows bound through a QP: rolled back for
+// sends never given to the device, made unsure when a send fails or is
+// flushed, counted before the QP is destroyed, and invalidations rxe
+// would mishandle rewritten so they fail as on a strict device.
 
-// rollbackWindows restores the windows changed by outstanding sends from
-// slot from on, latest first so that the earliest state wins. Caller
-// holds ringMu.
-func (q *QP) rollbackWindows(from uint32) {
-	q.undoWindows(from, q.shead)
+// undoWindows restores the windows changed by slots [from, to), latest
+// first so that the earliest state wins: requests that were never given
+// to the device (ibv_post_send's bad_wr and those after it). A window
+// doubted meanwhile (by another QP's failure) stays unsure. Caller holds
+// ringMu.
+func (q *QP) undoWindows(from, to uint32) {
+	q.eachWindowSlot(from, to, func(e *sendSlot) {
+		w := e.w
+		was := w.unsure
+		w.winState = e.before
+		if was && !w.unsure {
+			w.unsure = true
+		} else if w.unsure && !was {
+			q.d.doubted.Add(1)
+		}
+	})
 }
 
-// undoWindows restores the windows changed by slots [from, to). Caller
+// eachWindowSlot calls f under winMu for each slot of [from, to) that
+// changed a window, latest first, then forgets the slot's window. Caller
 // holds ringMu.
-func (q *QP) undoWindows(from, to uint32) {
+func (q *QP) eachWindowSlot(from, to uint32, f func(e *sendSlot)) {
 	if from == to {
 		return
 	}
@@ -39,11 +52,64 @@ func (q *QP) undoWindows(from, to uint32) {
 			q.d.winMu.Lock()
 			locked = true
 		}
-		e.w.winState = e.before
+		f(e)
 		e.w = nil
 	}
 	if locked {
 		q.d.winMu.Unlock()
+	}
+}
+
+// doubtWindows makes unsure the windows changed by slots [from, to):
+// requests that failed or were flushed, or whose QP was reset. Restoring
+// the state from before them (undoWindows) would assume they never
+// executed, and on rxe a flushed request may have: from Linux 6.10 its
+// completer, once the requester has moved the QP to ERR, flushes the
+// whole send queue, requests the requester had already carried out
+// included (transport.Quirks.LocalErrFlushed). A window so restored to
+// "bound" that the device holds FREE let a SEND_WITH_INV through, and
+// rxe's receiver dereferenced the FREE window's NULL QP and panicked the
+// 6.12 guest (the faults run of TestRXEEndToEnd, 1 in 4). An unsure
+// window has every invalidation naming its index refused
+// (trackInvalidate) until a BIND_MW of it posted since completes
+// successfully (windowConfirmed), or it is deallocated. Its key is the
+// one from before the requests, latest first so that the earliest wins,
+// the device's if they did not execute (always so on 6.1): a BIND_MW
+// names it to rxe as the window's current key (ibv_mw.rkey), and if the
+// guess is wrong the bind fails, which the consumer takes as it takes
+// any failed bind. Caller holds ringMu.
+func (q *QP) doubtWindows(from, to uint32) {
+	q.eachWindowSlot(from, to, func(e *sendSlot) {
+		w := e.w
+		if !w.unsure {
+			w.unsure = true
+			q.d.doubted.Add(1)
+		}
+		w.doubts++
+		bqp := e.before.bqp
+		if e.bind {
+			bqp = q // it may hold q (windowsHeld)
+		}
+		w.cur, w.bqp, w.bound = e.before.cur, bqp, false
+	})
+}
+
+// windowsConfirmed takes the successful completion of slots [from, to):
+// a BIND_MW posted after its window was last doubted has bound it, so
+// the window's state is known again. Caller holds ringMu.
+func (q *QP) windowsConfirmed(from, to uint32) {
+	for s := from; s != to; s++ {
+		e := &q.sring[s&q.smask]
+		if !e.bind {
+			continue
+		}
+		q.d.winMu.Lock()
+		if w := e.w; w != nil && w.unsure && w.doubts == e.doubts {
+			w.unsure = false
+			q.d.doubted.Add(-1)
+		}
+		q.d.winMu.Unlock()
+		e.bind = false
 	}
 }
 
@@ -57,7 +123,7 @@ func (q *QP) windowsHeld() int {
 	defer q.d.winMu.RUnlock()
 	n := 0
 	for _, w := range q.d.windows {
-		if w.bound && w.bqp == q {
+		if (w.bound || w.unsure) && w.bqp == q {
 			n++
 		}
 	}
@@ -76,20 +142,22 @@ const invalidKey = 0
 // refuses to name invalidKey, so that it fails as on a strict device
 // (LOCAL_INV: LOC_QP_OP_ERR; SEND_WITH_INV: REM_INV_REQ_ERR at the
 // receiver) with the consumer's wr_id and the QP in ERR:
-//   - a FREE window: rxe (Linux 6.1) dereferences the window's NULL QP in
-//     rxe_do_invalidate_mw and panics the kernel;
+//   - a FREE window: rxe (Linux 6.1 and 6.12) dereferences the window's
+//     NULL QP in rxe_do_invalidate_mw and panics the kernel;
+//   - an unsure window (doubtWindows), under any key: it may be FREE;
 //   - a window bound on another QP, or of another PD: rxe invalidates it.
 func (q *QP) trackInvalidate(i int, slot uint32, k transport.Key, send bool) {
 	d := q.d
 	d.winMu.Lock()
 	defer d.winMu.Unlock()
 	w := d.windows[k.Index()]
-	if w == nil || k != w.cur {
+	if w == nil || !w.unsure && k != w.cur {
 		// Not a window, or a key the device refuses on the key compare
-		// before it looks at the state: harmless.
+		// before it looks at the state: harmless. An unsure window's
+		// device key is not known.
 		return
 	}
-	refuse := !w.bound
+	refuse := !w.bound || w.unsure
 	if !send && (w.pd != q.pd || (w.bqp != nil && w.bqp != q)) {
 		refuse = true
 	}

@@ -129,6 +129,7 @@ func (q *QP) fillSend(i int, seq uint32, wr *transport.SendWR) error {
 			s.mw_rkey = C.uint32_t(mw.cur ^ 0x80)
 		} else {
 			q.sring[slot].w, q.sring[slot].before = mw, mw.winState
+			q.sring[slot].bind, q.sring[slot].doubts = true, mw.doubts
 			mw.bound, mw.cur, mw.bqp = true, wr.Bind.Key, q
 		}
 		q.d.winMu.Unlock()
@@ -288,9 +289,10 @@ func (q *QP) PostRecv(wrs []transport.RecvWR) (int, error) {
 
 // complete retires the slot a completion names and returns the consumer's
 // ID. Every earlier outstanding slot of that queue has completed too (in
-// order, silently if unsignaled). A failed or flushed send means it and
-// everything after it will not execute: the provider's view of the windows
-// they touched goes back to what it was before them.
+// order, silently if unsignaled), successfully. A failed or flushed send
+// and everything after it may or may not have executed: the windows they
+// touched are doubted (doubtWindows). A successful BIND_MW confirms its
+// window (windowConfirmed).
 func (q *QP) complete(send bool, seq uint32, st transport.Status) (uint64, bool) {
 	q.ringMu.Lock()
 	defer q.ringMu.Unlock()
@@ -299,8 +301,13 @@ func (q *QP) complete(send bool, seq uint32, st transport.Status) (uint64, bool)
 			return 0, false // not outstanding (QP reset, or a stale completion)
 		}
 		id := q.sring[seq&q.smask].id
+		end := seq + 1
 		if st != transport.StatusSuccess {
-			q.rollbackWindows(seq)
+			q.doubtWindows(seq, q.shead)
+			end = seq
+		}
+		if q.d.doubted.Load() > 0 {
+			q.windowsConfirmed(q.stail, end)
 		}
 		q.stail = seq + 1
 		return id, true
