@@ -221,6 +221,12 @@ func (q *qp) Modify(to transport.QPState) error {
 		q.drainEv = true
 		q.maybeDrainedLocked()
 		return nil
+	case from == transport.QPSQD && to == transport.QPRTS && q.drainEv:
+		// IBTA's SQD has a draining and a drained substate; the QP may
+		// go back to RTS from the drained one only, which SQ_DRAINED
+		// announces. rxe on Linux 6.12 drains on a workqueue and refuses
+		// the Modify with EINVAL until then.
+		return fmt.Errorf("emu: modify qp %d SQD→RTS before the send queue drained (wait for SQ_DRAINED): %w", q.num, transport.ErrInvalidState)
 	case from == transport.QPSQD && to == transport.QPRTS:
 		q.state = transport.QPRTS
 		q.drainEv = false

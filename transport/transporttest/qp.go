@@ -316,6 +316,14 @@ func testSQOverflowSQD(t *testing.T, p transport.Provider) {
 	if err := a.qp.Modify(transport.QPSQD); err != nil {
 		t.Skipf("Modify(SQD): %v", err)
 	}
+	// SQD -> RTS is allowed once the send queue has drained (IBTA's
+	// drained substate of SQD): rxe on Linux 6.12 drains on a workqueue
+	// and refuses the Modify with EINVAL until then.
+	if _, ok := waitEvent(t, a.dev, Timeout, func(ev transport.AsyncEvent) bool {
+		return ev.Type == transport.EventSQDrained && ev.QPNum == a.qp.Num()
+	}); !ok {
+		t.Fatalf("no SQ_DRAINED event for QP %d", a.qp.Num())
+	}
 	var many []transport.SendWR
 	for i := range 2 * depth {
 		w := writeWR(uint64(i), src.sge(0, 8), target.addr(0), target.mr.RKey())
