@@ -88,7 +88,7 @@ type sendSlot struct {
 	w      *MW      // window whose provider-side state the request changed
 	before winState // its state before
 	// bind: the request is a BIND_MW of w, posted when w had been
-	// doubted doubts times (windowConfirmed).
+	// doubted doubts times (windowsConfirmed).
 	bind   bool
 	doubts uint32
 }

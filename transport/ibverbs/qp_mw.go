@@ -69,10 +69,10 @@ func (q *QP) eachWindowSlot(from, to uint32, f func(e *sendSlot)) {
 // included (transport.Quirks.LocalErrFlushed). A window so restored to
 // "bound" that the device holds FREE let a SEND_WITH_INV through, and
 // rxe's receiver dereferenced the FREE window's NULL QP and panicked the
-// 6.12 guest (the faults run of TestRXEEndToEnd, 1 in 4). An unsure
+// 6.12 guest (the faults run of TestRXEEndToEnd, 2 runs in 6). An unsure
 // window has every invalidation naming its index refused
 // (trackInvalidate) until a BIND_MW of it posted since completes
-// successfully (windowConfirmed), or it is deallocated. Its key is the
+// successfully (windowsConfirmed), or it is deallocated. Its key is the
 // one from before the requests, latest first so that the earliest wins,
 // the device's if they did not execute (always so on 6.1): a BIND_MW
 // names it to rxe as the window's current key (ibv_mw.rkey), and if the

@@ -292,7 +292,7 @@ func (q *QP) PostRecv(wrs []transport.RecvWR) (int, error) {
 // order, silently if unsignaled), successfully. A failed or flushed send
 // and everything after it may or may not have executed: the windows they
 // touched are doubted (doubtWindows). A successful BIND_MW confirms its
-// window (windowConfirmed).
+// window (windowsConfirmed).
 func (q *QP) complete(send bool, seq uint32, st transport.Status) (uint64, bool) {
 	q.ringMu.Lock()
 	defer q.ringMu.Unlock()
