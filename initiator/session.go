@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gosrp/gosrp/frmr"
@@ -422,8 +423,7 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 		return nil, err
 	}
 	for _, c := range s.chans {
-		r := &Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlOpen, Volume: name, ReadOnly: opts.ReadOnly, Exclusive: opts.Exclusive, Takeover: opts.Takeover}}
-		rsp, err := s.controlReq(ctx, c, r)
+		rsp, epoch, err := s.openOn(ctx, c, wire.ControlRequest{Op: wire.ControlOpen, Volume: name, ReadOnly: opts.ReadOnly, Exclusive: opts.Exclusive, Takeover: opts.Takeover})
 		if err != nil {
 			return fail(fmt.Errorf("initiator: open %q: %w", name, err))
 		}
@@ -433,13 +433,41 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 		v.bs, v.readOnly, v.caps = int(rsp.BlockSize), rsp.ReadOnly || opts.ReadOnly, rsp.Caps
 		v.standby.Store(rsp.PathState != wire.PathActive)
 		v.size.Store(int64(rsp.Size))
-		c.setHandle(v, rsp.Handle, r.epoch)
+		c.setHandle(v, rsp.Handle, epoch)
 		opened = true
 	}
 	if v.bs <= 0 || v.bs&(v.bs-1) != 0 {
 		return fail(fmt.Errorf("initiator: open %q: target reports block size %d: %w", name, v.bs, ErrProtocol))
 	}
 	return v, nil
+}
+
+// openRetry is how long Open waits before it asks again for a volume
+// the target is still opening. The target's own wait (its OpenWait,
+// seconds) paces the tries; this only keeps a target that answers at
+// once from being asked in a loop.
+const openRetry = 100 * time.Millisecond
+
+// openOn sends the OPEN req on c, and sends it again while the target
+// answers that it is still opening the volume (SenseBecomingReady: its
+// store has not answered within the target's OpenWait), until ctx
+// ends. It returns the answer and the epoch of the connection that
+// gave it.
+func (s *Session) openOn(ctx context.Context, c *channel, req wire.ControlRequest) (*wire.ControlResponse, uint64, error) {
+	for {
+		r := &Request{Op: opControl, ctrl: &req}
+		rsp, err := s.controlReq(ctx, c, r)
+		if err != nil || rsp.Sense != wire.SenseBecomingReady {
+			return rsp, r.epoch, err
+		}
+		t := time.NewTimer(openRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, 0, fmt.Errorf("%s: %w", rsp.Error, ctx.Err())
+		}
+	}
 }
 
 func errNoVolume(s wire.Sense) error {

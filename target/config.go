@@ -302,14 +302,18 @@ type Config struct {
 	// nil keeps them for the Target's lifetime, so a restart numbers the
 	// volumes in name order again.
 	LUNs LUNStore
-	// SRPOpenWait is how long an SRP login, or a catalog change reaching
-	// a logged-in session, waits for its LUNs' volumes to open (each is
-	// opened on a goroutine of its own). A volume whose store has not
-	// answered by then is left out, so that one hung volume holds back
-	// neither the session nor the other LUNs; once it opens it becomes
-	// a LUN of the session, announced by REPORTED LUNS DATA HAS CHANGED
-	// (conn_srp_open.go). Default DefaultSRPOpenWait.
-	SRPOpenWait time.Duration
+	// OpenWait is how long the target waits for a volume's store to
+	// open it (each open runs on a goroutine of its own) before it
+	// answers without it, so that one hung volume holds back neither a
+	// session nor its other volumes. A gosrp OPEN still waiting is
+	// answered NOT READY, becoming ready, and the initiator tries again
+	// (conn_open.go). An SRP login, or a catalog change reaching a
+	// logged-in session, leaves the LUN out, and adds it, announced by
+	// REPORTED LUNS DATA HAS CHANGED, once it opens (conn_srp_open.go).
+	// Keep it well under the initiators' I/O timeout (initiator's
+	// IOTimeout, 30 s; sd's 30 s): an OPEN unanswered past that ends
+	// the initiator's connection. Default DefaultOpenWait.
+	OpenWait time.Duration
 }
 
 // Limits of the configuration.
@@ -328,11 +332,11 @@ const (
 	DefaultMaxTransfer  = 1 << 20
 	MaxMaxTransfer      = 64 << 20
 	DefaultLoginTimeout = 10 * time.Second
-	// DefaultSRPOpenWait is long enough for a store that is only slow
-	// (an RBD image's open and lock take tens to hundreds of
-	// milliseconds) and short beside the time a host's SCSI scan gives
-	// a command (sd's 30 s).
-	DefaultSRPOpenWait = 5 * time.Second
+	// DefaultOpenWait is long enough for a store that is only slow (an
+	// RBD image's open and lock take tens to hundreds of milliseconds)
+	// and short beside the time an initiator gives a command (sd's and
+	// the initiator package's 30 s).
+	DefaultOpenWait = 5 * time.Second
 	// iuSize is the size of every receive buffer and IU send buffer: the
 	// largest IU the target accepts and the largest it sends.
 	iuSize = 4096
@@ -383,8 +387,8 @@ func (c *Config) normalize() error {
 	if c.LoginTimeout <= 0 {
 		c.LoginTimeout = DefaultLoginTimeout
 	}
-	if c.SRPOpenWait <= 0 {
-		c.SRPOpenWait = DefaultSRPOpenWait
+	if c.OpenWait <= 0 {
+		c.OpenWait = DefaultOpenWait
 	}
 	if c.MaxPendingLogins == 0 {
 		c.MaxPendingLogins = DefaultMaxPendingLogins

@@ -62,6 +62,7 @@ type conn struct {
 
 	drainCh   chan struct{} // closed by Shutdown
 	killCh    chan struct{} // closed when Shutdown's context ends
+	endCh     chan struct{} // closed when teardown starts
 	evictCh   chan struct{} // closed when a newcomer takes c's pre-login slot
 	drainOnce sync.Once
 	killOnce  sync.Once
@@ -128,9 +129,13 @@ type conn struct {
 	// refreshIn, under nexusMu, is a LUN refresh step's result for the
 	// run loop (conn_srp_luns.go).
 	refreshIn *srpRefresh
-	// late: the SRP volume opens that outlived Config.SRPOpenWait
+	// late: the SRP volume opens that outlived Config.OpenWait
 	// (conn_srp_open.go).
 	late srpLateOpens
+	// opens: the gosrp OPENs' volume opens, each on a goroutine of its
+	// own so that a hung store holds no OPEN past Config.OpenWait
+	// (conn_open.go).
+	opens connOpens
 }
 
 func (c *conn) drain() { c.drainOnce.Do(func() { close(c.drainCh); c.signals.Add(1) }) }

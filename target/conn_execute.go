@@ -211,8 +211,13 @@ func (c *conn) worker() {
 	var bufs [][]byte
 	var offs []int64
 	for idx := range c.jobs {
-		if c.core.slots[idx].next >= 0 {
+		if s := &c.core.slots[idx]; s.next >= 0 {
 			bufs, offs = runBatch(c.core.slots, idx, bufs[:0], offs[:0])
+		} else if s.job == jobOpen {
+			c.runOpen(s)
+			if s.err == nil {
+				s.err = openWriter(s)
+			}
 		} else {
 			runJob(&c.core.slots[idx], cat)
 		}

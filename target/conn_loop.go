@@ -203,6 +203,7 @@ func (c *conn) teardown() {
 		c.log.Debug("connection closed", "reason", a.reason, "remote", c.remote, "initiator", ini, "conn", c.id)
 	}
 	c.cm.Disconnect()
+	close(c.endCh) // an OPEN waiting on its store stops waiting (conn_open.go)
 	c.finishInline()
 	for c.core.jobsInFlight > 0 {
 		c.finish(<-c.done, c.now())

@@ -77,7 +77,7 @@ func (t *Target) channels(c *conn, key string) int {
 // for none) and hands them to the core. A volume that fails to open
 // leaves its LUN empty: the initiator sees LOGICAL UNIT NOT SUPPORTED
 // there, and the failure is logged; one that has not opened within
-// SRPOpenWait is added once it opens (conn_srp_open.go).
+// OpenWait is added once it opens (conn_srp_open.go).
 func (c *conn) srpOpen(names []string) {
 	var luns []srpNewLUN
 	for i, name := range names {
@@ -199,7 +199,8 @@ func (c *conn) nexusTake() {
 // nexusShutdown, in teardown once the last job is done, takes nothing
 // more and finishes every abort another channel is waiting for here:
 // this connection's commands have all stopped. Volumes a LUN refresh
-// opened and the core never took are closed.
+// opened and the core never took are closed, and those opened late
+// for an OPEN or a LUN that nothing took (shutOpens).
 func (c *conn) nexusShutdown() {
 	c.nexusMu.Lock()
 	c.nexusShut = true
@@ -207,7 +208,7 @@ func (c *conn) nexusShutdown() {
 	c.nexusIn, c.refreshIn = nil, nil
 	c.nexusMu.Unlock()
 	c.srpCloseOpened(r)
-	c.srpLateShut()
+	c.shutOpens()
 	for _, m := range in {
 		if m.abort != nil {
 			m.abort.finish()

@@ -4,7 +4,7 @@ package target
 // (core_srp_luns.go): on a catalog change, the catalog listed and
 // numbered, then the new LUNs' volumes opened, off the run loop on a
 // goroutine the connection owns, one refresh at a time, each volume
-// within Config.SRPOpenWait (conn_srp_open.go); the run loop hands each
+// within Config.OpenWait (conn_srp_open.go); the run loop hands each
 // result to the core.
 
 // srpRefresh is what a refresh goroutine hands the run loop: the

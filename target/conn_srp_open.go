@@ -8,7 +8,7 @@ package target
 // never start, and on a catalog change the other new LUNs would never
 // be attached nor their unit attention raised. So each volume opens on
 // a goroutine of its own, and the caller waits at most
-// Config.SRPOpenWait: what has not opened by then is left out (its LUN
+// Config.OpenWait: what has not opened by then is left out (its LUN
 // stays empty, answered LOGICAL UNIT NOT SUPPORTED, as a failed open
 // leaves it). When such a late open returns, its volume is kept for
 // the connection and the target is told its catalog changed
@@ -18,7 +18,9 @@ package target
 // created. A LUN whose open is still running is not opened a second
 // time. The late goroutine cannot be stopped (a Catalog's OpenVolume
 // takes no context); if the connection has ended when it returns, it
-// closes what it opened.
+// closes what it opened, and Target.Shutdown waits for it while its
+// context lasts. A gosrp OPEN bounds its open the same way
+// (conn_open.go).
 
 import (
 	"sync"
@@ -26,7 +28,7 @@ import (
 )
 
 // srpLateOpens is a connection's record of the volume opens that
-// outlived SRPOpenWait.
+// outlived OpenWait.
 type srpLateOpens struct {
 	mu sync.Mutex
 	// pending: the volume's open is still running.
@@ -47,7 +49,7 @@ type srpOpenBatch struct {
 }
 
 // srpOpenAll opens the volumes of luns for the I_T nexus named nexus,
-// each on its own goroutine, and waits for them at most SRPOpenWait. A
+// each on its own goroutine, and waits for them at most OpenWait. A
 // volume opened late since an earlier call is taken as it is; one
 // whose open is still running, or that has not opened in time, is left
 // out (vol nil); one that failed to open is logged and left out.
@@ -69,6 +71,7 @@ func (c *conn) srpOpenAll(luns []srpNewLUN, nexus string) []srpOpened {
 			continue
 		}
 		b.left++
+		c.t.wg.Add(1) // c's own count is held: Shutdown cannot be past its Wait
 		go c.srpOpenOne(b, i, lu, nexus)
 	}
 	if b.left == 0 {
@@ -76,7 +79,7 @@ func (c *conn) srpOpenAll(luns []srpNewLUN, nexus string) []srpOpened {
 	}
 	l.mu.Unlock()
 
-	t := time.NewTimer(c.t.cfg.SRPOpenWait)
+	t := time.NewTimer(c.t.cfg.OpenWait)
 	defer t.Stop()
 	select {
 	case <-b.all:
@@ -95,7 +98,7 @@ func (c *conn) srpOpenAll(luns []srpNewLUN, nexus string) []srpOpened {
 			}
 			l.pending[lu.name] = true
 			c.log.Warn("SRP LUN left empty for now: its volume has not opened yet; it is added, with a unit attention, once it opens",
-				"volume", lu.name, "lun", lu.lun, "waited", c.t.cfg.SRPOpenWait, "conn", c.id)
+				"volume", lu.name, "lun", lu.lun, "waited", c.t.cfg.OpenWait, "conn", c.id)
 		}
 	}
 	return out
@@ -105,6 +108,7 @@ func (c *conn) srpOpenAll(luns []srpNewLUN, nexus string) []srpOpened {
 // stopped waiting, the volume is kept for a later refresh, which the
 // target is asked for, or closed if the connection has ended.
 func (c *conn) srpOpenOne(b *srpOpenBatch, i int, lu srpNewLUN, nexus string) {
+	defer c.t.wg.Done()
 	v := c.srpOpenVolume(lu.name, lu.lun, nexus)
 	l := &c.late
 	l.mu.Lock()
@@ -130,20 +134,6 @@ func (c *conn) srpOpenOne(b *srpOpenBatch, i int, lu srpNewLUN, nexus string) {
 		c.log.Info("SRP LUN's volume opened late; adding it to the session", "volume", lu.name, "conn", c.id)
 		c.t.CatalogChanged()
 	case v.vol != nil:
-		closeVolume(v.vol)
-	}
-}
-
-// srpLateShut, in teardown, closes the volumes opened late that no
-// refresh took; opens still running close theirs when they return.
-func (c *conn) srpLateShut() {
-	l := &c.late
-	l.mu.Lock()
-	l.shut = true
-	ready := l.ready
-	l.ready = nil
-	l.mu.Unlock()
-	for _, v := range ready {
 		closeVolume(v.vol)
 	}
 }

@@ -4,6 +4,7 @@ package target
 // run as a backend job, answered with a control response.
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -96,7 +97,11 @@ func (c *core) finishControl(s *slot) {
 		c.controlRespond(s, rsp)
 	case jobOpen:
 		if s.err != nil {
-			rsp := &wire.ControlResponse{Sense: standbySense(s.err, wire.SenseNoSuchVolume), Error: fmt.Sprintf("open volume %q: %v", req.Volume, s.err)}
+			sense := standbySense(s.err, wire.SenseNoSuchVolume)
+			if errors.Is(s.err, errOpenPending) {
+				sense = wire.SenseBecomingReady
+			}
+			rsp := &wire.ControlResponse{Sense: sense, Error: fmt.Sprintf("open volume %q: %v", req.Volume, s.err)}
 			if s.prOut.sense != wire.SenseNone {
 				rsp.Sense, rsp.Error = s.prOut.sense, fmt.Sprintf("open volume %q: %s", req.Volume, s.prOut.msg)
 			}

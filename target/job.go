@@ -58,10 +58,9 @@ func runJob(s *slot, cat Catalog) {
 	case jobList:
 		s.list, s.err = cat.List()
 	case jobOpen:
-		s.opened, s.openInfo, s.err = openVolume(cat, s.ctl.Volume)
-		if s.err == nil {
-			s.err = takeOver(s)
-		}
+		// A connection's workers run OPENs with conn.runOpen instead,
+		// which does not wait on a hung store (conn_open.go).
+		s.setOpened(openFor(cat, openKey{s.ctl.Volume, s.ctl.Takeover}))
 		if s.err == nil {
 			s.err = openWriter(s)
 		}

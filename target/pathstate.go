@@ -5,7 +5,6 @@ package target
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/gosrp/gosrp/internal/wire"
 )
@@ -41,25 +40,6 @@ func standbySense(err error, other wire.Sense) wire.Sense {
 		return wire.SenseNotActive
 	}
 	return other
-}
-
-// takeOver runs an OPEN's takeover, if it asked for one, and records
-// the volume's path state in the slot; a failed takeover closes the
-// volume, so the OPEN fails.
-func takeOver(s *slot) error {
-	ps, ok := s.opened.(PathStater)
-	if !ok {
-		return nil
-	}
-	if s.ctl.Takeover {
-		if err := ps.TakeOver(); err != nil {
-			closeVolume(s.opened)
-			s.opened = nil
-			return fmt.Errorf("take over: %w", err)
-		}
-	}
-	s.openInfo.Standby = ps.Standby()
-	return nil
 }
 
 // Fencer is implemented by PathStater volumes that know when this

@@ -12,7 +12,7 @@ import (
 )
 
 // TestSRPHungOpen: the store hangs in the open of one volume (vol1). An
-// SRP login completes all the same once SRPOpenWait has passed, its
+// SRP login completes all the same once OpenWait has passed, its
 // other LUNs serving I/O and vol1's LUN left empty (LOGICAL UNIT NOT
 // SUPPORTED, not in REPORT LUNS). A catalog change then adds two
 // volumes, one of which hangs too: the other becomes a LUN, announced by
@@ -24,7 +24,7 @@ import (
 // open held back every other new LUN of the change.
 func TestSRPHungOpen(t *testing.T) {
 	e := srpEnvs[0]
-	r := newRig(t, e, Config{SRPOpenWait: time.Second})
+	r := newRig(t, e, Config{OpenWait: time.Second})
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	opens := map[string]int{}

@@ -286,7 +286,7 @@ func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
 			return ErrClosed
 		}
 		c := &conn{t: t, remote: remote, src: src, prelogin: true, log: t.log,
-			drainCh: make(chan struct{}), killCh: make(chan struct{}), evictCh: make(chan struct{}),
+			drainCh: make(chan struct{}), killCh: make(chan struct{}), endCh: make(chan struct{}), evictCh: make(chan struct{}),
 			policyCh: make(chan struct{}, 1), finished: make(chan struct{})}
 		if v := t.admitLocked(c, int64(time.Since(t.epoch))); v != admitted {
 			t.mu.Unlock()

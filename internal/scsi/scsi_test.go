@@ -404,6 +404,7 @@ func TestFromWire(t *testing.T) {
 		{wire.SenseAccessDenied, OpWrite, SenseAccessDenied},
 		{wire.SenseSpaceAllocFailed, OpWrite, SenseSpaceAllocFailed},
 		{wire.SenseNotActive, OpWrite, SenseStandby},
+		{wire.SenseBecomingReady, OpRead, SenseBecomingReady},
 		{wire.Sense(999), OpRead, SenseInternalFailure},
 	}
 	for _, c := range cases {

@@ -95,7 +95,10 @@ var (
 	SenseStandby = Sense{KeyNotReady, 0x04, 0x0B} // LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE
 	// SenseUnavailable is a fenced gateway's unit: the ALUA unavailable
 	// state (SPC-4 5.15.2.4.5), a path error to Linux as standby is.
-	SenseUnavailable     = Sense{KeyNotReady, 0x04, 0x0C}       // LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE
+	SenseUnavailable = Sense{KeyNotReady, 0x04, 0x0C} // LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE
+	// SenseBecomingReady is a unit whose volume the target is still
+	// opening; Linux retries it (scsi_check_sense, NOT READY 04h/01h).
+	SenseBecomingReady   = Sense{KeyNotReady, 0x04, 0x01}       // LOGICAL UNIT IS IN PROCESS OF BECOMING READY
 	SenseDataPhaseError  = Sense{KeyAbortedCommand, 0x4B, 0x00} // DATA PHASE ERROR
 	SensePowerOn         = Sense{KeyUnitAttention, 0x29, 0x01}  // POWER ON OCCURRED
 	SenseResetOccurred   = Sense{KeyUnitAttention, 0x29, 0x03}  // BUS DEVICE RESET FUNCTION OCCURRED
@@ -245,6 +248,8 @@ func FromWire(s wire.Sense, op Op) Sense {
 		return SenseSpaceAllocFailed
 	case wire.SenseNotActive:
 		return SenseStandby
+	case wire.SenseBecomingReady:
+		return SenseBecomingReady
 	}
 	return SenseInternalFailure
 }

@@ -298,11 +298,17 @@ const (
 	// ASC/ASCQ 04h/0Bh LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN
 	// STANDBY STATE; NVMe's ANA Inaccessible).
 	SenseNotActive
+	// SenseBecomingReady: the target is still opening the volume (its
+	// store has not answered in the target's open wait): the OPEN did
+	// nothing, and the initiator tries it again (SPC-4's NOT READY,
+	// ASC/ASCQ 04h/01h LOGICAL UNIT IS IN PROCESS OF BECOMING READY).
+	// An older initiator reads it as an unknown sense, a failed open.
+	SenseBecomingReady
 )
 
 var senseNames = [...]string{"none", "invalid field", "out of range", "misaligned", "write protected",
 	"unsupported", "medium error", "no such volume", "data transfer failed", "internal error", "access denied",
-	"space allocation failed", "reservation conflict", "path not active"}
+	"space allocation failed", "reservation conflict", "path not active", "becoming ready"}
 
 func (s Sense) String() string { return enum.Name(senseNames[:], s, "Sense") }
 
