@@ -160,6 +160,12 @@ type core struct {
 	pathNotices bool // the target sends wire.PathNotice IUs
 	remoteInv   bool
 	handles     map[*Volume]uint32
+	// given are the handles the target's OPEN answers gave on this
+	// connection that no CLOSE has named since: open at the target,
+	// whether a volume here holds them or an abandoned OPEN's close is
+	// on its way. An answer giving one of them again is the target's
+	// mistake; taking it would send one volume's I/O to another.
+	given       map[uint32]bool
 	slots       []ioSlot
 	free        []int
 	waiting     []int // slots in slotResponded, waiting for their keys
@@ -175,7 +181,7 @@ type core struct {
 }
 
 func newCore(p coreParams) *core {
-	c := &core{p: p, pool: p.pool, handles: map[*Volume]uint32{}}
+	c := &core{p: p, pool: p.pool, handles: map[*Volume]uint32{}, given: map[uint32]bool{}}
 	c.ka.timeout = p.keepalive
 	c.slots = make([]ioSlot, p.credits)
 	c.free = make([]int, 0, p.credits)
@@ -333,6 +339,7 @@ func (c *core) reset() {
 	c.acts.recv = c.acts.recv[:0]
 	c.avail = 0
 	clear(c.handles)
+	clear(c.given)
 	if c.srp != nil {
 		c.srp.reset()
 	}

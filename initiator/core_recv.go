@@ -100,6 +100,13 @@ func (c *core) onRecv(wc *transport.WC) {
 			c.fail(fmt.Errorf("initiator: control response for tag %#x, which names no control request in flight: %w", rsp.Tag, ErrProtocol))
 			return
 		}
+		if q := sl.req.ctrl; q.Op == wire.ControlOpen && rsp.Error == "" {
+			if rsp.Handle == 0 || c.given[rsp.Handle] {
+				c.fail(fmt.Errorf("initiator: OPEN of %q answered with handle %d, which is not free on this connection: %w", q.Volume, rsp.Handle, ErrProtocol))
+				return
+			}
+			c.given[rsp.Handle] = true
+		}
 		sl.req.ctrlRsp, credits = rsp, rsp.Credits
 	case wire.OpPathNotice:
 		c.onPathNotice(b, idx)

@@ -57,6 +57,7 @@ func (c *core) start(r *Request, now int64) bool {
 		}
 		if r.ctrl.Op == wire.ControlClose {
 			delete(c.handles, r.vol)
+			delete(c.given, r.ctrl.Handle)
 		}
 		iuLen = len(iu)
 	} else {
@@ -254,6 +255,7 @@ func (c *core) settle(n int, err error, didPost bool) {
 		}
 		if r := sl.req; r.Op == opControl && r.ctrl.Op == wire.ControlClose {
 			c.handles[r.vol] = r.ctrl.Handle // still open on the target
+			c.given[r.ctrl.Handle] = true
 		}
 		c.requeue(sl.req)
 		sl.req, sl.hasReg, sl.state = nil, false, slotFree

@@ -51,15 +51,20 @@
 // ErrReservationConflict. OpenOptions.Exclusive is the simple case: the
 // volume opened as its only writer for as long as it stays open.
 //
-// Failures: any error completion, a bogus remote invalidation, a missing
-// completion past Config.IOTimeout, a target silent past
+// Failures: any error completion, a bogus remote invalidation, an answer
+// that breaks the protocol (an OPEN answered with a handle already open
+// on the connection, which would send one volume's I/O to another), a
+// missing completion past Config.IOTimeout, a target silent past
 // Config.KeepaliveTimeout (pinged after half of it; off unless set) or a
 // lost link tears the connection down: the QP is moved to ERR and drained, every registration not proven
 // invalid is deregistered and replaced, and the channel reconnects with
 // backoff, logs in again, re-opens its volumes and re-issues the I/O that
 // had not completed. I/O fails with ErrConnectionLost only after
 // Config.LossTimeout; a command the target leaves unanswered through five
-// I/O timeouts fails with os.ErrDeadlineExceeded. Each channel is one QP with its own poller
+// I/O timeouts fails with os.ErrDeadlineExceeded. A volume whose store
+// the target is still opening (answered NOT READY, becoming ready, past
+// the target's OpenWait) is asked for again until Open's context ends.
+// Each channel is one QP with its own poller
 // goroutine, pool and credits; a session spreads I/O over its channels.
 //
 // # Multipath

@@ -32,6 +32,7 @@ type hostileRig struct {
 	tp, ip *emu.Provider
 	h      *targettest.Hostile
 	addr   string
+	store  *block.MemStore // the target's volumes: vol0, 8 MiB
 }
 
 func newHostileRig(t testing.TB, profile string, script targettest.Script) *hostileRig {
@@ -77,7 +78,7 @@ func newHostileRigNIC(t testing.TB, profile string, script targettest.Script, tc
 	}
 	h := targettest.Wrap(tp, script)
 	addr := serve(t, tgt, h.Listen, ip.Close, tp.Close, st.Close)
-	return &hostileRig{tp: tp, ip: ip, h: h, addr: addr}
+	return &hostileRig{tp: tp, ip: ip, h: h, addr: addr, store: st}
 }
 
 func (r *hostileRig) dial(t testing.TB, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {

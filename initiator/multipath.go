@@ -404,6 +404,9 @@ func (mv *MultipathVolume) failover(ctx context.Context, gen uint64, from, prefe
 type pathErrors []error
 
 func (e pathErrors) Error() string {
+	if len(e) == 0 {
+		return "no path was tried"
+	}
 	var b strings.Builder
 	for i, err := range e {
 		if i > 0 {
