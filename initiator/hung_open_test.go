@@ -78,7 +78,7 @@ func (v *countedVolume) Close() error {
 
 // newGatedRig serves vol0 and vol1 through a gatedCatalog with the
 // target's OpenWait.
-func newGatedRig(t *testing.T, openWait time.Duration) (*gatedCatalog, *emu.Provider, string) {
+func newGatedRig(t *testing.T, openWait time.Duration) (*gatedCatalog, *emu.Provider, string, *target.Target) {
 	t.Helper()
 	p, err := emu.New(emu.Config{})
 	if err != nil {
@@ -96,7 +96,7 @@ func newGatedRig(t *testing.T, openWait time.Duration) (*gatedCatalog, *emu.Prov
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cat, p, serve(t, tgt, p.Listen, p.Close, st.Close)
+	return cat, p, serve(t, tgt, p.Listen, p.Close, st.Close), tgt
 }
 
 // writeLoop writes vol's first block until stop is closed, and returns
@@ -134,7 +134,7 @@ func writeLoop(v *initiator.Volume, stop <-chan struct{}) <-chan int {
 // connection's hung OPEN, so every volume of the session stopped until
 // the store answered.
 func TestOpenHungStore(t *testing.T) {
-	cat, p, addr := newGatedRig(t, 500*time.Millisecond)
+	cat, p, addr, _ := newGatedRig(t, 500*time.Millisecond)
 	release := cat.gate("vol1")
 	t.Cleanup(release)
 	s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-open", IOTimeout: 2 * time.Second})
@@ -147,12 +147,14 @@ func TestOpenHungStore(t *testing.T) {
 	stop := make(chan struct{})
 	failed := writeLoop(v0, stop)
 
-	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	// Past the target's OpenWait: it has answered NOT READY once.
+	short, cancelShort := context.WithTimeout(ctx, 800*time.Millisecond)
 	_, err = s.Open(short, "vol1", initiator.OpenOptions{})
 	cancelShort()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Open of a hung volume whose context ended: %v, want context.DeadlineExceeded", err)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, initiator.ErrNotReady) {
+		t.Fatalf("Open of a hung volume whose context ended: %v, want ErrNotReady and context.DeadlineExceeded", err)
 	}
+	t.Logf("Open of a hung volume: %v", err)
 	opened := make(chan error, 1)
 	var v1 *initiator.Volume
 	go func() {
@@ -188,7 +190,7 @@ func TestOpenHungStore(t *testing.T) {
 // the store: vol0's writes go on after one reconnect. Once the store
 // answers, the volume the abandoned open got is closed, not leaked.
 func TestOpenHungStoreReconnect(t *testing.T) {
-	cat, p, addr := newGatedRig(t, time.Minute)
+	cat, p, addr, _ := newGatedRig(t, time.Minute)
 	release := cat.gate("vol1")
 	t.Cleanup(release)
 	s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-open", IOTimeout: time.Second})
@@ -227,5 +229,37 @@ func TestOpenHungStoreReconnect(t *testing.T) {
 			t.Fatalf("the store opened vol1 %d times and holds %d open; want the abandoned open closed", opens, live)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOpenHungStoreShutdown: a target shut down while a volume's open
+// hangs in its store waits for that open while Shutdown's context
+// lasts, since its caller closes the store next, and says it did not
+// finish; once the store answers, Shutdown completes and the volume
+// the open got is closed.
+func TestOpenHungStoreShutdown(t *testing.T) {
+	cat, p, addr, tgt := newGatedRig(t, 200*time.Millisecond)
+	release := cat.gate("vol1")
+	t.Cleanup(release)
+	s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-open"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	if _, err := s.Open(short, "vol1", initiator.OpenOptions{}); !errors.Is(err, initiator.ErrNotReady) {
+		t.Fatalf("Open of a hung volume: %v, want ErrNotReady", err)
+	}
+	cancelShort()
+	s.Close()
+	sctx, cancelS := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelS()
+	if err := tgt.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with an open hung in the store: %v, want its context's end", err)
+	}
+	release()
+	if err := tgt.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown once the store answered: %v", err)
+	}
+	if opens, live := cat.counts("vol1"); opens != 1 || live != 0 {
+		t.Errorf("the store opened vol1 %d times and holds %d open after Shutdown; want 1 and 0", opens, live)
 	}
 }

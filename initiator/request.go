@@ -70,6 +70,11 @@ var (
 	// OpenOptions.Takeover, Multipath). Nothing was done; the command
 	// may be retried on the active path.
 	ErrStandby = errors.New("initiator: the target is a standby path for the volume")
+	// ErrNotReady: Open's context ended while the target was still
+	// opening the volume (it answered NOT READY, becoming ready: its
+	// store had not opened the volume within the target's OpenWait).
+	// The error wraps the context's error too.
+	ErrNotReady = errors.New("initiator: the target has not opened the volume yet")
 )
 
 // ErrNoSpace: the target's store had no space for a write (it answered

@@ -454,19 +454,30 @@ const openRetry = 100 * time.Millisecond
 // ends. It returns the answer and the epoch of the connection that
 // gave it.
 func (s *Session) openOn(ctx context.Context, c *channel, req wire.ControlRequest) (*wire.ControlResponse, uint64, error) {
+	notReady := "" // the last NOT READY answer
 	for {
-		r := &Request{Op: opControl, ctrl: &req}
+		q := req // the loop writes a request's tag into it
+		r := &Request{Op: opControl, ctrl: &q}
 		rsp, err := s.controlReq(ctx, c, r)
-		if err != nil || rsp.Sense != wire.SenseBecomingReady {
-			return rsp, r.epoch, err
+		if err == nil && rsp.Sense == wire.SenseBecomingReady {
+			notReady = rsp.Error
+			t := time.NewTimer(openRetry)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+				err = ctx.Err()
+			}
 		}
-		t := time.NewTimer(openRetry)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, 0, fmt.Errorf("%s: %w", rsp.Error, ctx.Err())
+		switch {
+		case err != nil && notReady != "" && ctx.Err() != nil:
+			return nil, 0, fmt.Errorf("%w (%s): %w", ErrNotReady, notReady, err)
+		case err != nil:
+			// r may be abandoned: the loop still writes it.
+			return nil, 0, err
 		}
+		return rsp, r.epoch, nil
 	}
 }
 

@@ -107,6 +107,9 @@ func openVolume(ctx context.Context, s *session, name string, ro, exclusive bool
 		if errors.Is(err, initiator.ErrReservationConflict) {
 			return nil, reservedError(name, err)
 		}
+		if errors.Is(err, initiator.ErrNotReady) {
+			return nil, fmt.Errorf("volume %q did not open within --timeout: the target's store has not opened it yet (can the target reach its cluster?)", name)
+		}
 		if !errors.Is(err, initiator.ErrAccessDenied) && !offered(ctx, s, name) {
 			return nil, s.noVolume(name)
 		}

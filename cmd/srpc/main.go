@@ -191,7 +191,11 @@ func (c *connFlags) open(ctx context.Context, name string, ro bool, qd, bufBytes
 	}
 	// A read-only command with --exclusive (export) opens read-write, the
 	// one writer, so that nothing changes the volume under it.
-	v, err := openVolume(ctx, s, name, ro && !c.exclusive, c.exclusive)
+	// A target still opening the volume answers again and again; the
+	// open gives up with the dial, after --timeout.
+	octx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	v, err := openVolume(octx, s, name, ro && !c.exclusive, c.exclusive)
 	if err != nil {
 		s.Close()
 		return nil, nil, err
