@@ -265,12 +265,9 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	}
 	// Re-open the session's volumes on the new connection.
 	for _, v := range s.openVolumes() {
-		rsp, err := c.controlSync(ctx, &wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly, Exclusive: v.exclusive})
+		rsp, err := c.reopen(ctx, v)
 		if err != nil {
 			return err
-		}
-		if rsp.Error != "" {
-			return fmt.Errorf("initiator: re-open %q: %s", v.name, rsp.Error)
 		}
 		c.core.setHandle(v, rsp.Handle)
 		v.resized(int64(rsp.Size)) // it may have changed while the connection was down
@@ -283,6 +280,33 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	// wait on the CQ themselves.
 	c.startWaiter()
 	return nil
+}
+
+// reopen opens v on a new connection, before the loop runs on it. A
+// volume the target is still opening (SenseBecomingReady) is asked for
+// again on this connection until ctx ends: a new connection would only
+// start another open in the store. The connection does not come up
+// without every volume: what a volume had in flight, and the writes to
+// replay, can go nowhere else. An answer with a handle already given
+// on the connection is refused as Open's is (core.handleFree).
+func (c *channel) reopen(ctx context.Context, v *Volume) (*wire.ControlResponse, error) {
+	for {
+		rsp, err := c.controlSync(ctx, &wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly, Exclusive: v.exclusive})
+		switch {
+		case err != nil:
+			return nil, err
+		case rsp.Sense == wire.SenseBecomingReady:
+			if err := openRetryWait(ctx); err != nil {
+				return nil, fmt.Errorf("initiator: re-open %q: %w (%s): %w", v.name, ErrNotReady, rsp.Error, err)
+			}
+			continue
+		case rsp.Error != "":
+			return nil, fmt.Errorf("initiator: re-open %q: %s", v.name, rsp.Error)
+		case !c.core.handleFree(rsp.Handle):
+			return nil, fmt.Errorf("initiator: re-open of %q answered with handle %d, which is not free on this connection: %w", v.name, rsp.Handle, ErrProtocol)
+		}
+		return rsp, nil
+	}
 }
 
 // sendSGEs is how many SGEs a send needs: two (the command IU and the

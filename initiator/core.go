@@ -225,8 +225,12 @@ func (c *core) connected(l login) {
 
 // setHandle records the handle a volume has on this connection; dropHandle
 // forgets it.
-func (c *core) setHandle(v *Volume, h uint32) { c.handles[v] = h }
+func (c *core) setHandle(v *Volume, h uint32) { c.handles[v], c.given[h] = h, true }
 func (c *core) dropHandle(v *Volume)          { delete(c.handles, v) }
+
+// handleFree reports whether the target may give h to an OPEN now: not
+// 0, and not given on this connection since a CLOSE last named it.
+func (c *core) handleFree(h uint32) bool { return h != 0 && !c.given[h] }
 
 // hasHandle reports whether v is open on this connection.
 func (c *core) hasHandle(v *Volume) bool {

@@ -101,7 +101,7 @@ func (c *core) onRecv(wc *transport.WC) {
 			return
 		}
 		if q := sl.req.ctrl; q.Op == wire.ControlOpen && rsp.Error == "" {
-			if rsp.Handle == 0 || c.given[rsp.Handle] {
+			if !c.handleFree(rsp.Handle) {
 				c.fail(fmt.Errorf("initiator: OPEN of %q answered with handle %d, which is not free on this connection: %w", q.Volume, rsp.Handle, ErrProtocol))
 				return
 			}

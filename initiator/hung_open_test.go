@@ -263,3 +263,45 @@ func TestOpenHungStoreShutdown(t *testing.T) {
 		t.Errorf("the store opened vol1 %d times and holds %d open after Shutdown; want 1 and 0", opens, live)
 	}
 }
+
+// TestOpenHungStoreReopen: the connection is lost while both volumes are
+// open, and the store then hangs in vol1's open. The reconnect waits for
+// vol1 (what it had in flight can go nowhere else), asking again on the
+// same connection, and comes up once the store answers: one reconnect,
+// the write that was in flight on vol0 succeeds, and vol1 was opened
+// twice in all, the first open and one re-open. Before, every NOT READY
+// ended the attempt, and each new connection started another open in
+// the store.
+func TestOpenHungStoreReopen(t *testing.T) {
+	cat, p, addr, _ := newGatedRig(t, 300*time.Millisecond)
+	s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-reopen", LossTimeout: 30 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	v0, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open(ctx, "vol1", initiator.OpenOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release := cat.gate("vol1")
+	t.Cleanup(release)
+	for _, q := range p.QPs() {
+		if err := p.InjectQPError(q, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		time.Sleep(2 * time.Second) // several of the target's waits
+		release()
+	}()
+	if _, err := v0.WriteAtContext(ctx, make([]byte, 4096), 0); err != nil {
+		t.Fatalf("write to vol0 across the reconnect: %v", err)
+	}
+	if st := s.Stats(); st.Reconnects != 1 {
+		t.Errorf("reconnects %d, want 1", st.Reconnects)
+	}
+	if opens, _ := cat.counts("vol1"); opens != 2 {
+		t.Errorf("the store was asked to open vol1 %d times; want 2 (the open, one re-open)", opens)
+	}
+}

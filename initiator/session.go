@@ -448,6 +448,18 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 // once from being asked in a loop.
 const openRetry = 100 * time.Millisecond
 
+// openRetryWait waits openRetry, or until ctx ends (its error).
+func openRetryWait(ctx context.Context) error {
+	t := time.NewTimer(openRetry)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // openOn sends the OPEN req on c, and sends it again while the target
 // answers that it is still opening the volume (SenseBecomingReady: its
 // store has not answered within the target's OpenWait), until ctx
@@ -461,13 +473,8 @@ func (s *Session) openOn(ctx context.Context, c *channel, req wire.ControlReques
 		rsp, err := s.controlReq(ctx, c, r)
 		if err == nil && rsp.Sense == wire.SenseBecomingReady {
 			notReady = rsp.Error
-			t := time.NewTimer(openRetry)
-			select {
-			case <-t.C:
+			if err = openRetryWait(ctx); err == nil {
 				continue
-			case <-ctx.Done():
-				t.Stop()
-				err = ctx.Err()
 			}
 		}
 		switch {

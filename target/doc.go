@@ -54,7 +54,10 @@
 // LIST leaves out what the initiator may not open, and a snapshot
 // VOL@SNAP is never more open than VOL, see ACL); a
 // read-only ACL rule, a read-only open or a read-only catalog entry makes
-// the handle read-only. Commands are validated before any data moves: an
+// the handle read-only. A store that has not opened the volume within
+// Config.OpenWait has the OPEN answered SenseBecomingReady, to be asked
+// again, so that one hung volume stops no session (conn_open.go).
+// Commands are validated before any data moves: an
 // unknown handle, a transfer over the negotiated limits, a write to a
 // read-only handle, a misaligned or out-of-range request is answered with
 // an error Response and touches neither the volume nor the initiator's
