@@ -313,17 +313,7 @@ func testSQOverflowSQD(t *testing.T, p transport.Provider) {
 	a, b := pr.a, pr.b
 	target := newBuf(t, p, b.pd, transport.PageSize, accRW)
 	src := newBuf(t, p, a.pd, transport.PageSize, 0)
-	if err := a.qp.Modify(transport.QPSQD); err != nil {
-		t.Skipf("Modify(SQD): %v", err)
-	}
-	// SQD -> RTS is allowed once the send queue has drained (IBTA's
-	// drained substate of SQD): rxe on Linux 6.12 drains on a workqueue
-	// and refuses the Modify with EINVAL until then.
-	if _, ok := waitEvent(t, a.dev, Timeout, func(ev transport.AsyncEvent) bool {
-		return ev.Type == transport.EventSQDrained && ev.QPNum == a.qp.Num()
-	}); !ok {
-		t.Fatalf("no SQ_DRAINED event for QP %d", a.qp.Num())
-	}
+	drainToSQD(t, a)
 	var many []transport.SendWR
 	for i := range 2 * depth {
 		w := writeWR(uint64(i), src.sge(0, 8), target.addr(0), target.mr.RKey())
@@ -433,14 +423,13 @@ func testRecvQueueWrap(t *testing.T, p transport.Provider) {
 	}
 }
 
-// RTS -> SQD raises SQ_DRAINED once the WRs already in progress are done
-// (event.go); WRs not yet started stay queued and run after SQD -> RTS. The
-// completions before and after are one in-order sequence.
-func testSQDrained(t *testing.T, p transport.Provider) {
-	pr, src, target := writeSlots(t, p, 8)
-	a := pr.a
-	fill(src.a.Bytes(), 81)
-	postSend(t, a.qp, writes(6, src, target)...)
+// drainToSQD moves a's QP to SQD (skipping the test on a device that
+// cannot) and waits for its SQ_DRAINED event: SQD -> RTS is allowed only
+// once the send queue has drained (IBTA's drained substate of SQD), and
+// rxe on Linux 6.12 drains on a workqueue and refuses the Modify with
+// EINVAL until then.
+func drainToSQD(t *testing.T, a *side) {
+	t.Helper()
 	if err := a.qp.Modify(transport.QPSQD); err != nil {
 		t.Skipf("Modify(SQD): %v", err)
 	}
@@ -449,6 +438,17 @@ func testSQDrained(t *testing.T, p transport.Provider) {
 	}); !ok {
 		t.Fatalf("no SQ_DRAINED event for QP %d", a.qp.Num())
 	}
+}
+
+// RTS -> SQD raises SQ_DRAINED once the WRs already in progress are done
+// (event.go); WRs not yet started stay queued and run after SQD -> RTS. The
+// completions before and after are one in-order sequence.
+func testSQDrained(t *testing.T, p transport.Provider) {
+	pr, src, target := writeSlots(t, p, 8)
+	a := pr.a
+	fill(src.a.Bytes(), 81)
+	postSend(t, a.qp, writes(6, src, target)...)
+	drainToSQD(t, a)
 	if st := a.qp.State(); st != transport.QPSQD {
 		t.Errorf("QP in %v, want SQD", st)
 	}
