@@ -216,7 +216,7 @@ func (c *core) srpAttachLUN(i int, v *srpVolume, gen uint64) {
 	s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: blocks,
 		ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
 		Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs), PortGroup: group},
-		unit: s.nx.unit(ov.name, i, blocks, v.lost, v.state, gen)}
+		unit: s.nx.unit(ov.name, i, blocks, v.lost, v.state, gen, group != 0)}
 	if v.lost && c.p.trace != nil {
 		c.p.trace(fmt.Sprintf("LUN %d %s: unit attention %s", i, ov.name, s.luns[i].unit.pending()))
 	}

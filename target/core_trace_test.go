@@ -128,7 +128,7 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 		td.ScanArgs(t, "lun", &lun)
 		u := c.srpUnitOf(uint16(lun))
 		if td.HasArg("other-nexus") {
-			u = newSRPNexus(nil, "other").unit(u.name, lun, u.blocks.Load(), false, gwActive, 0)
+			u = newSRPNexus(nil, "other").unit(u.name, lun, u.blocks.Load(), false, gwActive, 0, false)
 		}
 		c.srpPeerAbort(u, td.HasArg("other-nexus"), "peer")
 	case "peers-done":

@@ -159,6 +159,12 @@ func TestSRPALUA(t *testing.T) {
 			}
 			return d[8] & 0x0f
 		}
+		// A standby unit tells each new nexus its state changed, so that
+		// scsi_dh_alua asks for it (srpNexus.unit); the first command
+		// that reports unit attentions takes it.
+		for _, c := range []*srpClient{a, b} {
+			c.checkSense("the first TEST UNIT READY of a nexus on a standby unit", tur(c), scsi.SenseAccessChanged)
+		}
 		if st := state("standby", a); st != 2 {
 			t.Fatalf("state %d on a standby gateway, want 2 (standby)", st)
 		}

@@ -170,7 +170,19 @@ type srpUnitKey struct {
 // that change, as LIO does not tell a LUN it adds
 // (target_luns_data_has_changed skips it), since the host has no
 // device for it yet and would only scan again.
-func (n *srpNexus) unit(volume string, lun int, blocks uint64, lost bool, st gwState, gen uint64) *srpUnit {
+//
+// alua says the unit reports a target port group (Config.SRPPortGroup):
+// a new unit that is not active then has AccessChanged raised at once.
+// Linux's scsi_dh_alua reads the port group's state only when told to:
+// on Linux 6.12 it queues no REPORT TARGET PORT GROUPS when it attaches
+// to a new device (alua_rtpg_queue finds sdev->handler_data not yet
+// set; 6.1 sent one), so without a unit attention it takes a standby
+// path for active/optimized until something else makes it ask, and
+// sends it I/O that fails (test/rxe/alua.sh on 6.12). ASYMMETRIC ACCESS
+// STATE CHANGED on the unit's first command after the attach makes it
+// ask (alua_check_sense). An active unit needs none: active/optimized
+// is what the handler assumes.
+func (n *srpNexus) unit(volume string, lun int, blocks uint64, lost bool, st gwState, gen uint64, alua bool) *srpUnit {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := srpUnitKey{volume, lun}
@@ -182,6 +194,9 @@ func (n *srpNexus) unit(volume string, lun int, blocks uint64, lost bool, st gwS
 		n.units[k] = u
 		if lost {
 			u.raiseLocked(scsi.WriteCacheLost)
+		}
+		if alua && st != gwActive {
+			u.raiseLocked(scsi.AccessChanged)
 		}
 	}
 	return u

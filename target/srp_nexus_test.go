@@ -143,15 +143,15 @@ func TestSRPNexusTable(t *testing.T) {
 	if a1 != a2 {
 		t.Fatal("two channels of one key got two nexuses")
 	}
-	u := a1.unit("vol", 0, 10, true, gwActive, 0)
-	if a2.unit("vol", 0, 20, true, gwActive, 0) != u || u.pending() != scsi.WriteCacheLost || u.blocks.Load() != 10 {
+	u := a1.unit("vol", 0, 10, true, gwActive, 0, false)
+	if a2.unit("vol", 0, 20, true, gwActive, 0, false) != u || u.pending() != scsi.WriteCacheLost || u.blocks.Load() != 10 {
 		t.Fatalf("second channel's unit: pending %s, blocks %d; want the first's (write-cache-lost, 10)", u.pending(), u.blocks.Load())
 	}
 	if !u.resize(20) || u.resize(20) {
 		t.Error("a resize is raised once per change")
 	}
 	tbl.catalogGen.Add(1)
-	added := a1.unit("new", 0, 20, false, gwActive, 1)
+	added := a1.unit("new", 0, 20, false, gwActive, 1, false)
 	if a1.tableAt(1, 1) || u.pending()&scsi.LUNsChanged != 0 {
 		t.Error("a catalog change was raised before the nexus's second channel had its table")
 	}
@@ -172,8 +172,8 @@ func TestSRPNexusTable(t *testing.T) {
 	if b.tableAt(3, 1) {
 		t.Error("a nexus made after the catalog change heard of it")
 	}
-	bu := b.unit("vol", 0, 20, false, gwActive, 0)
-	b.unit("other", 0, 20, false, gwActive, 0)
+	bu := b.unit("vol", 0, 20, false, gwActive, 0, false)
+	b.unit("other", 0, 20, false, gwActive, 0, false)
 	if n := a1.resetOthers("vol"); n != 1 || bu.pending() != scsi.ResetOccurred {
 		t.Errorf("reset from a: raised on %d nexuses, b's unit pending %s; want 1, reset-occurred", n, bu.pending())
 	}
@@ -388,4 +388,28 @@ func TestSRPSourceACL(t *testing.T) {
 		g.login("ini")
 		g.open("vol0", false)
 	})
+}
+
+// TestSRPUnitALUAAtLogin: a new unit that reports a target port group
+// and is not active starts with ASYMMETRIC ACCESS STATE CHANGED
+// pending, so that Linux's scsi_dh_alua, which on 6.12 reads no port
+// group state when it attaches, asks for it at the first command; an
+// active unit, or one without ALUA, starts with nothing pending.
+func TestSRPUnitALUAAtLogin(t *testing.T) {
+	for _, c := range []struct {
+		st   gwState
+		alua bool
+		want scsi.Condition
+	}{
+		{gwActive, true, 0},
+		{gwStandby, true, scsi.AccessChanged},
+		{gwFenced, true, scsi.AccessChanged},
+		{gwStandby, false, 0},
+	} {
+		var tbl srpNexusTable
+		u := tbl.join("a", 1, 0).unit("vol", 0, 10, false, c.st, 0, c.alua)
+		if got := u.pending(); got != c.want {
+			t.Errorf("state %v, alua %v: pending %s, want %s", c.st, c.alua, got, c.want)
+		}
+	}
 }

@@ -15,6 +15,10 @@ fail() {
     [ -n "$d" ] && say "$d: dh_state $(cat /sys/block/$d/device/dh_state 2>/dev/null), access_state $(cat /sys/block/$d/device/access_state 2>/dev/null)"
   done
   dmesg | grep -i -E "alua|srp|scsi|sd |device-mapper|multipath" | tail -30 | tee -a $O/steps.log
+  dmesg > $O/dmesg-all.txt
+  for d in $D1 $D2; do
+    [ -n "$d" ] && { sg_vpd -p di /dev/$d; sg_rtpg -d /dev/$d; } >> $O/sg-fail.log 2>&1
+  done
   tail -20 $O/gwpair.log >> $O/steps.log
   exit 1
 }
