@@ -23,25 +23,15 @@ func TestHostileHandleReuse(t *testing.T) {
 	var vol0Handle atomic.Uint32
 	var lied atomic.Bool
 	r := newHostileRig(t, "strict", targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
-		iu := rsp.IU()
-		if len(iu) == 0 || wire.Opcode(iu[0]) != wire.OpControlResp {
-			return targettest.Pass
-		}
-		var c wire.ControlResponse
-		if wire.DecodeControl(iu, wire.OpControlResp, &c) != nil || c.Handle == 0 || c.Error != "" {
-			return targettest.Pass
-		}
-		if vol0Handle.CompareAndSwap(0, c.Handle) || c.Handle == vol0Handle.Load() || lied.Load() {
+		a, ok := openAnswerOf(rsp)
+		if !ok || vol0Handle.CompareAndSwap(0, a.c.Handle) || a.c.Handle == vol0Handle.Load() || lied.Load() {
 			return targettest.Pass
 		}
 		// The first OPEN after vol0's: answer it with vol0's handle.
-		c.Handle = vol0Handle.Load()
-		b, err := wire.EncodeControl(nil, wire.OpControlResp, &c)
-		if err != nil || len(b) != len(iu) {
-			t.Errorf("the rewritten answer is %d bytes, the IU %d (%v)", len(b), len(iu), err)
+		if !a.give(vol0Handle.Load()) {
+			t.Errorf("the answer could not be rewritten in place")
 			return targettest.Pass
 		}
-		copy(iu, b)
 		lied.Store(true)
 		return targettest.Pass
 	}})
@@ -65,18 +55,7 @@ func TestHostileHandleReuse(t *testing.T) {
 	if _, err := v1.WriteAtContext(ctx, b, 0); err != nil {
 		t.Fatal(err)
 	}
-	got := make([]byte, 4096)
-	for _, c := range []struct {
-		v    *initiator.Volume
-		want []byte
-	}{{v0, a}, {v1, b}} {
-		if _, err := c.v.ReadAtContext(ctx, got, 0); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, c.want) {
-			t.Fatalf("%s reads back %#x, want %#x: one volume's I/O went to the other", c.v.Name(), got[0], c.want[0])
-		}
-	}
+	readsOwn(t, ctx, v0, a, v1, b)
 	if n := s.Stats().ConnectionsLost; n != 1 {
 		t.Errorf("connections lost %d, want 1 (the lie ends the connection it came on)", n)
 	}
@@ -104,20 +83,11 @@ func TestHostileReopenHandleReuse(t *testing.T) {
 		default:
 			return targettest.Pass
 		}
-		iu := rsp.IU()
-		if len(iu) == 0 || wire.Opcode(iu[0]) != wire.OpControlResp || lied.Load() {
+		a, ok := openAnswerOf(rsp)
+		if !ok || lied.Load() || first.CompareAndSwap(0, a.c.Handle) {
 			return targettest.Pass
 		}
-		var c wire.ControlResponse
-		if wire.DecodeControl(iu, wire.OpControlResp, &c) != nil || c.Handle == 0 || c.Error != "" {
-			return targettest.Pass
-		}
-		if first.CompareAndSwap(0, c.Handle) {
-			return targettest.Pass
-		}
-		c.Handle = first.Load()
-		if b, err := wire.EncodeControl(nil, wire.OpControlResp, &c); err == nil && len(b) == len(iu) {
-			copy(iu, b)
+		if a.give(first.Load()) {
 			lied.Store(true)
 		}
 		return targettest.Pass
@@ -146,16 +116,65 @@ func TestHostileReopenHandleReuse(t *testing.T) {
 	if _, err := v1.WriteAtContext(ctx, b, 4096); err != nil {
 		t.Fatal(err)
 	}
-	got := make([]byte, 8192)
+	readsOwn(t, ctx, v0, append(a, make([]byte, 4096)...), v1, append(b, b...))
+}
+
+// openAnswer is a successful OPEN's answer on its way to the initiator,
+// decoded from the response's IU, which give rewrites in place.
+type openAnswer struct {
+	iu []byte
+	c  wire.ControlResponse
+}
+
+// openAnswerOf decodes rsp as a successful OPEN's answer (ok false for
+// any other response).
+func openAnswerOf(rsp *targettest.Response) (a openAnswer, ok bool) {
+	a.iu = rsp.IU()
+	if len(a.iu) == 0 || wire.Opcode(a.iu[0]) != wire.OpControlResp {
+		return a, false
+	}
+	if wire.DecodeControl(a.iu, wire.OpControlResp, &a.c) != nil || a.c.Handle == 0 || a.c.Error != "" {
+		return a, false
+	}
+	return a, true
+}
+
+// give makes the answer name handle h; false if the new encoding is not
+// the IU's length, and the IU is left as it was.
+func (a openAnswer) give(h uint32) bool {
+	a.c.Handle = h
+	b, err := wire.EncodeControl(nil, wire.OpControlResp, &a.c)
+	if err != nil || len(b) != len(a.iu) {
+		return false
+	}
+	copy(a.iu, b)
+	return true
+}
+
+// readsOwn reads len(want) bytes at 0 of each volume and fails the test
+// if one reads back anything but what was written to it.
+func readsOwn(t *testing.T, ctx context.Context, v0 *initiator.Volume, want0 []byte, v1 *initiator.Volume, want1 []byte) {
+	t.Helper()
 	for _, c := range []struct {
 		v    *initiator.Volume
 		want []byte
-	}{{v0, append(a, make([]byte, 4096)...)}, {v1, append(b, b...)}} {
+	}{{v0, want0}, {v1, want1}} {
+		got := make([]byte, len(c.want))
 		if _, err := c.v.ReadAtContext(ctx, got, 0); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, c.want) {
-			t.Fatalf("%s reads back %#x…%#x, want %#x…%#x: one volume's I/O went to the other", c.v.Name(), got[0], got[4096], c.want[0], c.want[4096])
+		if i := firstDiff(got, c.want); i >= 0 {
+			t.Fatalf("%s reads back %#x at byte %d, want %#x: one volume's I/O went to the other", c.v.Name(), got[i], i, c.want[i])
 		}
 	}
+}
+
+// firstDiff is the first index where a and b differ, -1 if none.
+func firstDiff(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
 }
