@@ -129,12 +129,9 @@ type conn struct {
 	// refreshIn, under nexusMu, is a LUN refresh step's result for the
 	// run loop (conn_srp_luns.go).
 	refreshIn *srpRefresh
-	// late: the SRP volume opens that outlived Config.OpenWait
-	// (conn_srp_open.go).
-	late srpLateOpens
-	// opens: the gosrp OPENs' volume opens, each on a goroutine of its
-	// own so that a hung store holds no OPEN past Config.OpenWait
-	// (conn_open.go).
+	// opens: the volume opens of gosrp OPENs and SRP LUNs, each on a
+	// goroutine of its own so that a hung store holds no opener past
+	// Config.OpenWait (conn_open.go).
 	opens connOpens
 }
 

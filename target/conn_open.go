@@ -1,26 +1,34 @@
 package target
 
-// Opening a volume for a gosrp OPEN without letting a hung store stop
-// the session. An OPEN runs the catalog's OpenVolume and, for a
-// takeover, the volume's TakeOver. A store that hangs there (an RBD
-// image whose OSDs are unreachable, a lock that cannot be broken)
-// would hold the OPEN past the initiator's IOTimeout; the initiator
-// then ends the connection, whose teardown waits for its jobs, and the
-// login that reinstates the channel waits for that teardown
-// (Target.reinstate): every volume of the session would stop until the
-// store answered. An OPEN writes nothing, so nothing obliges anyone to
-// wait for it. The open runs on a goroutine of its own and the OPEN
-// waits for it at most Config.OpenWait, or until the connection ends;
-// one that has not returned by then is answered NOT READY, becoming
-// ready (wire.SenseBecomingReady), which the initiator tries again.
-// The open goes on: what it returns is kept for the connection's next
-// OPEN of the volume, so that a store slower than OpenWait still opens
-// it in as many tries as it takes, or closed if the connection has
-// ended. An OPEN of a volume whose open is running waits for that one
-// instead of starting another, so a hung store costs one goroutine per
-// volume and connection, not one per try. The goroutine cannot be
-// stopped (OpenVolume takes no context); Target.Shutdown waits for it
-// while its context lasts, as for a connection.
+// Opening a volume without letting a hung store stop the session. A
+// gosrp OPEN runs the catalog's OpenVolume and, for a takeover, the
+// volume's TakeOver; an SRP session opens the volumes of its LUNs at
+// login and when a catalog change gives it new ones
+// (conn_srp_open.go). A store that hangs there (an RBD image whose OSDs
+// are unreachable, a lock that cannot be broken) must not hold the
+// rest: a gosrp OPEN held past the initiator's IOTimeout ends the
+// connection, whose teardown waits for its jobs, and the login that
+// reinstates the channel waits for that teardown (Target.reinstate), so
+// every volume of the session would stop until the store answered; an
+// SRP login would never start its run loop. An open writes nothing, so
+// nothing obliges anyone to wait for it.
+//
+// So every open runs on a goroutine of its own, and whoever asked for
+// it (the opener) waits at most Config.OpenWait, or until the
+// connection ends. An OPEN whose volume has not opened by then is
+// answered NOT READY, becoming ready (wire.SenseBecomingReady), which
+// the initiator tries again; an SRP LUN is left empty for now. The open
+// goes on: what it returns once no opener waits is kept for the
+// connection's next opener of the volume, or closed if the connection
+// has ended, and for an SRP LUN the target is told its catalog changed
+// (Target.CatalogChanged), so that the refresh that follows attaches
+// the kept volume and raises REPORTED LUNS DATA HAS CHANGED, as for a
+// volume just created. An opener of a volume whose open is running
+// waits for that one instead of starting another, so a hung store
+// costs one goroutine per volume and connection, not one per try. The
+// goroutine cannot be stopped (OpenVolume takes no context);
+// Target.Shutdown waits for it while its context lasts, as for a
+// connection.
 
 import (
 	"errors"
@@ -48,54 +56,85 @@ type openResult struct {
 	err     error
 }
 
-// runningOpen is one open on its goroutine.
+// runningOpen is one open on its goroutine, or a kept volume handed to
+// an opener.
 type runningOpen struct {
 	done     chan struct{} // closed when res is set
 	res      openResult
-	waiting  int  // OPENs waiting for it
+	waiting  int  // openers waiting for it
 	finished bool // res is set
-	taken    bool // an OPEN took res, or nobody was left to take it
+	taken    bool // an opener took res, or nobody was left to take it
+	// refresh: an SRP LUN asked for the volume; opened late, it is
+	// attached by the catalog refresh the target is asked for.
+	refresh bool
 }
 
-// connOpens are a connection's opens that ran, or still run, past
-// their OPEN's wait.
+// connOpens are a connection's volume opens that run, or ran, past
+// their openers' wait.
 type connOpens struct {
 	mu      sync.Mutex
 	running map[openKey]*runningOpen
-	// ready: opened after its OPENs stopped waiting, kept for the next.
+	// ready: opened after its openers stopped waiting, kept for the next.
 	ready map[openKey]openResult
 	// shut: the connection ended; opens close what they open.
 	shut bool
 }
 
-// runOpen carries out the open of an OPEN job: the volume in s.opened
-// and s.openInfo, or s.err (errOpenPending if it did not open in time).
+// joinOpen makes the caller an opener of k and returns the open to wait
+// for (done) and then leave (leaveOpen): the volume kept from a late
+// open, the open running, or a new one. For an SRP LUN (lun), an open
+// already running is not joined (nil: the refresh it asks for attaches
+// its volume), and one that returns late asks for a refresh.
+func (c *conn) joinOpen(k openKey, lun bool) *runningOpen {
+	l := &c.opens
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.ready[k]; ok {
+		delete(l.ready, k)
+		done := make(chan struct{})
+		close(done)
+		return &runningOpen{done: done, res: r, finished: true, waiting: 1}
+	}
+	p := l.running[k]
+	if p != nil && lun {
+		return nil
+	}
+	if p == nil {
+		p = &runningOpen{done: make(chan struct{}), refresh: lun}
+		if l.running == nil {
+			l.running = make(map[openKey]*runningOpen)
+		}
+		l.running[k] = p
+		c.t.wg.Add(1) // c's own count is held: Shutdown cannot be past its Wait
+		go c.openVolume(k, p)
+	}
+	p.waiting++
+	return p
+}
+
+// leaveOpen stops the caller's wait for p and returns p's result if it
+// has one that no other opener took.
+func (c *conn) leaveOpen(p *runningOpen) (openResult, bool) {
+	l := &c.opens
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p.waiting--
+	if p.finished && !p.taken {
+		p.taken = true
+		return p.res, true
+	}
+	return openResult{}, false
+}
+
+// runOpen carries out the open of a gosrp OPEN job: the volume in
+// s.opened and s.openInfo, or s.err (errOpenPending if it did not open
+// in time).
 func (c *conn) runOpen(s *slot) {
 	k := openKey{s.ctl.Volume, s.ctl.Takeover}
 	wait := time.NewTimer(c.t.cfg.OpenWait)
 	defer wait.Stop()
-	l := &c.opens
 	for {
-		l.mu.Lock()
-		if r, ok := l.ready[k]; ok {
-			delete(l.ready, k)
-			l.mu.Unlock()
-			s.setOpened(r)
-			return
-		}
-		p := l.running[k]
-		if p == nil {
-			p = &runningOpen{done: make(chan struct{})}
-			if l.running == nil {
-				l.running = make(map[openKey]*runningOpen)
-			}
-			l.running[k] = p
-			c.t.wg.Add(1) // c's own count is held: Shutdown cannot be past its Wait
-			go c.openVolume(k, p)
-		}
-		p.waiting++
-		l.mu.Unlock()
-
+		p := c.joinOpen(k, false)
 		expired := false
 		select {
 		case <-p.done:
@@ -106,15 +145,10 @@ func (c *conn) runOpen(s *slot) {
 		case <-c.endCh:
 			expired = true
 		}
-		l.mu.Lock()
-		p.waiting--
-		if p.finished && !p.taken {
-			p.taken = true
-			l.mu.Unlock()
-			s.setOpened(p.res)
+		if r, ok := c.leaveOpen(p); ok {
+			s.setOpened(r)
 			return
 		}
-		l.mu.Unlock()
 		if expired || !p.finished {
 			s.opened, s.err = nil, errOpenPending
 			return
@@ -134,9 +168,9 @@ func (s *slot) setOpened(r openResult) {
 	}
 }
 
-// openFor opens k's volume for an OPEN, and takes it over if k says so
-// (a volume that is not a PathStater needs no takeover), turning a
-// panic of the store into an error as runJob does.
+// openFor opens k's volume, and takes it over if k says so (a volume
+// that is not a PathStater needs no takeover), turning a panic of the
+// store into an error as runJob does.
 func openFor(cat Catalog, k openKey) (r openResult) {
 	defer func() {
 		if x := recover(); x != nil {
@@ -160,9 +194,9 @@ func openFor(cat Catalog, k openKey) (r openResult) {
 	return r
 }
 
-// openVolume runs openFor for the OPENs waiting in p; if none is left to
-// take the volume, it keeps it for the connection's next OPEN, or closes
-// it if the connection has ended.
+// openVolume runs openFor for the openers waiting in p; if none is left
+// to take the volume, it keeps it for the connection's next opener, or
+// closes it if the connection has ended.
 func (c *conn) openVolume(k openKey, p *runningOpen) {
 	defer c.t.wg.Done()
 	r := openFor(c.t.cfg.Catalog, k)
@@ -171,8 +205,9 @@ func (c *conn) openVolume(k openKey, p *runningOpen) {
 	delete(l.running, k)
 	p.res, p.finished = r, true
 	close(p.done)
-	orphan := p.waiting == 0
+	orphan, refresh := p.waiting == 0, p.refresh
 	var drop []Volume
+	kept := false
 	if orphan {
 		p.taken = true
 		switch {
@@ -187,6 +222,7 @@ func (c *conn) openVolume(k openKey, p *runningOpen) {
 				drop = append(drop, old.vol) // one kept volume of a kind is enough
 			}
 			l.ready[k] = r
+			kept = true
 		}
 	}
 	l.mu.Unlock()
@@ -195,32 +231,24 @@ func (c *conn) openVolume(k openKey, p *runningOpen) {
 	}
 	switch {
 	case orphan && r.err != nil:
-		c.log.Warn("a volume's open failed after its OPEN stopped waiting", "volume", k.name, "err", r.err, "conn", c.id)
-	case orphan && len(drop) == 0:
+		c.log.Warn("a volume's open failed after its opener stopped waiting", "volume", k.name, "err", r.err, "conn", c.id)
+	case kept && refresh:
+		c.log.Info("an SRP LUN's volume opened late; adding it to the session", "volume", k.name, "conn", c.id)
+		c.t.CatalogChanged()
+	case kept:
 		c.log.Info("a volume opened after its OPEN stopped waiting; kept for the next OPEN", "volume", k.name, "conn", c.id)
 	}
 }
 
-// shutOpens, in teardown, closes the volumes opened late, for a gosrp
-// OPEN or an SRP LUN (conn_srp_open.go), that nothing took; opens still
-// running close theirs when they return.
+// shutOpens, in teardown, closes the volumes opened late that nothing
+// took; opens still running close theirs when they return.
 func (c *conn) shutOpens() {
-	var vols []Volume
 	c.opens.mu.Lock()
 	c.opens.shut = true
-	for _, r := range c.opens.ready {
-		vols = append(vols, r.vol)
-	}
+	ready := c.opens.ready
 	c.opens.ready = nil
 	c.opens.mu.Unlock()
-	c.late.mu.Lock()
-	c.late.shut = true
-	for _, v := range c.late.ready {
-		vols = append(vols, v.vol)
-	}
-	c.late.ready = nil
-	c.late.mu.Unlock()
-	for _, v := range vols {
-		closeVolume(v)
+	for _, r := range ready {
+		closeVolume(r.vol)
 	}
 }

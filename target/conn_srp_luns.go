@@ -111,15 +111,3 @@ func (c *conn) srpListLUNs() *srpRefresh {
 	r.err = err
 	return r
 }
-
-// srpOpenVolume opens the volume name of LUN lun for the I_T nexus
-// named nexus (its dirty mark, and whether the nexus is owed a lost
-// write cache); vol nil when it failed, logged.
-func (c *conn) srpOpenVolume(name string, lun int, nexus string) srpVolume {
-	v, info, err := openVolume(c.t.cfg.Catalog, name)
-	if err != nil {
-		c.log.Warn("SRP LUN left empty: open volume", "volume", name, "lun", lun, "conn", c.id, "err", err)
-		return srpVolume{}
-	}
-	return srpVolume{vol: v, info: info, mark: c.t.dirty.mark(name), lost: c.t.dirty.lostFor(name, nexus), pr: c.t.pr.volume(name)}
-}
