@@ -29,12 +29,32 @@ package target
 // goroutine cannot be stopped (OpenVolume takes no context);
 // Target.Shutdown waits for it while its context lasts, as for a
 // connection.
+//
+// An open nobody waits for any more (abandoned) is a goroutine the peer
+// made and cannot take back, and a gosrp OPEN names any volume it
+// likes: a store that hangs on every name (a cluster out of reach
+// hangs on names it has no image for, too) would let one initiator pile
+// up goroutines by opening names one after another, and reconnecting
+// to start over. So no open starts while the connection has
+// maxConnAbandonedOpens abandoned gosrp opens, or the target
+// maxAbandonedOpens of any kind: the OPEN is answered NOT READY at
+// once, and the SRP LUN left empty, to be tried again when an
+// abandoned open returns. A healthy store abandons nothing, so neither
+// bound is ever met there.
 
 import (
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+)
+
+// The bounds on abandoned opens. maxConnAbandonedOpens leaves a session
+// a dozen volumes that open slowly; maxAbandonedOpens is the whole
+// target's, a few kilobytes of stack each.
+const (
+	maxConnAbandonedOpens = 16
+	maxAbandonedOpens     = 256
 )
 
 // errOpenPending answers an OPEN whose volume has not opened within
@@ -64,6 +84,9 @@ type runningOpen struct {
 	waiting  int  // openers waiting for it
 	finished bool // res is set
 	taken    bool // an opener took res, or nobody was left to take it
+	// abandoned: every opener stopped waiting before it finished, and
+	// the connection's and the target's counts include it.
+	abandoned bool
 	// refresh: an SRP LUN asked for the volume; opened late, it is
 	// attached by the catalog refresh the target is asked for.
 	refresh bool
@@ -78,14 +101,17 @@ type connOpens struct {
 	ready map[openKey]openResult
 	// shut: the connection ended; opens close what they open.
 	shut bool
+	// abandoned counts the running gosrp opens nobody waits for.
+	abandoned int
 }
 
 // joinOpen makes the caller an opener of k and returns the open to wait
 // for (done) and then leave (leaveOpen): the volume kept from a late
 // open, the open running, or a new one. For an SRP LUN (lun), an open
 // already running is not joined (nil: the refresh it asks for attaches
-// its volume), and one that returns late asks for a refresh.
-func (c *conn) joinOpen(k openKey, lun bool) *runningOpen {
+// its volume), and one that returns late asks for a refresh. A new open
+// the bounds on abandoned ones refuse is nil too, with refused set.
+func (c *conn) joinOpen(k openKey, lun bool) (p *runningOpen, refused bool) {
 	l := &c.opens
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -93,13 +119,19 @@ func (c *conn) joinOpen(k openKey, lun bool) *runningOpen {
 		delete(l.ready, k)
 		done := make(chan struct{})
 		close(done)
-		return &runningOpen{done: done, res: r, finished: true, waiting: 1}
+		return &runningOpen{done: done, res: r, finished: true, waiting: 1}, false
 	}
-	p := l.running[k]
+	p = l.running[k]
 	if p != nil && lun {
-		return nil
+		return nil, false
 	}
 	if p == nil {
+		if (!lun && l.abandoned >= maxConnAbandonedOpens) || c.t.abandoned.Load() >= c.t.maxAbandoned {
+			if lun {
+				c.t.lunRefused.Store(true)
+			}
+			return nil, true
+		}
 		p = &runningOpen{done: make(chan struct{}), refresh: lun}
 		if l.running == nil {
 			l.running = make(map[openKey]*runningOpen)
@@ -109,7 +141,7 @@ func (c *conn) joinOpen(k openKey, lun bool) *runningOpen {
 		go c.openVolume(k, p)
 	}
 	p.waiting++
-	return p
+	return p, false
 }
 
 // leaveOpen stops the caller's wait for p and returns p's result if it
@@ -123,6 +155,13 @@ func (c *conn) leaveOpen(p *runningOpen) (openResult, bool) {
 		p.taken = true
 		return p.res, true
 	}
+	if p.waiting == 0 && !p.finished && !p.abandoned {
+		p.abandoned = true
+		if !p.refresh {
+			l.abandoned++
+		}
+		c.t.abandoned.Add(1)
+	}
 	return openResult{}, false
 }
 
@@ -134,7 +173,11 @@ func (c *conn) runOpen(s *slot) {
 	wait := time.NewTimer(c.t.cfg.OpenWait)
 	defer wait.Stop()
 	for {
-		p := c.joinOpen(k, false)
+		p, refused := c.joinOpen(k, false)
+		if refused {
+			s.opened, s.err = nil, errOpenPending
+			return
+		}
 		expired := false
 		select {
 		case <-p.done:
@@ -205,7 +248,13 @@ func (c *conn) openVolume(k openKey, p *runningOpen) {
 	delete(l.running, k)
 	p.res, p.finished = r, true
 	close(p.done)
-	orphan, refresh := p.waiting == 0, p.refresh
+	orphan, refresh, abandoned := p.waiting == 0, p.refresh, p.abandoned
+	if abandoned {
+		if !refresh {
+			l.abandoned--
+		}
+		c.t.abandoned.Add(-1)
+	}
 	var drop []Volume
 	kept := false
 	if orphan {
@@ -234,9 +283,13 @@ func (c *conn) openVolume(k openKey, p *runningOpen) {
 		c.log.Warn("a volume's open failed after its opener stopped waiting", "volume", k.name, "err", r.err, "conn", c.id)
 	case kept && refresh:
 		c.log.Info("an SRP LUN's volume opened late; adding it to the session", "volume", k.name, "conn", c.id)
-		c.t.CatalogChanged()
 	case kept:
 		c.log.Info("a volume opened after its OPEN stopped waiting; kept for the next OPEN", "volume", k.name, "conn", c.id)
+	}
+	// A refused LUN is tried again by the refresh that a catalog change
+	// starts, as is the LUN just kept.
+	if refused := abandoned && c.t.lunRefused.Swap(false); refused || (kept && refresh) {
+		c.t.CatalogChanged()
 	}
 }
 

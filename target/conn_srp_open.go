@@ -23,9 +23,17 @@ import "time"
 func (c *conn) srpOpenAll(luns []srpNewLUN, nexus string) []srpOpened {
 	out := make([]srpOpened, len(luns))
 	opens := make([]*runningOpen, len(luns))
+	refused := 0
 	for i, lu := range luns {
 		out[i].srpNewLUN = lu
-		opens[i] = c.joinOpen(openKey{name: lu.name}, true)
+		var no bool
+		if opens[i], no = c.joinOpen(openKey{name: lu.name}, true); no {
+			refused++
+		}
+	}
+	if refused > 0 {
+		c.log.Warn("SRP LUNs left empty for now: the store has too many volume opens that have not returned; they are tried again when one returns",
+			"luns", refused, "abandoned_opens", c.t.abandoned.Load(), "conn", c.id)
 	}
 	t := time.NewTimer(c.t.cfg.OpenWait)
 	defer t.Stop()
@@ -42,7 +50,7 @@ func (c *conn) srpOpenAll(luns []srpNewLUN, nexus string) []srpOpened {
 	}
 	for i, p := range opens {
 		if p == nil {
-			continue // attached once its open returns
+			continue // attached once its open, or an abandoned one, returns
 		}
 		r, ok := c.leaveOpen(p)
 		lu := luns[i]

@@ -68,6 +68,14 @@ type Target struct {
 	// srpNexuses holds the SRP I_T nexuses' unit attention state,
 	// shared by each nexus's channels (srp_nexus.go).
 	srpNexuses srpNexusTable
+	// abandoned counts the volume opens still running that no opener
+	// waits for any more (conn_open.go); none starts while it is at
+	// maxAbandoned (maxAbandonedOpens, except in tests). lunRefused
+	// says an SRP LUN's open was refused for it: the next abandoned
+	// open to return asks the sessions to try again.
+	abandoned    atomic.Int32
+	maxAbandoned int32
+	lunRefused   atomic.Bool
 	// refusals since the last log line about them, and when that was
 	// (Unix nanoseconds); see refused.
 	refusals      atomic.Int64
@@ -85,7 +93,7 @@ func New(cfg Config) (*Target, error) {
 		closedCh: make(chan struct{}),
 		conns:    map[uint64]*conn{}, listeners: map[transport.Listener]struct{}{},
 		volStats: map[string]*ioCounters{}, pendingBy: map[string]int{}, connsBy: map[string]int{},
-		evictAge: evictAge, pr: newPRTable(),
+		evictAge: evictAge, pr: newPRTable(), maxAbandoned: maxAbandonedOpens,
 	}
 	t.acl.Store(cfg.ACL)
 	t.pr.notify = t.srpNexuses.raisePR
