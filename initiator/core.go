@@ -352,6 +352,21 @@ func (c *core) reset() {
 // idle reports whether no request holds a credit.
 func (c *core) idle() bool { return len(c.free) == len(c.slots) }
 
+// settled reports whether no request that a caller waits for holds a
+// credit: those left hold only requests their callers abandoned (an
+// Open whose context ended while the target was still opening the
+// volume), whose answers nobody reads. Session.Close waits for a
+// settled core, not an idle one; the teardown that follows ends what is
+// left, as at the end of its wait.
+func (c *core) settled() bool {
+	for i := range c.slots {
+		if sl := &c.slots[i]; sl.state != slotFree && (sl.req == nil || !sl.req.abandoned()) {
+			return false
+		}
+	}
+	return true
+}
+
 // unfinished are the requests still holding a credit (Close's last word).
 func (c *core) unfinished() []*Request {
 	var rs []*Request

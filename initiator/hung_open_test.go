@@ -99,6 +99,17 @@ func newGatedRig(t *testing.T, openWait time.Duration) (*gatedCatalog, *emu.Prov
 	return cat, p, serve(t, tgt, p.Listen, p.Close, st.Close), tgt
 }
 
+// newHungVol1 is a newGatedRig (with OpenWait openWait) whose store
+// hangs in vol1's open until release, and a session on it with the
+// I/O timeout ioTimeout (0: the default).
+func newHungVol1(t *testing.T, openWait, ioTimeout time.Duration) (*gatedCatalog, *initiator.Session, func(), *target.Target) {
+	t.Helper()
+	cat, p, addr, tgt := newGatedRig(t, openWait)
+	release := cat.gate("vol1")
+	t.Cleanup(release)
+	return cat, dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-open", IOTimeout: ioTimeout}), release, tgt
+}
+
 // writeLoop writes vol's first block until stop is closed, and returns
 // how many writes failed.
 func writeLoop(v *initiator.Volume, stop <-chan struct{}) <-chan int {
@@ -134,10 +145,7 @@ func writeLoop(v *initiator.Volume, stop <-chan struct{}) <-chan int {
 // connection's hung OPEN, so every volume of the session stopped until
 // the store answered.
 func TestOpenHungStore(t *testing.T) {
-	cat, p, addr, _ := newGatedRig(t, 500*time.Millisecond)
-	release := cat.gate("vol1")
-	t.Cleanup(release)
-	s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-open", IOTimeout: 2 * time.Second})
+	cat, s, release, _ := newHungVol1(t, 500*time.Millisecond, 2*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	v0, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
@@ -190,10 +198,7 @@ func TestOpenHungStore(t *testing.T) {
 // the store: vol0's writes go on after one reconnect. Once the store
 // answers, the volume the abandoned open got is closed, not leaked.
 func TestOpenHungStoreReconnect(t *testing.T) {
-	cat, p, addr, _ := newGatedRig(t, time.Minute)
-	release := cat.gate("vol1")
-	t.Cleanup(release)
-	s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-open", IOTimeout: time.Second})
+	cat, s, release, _ := newHungVol1(t, time.Minute, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	v0, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
@@ -238,10 +243,7 @@ func TestOpenHungStoreReconnect(t *testing.T) {
 // finish; once the store answers, Shutdown completes and the volume
 // the open got is closed.
 func TestOpenHungStoreShutdown(t *testing.T) {
-	cat, p, addr, tgt := newGatedRig(t, 200*time.Millisecond)
-	release := cat.gate("vol1")
-	t.Cleanup(release)
-	s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-open"})
+	cat, s, release, tgt := newHungVol1(t, 200*time.Millisecond, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
@@ -303,5 +305,35 @@ func TestOpenHungStoreReopen(t *testing.T) {
 	}
 	if opens, _ := cat.counts("vol1"); opens != 2 {
 		t.Errorf("the store was asked to open vol1 %d times; want 2 (the open, one re-open)", opens)
+	}
+}
+
+// TestOpenHungStoreClose: an Open whose context ends before the target
+// answers at all (its OpenWait is an hour here) fails with the
+// context's error, and Session.Close then returns without waiting for
+// the answer nobody reads: the store is still hung when it does. Before,
+// Close waited for the abandoned OPEN as for I/O in flight, until the
+// target answered or the IOTimeout ran out; srpc export --timeout 3s
+// against a gateway whose OSD was stopped exited after 5 s, when srpd
+// answered NOT READY.
+func TestOpenHungStoreClose(t *testing.T) {
+	cat, s, _, _ := newHungVol1(t, time.Hour, time.Minute)
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := s.Open(short, "vol1", initiator.OpenOptions{}); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, initiator.ErrNotReady) {
+		t.Fatalf("Open of a volume the target has not answered for: %v, want context.DeadlineExceeded alone", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits, 10 s on, for an OPEN its caller abandoned (the store hangs, and the IOTimeout is a minute)")
+	}
+	if opens, _ := cat.counts("vol1"); opens != 1 {
+		t.Errorf("the store was asked to open vol1 %d times, want 1", opens)
 	}
 }

@@ -461,12 +461,13 @@ func (c *channel) failQueued(err error) {
 	}
 }
 
-// idle reports whether nothing is queued or in flight.
+// idle reports whether nothing is queued, or in flight for a caller
+// who waits for it (core.settled).
 func (c *channel) idle() bool {
 	c.mu.Lock()
 	queued := c.q.n
 	c.mu.Unlock()
-	return queued == 0 && c.core.idle()
+	return queued == 0 && c.core.settled()
 }
 
 func (c *channel) shutdown() {

@@ -519,7 +519,9 @@ type handleUpdate struct {
 }
 
 // Close finishes the I/O already submitted (bounded by the I/O timeout),
-// then disconnects every channel and releases the session's memory.
+// then disconnects every channel and releases the session's memory. A
+// request whose caller gave up on it (an Open or I/O whose context
+// ended) is not waited for: the disconnect ends it at the target.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {

@@ -110,6 +110,11 @@ func openVolume(ctx context.Context, s *session, name string, ro, exclusive bool
 		if errors.Is(err, initiator.ErrNotReady) {
 			return nil, fmt.Errorf("volume %q did not open within --timeout: the target's store has not opened it yet (can the target reach its cluster?)", name)
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The OPEN went unanswered (a target waits up to its
+			// OpenWait for its store before it says NOT READY).
+			return nil, fmt.Errorf("volume %q did not open within --timeout: the target has not answered yet (can it reach its store?)", name)
+		}
 		if !errors.Is(err, initiator.ErrAccessDenied) && !offered(ctx, s, name) {
 			return nil, s.noVolume(name)
 		}
