@@ -107,13 +107,8 @@ func openVolume(ctx context.Context, s *session, name string, ro, exclusive bool
 		if errors.Is(err, initiator.ErrReservationConflict) {
 			return nil, reservedError(name, err)
 		}
-		if errors.Is(err, initiator.ErrNotReady) {
-			return nil, fmt.Errorf("volume %q did not open within --timeout: the target's store has not opened it yet (can the target reach its cluster?)", name)
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			// The OPEN went unanswered (a target waits up to its
-			// OpenWait for its store before it says NOT READY).
-			return nil, fmt.Errorf("volume %q did not open within --timeout: the target has not answered yet (can it reach its store?)", name)
+		if err := openTimedOut(name, "the target", err); err != nil {
+			return nil, err
 		}
 		if !errors.Is(err, initiator.ErrAccessDenied) && !offered(ctx, s, name) {
 			return nil, s.noVolume(name)
@@ -121,6 +116,20 @@ func openVolume(ctx context.Context, s *session, name string, ro, exclusive bool
 		return nil, fmt.Errorf("cannot open volume %q: %v (srpc list shows what you may open)", name, ioError(err))
 	}
 	return v, nil
+}
+
+// openTimedOut says, in one line, that name did not open within
+// --timeout, if that is what err says: the target (who) answered NOT
+// READY until then, or has not answered (it waits up to its OpenWait
+// for its store before it says NOT READY). Otherwise it returns nil.
+func openTimedOut(name, who string, err error) error {
+	switch {
+	case errors.Is(err, initiator.ErrNotReady):
+		return fmt.Errorf("volume %q did not open within --timeout: still being opened by %s (can the target reach its store?)", name, who)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("volume %q did not open within --timeout: no answer from %s (can the target reach its store?)", name, who)
+	}
+	return nil
 }
 
 // offered reports whether the target lists name for this session; when

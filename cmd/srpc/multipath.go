@@ -82,6 +82,9 @@ func (c *connFlags) openCopy(ctx context.Context, name string, ro bool, qd, bufB
 	v, err := m.Open(dctx, name, initiator.OpenOptions{ReadOnly: ro && !c.exclusive, Exclusive: c.exclusive})
 	if err != nil {
 		s.Close()
+		if terr := openTimedOut(name, fmt.Sprintf("the targets %v", addrs), err); terr != nil {
+			return nil, nil, terr
+		}
 		return nil, nil, fmt.Errorf("cannot open volume %q through %v: %v", name, addrs, ioError(err))
 	}
 	return s, v, nil
