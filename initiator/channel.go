@@ -74,6 +74,9 @@ type channel struct {
 	// pinging: it is queued or on the wire.
 	ping    Request
 	pinging bool
+	// late are the volumes the connection came up without, and their
+	// parked requests (late_open.go).
+	late lateVols
 }
 
 func newChannel(s *Session, id int) *channel {
@@ -263,11 +266,17 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	if err := c.login(ctx); err != nil {
 		return err
 	}
-	// Re-open the session's volumes on the new connection.
+	// Re-open the session's volumes on the new connection; one the
+	// target is still opening comes later (late_open.go).
+	var late []lateVol
 	for _, v := range s.openVolumes() {
-		rsp, err := c.reopen(ctx, v)
+		rsp, why, err := c.reopen(ctx, v)
 		if err != nil {
 			return err
+		}
+		if rsp == nil {
+			late = append(late, lateVol{v, why})
+			continue
 		}
 		c.core.setHandle(v, rsp.Handle)
 		v.resized(int64(rsp.Size)) // it may have changed while the connection was down
@@ -275,38 +284,33 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	}
 	c.mu.Lock()
 	c.epoch++
+	left := c.lossLeftLocked()
 	c.mu.Unlock()
 	// Only now may the waiter compete for CQ events: login and re-open
 	// wait on the CQ themselves.
 	c.startWaiter()
+	c.startLate(late, left)
 	return nil
 }
 
-// reopen opens v on a new connection, before the loop runs on it. A
-// volume the target is still opening (SenseBecomingReady) is asked for
-// again on this connection until ctx ends: a new connection would only
-// start another open in the store. The connection does not come up
-// without every volume: what a volume had in flight, and the writes to
-// replay, can go nowhere else. An answer with a handle already given
-// on the connection is refused as Open's is (core.handleFree).
-func (c *channel) reopen(ctx context.Context, v *Volume) (*wire.ControlResponse, error) {
-	for {
-		rsp, err := c.controlSync(ctx, &wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly, Exclusive: v.exclusive})
-		switch {
-		case err != nil:
-			return nil, err
-		case rsp.Sense == wire.SenseBecomingReady:
-			if err := openRetryWait(ctx); err != nil {
-				return nil, fmt.Errorf("initiator: re-open %q: %w (%s): %w", v.name, ErrNotReady, rsp.Error, err)
-			}
-			continue
-		case rsp.Error != "":
-			return nil, fmt.Errorf("initiator: re-open %q: %s", v.name, rsp.Error)
-		case !c.core.handleFree(rsp.Handle):
-			return nil, fmt.Errorf("initiator: re-open of %q answered with handle %d, which is not free on this connection: %w", v.name, rsp.Handle, ErrProtocol)
-		}
-		return rsp, nil
+// reopen opens v on a new connection, before the loop runs on it. If
+// the target does not open it (still opening it after its OpenWait, its
+// store hung; or refusing: deleted meanwhile, access revoked) the
+// answer is nil and why says what the target said: the connection comes
+// up without v and asks again once it is up (late_open.go). An answer
+// with a handle already given on the connection is refused as Open's
+// is (core.handleFree).
+func (c *channel) reopen(ctx context.Context, v *Volume) (rsp *wire.ControlResponse, why string, err error) {
+	rsp, err = c.controlSync(ctx, &wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly, Exclusive: v.exclusive})
+	switch {
+	case err != nil:
+		return nil, "", err
+	case rsp.Error != "":
+		return nil, rsp.Error, nil
+	case !c.core.handleFree(rsp.Handle):
+		return nil, "", fmt.Errorf("initiator: re-open of %q answered with handle %d, which is not free on this connection: %w", v.name, rsp.Handle, ErrProtocol)
 	}
+	return rsp, "", nil
 }
 
 // sendSGEs is how many SGEs a send needs: two (the command IU and the

@@ -64,6 +64,10 @@
 // I/O timeouts fails with os.ErrDeadlineExceeded. A volume whose store
 // the target is still opening (answered NOT READY, becoming ready, past
 // the target's OpenWait) is asked for again until Open's context ends.
+// One that a reconnect cannot re-open at once (its store hung, or the
+// volume deleted meanwhile) does not hold the others: the connection
+// comes up without it, and its I/O waits for it until LossTimeout, as
+// it would have for the connection (late_open.go).
 // Each channel is one QP with its own poller
 // goroutine, pool and credits; a session spreads I/O over its channels.
 //

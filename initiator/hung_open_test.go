@@ -86,9 +86,11 @@ func newGatedRig(t *testing.T, openWait time.Duration) (*gatedCatalog, *emu.Prov
 	}
 	st := block.NewMemStore()
 	for _, name := range []string{"vol0", "vol1"} {
-		if _, err := st.Create(name, 4<<20, 4096); err != nil {
+		v, err := st.Create(name, 4<<20, 4096)
+		if err != nil {
 			t.Fatal(err)
 		}
+		v.Close()
 	}
 	cat := &gatedCatalog{Catalog: storecatalog.Catalog{Store: st}, gates: map[string]chan struct{}{},
 		opens: map[string]int{}, live: map[string]int{}}

@@ -70,6 +70,7 @@ func (c *channel) applyHandles() {
 			c.core.dropHandle(u.v)
 		} else if u.epoch == c.epoch {
 			c.core.setHandle(u.v, u.h)
+			c.onTimeLocked(u.v)
 		}
 	}
 	c.pendingHandles = c.pendingHandles[:0]
@@ -93,6 +94,14 @@ func (c *channel) dispatch() {
 				continue
 			}
 			if r.vol != nil && !c.core.hasHandle(r.vol) {
+				if c.late.waitsFor(r) {
+					// Behind its volume's older requests; if the
+					// handle has come, they all go back to the head
+					// of the queue, in order.
+					c.park(r, now)
+					c.applyHandles()
+					continue
+				}
 				// Open may have learned the handle after this pass began.
 				c.applyHandles()
 			}
@@ -251,11 +260,17 @@ func (c *channel) closeOrphan(r *Request) {
 	if r.ctrl == nil || r.ctrl.Op != wire.ControlOpen || r.ctrlRsp.Error != "" || r.ctrlRsp.Handle == 0 {
 		return
 	}
-	orphan := &Volume{s: c.s, name: r.ctrl.Volume}
-	c.setHandle(orphan, r.ctrlRsp.Handle, r.epoch)
+	c.closeHandle(r.ctrl.Volume, r.ctrlRsp.Handle, r.epoch)
+}
+
+// closeHandle closes handle h, which the connection of epoch gave for
+// the volume named name and which no Volume holds.
+func (c *channel) closeHandle(name string, h uint32, epoch uint64) {
+	orphan := &Volume{s: c.s, name: name}
+	c.setHandle(orphan, h, epoch)
 	cl := &Request{Op: opControl, ctrl: &wire.ControlRequest{Op: wire.ControlClose}, vol: orphan}
 	if err := c.submit(cl); err != nil {
-		c.s.cfg.Logger.Debug("initiator: close of an abandoned open's handle not sent", "channel", c.id, "handle", r.ctrlRsp.Handle, "err", err)
+		c.s.cfg.Logger.Debug("initiator: close of an unheld handle not sent", "channel", c.id, "handle", h, "err", err)
 	}
 }
 
@@ -264,8 +279,10 @@ func (c *channel) onTick() {
 	if c.qp == nil {
 		return
 	}
-	c.core.tick(clock.Nanos())
+	now := clock.Nanos()
+	c.core.tick(now)
 	c.apply(0)
+	c.expireLate(now)
 }
 
 // fail tears the connection down after an error: the QP is moved to ERR
@@ -280,6 +297,7 @@ func (c *channel) fail(err error) {
 	c.log.Warn("connection lost; reconnecting", "err", err)
 	c.s.stats.connLost.Add(1)
 	c.core.fail(err)
+	c.stopLate(true)
 	c.core.acts.fail = nil
 	c.core.pool.OnQPError()
 	c.qp.Modify(transport.QPErr)
@@ -467,7 +485,7 @@ func (c *channel) idle() bool {
 	c.mu.Lock()
 	queued := c.q.n
 	c.mu.Unlock()
-	return queued == 0 && c.core.settled()
+	return queued == 0 && c.late.parked.n == 0 && c.core.settled()
 }
 
 func (c *channel) shutdown() {
@@ -488,6 +506,7 @@ func (c *channel) shutdown() {
 	// replaceRegistrations).
 	pool.Close()
 	c.teardown()
+	c.stopLate(false)
 	c.mu.Lock()
 	failed := c.q
 	c.q = queue{}

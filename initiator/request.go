@@ -274,6 +274,20 @@ func (q *queue) pushFront(r *Request) {
 	q.n++
 }
 
+// prependAll moves every request of o, in order, ahead of q's.
+func (q *queue) prependAll(o *queue) {
+	if o.head == nil {
+		return
+	}
+	o.tail.next = q.head
+	if q.tail == nil {
+		q.tail = o.tail
+	}
+	q.head = o.head
+	q.n += o.n
+	*o = queue{}
+}
+
 func (q *queue) pop() *Request {
 	r := q.head
 	if r == nil {

@@ -1,0 +1,236 @@
+package initiator
+
+// A volume the target does not re-open at once does not hold the
+// others. A reconnect re-opens every volume of the session on the new
+// connection (channel.connect). A store that hangs in one volume's open
+// (an RBD image whose placement group is down) answers NOT READY after
+// the target's OpenWait, again and again; a volume deleted, or whose
+// access was revoked, while the connection was down is refused for
+// good. Holding the connection for such a volume stopped every volume
+// of the session until the loss deadline and then failed them all, and
+// a refused one kept the session from ever reconnecting: one volume's
+// trouble was taken for the connection's. So the connection comes up
+// without it: the volume is late on this connection. Its requests,
+// those re-issued from the lost connection and those queued since, are
+// parked in order, taking no credit, while a goroutine of the
+// connection asks the target again, with a backoff. When the target
+// answers with a handle, the parked requests go back to the head of the
+// queue, in order, and run. If the loss deadline (LossTimeout from the
+// loss, as for queued I/O) passes first, they fail with
+// ErrConnectionLost and ErrNotReady, as they would have with the
+// connection; a Multipath fails over on the first. The volume's later
+// requests fail at once, until the target opens it.
+//
+// Nothing of another volume waits on a late one, with one exception
+// kept on purpose: a replay round (replay.go) replays its writes in
+// order, and holds every channel until the late volume's turn is done;
+// it parks there like any request, and at the deadline fails, which
+// reports the volume's write-cache loss and lets the round go on.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gosrp/gosrp/internal/clock"
+	"github.com/gosrp/gosrp/internal/wire"
+)
+
+// lateVols are a connection's late volumes; loop-owned.
+type lateVols struct {
+	// vols say what the target answered the connection's re-open.
+	vols map[*Volume]string
+	// by is the loss deadline (clock.Nanos) past which their requests
+	// fail instead of waiting.
+	by     int64
+	parked queue
+	// cancel stops the goroutines that re-open them (wg).
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// waitsFor reports whether r must wait for its volume's late open: any
+// request about a late volume except its CLOSE, which needs no handle
+// (the re-open, if it ever succeeds, closes what it got).
+func (l *lateVols) waitsFor(r *Request) bool {
+	if len(l.vols) == 0 || r.vol == nil || (r.Op == opControl && r.ctrl.Op == wire.ControlClose) {
+		return false
+	}
+	_, ok := l.vols[r.vol]
+	return ok
+}
+
+// park holds r until its volume opens, or fails it past the deadline.
+func (c *channel) park(r *Request, now int64) {
+	if now > c.late.by {
+		r.finish(c.lateErr(r.vol))
+		return
+	}
+	c.late.parked.push(r)
+}
+
+func (c *channel) lateErr(v *Volume) error {
+	return fmt.Errorf("initiator: channel %d: volume %q not re-opened since the reconnect (%s): %w: %w",
+		c.id, v.name, c.late.vols[v], ErrConnectionLost, ErrNotReady)
+}
+
+// lateVol is a volume a connection came up without, and what the target
+// answered its re-open.
+type lateVol struct {
+	v   *Volume
+	why string
+}
+
+// startLate marks vols late on the connection that just came up, with
+// the loss deadline left (left), and starts their re-opens.
+func (c *channel) startLate(vols []lateVol, left time.Duration) {
+	if len(vols) == 0 {
+		return
+	}
+	l := &c.late
+	l.vols = make(map[*Volume]string, len(vols))
+	l.by = clock.Nanos() + int64(left)
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	for _, lv := range vols {
+		l.vols[lv.v] = lv.why
+		c.log.Warn("volume not re-opened: the connection is up without it, and its I/O waits for it while the loss deadline lasts",
+			"volume", lv.v.name, "target_said", lv.why, "waits", left.Round(time.Millisecond))
+		l.wg.Add(1)
+		go c.reopenLate(ctx, lv.v)
+	}
+}
+
+// Backoff of a late volume's re-open: a target still opening it paces
+// the tries itself (its OpenWait); one that refuses it is asked again
+// less and less often.
+const (
+	lateRetryMin = openRetry
+	lateRetryMax = 5 * time.Second
+)
+
+// reopenLate asks the target for v until it opens, v is closed, or ctx
+// ends (the connection did), and hands the loop its handle.
+func (c *channel) reopenLate(ctx context.Context, v *Volume) {
+	defer c.late.wg.Done()
+	s := c.s
+	wait := lateRetryMin
+	said := ""
+	for {
+		req := wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly, Exclusive: v.exclusive}
+		r := &Request{Op: opControl, ctrl: &req}
+		rsp, err := s.controlReq(ctx, c, r)
+		if ctx.Err() != nil {
+			return // an answer that comes anyway is closed as an orphan's
+		}
+		if err == nil && rsp.Error == "" {
+			c.lateOpened(v, rsp, r.epoch)
+			return
+		}
+		why := ""
+		switch {
+		case err != nil:
+			why = err.Error()
+		case rsp.Sense == wire.SenseBecomingReady:
+			wait = lateRetryMin // the target paces it
+		default:
+			why = rsp.Error
+		}
+		if why != "" && why != said {
+			c.log.Warn("re-open of a late volume refused; asking again", "volume", v.name, "err", why)
+			said = why
+		}
+		s.mu.Lock()
+		closed := v.closed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		if why != "" {
+			wait = min(2*wait, lateRetryMax)
+		}
+	}
+}
+
+// lateOpened hands the loop the handle a late volume's re-open got on
+// the connection of epoch, or closes it if v was closed meanwhile.
+func (c *channel) lateOpened(v *Volume, rsp *wire.ControlResponse, epoch uint64) {
+	s := c.s
+	// Under s.mu, so that a Close of v either comes first (and the
+	// handle is closed here) or finds the handle applied before its
+	// CLOSE is dispatched (applyHandles runs first).
+	s.mu.Lock()
+	closed := v.closed
+	if !closed {
+		v.standby.Store(rsp.PathState != wire.PathActive)
+		c.setHandle(v, rsp.Handle, epoch)
+	}
+	s.mu.Unlock()
+	if closed {
+		c.closeHandle(v.name, rsp.Handle, epoch)
+		return
+	}
+	v.resized(int64(rsp.Size))
+	c.log.Info("late volume re-opened", "volume", v.name)
+}
+
+// onTime releases v's parked requests, in order, to the head of the
+// queue once its handle is applied. REQUIRES: c.mu.
+func (c *channel) onTimeLocked(v *Volume) {
+	l := &c.late
+	if _, ok := l.vols[v]; !ok {
+		return
+	}
+	delete(l.vols, v)
+	var mine, rest queue
+	for r := l.parked.pop(); r != nil; r = l.parked.pop() {
+		if r.vol == v {
+			mine.push(r)
+		} else {
+			rest.push(r)
+		}
+	}
+	l.parked = rest
+	c.q.prependAll(&mine)
+}
+
+// expireLate fails the parked requests once the deadline has passed.
+func (c *channel) expireLate(now int64) {
+	l := &c.late
+	if l.parked.n == 0 || now <= l.by {
+		return
+	}
+	for r := l.parked.pop(); r != nil; r = l.parked.pop() {
+		r.finish(c.lateErr(r.vol))
+	}
+}
+
+// stopLate, when the connection ends, stops the re-opens and returns
+// the parked requests: to the head of the queue for the next connection
+// (requeue), or failed with ErrClosed.
+func (c *channel) stopLate(requeue bool) {
+	l := &c.late
+	if l.cancel != nil {
+		l.cancel()
+		l.wg.Wait()
+		l.cancel = nil
+	}
+	l.vols = nil
+	if requeue {
+		c.mu.Lock()
+		c.q.prependAll(&l.parked)
+		c.mu.Unlock()
+		return
+	}
+	for r := l.parked.pop(); r != nil; r = l.parked.pop() {
+		r.finish(ErrClosed)
+	}
+}

@@ -1,0 +1,153 @@
+package initiator_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// lateRig is a session with vol0 and vol1 open on a newGatedRig whose
+// OpenWait is 300 ms, its LossTimeout loss, and the means to lose its
+// connection; from then on the store hangs in vol1's opens until
+// release.
+type lateRig struct {
+	cat     *gatedCatalog
+	p       *emu.Provider
+	s       *initiator.Session
+	v0, v1  *initiator.Volume
+	release func()
+}
+
+func newLateRig(t *testing.T, loss time.Duration) *lateRig {
+	t.Helper()
+	cat, p, addr, _ := newGatedRig(t, 300*time.Millisecond)
+	r := &lateRig{cat: cat, p: p, s: dial(t, initiator.Config{Provider: p, Addr: addr, Name: "late", LossTimeout: loss})}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	if r.v0, err = r.s.Open(ctx, "vol0", initiator.OpenOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r.v1, err = r.s.Open(ctx, "vol1", initiator.OpenOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.release = cat.gate("vol1")
+	t.Cleanup(r.release)
+	return r
+}
+
+// lose forces every QP to error: the session reconnects.
+func (r *lateRig) lose(t *testing.T) {
+	t.Helper()
+	for _, q := range r.p.QPs() {
+		if err := r.p.InjectQPError(q, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// write writes one block of v at off within d.
+func write(v *initiator.Volume, off int64, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, err := v.WriteAtContext(ctx, make([]byte, 4096), off)
+	return err
+}
+
+// TestReopenLate: the connection is lost, and the store then hangs in
+// vol1's re-open. The session reconnects without vol1: a write to vol0
+// across the loss succeeds while vol1's store still hangs, and a write
+// to vol1 waits, taking no credit, until the store answers, then
+// succeeds. One reconnect, and vol1 opened twice in all (the target's
+// late open serves every re-try). Before, the reconnect waited for
+// vol1, and the write to vol0 with it, until the store answered.
+func TestReopenLate(t *testing.T) {
+	r := newLateRig(t, 30*time.Second)
+	r.lose(t)
+	v1done := make(chan error, 1)
+	go func() { v1done <- write(r.v1, 0, 30*time.Second) }()
+	if err := write(r.v0, 0, 10*time.Second); err != nil {
+		t.Fatalf("write to vol0 across the loss, vol1's store hung: %v", err)
+	}
+	select {
+	case err := <-v1done:
+		t.Fatalf("write to vol1 ended while its store still hangs: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	r.release()
+	if err := <-v1done; err != nil {
+		t.Fatalf("write to vol1 once its store answered: %v", err)
+	}
+	if st := r.s.Stats(); st.Reconnects != 1 {
+		t.Errorf("reconnects %d, want 1", st.Reconnects)
+	}
+	if opens, live := r.cat.counts("vol1"); opens != 2 || live != 1 {
+		t.Errorf("the store opened vol1 %d times and holds %d open; want 2 and 1", opens, live)
+	}
+}
+
+// TestReopenLateExpired: vol1's store hangs past the loss deadline
+// (LossTimeout 1.5 s). vol1's waiting write then fails with
+// ErrConnectionLost and ErrNotReady, as it would have had the
+// connection not come back, and its next write fails at once; vol0 is
+// served throughout. Once the store answers, vol1 is served again on
+// the same connection. Before, the session's every volume failed at
+// the deadline.
+func TestReopenLateExpired(t *testing.T) {
+	r := newLateRig(t, 1500*time.Millisecond)
+	r.lose(t)
+	err := write(r.v1, 0, 30*time.Second)
+	if !errors.Is(err, initiator.ErrConnectionLost) || !errors.Is(err, initiator.ErrNotReady) {
+		t.Fatalf("write to vol1 past the loss deadline, its store hung: %v, want ErrConnectionLost and ErrNotReady", err)
+	}
+	t.Logf("vol1: %v", err)
+	if err := write(r.v1, 0, 30*time.Second); !errors.Is(err, initiator.ErrNotReady) {
+		t.Fatalf("the next write to vol1: %v, want ErrNotReady", err)
+	}
+	if err := write(r.v0, 0, 10*time.Second); err != nil {
+		t.Fatalf("write to vol0 past the deadline: %v", err)
+	}
+	r.release()
+	waitUntil(t, "vol1 served again", func() bool { return write(r.v1, 0, 10*time.Second) == nil })
+	if st := r.s.Stats(); st.Reconnects != 1 {
+		t.Errorf("reconnects %d, want 1", st.Reconnects)
+	}
+}
+
+// TestReopenDeleted: vol1 is deleted while the connection is down. The
+// session reconnects without it and serves vol0; vol1's writes fail
+// with ErrNotReady once the loss deadline has passed. Before, every
+// reconnect failed on vol1's refused re-open, so the session never
+// came back and vol0 failed too.
+func TestReopenDeleted(t *testing.T) {
+	r := newLateRig(t, 1500*time.Millisecond)
+	r.lose(t)
+	v0done := make(chan error, 1)
+	go func() { v0done <- write(r.v0, 0, 10*time.Second) }() // finds the loss
+	waitUntil(t, "vol1's re-open in the store", func() bool { opens, _ := r.cat.counts("vol1"); return opens == 2 })
+	waitUntil(t, "vol1 deleted", func() bool { return r.cat.Store.Delete("vol1") == nil })
+	r.release()
+	if err := <-v0done; err != nil {
+		t.Fatalf("write to vol0 across the loss, vol1 deleted: %v", err)
+	}
+	if err := write(r.v1, 0, 30*time.Second); !errors.Is(err, initiator.ErrNotReady) {
+		t.Fatalf("write to the deleted vol1: %v, want ErrNotReady", err)
+	}
+	if err := write(r.v0, 4096, 10*time.Second); err != nil {
+		t.Fatalf("write to vol0 past the deadline: %v", err)
+	}
+}
+
+// waitUntil polls cond every 10 ms for up to 20 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
