@@ -151,3 +151,35 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestReopenLateClose: Session.Close while vol1 is late, a write to it
+// parked. The write fails with ErrClosed and Close returns while the
+// store still hangs: it does not wait, as for I/O in flight, for a
+// re-open nobody will use.
+func TestReopenLateClose(t *testing.T) {
+	r := newLateRig(t, time.Minute)
+	r.lose(t)
+	v1done := make(chan error, 1)
+	go func() { v1done <- write(r.v1, 0, time.Minute) }()
+	if err := write(r.v0, 0, 10*time.Second); err != nil {
+		t.Fatalf("write to vol0 across the loss: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- r.s.Close() }()
+	select {
+	case err := <-v1done:
+		if !errors.Is(err, initiator.ErrClosed) {
+			t.Fatalf("vol1's parked write at Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("vol1's parked write still waits 10 s after Close")
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits, 10 s on, for a late volume's re-open (the store hangs)")
+	}
+}

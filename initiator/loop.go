@@ -44,6 +44,9 @@ func (c *channel) run() {
 		case <-stop:
 			stop = nil
 			closeBy = time.Now().Add(c.s.cfg.IOTimeout)
+			// Late volumes will not open in time to matter: their
+			// re-opens are given up, their parked requests fail.
+			c.stopLate(false)
 		case <-c.doorbell:
 		case reply := <-c.checks:
 			reply <- c.check()
