@@ -112,6 +112,19 @@ func newHungVol1(t *testing.T, openWait, ioTimeout time.Duration) (*gatedCatalog
 	return cat, dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-open", IOTimeout: ioTimeout}), release, tgt
 }
 
+// within returns what ch gives within 10 s, and fails the test if it
+// gives nothing by then (what still waits).
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s still waits 10 s on", what)
+		panic("unreachable")
+	}
+}
+
 // writeLoop writes vol's first block until stop is closed, and returns
 // how many writes failed.
 func writeLoop(v *initiator.Volume, stop <-chan struct{}) <-chan int {
@@ -327,13 +340,8 @@ func TestOpenHungStoreClose(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close still waits, 10 s on, for an OPEN its caller abandoned (the store hangs, and the IOTimeout is a minute)")
+	if err := within(t, closed, "Close, with an OPEN its caller abandoned (the store hangs, and the IOTimeout is a minute),"); err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 	if opens, _ := cat.counts("vol1"); opens != 1 {
 		t.Errorf("the store was asked to open vol1 %d times, want 1", opens)

@@ -166,20 +166,10 @@ func TestReopenLateClose(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- r.s.Close() }()
-	select {
-	case err := <-v1done:
-		if !errors.Is(err, initiator.ErrClosed) {
-			t.Fatalf("vol1's parked write at Close: %v, want ErrClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("vol1's parked write still waits 10 s after Close")
+	if err := within(t, v1done, "vol1's parked write, after Close,"); !errors.Is(err, initiator.ErrClosed) {
+		t.Fatalf("vol1's parked write at Close: %v, want ErrClosed", err)
 	}
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close still waits, 10 s on, for a late volume's re-open (the store hangs)")
+	if err := within(t, closed, "Close, with a late volume's re-open (the store hangs),"); err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 }
