@@ -5,6 +5,7 @@ package target
 // check every command passes.
 
 import (
+	"encoding/hex"
 	"fmt"
 
 	"github.com/gosrp/gosrp/internal/scsi"
@@ -85,6 +86,18 @@ func (c *core) srpReserveOut(s *slot) {
 	c.dispatch(s, jobReserve)
 }
 
+// transportID names a registrant for READ FULL STATUS: an SRP host by
+// its initiator port (srpInitiatorName's hex), a gosrp host by its name.
+func transportID(initiator string) []byte {
+	var port [16]byte
+	if len(initiator) == 2*len(port) {
+		if _, err := hex.Decode(port[:], []byte(initiator)); err == nil {
+			return scsi.SRPTransportID(port)
+		}
+	}
+	return scsi.NamedTransportID(initiator)
+}
+
 // srpReservationDone answers an SRP host's PERSISTENT RESERVE IN or OUT
 // once its job ran: a report as READ KEYS' or READ RESERVATION's data;
 // a change GOOD, or refused as SPC-4 says: a conflict with the status
@@ -99,12 +112,12 @@ func (c *core) srpReservationDone(s *slot) {
 		return
 	}
 	if s.job == jobReport {
-		keys := make([]uint64, len(rep.Registrants))
+		regs := make([]scsi.Registration, len(rep.Registrants))
 		for i, r := range rep.Registrants {
-			keys[i] = r.Key
+			regs[i] = scsi.Registration{Key: r.Key, Holder: r.Initiator == rep.Holder, TransportID: transportID(r.Initiator)}
 		}
 		// The state's type is ResNone whenever no host holds it.
-		a := scsi.ReserveInData(s.srp.act.PR, rep.Generation, keys, rep.HolderKey, rep.ResType)
+		a := scsi.ReserveInData(s.srp.act.PR, rep.Generation, regs, rep.HolderKey, rep.ResType)
 		if a.Status != scsi.StatusGood {
 			c.srpAnswer(s, a.Status, a.Sense)
 			return

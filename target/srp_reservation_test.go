@@ -1,11 +1,16 @@
 package target
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/gosrp/gosrp/internal/fieldhex"
 	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/srp"
+	"github.com/gosrp/gosrp/internal/wire"
 )
 
 // prOut sends PERSISTENT RESERVE OUT service action sa (SPC-4 6.16) of
@@ -87,4 +92,54 @@ func TestSRPReservationUnitAttention(t *testing.T) {
 			cl.logout()
 		}
 	})
+}
+
+// TestSRPReadFullStatus: PERSISTENT RESERVE IN, READ FULL STATUS (SPC-4
+// 6.15.5), as sg_persist --read-full-status asks it, names each
+// registrant: SRP host A (the holder, write exclusive) and B by their
+// initiator ports in SRP TransportIDs, and a gosrp host by its name,
+// with every registration on all target ports. Before, the service
+// action was refused (INVALID FIELD IN CDB).
+func TestSRPReadFullStatus(t *testing.T) {
+	r := newRig(t, srpEnvs[0], Config{})
+	var a, b *srpClient
+	for i, p := range []**srpClient{&a, &b} {
+		cl, err := r.srpDial(t, srpLoginReq(byte(i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		*p = cl
+		cl.clearUA(t, lunVol0)
+	}
+	g := r.dial(t)
+	defer g.close()
+	g.login("gosrp-host")
+	h := g.open("vol0", false)
+	if rsp := g.control(wire.ControlRequest{Op: wire.ControlReserveOut, Handle: h, Action: wire.ActionRegister, NewKey: 0xc}); rsp.Error != "" {
+		t.Fatalf("the gosrp host registers: %s", rsp.Error)
+	}
+	a.good("A registers", a.prOut(lunVol0, prRegister, prNoType, 0, 0xa), 0)
+	b.good("B registers", b.prOut(lunVol0, prRegister, prNoType, 0, 0xb), 0)
+	a.good("A reserves write-exclusive", a.prOut(lunVol0, prReserve, prWE, 0xa, 0), 0)
+
+	clear(a.data(0, 512))
+	a.good("READ FULL STATUS", a.do(a.in(srpCmd(lunVol0, 0x5E, 0x03, 0, 0, 0, 0, 0, 0x02, 0, 0), 0, 512)), srp.DIUnder)
+	desc := func(key uint64, holder bool, tid []byte) string {
+		flags, typ := "02", "00"
+		if holder {
+			flags, typ = "03", "01"
+		}
+		return fmt.Sprintf("%016x 00000000 %s %s 00000000 0000 %08x %x", key, flags, typ, len(tid), tid)
+	}
+	port := func(b byte) []byte { p := srpPort(b); return append([]byte{0x04, 0, 0, 0, 0, 0, 0, 0}, p[:]...) }
+	named := append([]byte{0x0f, 0, 0, 20}, "gosrp-host"...)
+	named = append(named, make([]byte, 24-len(named))...)
+	body := desc(0xc, false, named) + " " + desc(0xa, true, port(1)) + " " + desc(0xb, false, port(2))
+	want := fieldhex.Bytes(t, strings.Fields(body)...)
+	// PRGENERATION 3: the registrations count, the reservation does
+	// not (SPC-4 6.15.2).
+	want = append(fieldhex.Bytes(t, "00000003", fmt.Sprintf("%08x", len(want))), want...)
+	if got := a.data(0, len(want)); !bytes.Equal(got, want) {
+		t.Fatalf("READ FULL STATUS:\n% x\nwant\n% x", got, want)
+	}
 }

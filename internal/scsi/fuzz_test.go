@@ -74,8 +74,8 @@ func FuzzExecute(f *testing.F) {
 				}
 			}
 			if a.Op == OpReserveIn {
-				keys := []uint64{1, 2, 3}
-				r := ReserveInData(a.PR, 7, keys, 2, wire.ResWriteExclusive)
+				regs := []Registration{{Key: 1, TransportID: NamedTransportID("a")}, {Key: 2, Holder: true, TransportID: SRPTransportID([16]byte{})}, {Key: 3}}
+				r := ReserveInData(a.PR, 7, regs, 2, wire.ResWriteExclusive)
 				checkAction(t, d, r)
 				if r.Status == StatusGood && len(r.Data) > a.PR.Alloc {
 					t.Fatalf("PERSISTENT RESERVE IN answers %d bytes for %d", len(r.Data), a.PR.Alloc)

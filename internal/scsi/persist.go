@@ -19,6 +19,7 @@ const (
 	prReadKeys        = 0x00
 	prReadReservation = 0x01
 	prReportCaps      = 0x02
+	prReadFullStatus  = 0x03
 
 	// prOutParamLen is the basic PERSISTENT RESERVE OUT parameter list
 	// (SPC-4 6.16.3): reservation key, service action reservation key,
@@ -46,14 +47,13 @@ type PR struct {
 
 // persistIn: PERSISTENT RESERVE IN (SPC-4 6.15). CDB (10 bytes): byte 1
 // bits 4:0 the service action, bytes 7-8 the allocation length. REPORT
-// CAPABILITIES is answered here; READ KEYS and READ RESERVATION need
-// the state, so the target runs OpReserveIn and encodes the answer with
-// ReserveInData. READ FULL STATUS is not served: its descriptors name
-// each registrant by a SCSI TransportID, which a gosrp host has not.
+// CAPABILITIES is answered here; READ KEYS, READ RESERVATION and READ
+// FULL STATUS need the state, so the target runs OpReserveIn and
+// encodes the answer with ReserveInData.
 func persistIn(cdb []byte) Action {
 	alloc := int(be.Uint16(cdb[7:]))
 	switch sa := cdb[1] & 0x1f; sa {
-	case prReadKeys, prReadReservation:
+	case prReadKeys, prReadReservation, prReadFullStatus:
 		return Action{Status: StatusGood, Op: OpReserveIn, PR: PR{Service: sa, Alloc: alloc}}
 	case prReportCaps:
 		// LENGTH 8; ATP_C (a registration holds on every target port:
@@ -114,21 +114,51 @@ func ReserveOut(pr PR, param []byte) (act wire.ReserveAction, key, saKey uint64,
 	return prOutActions[pr.Service], be.Uint64(param), be.Uint64(param[8:]), pr.Type, good()
 }
 
+// Registration is a registrant as PERSISTENT RESERVE IN reports it.
+type Registration struct {
+	Key uint64
+	// Holder: it holds the reservation.
+	Holder bool
+	// TransportID names its initiator port (SRPTransportID,
+	// NamedTransportID), for READ FULL STATUS.
+	TransportID []byte
+}
+
 // ReserveInData encodes the answer to the PERSISTENT RESERVE IN that
 // Execute turned into pr (an OpReserveIn Action), from the volume's
-// state: its generation, the registered keys, and the reservation (typ
+// state: its generation, the registrations, and the reservation (typ
 // ResNone: none; holderKey its holder's key). READ KEYS (SPC-4
 // 6.15.2): PRGENERATION, ADDITIONAL LENGTH, the keys. READ RESERVATION
 // (6.15.3): PRGENERATION, ADDITIONAL LENGTH 0 or 16, then the holder's
-// key, the scope (LU_SCOPE) and type.
-func ReserveInData(pr PR, gen uint32, keys []uint64, holderKey uint64, typ wire.ReservationType) Action {
+// key, the scope (LU_SCOPE) and type. READ FULL STATUS (6.15.5):
+// PRGENERATION, ADDITIONAL LENGTH, then a descriptor a registration:
+// its key, ALL_TG_PT (every registration holds on every target port
+// here) and R_HOLDER with the scope and type of the reservation it
+// holds, ADDITIONAL DESCRIPTOR LENGTH and its TransportID.
+func ReserveInData(pr PR, gen uint32, regs []Registration, holderKey uint64, typ wire.ReservationType) Action {
 	b := be.AppendUint32(nil, gen)
 	switch pr.Service {
 	case prReadKeys:
-		b = be.AppendUint32(b, uint32(8*len(keys)))
-		for _, k := range keys {
-			b = be.AppendUint64(b, k)
+		b = be.AppendUint32(b, uint32(8*len(regs)))
+		for _, r := range regs {
+			b = be.AppendUint64(b, r.Key)
 		}
+	case prReadFullStatus:
+		b = be.AppendUint32(b, 0) // ADDITIONAL LENGTH, set below
+		for _, r := range regs {
+			b = be.AppendUint64(b, r.Key)
+			flags, scopeType := byte(0x02), byte(0) // ALL_TG_PT
+			if r.Holder && typ != wire.ResNone {
+				flags, scopeType = flags|0x01, byte(typ)
+			}
+			// Bytes 8-23: reserved, the flags, scope and type,
+			// reserved, RELATIVE TARGET PORT IDENTIFIER (0: ALL_TG_PT
+			// says it does not matter), ADDITIONAL DESCRIPTOR LENGTH.
+			b = append(b, 0, 0, 0, 0, flags, scopeType, 0, 0, 0, 0, 0, 0)
+			b = be.AppendUint32(b, uint32(len(r.TransportID)))
+			b = append(b, r.TransportID...)
+		}
+		be.PutUint32(b[4:], uint32(len(b)-8))
 	case prReadReservation:
 		if typ == wire.ResNone {
 			b = be.AppendUint32(b, 0)
@@ -141,4 +171,31 @@ func ReserveInData(pr PR, gen uint32, keys []uint64, holderKey uint64, typ wire.
 		return check(SenseInvalidField)
 	}
 	return data(b, pr.Alloc)
+}
+
+// SRPTransportID is an SRP initiator port's TransportID (SPC-4 7.6.4.5):
+// format 00b with protocol identifier 4 (SRP), seven reserved bytes, the
+// 16-byte initiator port identifier.
+func SRPTransportID(port [16]byte) []byte {
+	b := make([]byte, 24)
+	b[0] = 0x04
+	copy(b[8:], port[:])
+	return b
+}
+
+// NamedTransportID names an initiator that is not a SCSI port (a gosrp
+// host, known by the name it logs in with) where a TransportID is due:
+// protocol identifier Fh (no specific protocol, SPC-4 Table 444), the
+// name laid out as an iSCSI TransportID's name is (7.6.4.6): ADDITIONAL
+// LENGTH in bytes 2-3, the name null-terminated from byte 4 and padded
+// to a multiple of four bytes, 24 bytes at the least. sg_persist shows
+// the protocol as unknown and the bytes as they are.
+func NamedTransportID(name string) []byte {
+	n := (len(name) + 1 + 3) &^ 3
+	n = max(n, 20)
+	b := make([]byte, 4+n)
+	b[0] = 0x0f
+	be.PutUint16(b[2:], uint16(n))
+	copy(b[4:], name)
+	return b
 }

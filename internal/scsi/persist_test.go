@@ -84,8 +84,8 @@ func TestPersistOut(t *testing.T) {
 }
 
 // TestPersistIn: PERSISTENT RESERVE IN's answers in SPC-4's layouts, cut
-// to the allocation length; READ FULL STATUS is refused (INVALID FIELD
-// IN CDB), as is any other service action. A standby port serves both
+// to the allocation length; any other service action is refused
+// (INVALID FIELD IN CDB). A standby port serves both
 // commands (SPC-4 5.15.2.4.5).
 func TestPersistIn(t *testing.T) {
 	in := func(sa byte, alloc uint16) []byte {
@@ -93,7 +93,7 @@ func TestPersistIn(t *testing.T) {
 		be.PutUint16(c[7:], alloc)
 		return c
 	}
-	keys := []uint64{0xa, 0xbbbb}
+	regs := []Registration{{Key: 0xa, TransportID: SRPTransportID([16]byte{15: 1})}, {Key: 0xbbbb, Holder: true, TransportID: NamedTransportID("host-b")}}
 	for _, tc := range []struct {
 		name string
 		cdb  []byte
@@ -106,6 +106,12 @@ func TestPersistIn(t *testing.T) {
 			"00000007", "00000010", "000000000000bbbb", "00000000", "00", "03", "0000")},
 		{"READ RESERVATION, none", in(1, 512), 0, fieldhex.Bytes(t, "00000007", "00000000")},
 		{"REPORT CAPABILITIES", in(2, 512), 0, fieldhex.Bytes(t, "0008", "05", "81", "6a", "00", "0000")},
+		{"READ FULL STATUS", in(3, 512), wire.ResExclusiveAccess, fieldhex.Bytes(t, "00000007", "00000060",
+			"000000000000000a", "00000000", "02", "00", "00000000", "0000", "00000018", "04", "00000000000000", "00000000000000000000000000000001",
+			"000000000000bbbb", "00000000", "03", "03", "00000000", "0000", "00000018", "0f", "00", "0014", "686f73742d62", "0000000000000000000000000000")},
+		{"READ FULL STATUS, no reservation", in(3, 512), 0, fieldhex.Bytes(t, "00000007", "00000060",
+			"000000000000000a", "00000000", "02", "00", "00000000", "0000", "00000018", "04", "00000000000000", "00000000000000000000000000000001",
+			"000000000000bbbb", "00000000", "02", "00", "00000000", "0000", "00000018", "0f", "00", "0014", "686f73742d62", "0000000000000000000000000000")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := disk()
@@ -115,14 +121,14 @@ func TestPersistIn(t *testing.T) {
 				t.Fatalf("%v %v", a.Status, a.Sense)
 			}
 			if a.Op == OpReserveIn {
-				a = ReserveInData(a.PR, 7, keys, 0xbbbb, tc.typ)
+				a = ReserveInData(a.PR, 7, regs, 0xbbbb, tc.typ)
 			}
 			if !bytes.Equal(a.Data, tc.want) {
 				t.Fatalf("% x\nwant\n% x", a.Data, tc.want)
 			}
 		})
 	}
-	for _, sa := range []byte{3, 4, 0x1f} {
+	for _, sa := range []byte{4, 0x1f} {
 		if a := disk().Execute(&Nexus{}, in(sa, 512), nil); a.Sense != SenseInvalidField {
 			t.Errorf("service action %d: %v %v, want INVALID FIELD IN CDB", sa, a.Status, a.Sense)
 		}

@@ -112,6 +112,12 @@ if command -v sg_persist > /dev/null && [ -x /mnt/srpc ]; then
   $PR show vol0 >> $O/pr.log 2>&1 || fail "srpc reserve show"
   grep -q "write-exclusive by" $O/pr.log || fail "the gosrp host sees no reservation"
   $PR register vol0 0xb >> $O/pr.log 2>&1 || fail "srpc reserve register"
+  # READ FULL STATUS names the kernel by its SRP initiator port, the
+  # gosrp host by its name (scsi.NamedTransportID).
+  sg_persist -n --in --read-full-status /dev/$D > $O/pr-full.log 2>&1 || fail "sg_persist read full status: $(cat $O/pr-full.log)"
+  cat $O/pr-full.log >> $O/pr.log
+  grep -q "Key=0xabc" $O/pr-full.log && grep -q "Key=0xb" $O/pr-full.log && grep -qi "reservation holder" $O/pr-full.log &&
+    grep -q "SRP" $O/pr-full.log || fail "sg_persist --read-full-status: $(cat $O/pr-full.log)"
   fio --name=fenced --filename=/dev/$D --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=16 --size=8m \
     --time_based --runtime=120 > $O/fio-fenced.log 2>&1 &
   FIO=$!
@@ -134,7 +140,7 @@ if command -v sg_persist > /dev/null && [ -x /mnt/srpc ]; then
   $PR clear --key 0xb vol0 >> $O/pr.log 2>&1 || fail "srpc reserve clear"
   dd if=/dev/$D of=/dev/null bs=4k count=1 iflag=direct >> $O/pr.log 2>&1 || fail "the kernel's read once the reservations were cleared"
   DIAG=
-  say "persistent reservations: the kernel's (sg_persist) seen by a gosrp host; its preempt with abort fenced the kernel under QD16 writes: $FENCED; the kernel's read a reservation conflict; cleared, the kernel reads"
+  say "persistent reservations: the kernel's (sg_persist) seen by a gosrp host, both in READ FULL STATUS; its preempt with abort fenced the kernel under QD16 writes: $FENCED; the kernel's read a reservation conflict; cleared, the kernel reads"
 fi
 # One request of each size first, so a failure says which size fails.
 for bs in 4k 8k 64k 128k 256k 512k; do
