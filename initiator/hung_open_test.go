@@ -282,13 +282,12 @@ func TestOpenHungStoreShutdown(t *testing.T) {
 }
 
 // TestOpenHungStoreReopen: the connection is lost while both volumes are
-// open, and the store then hangs in vol1's open. The reconnect waits for
-// vol1 (what it had in flight can go nowhere else), asking again on the
-// same connection, and comes up once the store answers: one reconnect,
+// open, and the store then hangs in vol1's open for 2 s. One reconnect,
 // the write that was in flight on vol0 succeeds, and vol1 was opened
-// twice in all, the first open and one re-open. Before, every NOT READY
-// ended the attempt, and each new connection started another open in
-// the store.
+// twice in all, the first open and one re-open: the connection asks
+// again for it on the same connection (late_open.go). Before, every NOT
+// READY ended the attempt, and each new connection started another
+// open in the store.
 func TestOpenHungStoreReopen(t *testing.T) {
 	cat, p, addr, _ := newGatedRig(t, 300*time.Millisecond)
 	s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-reopen", LossTimeout: 30 * time.Second})
