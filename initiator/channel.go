@@ -267,9 +267,16 @@ func (c *channel) connect(ctx context.Context) (err error) {
 		return err
 	}
 	// Re-open the session's volumes on the new connection; one the
-	// target is still opening comes later (late_open.go).
+	// target does not open at once comes later (late_open.go), and so
+	// do the ones after it: each could cost the target's OpenWait
+	// again, and they are asked for all at once when the connection is
+	// up.
 	var late []lateVol
 	for _, v := range s.openVolumes() {
+		if len(late) > 0 {
+			late = append(late, lateVol{v, "not asked before the connection came up"})
+			continue
+		}
 		rsp, why, err := c.reopen(ctx, v)
 		if err != nil {
 			return err

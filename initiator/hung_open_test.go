@@ -3,6 +3,7 @@ package initiator_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,16 +77,22 @@ func (v *countedVolume) Close() error {
 	return v.Volume.(interface{ Close() error }).Close()
 }
 
-// newGatedRig serves vol0 and vol1 through a gatedCatalog with the
-// target's OpenWait.
-func newGatedRig(t *testing.T, openWait time.Duration) (*gatedCatalog, *emu.Provider, string, *target.Target) {
+// newGatedRig serves vol0, vol1 and the other volumes named more
+// through a gatedCatalog with the target's OpenWait.
+func newGatedRig(t *testing.T, openWait time.Duration, more ...string) (*gatedCatalog, *emu.Provider, string, *target.Target) {
 	t.Helper()
 	p, err := emu.New(emu.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := block.NewMemStore()
-	for _, name := range []string{"vol0", "vol1"} {
+	names := []string{"vol0", "vol1"}
+	for _, name := range more {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
 		v, err := st.Create(name, 4<<20, 4096)
 		if err != nil {
 			t.Fatal(err)
@@ -289,35 +296,22 @@ func TestOpenHungStoreShutdown(t *testing.T) {
 // READY ended the attempt, and each new connection started another
 // open in the store.
 func TestOpenHungStoreReopen(t *testing.T) {
-	cat, p, addr, _ := newGatedRig(t, 300*time.Millisecond)
-	s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "hung-reopen", LossTimeout: 30 * time.Second})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	v0, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Open(ctx, "vol1", initiator.OpenOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	release := cat.gate("vol1")
-	t.Cleanup(release)
-	for _, q := range p.QPs() {
-		if err := p.InjectQPError(q, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r := newLateRig(t, 300*time.Millisecond, 30*time.Second)
+	r.lose(t)
 	go func() {
 		time.Sleep(2 * time.Second) // several of the target's waits
-		release()
+		r.release()
 	}()
-	if _, err := v0.WriteAtContext(ctx, make([]byte, 4096), 0); err != nil {
+	if err := write(r.v0, 0, time.Minute); err != nil {
 		t.Fatalf("write to vol0 across the reconnect: %v", err)
 	}
-	if st := s.Stats(); st.Reconnects != 1 {
+	if err := write(r.v1, 0, time.Minute); err != nil {
+		t.Fatalf("write to vol1 once its store answered: %v", err)
+	}
+	if st := r.s.Stats(); st.Reconnects != 1 {
 		t.Errorf("reconnects %d, want 1", st.Reconnects)
 	}
-	if opens, _ := cat.counts("vol1"); opens != 2 {
+	if opens, _ := r.cat.counts("vol1"); opens != 2 {
 		t.Errorf("the store was asked to open vol1 %d times; want 2 (the open, one re-open)", opens)
 	}
 }

@@ -4,16 +4,18 @@ package initiator
 // others. A reconnect re-opens every volume of the session on the new
 // connection (channel.connect). A store that hangs in one volume's open
 // (an RBD image whose placement group is down) answers NOT READY after
-// the target's OpenWait, again and again; a volume deleted, or whose
-// access was revoked, while the connection was down is refused for
-// good. Holding the connection for such a volume stopped every volume
-// of the session until the loss deadline and then failed them all, and
-// a refused one kept the session from ever reconnecting: one volume's
-// trouble was taken for the connection's. So the connection comes up
-// without it: the volume is late on this connection. Its requests,
-// those re-issued from the lost connection and those queued since, are
-// parked in order, taking no credit, while a goroutine of the
-// connection asks the target again, with a backoff. When the target
+// the target's OpenWait, again and again, and the next such volume
+// would cost another OpenWait; a volume deleted, or whose access was
+// revoked, while the connection was down is refused for good. Holding
+// the connection for such a volume stopped every volume of the session
+// until the loss deadline and then failed them all, and a refused one
+// kept the session from ever reconnecting: one volume's trouble was
+// taken for the connection's. So the connection comes up without it:
+// the volume is late on this connection, and so are the volumes not
+// re-opened yet, which are all asked for at once. A late volume's
+// requests, those re-issued from the lost connection and those queued
+// since, are parked in order, taking no credit, while a goroutine of
+// the connection asks the target again, with a backoff. When the target
 // answers with a handle, the parked requests go back to the head of the
 // queue, in order, and run. If the loss deadline (LossTimeout from the
 // loss, as for queued I/O) passes first, they fail with
@@ -93,10 +95,12 @@ func (c *channel) startLate(vols []lateVol, left time.Duration) {
 	l.by = clock.Nanos() + int64(left)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-	for _, lv := range vols {
+	for i, lv := range vols {
 		l.vols[lv.v] = lv.why
-		c.log.Warn("volume not re-opened: the connection is up without it, and its I/O waits for it while the loss deadline lasts",
-			"volume", lv.v.name, "target_said", lv.why, "waits", left.Round(time.Millisecond))
+		if i == 0 {
+			c.log.Warn("volume not re-opened: the connection is up without it, and its I/O waits for it while the loss deadline lasts",
+				"volume", lv.v.name, "target_said", lv.why, "waits", left.Round(time.Millisecond), "volumes_after_it", len(vols)-1)
+		}
 		l.wg.Add(1)
 		go c.reopenLate(ctx, lv.v)
 	}

@@ -10,21 +10,27 @@ import (
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
-// lateRig is a session with vol0 and vol1 open on a newGatedRig whose
-// OpenWait is 300 ms, its LossTimeout loss, and the means to lose its
-// connection; from then on the store hangs in vol1's opens until
-// release.
+// lateRig is a session on a newGatedRig (its OpenWait openWait) with
+// vol0 and the volumes named hung open (vol1 if none), its LossTimeout
+// loss, and the means to lose its connection. From then on the store
+// hangs in each hung volume's opens until its release; v1 and release
+// are the first's.
 type lateRig struct {
-	cat     *gatedCatalog
-	p       *emu.Provider
-	s       *initiator.Session
-	v0, v1  *initiator.Volume
-	release func()
+	cat      *gatedCatalog
+	p        *emu.Provider
+	s        *initiator.Session
+	v0, v1   *initiator.Volume
+	release  func()
+	hung     []*initiator.Volume
+	releases []func()
 }
 
-func newLateRig(t *testing.T, loss time.Duration) *lateRig {
+func newLateRig(t *testing.T, openWait, loss time.Duration, hung ...string) *lateRig {
 	t.Helper()
-	cat, p, addr, _ := newGatedRig(t, 300*time.Millisecond)
+	if len(hung) == 0 {
+		hung = []string{"vol1"}
+	}
+	cat, p, addr, _ := newGatedRig(t, openWait, hung...)
 	r := &lateRig{cat: cat, p: p, s: dial(t, initiator.Config{Provider: p, Addr: addr, Name: "late", LossTimeout: loss})}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -32,11 +38,16 @@ func newLateRig(t *testing.T, loss time.Duration) *lateRig {
 	if r.v0, err = r.s.Open(ctx, "vol0", initiator.OpenOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if r.v1, err = r.s.Open(ctx, "vol1", initiator.OpenOptions{}); err != nil {
-		t.Fatal(err)
+	for _, name := range hung {
+		v, err := r.s.Open(ctx, name, initiator.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := cat.gate(name)
+		t.Cleanup(release)
+		r.hung, r.releases = append(r.hung, v), append(r.releases, release)
 	}
-	r.release = cat.gate("vol1")
-	t.Cleanup(r.release)
+	r.v1, r.release = r.hung[0], r.releases[0]
 	return r
 }
 
@@ -66,7 +77,7 @@ func write(v *initiator.Volume, off int64, d time.Duration) error {
 // late open serves every re-try). Before, the reconnect waited for
 // vol1, and the write to vol0 with it, until the store answered.
 func TestReopenLate(t *testing.T) {
-	r := newLateRig(t, 30*time.Second)
+	r := newLateRig(t, 300*time.Millisecond, 30*time.Second)
 	r.lose(t)
 	v1done := make(chan error, 1)
 	go func() { v1done <- write(r.v1, 0, 30*time.Second) }()
@@ -98,7 +109,7 @@ func TestReopenLate(t *testing.T) {
 // the same connection. Before, the session's every volume failed at
 // the deadline.
 func TestReopenLateExpired(t *testing.T) {
-	r := newLateRig(t, 1500*time.Millisecond)
+	r := newLateRig(t, 300*time.Millisecond, 1500*time.Millisecond)
 	r.lose(t)
 	err := write(r.v1, 0, 30*time.Second)
 	if !errors.Is(err, initiator.ErrConnectionLost) || !errors.Is(err, initiator.ErrNotReady) {
@@ -124,7 +135,7 @@ func TestReopenLateExpired(t *testing.T) {
 // reconnect failed on vol1's refused re-open, so the session never
 // came back and vol0 failed too.
 func TestReopenDeleted(t *testing.T) {
-	r := newLateRig(t, 1500*time.Millisecond)
+	r := newLateRig(t, 300*time.Millisecond, 1500*time.Millisecond)
 	r.lose(t)
 	v0done := make(chan error, 1)
 	go func() { v0done <- write(r.v0, 0, 10*time.Second) }() // finds the loss
@@ -157,7 +168,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // store still hangs: it does not wait, as for I/O in flight, for a
 // re-open nobody will use.
 func TestReopenLateClose(t *testing.T) {
-	r := newLateRig(t, time.Minute)
+	r := newLateRig(t, 300*time.Millisecond, time.Minute)
 	r.lose(t)
 	v1done := make(chan error, 1)
 	go func() { v1done <- write(r.v1, 0, time.Minute) }()
@@ -171,5 +182,29 @@ func TestReopenLateClose(t *testing.T) {
 	}
 	if err := within(t, closed, "Close, with a late volume's re-open (the store hangs),"); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// TestReopenLateMany: three volumes' stores hang across a reconnect
+// whose loss deadline (5 s) is shorter than three of the target's
+// OpenWaits (2 s). The connection comes up after the first NOT READY,
+// the others asked for all at once: vol0's write across the loss
+// succeeds while they hang, and each hung volume's write succeeds once
+// its store answers. Before, the re-opens ran one after another, three
+// OpenWaits, and the connect failed at the deadline, taking vol0 with
+// it.
+func TestReopenLateMany(t *testing.T) {
+	r := newLateRig(t, 2*time.Second, 5*time.Second, "vol1", "vol2", "vol3")
+	r.lose(t)
+	if err := write(r.v0, 0, 10*time.Second); err != nil {
+		t.Fatalf("write to vol0 across the loss, three stores hung: %v", err)
+	}
+	for i, v := range r.hung {
+		done := make(chan error, 1)
+		go func() { done <- write(v, 0, 30*time.Second) }()
+		r.releases[i]()
+		if err := within(t, done, v.Name()+"'s write once its store answered"); err != nil {
+			t.Fatalf("write to %s once its store answered: %v", v.Name(), err)
+		}
 	}
 }
