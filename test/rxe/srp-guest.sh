@@ -117,7 +117,7 @@ if command -v sg_persist > /dev/null && [ -x /mnt/srpc ]; then
   sg_persist -n --in --read-full-status /dev/$D > $O/pr-full.log 2>&1 || fail "sg_persist read full status: $(cat $O/pr-full.log)"
   cat $O/pr-full.log >> $O/pr.log
   grep -q "Key=0xabc" $O/pr-full.log && grep -q "Key=0xb" $O/pr-full.log && grep -qi "reservation holder" $O/pr-full.log &&
-    grep -q "SRP" $O/pr-full.log || fail "sg_persist --read-full-status: $(cat $O/pr-full.log)"
+    grep -qE "RDMA initiator port|SRP" $O/pr-full.log || fail "sg_persist --read-full-status: $(cat $O/pr-full.log)"
   fio --name=fenced --filename=/dev/$D --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=16 --size=8m \
     --time_based --runtime=120 > $O/fio-fenced.log 2>&1 &
   FIO=$!
