@@ -188,8 +188,9 @@ func SRPTransportID(port [16]byte) []byte {
 // protocol identifier Fh (no specific protocol, SPC-4 Table 444), the
 // name laid out as an iSCSI TransportID's name is (7.6.4.6): ADDITIONAL
 // LENGTH in bytes 2-3, the name null-terminated from byte 4 and padded
-// to a multiple of four bytes, 24 bytes at the least. sg_persist shows
-// the protocol as unknown and the bytes as they are.
+// to a multiple of four bytes, 24 bytes at the least. sg_persist says
+// "No specified protocol" and shows no name; the bytes carry it for
+// tools that read them.
 func NamedTransportID(name string) []byte {
 	n := (len(name) + 1 + 3) &^ 3
 	n = max(n, 20)
