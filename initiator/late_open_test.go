@@ -102,14 +102,14 @@ func TestReopenLate(t *testing.T) {
 }
 
 // TestReopenLateExpired: vol1's store hangs past the loss deadline
-// (LossTimeout 1.5 s). vol1's waiting write then fails with
+// (LossTimeout 3 s). vol1's waiting write then fails with
 // ErrConnectionLost and ErrNotReady, as it would have had the
 // connection not come back, and its next write fails at once; vol0 is
 // served throughout. Once the store answers, vol1 is served again on
 // the same connection. Before, the session's every volume failed at
 // the deadline.
 func TestReopenLateExpired(t *testing.T) {
-	r := newLateRig(t, 300*time.Millisecond, 1500*time.Millisecond)
+	r := newLateRig(t, 300*time.Millisecond, 3*time.Second)
 	r.lose(t)
 	err := write(r.v1, 0, 30*time.Second)
 	if !errors.Is(err, initiator.ErrConnectionLost) || !errors.Is(err, initiator.ErrNotReady) {
@@ -135,7 +135,7 @@ func TestReopenLateExpired(t *testing.T) {
 // reconnect failed on vol1's refused re-open, so the session never
 // came back and vol0 failed too.
 func TestReopenDeleted(t *testing.T) {
-	r := newLateRig(t, 300*time.Millisecond, 1500*time.Millisecond)
+	r := newLateRig(t, 300*time.Millisecond, 3*time.Second)
 	r.lose(t)
 	v0done := make(chan error, 1)
 	go func() { v0done <- write(r.v0, 0, 10*time.Second) }() // finds the loss
