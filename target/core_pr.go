@@ -94,10 +94,11 @@ func invalid(format string, args ...any) prOutcome {
 	return prOutcome{sense: wire.SenseInvalidField, msg: fmt.Sprintf(format, args...)}
 }
 
-// apply runs one PERSISTENT RESERVE OUT service action of host ini. Key
-// is the host's current reservation key, newKey the service action key
-// (the key to register, or the key to preempt).
-func (p *prState) apply(ini string, act wire.ReserveAction, key, newKey uint64, typ wire.ReservationType) prOutcome {
+// apply runs one PERSISTENT RESERVE OUT service action of host ini
+// (req.Action). req.Key is the host's current reservation key, NewKey
+// the service action key (the key to register, or the key to preempt).
+func (p *prState) apply(ini string, req *wire.ControlRequest) prOutcome {
+	act, key, newKey, typ := req.Action, req.Key, req.NewKey, req.Type
 	switch act {
 	case wire.ActionRegister, wire.ActionRegisterIgnore:
 		return p.register(ini, act == wire.ActionRegisterIgnore, key, newKey)
@@ -151,8 +152,40 @@ func (p *prState) apply(ini string, act wire.ReserveAction, key, newKey uint64, 
 		return out
 	case wire.ActionPreempt, wire.ActionPreemptAbort:
 		return p.preempt(ini, newKey, typ)
+	case wire.ActionRegisterMove:
+		return p.move(ini, newKey, req.Dest, req.Unreg)
 	}
 	return invalid("unknown reservation action %d", uint8(act))
+}
+
+// move is REGISTER AND MOVE (SPC-4 5.13.8): the holder ini registers
+// dest with newKey (or gives it that key, if registered) and makes it
+// the holder, with the reservation's scope and type; with unreg, ini's
+// own registration goes. Only the holder moves the reservation: from
+// any other host, or with none held, a RESERVATION CONFLICT.
+func (p *prState) move(ini string, newKey uint64, dest string, unreg bool) prOutcome {
+	switch {
+	case p.holder != ini:
+		return conflict("initiator %q does not hold a reservation to move", ini)
+	case newKey == 0:
+		return invalid("a move needs the key to register the destination with")
+	case dest == "" || dest == ini:
+		return invalid("a move needs another host to move the reservation to")
+	}
+	if i := p.find(dest); i >= 0 {
+		p.regs[i].key = newKey
+	} else {
+		if len(p.regs) >= wire.MaxRegistrants {
+			return invalid("volume has %d registrations, the most it keeps", len(p.regs))
+		}
+		p.regs = append(p.regs, prReg{dest, newKey})
+	}
+	p.holder = dest
+	if unreg {
+		p.regs = slices.DeleteFunc(p.regs, func(r prReg) bool { return r.initiator == ini })
+	}
+	p.gen++
+	return prOutcome{}
 }
 
 // register is REGISTER and REGISTER AND IGNORE EXISTING KEY (SPC-4

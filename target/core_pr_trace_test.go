@@ -47,7 +47,9 @@ func (h *traceHarness) prTrace(t *testing.T, td *datadriven.TestData) {
 				t.Fatalf("%s: %v", td.Pos, err)
 			}
 		}
-		out, gen := v.apply(ini, a, key, newKey, rt)
+		var dest string
+		td.MaybeScanArgs(t, "dest", &dest)
+		out, gen := v.apply(ini, &wire.ControlRequest{Action: a, Key: key, NewKey: newKey, Type: rt, Dest: dest, Unreg: td.HasArg("unreg")})
 		h.printOutcome(out)
 		h.printf("generation %d\n", gen)
 	case "pr-check":
@@ -101,7 +103,7 @@ func prControlArgs(t *testing.T, td *datadriven.TestData, req *wire.ControlReque
 
 // parseAction reads a ReserveAction by name; ActionNone if it has none.
 func parseAction(s string) wire.ReserveAction {
-	for a := wire.ActionNone; a <= wire.ActionPreemptAbort; a++ {
+	for a := wire.ActionNone; a.Valid() || a == wire.ActionNone; a++ {
 		if a.String() == s {
 			return a
 		}

@@ -76,12 +76,17 @@ func (c *core) finishReservation(s *slot) {
 // does, as the SRP host's initiator port (its registration is on every
 // gateway's port: the state is the volume's).
 func (c *core) srpReserveOut(s *slot) {
-	act, key, saKey, typ, a := scsi.ReserveOut(s.srp.act.PR, s.data[:s.cmd.Length])
+	req, a := scsi.ReserveOut(s.srp.act.PR, s.data[:s.cmd.Length])
 	if a.Status != scsi.StatusGood {
 		c.srpAnswer(s, a.Status, a.Sense)
 		return
 	}
-	s.ctl = wire.ControlRequest{Op: wire.ControlReserveOut, Action: act, Key: key, NewKey: saKey, Type: typ}
+	if req.Action == wire.ActionRegisterMove && req.Dest == c.initiator {
+		// SPC-4 5.13.8: a move to the I_T nexus it came on.
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidParam)
+		return
+	}
+	s.ctl = req
 	s.ov, s.prIni = s.srp.lu.ov, c.initiator
 	c.dispatch(s, jobReserve)
 }

@@ -75,7 +75,7 @@ func runJob(s *slot, cat Catalog) {
 	case jobUnmap:
 		s.err = srpUnmap(s)
 	case jobReserve:
-		s.prOut, s.prGen = s.ov.pr.apply(s.prIni, s.ctl.Action, s.ctl.Key, s.ctl.NewKey, s.ctl.Type)
+		s.prOut, s.prGen = s.ov.pr.apply(s.prIni, &s.ctl)
 	case jobReport:
 		if s.err = s.ov.pr.refresh(s.ov.vol); s.err == nil {
 			s.prRep = s.ov.pr.report()

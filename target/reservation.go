@@ -85,10 +85,10 @@ func (v *prVolume) allows(ini, owner string, write bool) bool {
 // that once it is answered no write of theirs can land: the fence a
 // cluster relies on. Their writes not yet in the store are refused by
 // the new view (core.dispatch).
-func (v *prVolume) apply(ini string, act wire.ReserveAction, key, newKey uint64, typ wire.ReservationType) (prOutcome, uint32) {
+func (v *prVolume) apply(ini string, req *wire.ControlRequest) (prOutcome, uint32) {
 	v.mu.Lock()
 	before := v.st.state()
-	out := v.st.apply(ini, act, key, newKey, typ)
+	out := v.st.apply(ini, req)
 	gen := v.st.gen
 	if out.sense != wire.SenseNone {
 		v.mu.Unlock()
@@ -108,7 +108,7 @@ func (v *prVolume) apply(ini string, act wire.ReserveAction, key, newKey uint64,
 	}
 	v.view.Store(v.st.snapshot())
 	var victims []*openVol
-	if act == wire.ActionPreemptAbort {
+	if req.Action == wire.ActionPreemptAbort {
 		for ov := range v.writers {
 			if slices.Contains(out.preempted, ov.ini) {
 				victims = append(victims, ov)

@@ -113,7 +113,7 @@ func preemptDuringWrite(t *testing.T, h *coreHarness, v *prVolume, write func(ui
 	h.c.acts.reset()
 	done := make(chan prOutcome)
 	go func() {
-		out, _ := v.apply("B", wire.ActionPreemptAbort, 0xb, 1, wire.ResWriteExclusive)
+		out, _ := v.apply("B", &wire.ControlRequest{Action: wire.ActionPreemptAbort, Key: 0xb, NewKey: 1, Type: wire.ResWriteExclusive})
 		done <- out
 	}()
 	synctest.Wait()

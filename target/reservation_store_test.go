@@ -61,7 +61,7 @@ func TestReservationsPersist(t *testing.T) {
 	st.fail = errors.New("disk full")
 	var told []prNotice
 	w.notify = func(_ string, ns []prNotice) { told = append(told, ns...) }
-	out, gen := w.apply("B", wire.ActionPreempt, 0xb, 0xa, wire.ResWriteExclusive)
+	out, gen := w.apply("B", &wire.ControlRequest{Action: wire.ActionPreempt, Key: 0xb, NewKey: 0xa, Type: wire.ResWriteExclusive})
 	if len(told) != 0 {
 		t.Fatalf("a preempt that could not be saved told the hosts %v", told)
 	}
@@ -207,7 +207,7 @@ type prStep struct {
 func applyAll(t *testing.T, v *prVolume, steps []prStep) {
 	t.Helper()
 	for _, s := range steps {
-		if out, _ := v.apply(s.ini, s.act, s.key, s.new, wire.ResWriteExclusive); out.sense != wire.SenseNone {
+		if out, _ := v.apply(s.ini, &wire.ControlRequest{Action: s.act, Key: s.key, NewKey: s.new, Type: wire.ResWriteExclusive}); out.sense != wire.SenseNone {
 			t.Fatalf("%+v: %s", s, out.msg)
 		}
 	}

@@ -101,16 +101,7 @@ func TestSRPReservationUnitAttention(t *testing.T) {
 // with every registration on all target ports. Before, the service
 // action was refused (INVALID FIELD IN CDB).
 func TestSRPReadFullStatus(t *testing.T) {
-	r := newRig(t, srpEnvs[0], Config{})
-	var a, b *srpClient
-	for i, p := range []**srpClient{&a, &b} {
-		cl, err := r.srpDial(t, srpLoginReq(byte(i+1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		*p = cl
-		cl.clearUA(t, lunVol0)
-	}
+	r, a, b := newSRPPair(t)
 	g := r.dial(t)
 	defer g.close()
 	g.login("gosrp-host")
@@ -141,5 +132,66 @@ func TestSRPReadFullStatus(t *testing.T) {
 	want = append(fieldhex.Bytes(t, "00000003", fmt.Sprintf("%08x", len(want))), want...)
 	if got := a.data(0, len(want)); !bytes.Equal(got, want) {
 		t.Fatalf("READ FULL STATUS:\n% x\nwant\n% x", got, want)
+	}
+}
+
+// newSRPPair is a rig with two SRP hosts logged in, A on port 1 and B
+// on port 2, their unit attentions of the login taken.
+func newSRPPair(t *testing.T) (r *rig, a, b *srpClient) {
+	t.Helper()
+	r = newRig(t, srpEnvs[0], Config{})
+	for i, p := range []**srpClient{&a, &b} {
+		cl, err := r.srpDial(t, srpLoginReq(byte(i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		*p = cl
+		cl.clearUA(t, lunVol0)
+	}
+	return r, a, b
+}
+
+// prMove sends PERSISTENT RESERVE OUT, REGISTER AND MOVE (SPC-4 6.16.4)
+// on lun: the host's key, the key to register dest's port with, UNREG,
+// and dest's port in an SRP TransportID.
+func (c *srpClient) prMove(lun uint16, key, saKey uint64, unreg bool, dest [16]byte) srp.Rsp {
+	const n = 24 + 24
+	p := c.data(0, n)
+	clear(p)
+	binary.BigEndian.PutUint64(p, key)
+	binary.BigEndian.PutUint64(p[8:], saKey)
+	if unreg {
+		p[17] = 0x02
+	}
+	binary.BigEndian.PutUint32(p[20:], 24)
+	copy(p[24:], scsi.SRPTransportID(dest))
+	return c.do(c.out(srpCmd(lun, 0x5F, 0x07, prWE, 0, 0, 0, 0, 0, n, 0), 0, n))
+}
+
+// TestSRPRegisterAndMove: the holder of a write-exclusive reservation
+// moves it to another SRP host's port with REGISTER AND MOVE and UNREG
+// (SPC-4 5.13.8): the other host now holds it, registered with the key
+// given, and writes; the mover, unregistered, is refused its write. A
+// move by a host that holds nothing is a reservation conflict; a move
+// to the host's own port is refused as an invalid field in the
+// parameter list. Before, the service action was refused outright.
+func TestSRPRegisterAndMove(t *testing.T) {
+	r, a, b := newSRPPair(t)
+	write := func(c *srpClient) srp.Rsp { return c.do(c.out(srpCmd(lunVol0, rw10(0x2A, 0, 1, false)...), 0, bs)) }
+	a.good("A registers", a.prOut(lunVol0, prRegister, prNoType, 0, 0xa), 0)
+	b.good("B registers", b.prOut(lunVol0, prRegister, prNoType, 0, 0xb), 0)
+	a.good("A reserves write-exclusive", a.prOut(lunVol0, prReserve, prWE, 0xa, 0), 0)
+	if rsp := b.prMove(lunVol0, 0xb, 0xbb, false, srpPort(1)); rsp.Status != uint8(scsi.StatusResvConflict) {
+		t.Fatalf("B, not the holder, moves the reservation: status %s, want RESERVATION CONFLICT", scsi.Status(rsp.Status))
+	}
+	a.checkSense("A moves the reservation to its own port", a.prMove(lunVol0, 0xa, 0xaa, false, srpPort(1)), scsi.SenseInvalidParam)
+	a.good("A moves the reservation to B, unregistering", a.prMove(lunVol0, 0xa, 0xbb, true, srpPort(2)), 0)
+	b.good("B writes, holding the reservation now", write(b), 0)
+	if rsp := write(a); rsp.Status != uint8(scsi.StatusResvConflict) {
+		t.Fatalf("A's write after it moved the reservation away: status %s, want RESERVATION CONFLICT", scsi.Status(rsp.Status))
+	}
+	st := r.tgt.pr.volume("vol0").report()
+	if st.Holder != srpInitiatorName(srpPort(2)) || st.HolderKey != 0xbb || len(st.Registrants) != 1 || st.ResType != wire.ResWriteExclusive {
+		t.Fatalf("after the move: %+v, want B alone registered, holding write-exclusive with key 0xbb", st)
 	}
 }

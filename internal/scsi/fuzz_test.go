@@ -64,13 +64,16 @@ func FuzzExecute(f *testing.F) {
 				}
 			}
 			if a.Op == OpReserveOut {
-				if a.DataOut != prOutParamLen {
+				if a.DataOut != prOutParamLen && (a.PR.Service != prRegisterMove || a.DataOut > prMoveParamMax) {
 					t.Fatalf("PERSISTENT RESERVE OUT fetching %d bytes", a.DataOut)
 				}
-				act, _, _, typ, res := ReserveOut(a.PR, params)
+				req, res := ReserveOut(a.PR, params)
 				checkAction(t, d, res)
-				if res.Status == StatusGood && (!act.Valid() || typ != 0 && !typ.Valid()) {
-					t.Fatalf("PERSISTENT RESERVE OUT decoded to %v of type %v", act, typ)
+				if res.Status == StatusGood && (!req.Action.Valid() || req.Type != 0 && !req.Type.Valid()) {
+					t.Fatalf("PERSISTENT RESERVE OUT decoded to %v of type %v", req.Action, req.Type)
+				}
+				if res.Status == StatusGood && req.Action == wire.ActionRegisterMove && (req.Dest == "" || req.NewKey == 0) {
+					t.Fatalf("REGISTER AND MOVE decoded to %+v", req)
 				}
 			}
 			if a.Op == OpReserveIn {

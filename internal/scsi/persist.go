@@ -8,6 +8,9 @@ package scsi
 // target runs it against that state, and ReserveInData encodes a report.
 
 import (
+	"bytes"
+	"encoding/hex"
+
 	"github.com/gosrp/gosrp/internal/wire"
 )
 
@@ -26,13 +29,20 @@ const (
 	// four obsolete bytes, the flags (SPEC_I_PT, ALL_TG_PT, APTPL), a
 	// reserved byte and two obsolete.
 	prOutParamLen = 24
+	// prMoveParamMax bounds REGISTER AND MOVE's parameter list (SPC-4
+	// 6.16.4): the 24 bytes of keys, flags, relative target port and
+	// TransportID length, then one TransportID, at most an iSCSI-style
+	// name of 256 bytes with its 4-byte header.
+	prMoveParamMax = 24 + 4 + 256
+	prRegisterMove = 7
 )
 
 // prOutActions maps PERSISTENT RESERVE OUT's service actions (SPC-4
-// Table 174) to the target's; REGISTER AND MOVE (7) is not served.
+// Table 174) to the target's.
 var prOutActions = [...]wire.ReserveAction{
 	0: wire.ActionRegister, 1: wire.ActionReserve, 2: wire.ActionRelease, 3: wire.ActionClear,
 	4: wire.ActionPreempt, 5: wire.ActionPreemptAbort, 6: wire.ActionRegisterIgnore,
+	prRegisterMove: wire.ActionRegisterMove,
 }
 
 // PR is a persistent reservation command's CDB, decoded by Execute for
@@ -71,8 +81,10 @@ func persistIn(cdb []byte) Action {
 // 1 bits 4:0 the service action, byte 2 the scope (bits 7:4, only
 // LU_SCOPE) and type (bits 3:0), bytes 5-8 the parameter list length,
 // which must be the basic list's 24 bytes (a longer one carries
-// TransportIDs for SPEC_I_PT, not served). The target fetches the list
-// and hands it to ReserveOut.
+// TransportIDs for SPEC_I_PT, not served), or for REGISTER AND MOVE its
+// own list with one TransportID. REGISTER AND MOVE keeps the type of
+// the reservation it moves. The target fetches the list and hands it to
+// ReserveOut.
 func persistOut(cdb []byte) Action {
 	sa := cdb[1] & 0x1f
 	if int(sa) >= len(prOutActions) {
@@ -90,28 +102,53 @@ func persistOut(cdb []byte) Action {
 	default:
 		typ = wire.ResNone
 	}
-	if be.Uint32(cdb[5:]) != prOutParamLen {
+	n := be.Uint32(cdb[5:])
+	switch {
+	case sa == prRegisterMove && (n < prOutParamLen+24 || n > prMoveParamMax):
+		return check(SenseParamListLength)
+	case sa != prRegisterMove && n != prOutParamLen:
 		return check(SenseParamListLength)
 	}
-	return Action{Status: StatusGood, Op: OpReserveOut, DataOut: prOutParamLen, PR: PR{Service: sa, Type: typ}}
+	return Action{Status: StatusGood, Op: OpReserveOut, DataOut: n, PR: PR{Service: sa, Type: typ}}
 }
 
 // ReserveOut decodes the parameter list of the PERSISTENT RESERVE OUT
-// that Execute turned into pr (an OpReserveOut Action): the target's
-// action, the host's reservation key and the service action reservation
-// key (the key to register; for a preempt, the key to remove), and the
-// type. a is GOOD unless the list is refused: too short, or SPEC_I_PT
-// (registering other initiators by TransportID) asked.
-func ReserveOut(pr PR, param []byte) (act wire.ReserveAction, key, saKey uint64, typ wire.ReservationType, a Action) {
+// that Execute turned into pr (an OpReserveOut Action) into the change
+// the target makes: the action, the host's reservation key (Key) and
+// the service action reservation key (NewKey: the key to register; for
+// a preempt, the key to remove), the type, and for REGISTER AND MOVE
+// the host its TransportID names (Dest, as ParseTransportID names it)
+// and UNREG. a is GOOD unless the list is refused: too short, SPEC_I_PT
+// (registering other initiators by TransportID) asked, or a REGISTER
+// AND MOVE without a key to register or a TransportID this target
+// reads.
+func ReserveOut(pr PR, param []byte) (req wire.ControlRequest, a Action) {
 	switch {
 	case len(param) < prOutParamLen || int(pr.Service) >= len(prOutActions):
-		return 0, 0, 0, 0, check(SenseParamListLength)
-	case param[20]&0x08 != 0: // SPEC_I_PT
-		return 0, 0, 0, 0, check(SenseInvalidParam)
+		return req, check(SenseParamListLength)
+	case pr.Service != prRegisterMove && param[20]&0x08 != 0: // SPEC_I_PT
+		return req, check(SenseInvalidParam)
 	}
 	// ALL_TG_PT is what every registration is here; APTPL asks for
 	// what always happens (the state is kept with the volume).
-	return prOutActions[pr.Service], be.Uint64(param), be.Uint64(param[8:]), pr.Type, good()
+	req = wire.ControlRequest{Op: wire.ControlReserveOut, Action: prOutActions[pr.Service],
+		Key: be.Uint64(param), NewKey: be.Uint64(param[8:]), Type: pr.Type}
+	if pr.Service != prRegisterMove {
+		return req, good()
+	}
+	// SPC-4 6.16.4: byte 17 UNREG (bit 1) and APTPL, bytes 18-19 the
+	// relative target port (every port is the same here), bytes 20-23
+	// the TransportID's length, then the TransportID.
+	n := int(be.Uint32(param[20:]))
+	if n < 24 || prOutParamLen+n > len(param) {
+		return wire.ControlRequest{}, check(SenseParamListLength)
+	}
+	dest, ok := ParseTransportID(param[prOutParamLen : prOutParamLen+n])
+	if !ok || req.NewKey == 0 {
+		return wire.ControlRequest{}, check(SenseInvalidParam)
+	}
+	req.Dest, req.Unreg = dest, param[17]&0x02 != 0
+	return req, good()
 }
 
 // Registration is a registrant as PERSISTENT RESERVE IN reports it.
@@ -199,4 +236,29 @@ func NamedTransportID(name string) []byte {
 	be.PutUint16(b[2:], uint16(n))
 	copy(b[4:], name)
 	return b
+}
+
+// ParseTransportID names the initiator a TransportID names, as the
+// target knows its hosts: an SRP initiator port (SRPTransportID) by its
+// identifier in hex, a NamedTransportID by its name. Any other is not a
+// host of this target (false).
+func ParseTransportID(b []byte) (string, bool) {
+	if len(b) < 24 || b[0]&0xc0 != 0 {
+		return "", false
+	}
+	switch b[0] & 0x0f {
+	case 0x04:
+		return hex.EncodeToString(b[8:24]), true
+	case 0x0f:
+		n := int(be.Uint16(b[2:]))
+		if n > len(b)-4 {
+			return "", false
+		}
+		name := b[4 : 4+n]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		return string(name), len(name) > 0
+	}
+	return "", false
 }

@@ -25,6 +25,17 @@ func prParams(key, saKey uint64, flags byte) []byte {
 	return p
 }
 
+// moveParams is REGISTER AND MOVE's parameter list: key, service action
+// key, UNREG (bit 1 of byte 17), the TransportID's length, tid.
+func moveParams(key, saKey uint64, unreg bool, tid []byte) []byte {
+	p := prParams(key, saKey, 0)
+	if unreg {
+		p[17] = 0x02
+	}
+	be.PutUint32(p[20:], uint32(len(tid)))
+	return append(p, tid...)
+}
+
 // TestPersistOut: PERSISTENT RESERVE OUT's CDB and parameter list, as
 // sg_persist and Linux's block layer (blk_pr_ops: sd_pr_command) send
 // them, decoded to the target's action; what SPC-4 6.16 refuses,
@@ -37,6 +48,8 @@ func TestPersistOut(t *testing.T) {
 		act        wire.ReserveAction
 		key, saKey uint64
 		typ        wire.ReservationType
+		dest       string
+		unreg      bool
 	}{
 		{name: "REGISTER", cdb: prOut(0, 0, 24), param: prParams(0, 0xabc, 0), act: wire.ActionRegister, saKey: 0xabc},
 		{name: "REGISTER, ALL_TG_PT and APTPL (sd_pr_register)", cdb: prOut(0, 0, 24), param: prParams(0xabc, 0xdef, 0x05),
@@ -48,7 +61,14 @@ func TestPersistOut(t *testing.T) {
 		{name: "PREEMPT", cdb: prOut(4, 0x03, 24), param: prParams(7, 9, 0), act: wire.ActionPreempt, key: 7, saKey: 9, typ: wire.ResExclusiveAccess},
 		{name: "PREEMPT AND ABORT", cdb: prOut(5, 0x05, 24), param: prParams(7, 9, 0), act: wire.ActionPreemptAbort, key: 7, saKey: 9, typ: wire.ResWriteExclusiveRegistrants},
 		{name: "REGISTER AND IGNORE EXISTING KEY", cdb: prOut(6, 0, 24), param: prParams(0, 5, 0), act: wire.ActionRegisterIgnore, saKey: 5},
-		{name: "REGISTER AND MOVE: not served", cdb: prOut(7, 0, 24), sense: SenseInvalidField},
+		{name: "REGISTER AND MOVE to an SRP port, UNREG", cdb: prOut(7, 0x01, 48), param: moveParams(7, 9, true, SRPTransportID([16]byte{0: 0xfe, 15: 2})),
+			act: wire.ActionRegisterMove, key: 7, saKey: 9, dest: "fe000000000000000000000000000002", unreg: true},
+		{name: "REGISTER AND MOVE to a named host", cdb: prOut(7, 0, 48), param: moveParams(7, 9, false, NamedTransportID("host-b")),
+			act: wire.ActionRegisterMove, key: 7, saKey: 9, dest: "host-b"},
+		{name: "REGISTER AND MOVE without a key to register", cdb: prOut(7, 0, 48), param: moveParams(7, 0, false, NamedTransportID("b")), sense: SenseInvalidParam},
+		{name: "REGISTER AND MOVE to an iSCSI name", cdb: prOut(7, 0, 48), param: moveParams(7, 9, false, append([]byte{0x05, 0, 0, 20}, make([]byte, 20)...)), sense: SenseInvalidParam},
+		{name: "REGISTER AND MOVE with a TransportID past the list", cdb: prOut(7, 0, 48), param: moveParams(7, 9, false, SRPTransportID([16]byte{}))[:40], sense: SenseParamListLength},
+		{name: "REGISTER AND MOVE with the basic list", cdb: prOut(7, 0, 24), sense: SenseParamListLength},
 		{name: "a service action past the last", cdb: prOut(0x1f, 0, 24), sense: SenseInvalidField},
 		{name: "RESERVE of an ALL_REG type: not served", cdb: prOut(1, 0x07, 24), sense: SenseInvalidField},
 		{name: "RESERVE with type 0", cdb: prOut(1, 0, 24), sense: SenseInvalidField},
@@ -66,18 +86,20 @@ func TestPersistOut(t *testing.T) {
 				}
 				return
 			}
-			if a.Op != OpReserveOut || a.DataOut != prOutParamLen {
+			if a.Op != OpReserveOut || a.DataOut != be.Uint32(tc.cdb[5:]) {
 				t.Fatalf("CDB: %+v", a)
 			}
-			act, key, saKey, typ, r := ReserveOut(a.PR, tc.param)
+			req, r := ReserveOut(a.PR, tc.param)
+			act, key, saKey, typ := req.Action, req.Key, req.NewKey, req.Type
 			if r.Status != StatusGood {
 				if r.Sense != tc.sense {
 					t.Fatalf("list: %v %v, want %v", r.Status, r.Sense, tc.sense)
 				}
 				return
 			}
-			if tc.sense != (Sense{}) || act != tc.act || key != tc.key || saKey != tc.saKey || typ != tc.typ {
-				t.Fatalf("decoded %v key %#x sa key %#x type %v; want %v %#x %#x %v (sense %v)", act, key, saKey, typ, tc.act, tc.key, tc.saKey, tc.typ, tc.sense)
+			if tc.sense != (Sense{}) || act != tc.act || key != tc.key || saKey != tc.saKey || typ != tc.typ || req.Dest != tc.dest || req.Unreg != tc.unreg {
+				t.Fatalf("decoded %v key %#x sa key %#x type %v dest %q unreg %v; want %v %#x %#x %v %q %v (sense %v)",
+					act, key, saKey, typ, req.Dest, req.Unreg, tc.act, tc.key, tc.saKey, tc.typ, tc.dest, tc.unreg, tc.sense)
 			}
 		})
 	}

@@ -195,11 +195,15 @@ type ControlRequest struct {
 	// predates it ignores it and answers as for a plain open.
 	Takeover bool `msgpack:"tko,omitempty"`
 	// Action, Key, NewKey and Type are a ControlReserveOut's service
-	// action, reservation key, service action key and type.
+	// action, reservation key, service action key and type; Dest and
+	// Unreg an ActionRegisterMove's destination host (its initiator
+	// name) and whether the holder unregisters.
 	Action ReserveAction   `msgpack:"pra,omitempty"`
 	Key    uint64          `msgpack:"prk,omitempty"`
 	NewKey uint64          `msgpack:"prn,omitempty"`
 	Type   ReservationType `msgpack:"prt,omitempty"`
+	Dest   string          `msgpack:"prd,omitempty"`
+	Unreg  bool            `msgpack:"pru,omitempty"`
 }
 
 // VolumeInfo describes a volume in a list.

@@ -52,10 +52,14 @@ const (
 	// the preempted hosts that have not yet reached the store, and is
 	// answered once those already there are done.
 	ActionPreemptAbort
+	// ActionRegisterMove (REGISTER AND MOVE), from the holder, registers
+	// the host named Dest with NewKey and makes it the holder; with
+	// Unreg the holder's own registration goes.
+	ActionRegisterMove
 	actionEnd
 )
 
-var actionNames = [...]string{"none", "register", "register-ignore", "reserve", "release", "clear", "preempt", "preempt-abort"}
+var actionNames = [...]string{"none", "register", "register-ignore", "reserve", "release", "clear", "preempt", "preempt-abort", "register-move"}
 
 // Valid reports whether a is an action the protocol defines.
 func (a ReserveAction) Valid() bool { return a > ActionNone && a < actionEnd }
