@@ -92,31 +92,50 @@ func TestHostileReopenHandleReuse(t *testing.T) {
 		}
 		return targettest.Pass
 	}})
+	_, v0, v1, ctx := r.openTwo(t)
+	a, b := writeAcrossCut(t, ctx, v0, v1, &phase)
+	if !lied.Load() {
+		t.Fatal("the script never answered a re-open with the other volume's handle: the test tests nothing")
+	}
+	mustWrite(t, ctx, v1, b, 4096)
+	readsOwn(t, ctx, v0, append(a, make([]byte, 4096)...), v1, append(b, b...))
+}
+
+// openTwo creates vol1 beside vol0 and opens both on a session whose
+// LossTimeout is 20 s; ctx bounds the test's I/O.
+func (r *hostileRig) openTwo(t *testing.T) (s *initiator.Session, v0, v1 *initiator.Volume, ctx context.Context) {
+	t.Helper()
 	if _, err := r.store.Create("vol1", 1<<20, 4096); err != nil {
 		t.Fatal(err)
 	}
-	s, v0 := r.dial(t, initiator.Config{LossTimeout: 20 * time.Second})
+	s, v0 = r.dial(t, initiator.Config{LossTimeout: 20 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	v1, err := s.Open(ctx, "vol1", initiator.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := bytes.Repeat([]byte{0xA0}, 4096), bytes.Repeat([]byte{0xB1}, 4096)
-	if _, err := v0.WriteAtContext(ctx, a, 0); err != nil {
-		t.Fatal(err)
-	}
+	return s, v0, v1, ctx
+}
+
+// writeAcrossCut writes a block of 0xA0 at 0 of v0, sets phase to 1 (a
+// script's cue to cut the connection), and writes a block of 0xB1 at 0
+// of v1, across the cut; it returns the two blocks.
+func writeAcrossCut(t *testing.T, ctx context.Context, v0, v1 *initiator.Volume, phase *atomic.Int32) (a, b []byte) {
+	t.Helper()
+	a, b = bytes.Repeat([]byte{0xA0}, 4096), bytes.Repeat([]byte{0xB1}, 4096)
+	mustWrite(t, ctx, v0, a, 0)
 	phase.Store(1)
-	if _, err := v1.WriteAtContext(ctx, b, 0); err != nil {
+	mustWrite(t, ctx, v1, b, 0)
+	return a, b
+}
+
+// mustWrite writes p at off of v, and fails the test if it cannot.
+func mustWrite(t *testing.T, ctx context.Context, v *initiator.Volume, p []byte, off int64) {
+	t.Helper()
+	if _, err := v.WriteAtContext(ctx, p, off); err != nil {
 		t.Fatal(err)
 	}
-	if !lied.Load() {
-		t.Fatal("the script never answered a re-open with the other volume's handle: the test tests nothing")
-	}
-	if _, err := v1.WriteAtContext(ctx, b, 4096); err != nil {
-		t.Fatal(err)
-	}
-	readsOwn(t, ctx, v0, append(a, make([]byte, 4096)...), v1, append(b, b...))
 }
 
 // openAnswer is a successful OPEN's answer on its way to the initiator,
@@ -177,4 +196,68 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return -1
+}
+
+// notReady rewrites the answer in place into NOT READY, becoming ready
+// (the target still opening the volume), its error text padded to the
+// IU's length; false if no padding fits.
+func (a openAnswer) notReady() bool {
+	for pad := range 200 {
+		c := wire.ControlResponse{Tag: a.c.Tag, Credits: a.c.Credits, Sense: wire.SenseBecomingReady,
+			Error: "still opening" + string(bytes.Repeat([]byte{'.'}, pad))}
+		b, err := wire.EncodeControl(nil, wire.OpControlResp, &c)
+		if err == nil && len(b) == len(a.iu) {
+			copy(a.iu, b)
+			return true
+		}
+	}
+	return false
+}
+
+// TestHostileLateHandleReuse: the connection is lost with vol0 and vol1
+// open; on the next one the target answers the first re-open NOT READY,
+// so that both volumes come up late and are asked for once the
+// connection is up (late_open.go), and then answers those two OPENs
+// with one handle. The late re-opens go through the loop, and the
+// second answer is refused as Open's would be: the connection ends,
+// the next gives each volume its own handle, and each reads back only
+// what was written to it.
+func TestHostileLateHandleReuse(t *testing.T) {
+	// 0: open; 1: cut at the next response; 2: NOT READY once; 3: lie once.
+	var phase atomic.Int32
+	var first atomic.Uint32
+	r := newHostileRig(t, "strict", targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
+		p := phase.Load()
+		if p == 0 || rsp.Login {
+			return targettest.Pass
+		}
+		if p == 1 {
+			phase.Store(2)
+			return targettest.Disconnect
+		}
+		a, ok := openAnswerOf(rsp)
+		switch {
+		case !ok:
+		case p == 2:
+			if !a.notReady() {
+				t.Errorf("the answer could not be rewritten as NOT READY in place")
+			}
+			phase.Store(3)
+		case p == 3 && !first.CompareAndSwap(0, a.c.Handle):
+			if a.give(first.Load()) {
+				phase.Store(4)
+			}
+		}
+		return targettest.Pass
+	}})
+	s, v0, v1, ctx := r.openTwo(t)
+	a, b := writeAcrossCut(t, ctx, v0, v1, &phase)
+	mustWrite(t, ctx, v0, a, 4096)
+	if phase.Load() != 4 {
+		t.Fatalf("the script stopped at phase %d: no late re-open was answered with the other's handle, so the test tests nothing", phase.Load())
+	}
+	readsOwn(t, ctx, v0, append(a, a...), v1, append(b, make([]byte, 4096)...))
+	if n := s.Stats().ConnectionsLost; n < 2 {
+		t.Errorf("connections lost %d, want 2 or more (the cut, then the lie)", n)
+	}
 }
