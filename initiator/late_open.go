@@ -106,9 +106,9 @@ func (c *channel) startLate(vols []lateVol, left time.Duration) {
 	}
 }
 
-// Backoff of a late volume's re-open: a target still opening it paces
-// the tries itself (its OpenWait); one that refuses it is asked again
-// less and less often.
+// Backoff of a late volume's re-open that the target refused (a volume
+// deleted, its access revoked): asked again less and less often. A
+// target still opening it paces the tries itself (Session.openOn).
 const (
 	lateRetryMin = openRetry
 	lateRetryMax = 5 * time.Second
@@ -119,29 +119,24 @@ const (
 func (c *channel) reopenLate(ctx context.Context, v *Volume) {
 	defer c.late.wg.Done()
 	s := c.s
-	wait := lateRetryMin
-	said := ""
+	req := wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly, Exclusive: v.exclusive}
+	wait, said := lateRetryMin, ""
 	for {
-		req := wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly, Exclusive: v.exclusive}
-		r := &Request{Op: opControl, ctrl: &req}
-		rsp, err := s.controlReq(ctx, c, r)
+		rsp, epoch, err := s.openOn(ctx, c, req)
 		if ctx.Err() != nil {
 			return // an answer that comes anyway is closed as an orphan's
 		}
 		if err == nil && rsp.Error == "" {
-			c.lateOpened(v, rsp, r.epoch)
+			c.lateOpened(v, rsp, epoch)
 			return
 		}
-		why := ""
-		switch {
-		case err != nil:
+		var why string
+		if err != nil {
 			why = err.Error()
-		case rsp.Sense == wire.SenseBecomingReady:
-			wait = lateRetryMin // the target paces it
-		default:
+		} else {
 			why = rsp.Error
 		}
-		if why != "" && why != said {
+		if why != said {
 			c.log.Warn("re-open of a late volume refused; asking again", "volume", v.name, "err", why)
 			said = why
 		}
@@ -158,9 +153,7 @@ func (c *channel) reopenLate(ctx context.Context, v *Volume) {
 			t.Stop()
 			return
 		}
-		if why != "" {
-			wait = min(2*wait, lateRetryMax)
-		}
+		wait = min(2*wait, lateRetryMax)
 	}
 }
 

@@ -5,7 +5,6 @@ package target
 // check every command passes.
 
 import (
-	"encoding/hex"
 	"fmt"
 
 	"github.com/gosrp/gosrp/internal/scsi"
@@ -91,18 +90,6 @@ func (c *core) srpReserveOut(s *slot) {
 	c.dispatch(s, jobReserve)
 }
 
-// transportID names a registrant for READ FULL STATUS: an SRP host by
-// its initiator port (srpInitiatorName's hex), a gosrp host by its name.
-func transportID(initiator string) []byte {
-	var port [16]byte
-	if len(initiator) == 2*len(port) {
-		if _, err := hex.Decode(port[:], []byte(initiator)); err == nil {
-			return scsi.SRPTransportID(port)
-		}
-	}
-	return scsi.NamedTransportID(initiator)
-}
-
 // srpReservationDone answers an SRP host's PERSISTENT RESERVE IN or OUT
 // once its job ran: a report as READ KEYS' or READ RESERVATION's data;
 // a change GOOD, or refused as SPC-4 says: a conflict with the status
@@ -119,7 +106,7 @@ func (c *core) srpReservationDone(s *slot) {
 	if s.job == jobReport {
 		regs := make([]scsi.Registration, len(rep.Registrants))
 		for i, r := range rep.Registrants {
-			regs[i] = scsi.Registration{Key: r.Key, Holder: r.Initiator == rep.Holder, TransportID: transportID(r.Initiator)}
+			regs[i] = scsi.Registration{Key: r.Key, Holder: r.Initiator == rep.Holder, TransportID: scsi.TransportIDOf(r.Initiator)}
 		}
 		// The state's type is ResNone whenever no host holds it.
 		a := scsi.ReserveInData(s.srp.act.PR, rep.Generation, regs, rep.HolderKey, rep.ResType)

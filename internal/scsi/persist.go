@@ -238,6 +238,20 @@ func NamedTransportID(name string) []byte {
 	return b
 }
 
+// TransportIDOf is the TransportID of the host the target knows as
+// initiator: an SRP host, named by its initiator port in hex, by that
+// port (SRPTransportID), any other by its name (NamedTransportID).
+// ParseTransportID is its inverse.
+func TransportIDOf(initiator string) []byte {
+	var port [16]byte
+	if len(initiator) == 2*len(port) {
+		if _, err := hex.Decode(port[:], []byte(initiator)); err == nil {
+			return SRPTransportID(port)
+		}
+	}
+	return NamedTransportID(initiator)
+}
+
 // ParseTransportID names the initiator a TransportID names, as the
 // target knows its hosts: an SRP initiator port (SRPTransportID) by its
 // identifier in hex, a NamedTransportID by its name. Any other is not a

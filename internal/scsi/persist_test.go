@@ -156,3 +156,18 @@ func TestPersistIn(t *testing.T) {
 		}
 	}
 }
+
+// TestTransportIDRoundTrip: TransportIDOf and ParseTransportID are each
+// other's inverse for the hosts a target has: SRP ports (hex) and
+// named hosts, up to the longest name a report carries.
+func TestTransportIDRoundTrip(t *testing.T) {
+	for _, name := range []string{"fe000000000000000000000000000002", "gosrp-host", "h", string(bytes.Repeat([]byte{'n'}, wire.MaxReportName))} {
+		got, ok := ParseTransportID(TransportIDOf(name))
+		if !ok || got != name {
+			t.Errorf("%q: TransportIDOf then ParseTransportID gave %q, %v", name, got, ok)
+		}
+	}
+	if id := TransportIDOf("fe000000000000000000000000000002"); id[0] != 0x04 {
+		t.Errorf("an SRP port's TransportID has protocol %#x, want 4", id[0])
+	}
+}
