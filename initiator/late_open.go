@@ -25,9 +25,12 @@ package initiator
 //
 // Nothing of another volume waits on a late one, with one exception
 // kept on purpose: a replay round (replay.go) replays its writes in
-// order, and holds every channel until the late volume's turn is done;
-// it parks there like any request, and at the deadline fails, which
-// reports the volume's write-cache loss and lets the round go on.
+// order, and holds every channel until the late volume's turn is done.
+// Its write parks there like any request; the volume's re-open passes
+// the hold (popNext), so a store that answers within the deadline gets
+// its writes replayed, and at the deadline the write fails, which
+// reports the volume's write-cache loss and lets the round go on
+// (TestReopenLateReplay).
 
 import (
 	"context"

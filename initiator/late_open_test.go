@@ -3,10 +3,12 @@ package initiator_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -206,5 +208,114 @@ func TestReopenLateMany(t *testing.T) {
 		if err := within(t, done, v.Name()+"'s write once its store answered"); err != nil {
 			t.Fatalf("write to %s once its store answered: %v", v.Name(), err)
 		}
+	}
+}
+
+// twoDiskCatalog is one crash-rig target process's catalog: vol0 over
+// disk0 and vol1 over disk1, each through a cache of the process's own
+// (cacheVolume); vol1's opens wait for gate when it is set.
+type twoDiskCatalog struct {
+	vols map[string]*cacheVolume
+	gate <-chan struct{}
+}
+
+func (c *twoDiskCatalog) List() ([]target.VolumeInfo, error) {
+	var l []target.VolumeInfo
+	for _, name := range []string{"vol0", "vol1"} {
+		v := c.vols[name]
+		l = append(l, target.VolumeInfo{Name: name, Size: v.Size(), BlockSize: v.BlockSize()})
+	}
+	return l, nil
+}
+
+func (c *twoDiskCatalog) OpenVolume(name string) (target.Volume, error) {
+	v, ok := c.vols[name]
+	if !ok {
+		return nil, errors.New("no such volume")
+	}
+	if name == "vol1" && c.gate != nil {
+		<-c.gate
+	}
+	return v, nil
+}
+
+// TestReopenLateReplay: the target crashes holding acknowledged,
+// unflushed writes to vol1 and then vol0, and its next process's store
+// hangs in vol1's open. The replay round re-issues vol1's writes first
+// and waits for vol1 (they must land before anything newer), so:
+//   - if the store answers within the loss deadline, vol1 re-opens late
+//     on the connection, its writes are replayed, and both volumes'
+//     flushes make every acknowledged write durable, with no loss;
+//   - if it does not, vol1's replay fails at the deadline, which reports
+//     vol1's loss (its next flush fails with ErrWriteCacheLost) and lets
+//     the round go on: vol0's writes are replayed and made durable.
+func TestReopenLateReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		loss    time.Duration
+		answers bool
+	}{
+		{"the store answers within the deadline", 20 * time.Second, true},
+		{"the store answers past the deadline", 3 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const size = 1 << 20
+			disk1 := &durableDisk{data: make([]byte, size), bs: 4096}
+			var gate chan struct{}
+			r := newCrashRigWith(t, size, func(r *crashRig) target.Config {
+				cache := func(d *durableDisk) *cacheVolume { return &cacheVolume{d: d, dirty: map[int64][]byte{}} }
+				return target.Config{Name: "crashy", OpenWait: 300 * time.Millisecond,
+					Catalog: &twoDiskCatalog{vols: map[string]*cacheVolume{"vol0": cache(r.disk), "vol1": cache(disk1)}, gate: gate}}
+			})
+			s, v0 := dialVol0(t, initiator.Config{Provider: r.p, Addr: r.addr, Name: "late-replay", ReplayBuffer: 4 << 20,
+				IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second, LossTimeout: tc.loss})
+			ctx := context.Background()
+			v1, err := s.Open(ctx, "vol1", initiator.OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			model0, model1 := make([]byte, size), make([]byte, size)
+			writeModel(t, v1, model1, 0, 32, 4, 1)
+			writeModel(t, v0, model0, 0, 32, 4, 1)
+
+			gate = make(chan struct{})
+			var once sync.Once
+			release := func() { once.Do(func() { close(gate) }) }
+			t.Cleanup(release)
+			r.crash()
+			r.start()
+			if tc.answers {
+				time.AfterFunc(time.Second, release)
+			}
+
+			if err := v0.Flush(ctx); err != nil {
+				t.Fatalf("flush of vol0 after the restart: %v", err)
+			}
+			durable := func(d *durableDisk) []byte {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				return append([]byte(nil), d.data...)
+			}
+			checkModel(t, "vol0's durable contents", durable(r.disk), model0)
+			if tc.answers {
+				if err := v1.Flush(ctx); err != nil {
+					t.Fatalf("flush of vol1 once its store answered: %v", err)
+				}
+				checkModel(t, "vol1's durable contents", durable(disk1), model1)
+				if st := s.Stats(); st.WriteCacheLost != 0 || st.ReplayedWrites == 0 {
+					t.Fatalf("%d losses, %d writes replayed; want none lost and some replayed", st.WriteCacheLost, st.ReplayedWrites)
+				}
+				return
+			}
+			release()
+			var ferr error
+			waitUntil(t, "vol1's flush to report its loss", func() bool {
+				ferr = v1.Flush(ctx)
+				return errors.Is(ferr, initiator.ErrWriteCacheLost)
+			})
+			if st := s.Stats(); st.WriteCacheLost != 1 {
+				t.Fatalf("%d losses, want 1 (vol1's)", st.WriteCacheLost)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gosrp/gosrp/internal/clock"
+	"github.com/gosrp/gosrp/internal/wire"
 	"github.com/gosrp/gosrp/transport"
 )
 
@@ -65,7 +66,8 @@ type verifier struct {
 	round    *replayRound
 	// held stops every channel from dispatching anything but replay
 	// writes while a round runs, so nothing the application queued, and
-	// nothing re-issued from the lost connection, overtakes them.
+	// nothing re-issued from the lost connection, overtakes them; OPENs
+	// and pings, which change no data, pass (popNext).
 	held atomic.Bool
 }
 
@@ -505,10 +507,20 @@ func (c *channel) pushFront(r *Request) error {
 }
 
 // popNext is dispatch's pop (c.mu held): while a replay round runs only
-// replay writes leave the queue.
+// replay writes leave the queue, and the requests that change no data
+// and that the round may wait on: a late volume's re-open (late_open.go:
+// the round's next write may be that volume's) and the keepalive's
+// ping.
 func (c *channel) popNext() *Request {
-	if c.s.held.Load() && (c.q.head == nil || !c.q.head.replay) {
-		return nil
+	if !c.s.held.Load() || (c.q.head != nil && c.q.head.replay) {
+		return c.q.pop()
 	}
-	return c.q.pop()
+	return c.q.popFirst(passesHold)
+}
+
+// passesHold reports whether r may leave the queue while a replay round
+// runs, ahead of the requests it holds back.
+func passesHold(r *Request) bool {
+	return r.replay || r.Op == opControl && r.vol == nil &&
+		(r.ctrl.Op == wire.ControlOpen || r.ctrl.Op == wire.ControlPing)
 }

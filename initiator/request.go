@@ -288,16 +288,37 @@ func (q *queue) prependAll(o *queue) {
 	*o = queue{}
 }
 
+// popFirst removes and returns the first request ok accepts, nil if
+// none does.
+func (q *queue) popFirst(ok func(*Request) bool) *Request {
+	var prev *Request
+	for r := q.head; r != nil; prev, r = r, r.next {
+		if ok(r) {
+			q.unlink(prev, r)
+			return r
+		}
+	}
+	return nil
+}
+
 func (q *queue) pop() *Request {
 	r := q.head
-	if r == nil {
-		return nil
+	if r != nil {
+		q.unlink(nil, r)
 	}
-	q.head = r.next
-	if q.head == nil {
-		q.tail = nil
+	return r
+}
+
+// unlink takes r, which follows prev (nil: r is the head), out of q.
+func (q *queue) unlink(prev, r *Request) {
+	if prev == nil {
+		q.head = r.next
+	} else {
+		prev.next = r.next
+	}
+	if q.tail == r {
+		q.tail = prev
 	}
 	r.next = nil
 	q.n--
-	return r
 }

@@ -23,6 +23,8 @@ type durableDisk struct {
 	data   []byte
 	bs     int
 	flushN int // Flush calls that reached the disk
+	// flushGate, while set, holds every Flush until it is closed.
+	flushGate chan struct{}
 }
 
 // cacheVolume is one target process's view of a durableDisk: a crash
@@ -76,6 +78,12 @@ func (v *cacheVolume) WriteAtFUA(p []byte, off int64) (int, error) {
 }
 
 func (v *cacheVolume) Flush() error {
+	v.d.mu.Lock()
+	gate := v.d.flushGate
+	v.d.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.d.mu.Lock()
@@ -120,6 +128,9 @@ type crashRig struct {
 	disk *durableDisk
 	addr string
 	cur  *crashTarget
+	// config, if set, is each new target process's configuration
+	// (its catalog, with caches of its own); else vol0 over disk.
+	config func() target.Config
 }
 
 type crashTarget struct {
@@ -129,11 +140,20 @@ type crashTarget struct {
 }
 
 func newCrashRig(t *testing.T, size int64) *crashRig {
+	return newCrashRigWith(t, size, nil)
+}
+
+// newCrashRigWith is newCrashRig whose target processes are configured
+// by config (nil: vol0 over the rig's disk).
+func newCrashRigWith(t *testing.T, size int64, config func(r *crashRig) target.Config) *crashRig {
 	p, err := emu.New(emu.Config{Seed: 11})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &crashRig{t: t, p: p, disk: &durableDisk{data: make([]byte, size), bs: 4096}}
+	if config != nil {
+		r.config = func() target.Config { return config(r) }
+	}
 	r.start()
 	t.Cleanup(func() {
 		r.crash()
@@ -144,7 +164,11 @@ func newCrashRig(t *testing.T, size int64) *crashRig {
 
 func (r *crashRig) start() {
 	r.t.Helper()
-	tgt, err := target.New(target.Config{Name: "crashy", Catalog: cacheCatalog{&cacheVolume{d: r.disk, dirty: map[int64][]byte{}}}})
+	cfg := target.Config{Name: "crashy", Catalog: cacheCatalog{&cacheVolume{d: r.disk, dirty: map[int64][]byte{}}}}
+	if r.config != nil {
+		cfg = r.config()
+	}
+	tgt, err := target.New(cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -391,12 +415,22 @@ func TestTargetRestartFlushesInFlight(t *testing.T) {
 	if _, err := v.ReadAt(make([]byte, 4096), 0); err != nil {
 		t.Fatal(err)
 	}
+	// The store holds the flushes until all are issued: none may be
+	// answered, and report the loss, before the last is stamped.
+	gate := make(chan struct{})
+	r.disk.mu.Lock()
+	r.disk.flushGate = gate
+	r.disk.mu.Unlock()
 	for i := range reqs {
 		reqs[i] = initiator.Request{Op: initiator.OpFlush, Done: done}
 		if err := v.Submit(&reqs[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
+	r.disk.mu.Lock()
+	r.disk.flushGate = nil
+	r.disk.mu.Unlock()
+	close(gate)
 	for i := 0; i < flushes; i++ {
 		if req := <-done; !errors.Is(req.Err, initiator.ErrWriteCacheLost) {
 			t.Errorf("a flush issued before any flush reported the loss: %v, want ErrWriteCacheLost", req.Err)
