@@ -46,6 +46,10 @@ type prState struct {
 type prOutcome struct {
 	sense wire.Sense // SenseNone: done
 	msg   string     // why not, for the control response
+	// scsi is the sense an SRP host is answered when sense alone does
+	// not say it (an invalid field of the parameter list, not the CDB;
+	// no room for a registration); zero: scsi.FromWire(sense).
+	scsi scsi.Sense
 	// preempted are the hosts a preempt removed.
 	preempted []string
 	// notices are the unit attentions the change owes other hosts.
@@ -94,6 +98,15 @@ func invalid(format string, args ...any) prOutcome {
 	return prOutcome{sense: wire.SenseInvalidField, msg: fmt.Sprintf(format, args...)}
 }
 
+func invalidInList(format string, args ...any) prOutcome {
+	return prOutcome{sense: wire.SenseInvalidField, scsi: scsi.SenseInvalidParam, msg: fmt.Sprintf(format, args...)}
+}
+
+// noRoom refuses a registration past wire.MaxRegistrants.
+func noRoom(format string, args ...any) prOutcome {
+	return prOutcome{sense: wire.SenseInvalidField, scsi: scsi.SenseNoRegistrationRoom, msg: fmt.Sprintf(format, args...)}
+}
+
 // apply runs one PERSISTENT RESERVE OUT service action of host ini
 // (req.Action). req.Key is the host's current reservation key, NewKey
 // the service action key (the key to register, or the key to preempt).
@@ -101,6 +114,9 @@ func (p *prState) apply(ini string, req *wire.ControlRequest) prOutcome {
 	act, key, newKey, typ := req.Action, req.Key, req.NewKey, req.Type
 	switch act {
 	case wire.ActionRegister, wire.ActionRegisterIgnore:
+		if len(req.Ports) > 0 {
+			return p.registerPorts(ini, act == wire.ActionRegisterIgnore, key, newKey, req.Ports)
+		}
 		return p.register(ini, act == wire.ActionRegisterIgnore, key, newKey)
 	}
 	if !act.Valid() {
@@ -176,7 +192,7 @@ func (p *prState) move(ini string, newKey uint64, dest string, unreg bool) prOut
 		p.regs[i].key = newKey
 	} else {
 		if len(p.regs) >= wire.MaxRegistrants {
-			return invalid("volume has %d registrations, the most it keeps", len(p.regs))
+			return noRoom("volume has %d registrations, the most it keeps", len(p.regs))
 		}
 		p.regs = append(p.regs, prReg{dest, newKey})
 	}
@@ -201,7 +217,7 @@ func (p *prState) register(ini string, ignore bool, key, newKey uint64) prOutcom
 			return prOutcome{} // nothing to register or remove
 		}
 		if len(p.regs) >= wire.MaxRegistrants {
-			return prOutcome{sense: wire.SenseInvalidField, msg: fmt.Sprintf("volume has %d registrations, the most it keeps", len(p.regs))}
+			return noRoom("volume has %d registrations, the most it keeps", len(p.regs))
 		}
 		p.regs = append(p.regs, prReg{ini, newKey})
 		p.gen++
@@ -225,6 +241,47 @@ func (p *prState) register(ini string, ignore bool, key, newKey uint64) prOutcom
 	}
 	p.gen++
 	return out
+}
+
+// registerPorts is a REGISTER with SPEC_I_PT (SPC-4 5.13.7): host ini,
+// not registered, registers newKey for itself and for each host in
+// ports, all of them or none. A key other than 0 from an unregistered
+// host is a RESERVATION CONFLICT, as for any REGISTER. A registered
+// host, REGISTER AND IGNORE EXISTING KEY, a host named that is
+// registered already, and no room for them all are invalid fields of
+// the list: SPC-4 aborts the whole registration rather than give a
+// registered host a key it did not ask for (LIO skips such a host,
+// core_scsi3_decode_spec_i_port; a caller cannot tell that it did).
+// Naming ini itself adds nothing.
+func (p *prState) registerPorts(ini string, ignore bool, key, newKey uint64, ports []string) prOutcome {
+	switch i := p.find(ini); {
+	case ignore:
+		return invalidInList("SPEC_I_PT is for REGISTER only")
+	case i >= 0 && p.regs[i].key != key:
+		return conflict("initiator %q is registered with another key", ini)
+	case i >= 0:
+		return invalidInList("initiator %q is registered: only an unregistered host registers others", ini)
+	case key != 0:
+		return conflict("initiator %q is not registered (give key 0 to register)", ini)
+	case newKey == 0:
+		return invalidInList("registering other hosts needs a key to register")
+	}
+	add := []prReg{{ini, newKey}}
+	for _, h := range ports {
+		switch {
+		case h == ini || slices.ContainsFunc(add, func(r prReg) bool { return r.initiator == h }):
+			continue
+		case p.find(h) >= 0:
+			return invalidInList("initiator %q, named by a TransportID, is registered already", h)
+		}
+		add = append(add, prReg{h, newKey})
+	}
+	if len(p.regs)+len(add) > wire.MaxRegistrants {
+		return noRoom("volume has %d registrations and room for %d more, not %d", len(p.regs), wire.MaxRegistrants-len(p.regs), len(add))
+	}
+	p.regs = append(p.regs, add...)
+	p.gen++
+	return prOutcome{}
 }
 
 // preempt is PREEMPT (SPC-4 §5.13.11.4): the registrations with key

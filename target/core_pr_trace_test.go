@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/wire"
 )
 
@@ -48,8 +49,10 @@ func (h *traceHarness) prTrace(t *testing.T, td *datadriven.TestData) {
 			}
 		}
 		var dest string
+		var ports []string
 		td.MaybeScanArgs(t, "dest", &dest)
-		out, gen := v.apply(ini, &wire.ControlRequest{Action: a, Key: key, NewKey: newKey, Type: rt, Dest: dest, Unreg: td.HasArg("unreg")})
+		td.MaybeScanArgs(t, "ports", &ports)
+		out, gen := v.apply(ini, &wire.ControlRequest{Action: a, Key: key, NewKey: newKey, Type: rt, Dest: dest, Unreg: td.HasArg("unreg"), Ports: ports})
 		h.printOutcome(out)
 		h.printf("generation %d\n", gen)
 	case "pr-check":
@@ -74,6 +77,9 @@ func (h *traceHarness) printOutcome(out prOutcome) {
 		h.printf("ok")
 	} else {
 		h.printf("%s: %s", out.sense, out.msg)
+	}
+	if out.scsi != scsi.SenseNone {
+		h.printf(" (SCSI: %s)", out.scsi)
 	}
 	if len(out.preempted) > 0 {
 		h.printf(" (preempted %v)", out.preempted)

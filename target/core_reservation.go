@@ -123,6 +123,8 @@ func (c *core) srpReservationDone(s *slot) {
 	switch sense := s.prOut.sense; {
 	case sense == wire.SenseReservationConflict:
 		c.srpAnswer(s, scsi.StatusResvConflict, scsi.SenseNone)
+	case s.prOut.scsi != scsi.SenseNone:
+		c.srpAnswer(s, scsi.StatusCheckCondition, s.prOut.scsi)
 	case sense != wire.SenseNone:
 		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.FromWire(sense, scsi.OpNone))
 	default:

@@ -195,3 +195,58 @@ func TestSRPRegisterAndMove(t *testing.T) {
 		t.Fatalf("after the move: %+v, want B alone registered, holding write-exclusive with key 0xbb", st)
 	}
 }
+
+// prRegisterPorts sends PERSISTENT RESERVE OUT, REGISTER with SPEC_I_PT
+// (SPC-4 6.16.3) on lun: the host's key (0 when it is not registered),
+// the key to register saKey, and the ports it names, in SRP
+// TransportIDs.
+func (c *srpClient) prRegisterPorts(lun uint16, key, saKey uint64, ports ...[16]byte) srp.Rsp {
+	n := 24 + 4 + 24*len(ports)
+	p := c.data(0, n)
+	clear(p)
+	binary.BigEndian.PutUint64(p, key)
+	binary.BigEndian.PutUint64(p[8:], saKey)
+	p[20] = 0x08 // SPEC_I_PT
+	binary.BigEndian.PutUint32(p[24:], uint32(24*len(ports)))
+	for i, port := range ports {
+		copy(p[28+24*i:], scsi.SRPTransportID(port))
+	}
+	return c.do(c.out(srpCmd(lun, 0x5F, 0x00, 0, 0, 0, 0, 0, 0, byte(n), 0), 0, n))
+}
+
+// TestSRPSpecifyInitiatorPorts: a host registers itself and another
+// host's port with one REGISTER and SPEC_I_PT (SPC-4 5.13.7), as a
+// cluster manager sets up the hosts it fences. The other host, which
+// sent no registration of its own, reserves with the key and writes;
+// READ KEYS lists the key twice. Naming a port registered already
+// registers nobody and is an invalid field of the parameter list.
+// REPORT CAPABILITIES says SIP_C. Before, every SPEC_I_PT was refused.
+func TestSRPSpecifyInitiatorPorts(t *testing.T) {
+	r, a, b := newSRPPair(t)
+	caps := a.do(a.in(srpCmd(lunVol0, 0x5E, 0x02, 0, 0, 0, 0, 0, 0, 8, 0), 0, 8))
+	if a.good("REPORT CAPABILITIES", caps, 0); a.data(0, 8)[2]&0x08 == 0 {
+		t.Fatalf("REPORT CAPABILITIES % x: no SIP_C", a.data(0, 8))
+	}
+	a.good("A registers itself and B's port", a.prRegisterPorts(lunVol0, 0, 0xab, srpPort(2)), 0)
+	b.good("B reserves with the key A registered it with", b.prOut(lunVol0, prReserve, prWE, 0xab, 0), 0)
+	b.good("B writes", b.do(b.out(srpCmd(lunVol0, rw10(0x2A, 0, 1, false)...), 0, bs)), 0)
+	st := r.tgt.pr.volume("vol0").report()
+	if len(st.Registrants) != 2 || st.Registrants[0].Key != 0xab || st.Registrants[1].Key != 0xab || st.Holder != srpInitiatorName(srpPort(2)) {
+		t.Fatalf("after SPEC_I_PT: %+v, want A and B registered with 0xab, B holding", st)
+	}
+	// A third port, and B's again: nobody is registered.
+	c, err := r.srpDial(t, srpLoginReq(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.clearUA(t, lunVol0)
+	c.checkSense("C names a new port and B's", c.prRegisterPorts(lunVol0, 0, 0xc, srpPort(4), srpPort(2)), scsi.SenseInvalidParam)
+	if st := r.tgt.pr.volume("vol0").report(); len(st.Registrants) != 2 {
+		t.Fatalf("a refused SPEC_I_PT registered hosts: %+v", st.Registrants)
+	}
+	a.checkSense("A, registered, names another port", a.prRegisterPorts(lunVol0, 0xab, 0xab, srpPort(4)), scsi.SenseInvalidParam)
+	if rsp := a.prRegisterPorts(lunVol0, 0, 0xab, srpPort(4)); rsp.Status != uint8(scsi.StatusResvConflict) {
+		t.Fatalf("A, registered, names another port with key 0: status %s, want RESERVATION CONFLICT", scsi.Status(rsp.Status))
+	}
+}
+

@@ -1,6 +1,7 @@
 package scsi
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/gosrp/gosrp/internal/wire"
@@ -23,7 +24,10 @@ func FuzzExecute(f *testing.F) {
 		cdb(0x5f, 0x00, 0, 0, 0, 0, 0, 0, 24), cdb(0x5f, 0x01, 0x01, 0, 0, 0, 0, 0, 24), cdb(0x5f, 0x05, 0x03, 0, 0, 0, 0, 0, 24),
 	}
 	unmap := []byte{0, 22, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 8, 0, 0, 0, 0}
+	spec := specParams(0, 1, SRPTransportID([16]byte{15: 2}), NamedTransportID("host-b"))
+	seeds = append(seeds, cdb(0x5f, 0x00, 0, 0, 0, 0, 0, 0, byte(len(spec))))
 	for i, s := range seeds {
+		f.Add(s, spec, uint8(i), uint64(262144), uint8(3), "vol-0001", uint32(0))
 		f.Add(s, unmap, uint8(i), uint64(262144), uint8(3), "vol-0001", uint32(0))
 		f.Add(s, []byte{0, 0, 0, 0, 0, 0, 0, 2}, uint8(i&7), uint64(262144), uint8(3), "vol-0001", uint32(1<<16|2))
 	}
@@ -64,7 +68,8 @@ func FuzzExecute(f *testing.F) {
 				}
 			}
 			if a.Op == OpReserveOut {
-				if a.DataOut != prOutParamLen && (a.PR.Service != prRegisterMove || a.DataOut > prMoveParamMax) {
+				if a.DataOut != prOutParamLen && (a.PR.Service != prRegisterMove || a.DataOut > prMoveParamMax) &&
+					(a.PR.Service != prRegister || a.DataOut > prSpecParamMax) {
 					t.Fatalf("PERSISTENT RESERVE OUT fetching %d bytes", a.DataOut)
 				}
 				req, res := ReserveOut(a.PR, params)
@@ -74,6 +79,10 @@ func FuzzExecute(f *testing.F) {
 				}
 				if res.Status == StatusGood && req.Action == wire.ActionRegisterMove && (req.Dest == "" || req.NewKey == 0) {
 					t.Fatalf("REGISTER AND MOVE decoded to %+v", req)
+				}
+				if res.Status == StatusGood && len(req.Ports) > 0 && (req.Action != wire.ActionRegister || req.NewKey == 0 ||
+					len(req.Ports) >= wire.MaxRegistrants || slices.Contains(req.Ports, "")) {
+					t.Fatalf("SPEC_I_PT decoded to %+v", req)
 				}
 			}
 			if a.Op == OpReserveIn {

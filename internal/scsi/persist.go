@@ -10,6 +10,7 @@ package scsi
 import (
 	"bytes"
 	"encoding/hex"
+	"slices"
 
 	"github.com/gosrp/gosrp/internal/wire"
 )
@@ -34,7 +35,16 @@ const (
 	// TransportID length, then one TransportID, at most an iSCSI-style
 	// name of 256 bytes with its 4-byte header.
 	prMoveParamMax = 24 + 4 + 256
+	// prSpecParamMax bounds a REGISTER's parameter list with SPEC_I_PT
+	// (SPC-4 6.16.3): the basic list, the TransportIDs' length, then
+	// one TransportID for each other host a volume can register, each
+	// at most 260 bytes as above. A longer list could only name hosts
+	// the volume has no room for.
+	prSpecParamMax = prOutParamLen + 4 + (wire.MaxRegistrants-1)*(4+256)
+	prRegister     = 0
 	prRegisterMove = 7
+	// specIPT is SPEC_I_PT, in byte 20 of the basic parameter list.
+	specIPT = 0x08
 )
 
 // prOutActions maps PERSISTENT RESERVE OUT's service actions (SPC-4
@@ -66,12 +76,13 @@ func persistIn(cdb []byte) Action {
 	case prReadKeys, prReadReservation, prReadFullStatus:
 		return Action{Status: StatusGood, Op: OpReserveIn, PR: PR{Service: sa, Alloc: alloc}}
 	case prReportCaps:
-		// LENGTH 8; ATP_C (a registration holds on every target port:
-		// the gateways share it) and PTPL_C (it persists across
+		// LENGTH 8; SIP_C (a REGISTER may name other initiator ports),
+		// ATP_C (a registration holds on every target port: the
+		// gateways share it) and PTPL_C (it persists across
 		// restarts); TMV, with PTPL_A (always persisting); the type
 		// mask: EX_AC_RO, WR_EX_RO, EX_AC, WR_EX (the ALL_REG types are
 		// not served).
-		b := []byte{0, 8, 0x04 | 0x01, 0x80 | 0x01, 0x40 | 0x20 | 0x08 | 0x02, 0, 0, 0}
+		b := []byte{0, 8, 0x08 | 0x04 | 0x01, 0x80 | 0x01, 0x40 | 0x20 | 0x08 | 0x02, 0, 0, 0}
 		return data(b, alloc)
 	}
 	return check(SenseInvalidField)
@@ -80,9 +91,9 @@ func persistIn(cdb []byte) Action {
 // persistOut: PERSISTENT RESERVE OUT (SPC-4 6.16). CDB (10 bytes): byte
 // 1 bits 4:0 the service action, byte 2 the scope (bits 7:4, only
 // LU_SCOPE) and type (bits 3:0), bytes 5-8 the parameter list length,
-// which must be the basic list's 24 bytes (a longer one carries
-// TransportIDs for SPEC_I_PT, not served), or for REGISTER AND MOVE its
-// own list with one TransportID. REGISTER AND MOVE keeps the type of
+// which must be the basic list's 24 bytes, or for REGISTER (with
+// SPEC_I_PT) a list of TransportIDs after it, or for REGISTER AND MOVE
+// its own list with one TransportID. REGISTER AND MOVE keeps the type of
 // the reservation it moves. The target fetches the list and hands it to
 // ReserveOut.
 func persistOut(cdb []byte) Action {
@@ -106,7 +117,9 @@ func persistOut(cdb []byte) Action {
 	switch {
 	case sa == prRegisterMove && (n < prOutParamLen+24 || n > prMoveParamMax):
 		return check(SenseParamListLength)
-	case sa != prRegisterMove && n != prOutParamLen:
+	case sa == prRegister && (n < prOutParamLen || n > prSpecParamMax):
+		return check(SenseParamListLength)
+	case sa != prRegisterMove && sa != prRegister && n != prOutParamLen:
 		return check(SenseParamListLength)
 	}
 	return Action{Status: StatusGood, Op: OpReserveOut, DataOut: n, PR: PR{Service: sa, Type: typ}}
@@ -118,22 +131,30 @@ func persistOut(cdb []byte) Action {
 // the service action reservation key (NewKey: the key to register; for
 // a preempt, the key to remove), the type, and for REGISTER AND MOVE
 // the host its TransportID names (Dest, as ParseTransportID names it)
-// and UNREG. a is GOOD unless the list is refused: too short, SPEC_I_PT
-// (registering other initiators by TransportID) asked, or a REGISTER
-// AND MOVE without a key to register or a TransportID this target
-// reads.
+// and UNREG; for a REGISTER with SPEC_I_PT the hosts its TransportIDs
+// name (Ports). a is GOOD unless the list is refused: too short or
+// longer than it says, SPEC_I_PT with another service action or with
+// no key to register, or a TransportID this target does not read.
 func ReserveOut(pr PR, param []byte) (req wire.ControlRequest, a Action) {
 	switch {
 	case len(param) < prOutParamLen || int(pr.Service) >= len(prOutActions):
 		return req, check(SenseParamListLength)
-	case pr.Service != prRegisterMove && param[20]&0x08 != 0: // SPEC_I_PT
+	case pr.Service != prRegisterMove && pr.Service != prRegister && len(param) != prOutParamLen:
+		return req, check(SenseParamListLength)
+	case pr.Service != prRegister && pr.Service != prRegisterMove && param[20]&specIPT != 0:
+		// SPC-4 6.16.3: SPEC_I_PT belongs to REGISTER alone.
 		return req, check(SenseInvalidParam)
 	}
 	// ALL_TG_PT is what every registration is here; APTPL asks for
 	// what always happens (the state is kept with the volume).
 	req = wire.ControlRequest{Op: wire.ControlReserveOut, Action: prOutActions[pr.Service],
 		Key: be.Uint64(param), NewKey: be.Uint64(param[8:]), Type: pr.Type}
-	if pr.Service != prRegisterMove {
+	switch {
+	case pr.Service == prRegister && param[20]&specIPT != 0:
+		return specifiedPorts(req, param)
+	case pr.Service == prRegister && len(param) != prOutParamLen:
+		return wire.ControlRequest{}, check(SenseParamListLength)
+	case pr.Service != prRegisterMove:
 		return req, good()
 	}
 	// SPC-4 6.16.4: byte 17 UNREG (bit 1) and APTPL, bytes 18-19 the
@@ -149,6 +170,59 @@ func ReserveOut(pr PR, param []byte) (req wire.ControlRequest, a Action) {
 	}
 	req.Dest, req.Unreg = dest, param[17]&0x02 != 0
 	return req, good()
+}
+
+// specifiedPorts reads the TransportIDs of a REGISTER with SPEC_I_PT
+// (SPC-4 6.16.3): bytes 24-27 their length, which must be what the
+// list holds after it, then the TransportIDs one after another. The
+// hosts they name go in req.Ports, each once. Unregistering is no
+// registration of others: SPEC_I_PT then is an invalid field of the
+// list (SPC-4 5.13.7, Table 40), as is a TransportID not of this
+// target's hosts, or none.
+func specifiedPorts(req wire.ControlRequest, param []byte) (wire.ControlRequest, Action) {
+	if len(param) < prOutParamLen+4 || int(be.Uint32(param[prOutParamLen:])) != len(param)-prOutParamLen-4 {
+		return wire.ControlRequest{}, check(SenseParamListLength)
+	}
+	if req.NewKey == 0 {
+		return wire.ControlRequest{}, check(SenseInvalidParam)
+	}
+	for b := param[prOutParamLen+4:]; len(b) > 0; {
+		n := transportIDLen(b)
+		if n > len(b) {
+			return wire.ControlRequest{}, check(SenseParamListLength)
+		}
+		host, ok := ParseTransportID(b[:n])
+		if !ok {
+			return wire.ControlRequest{}, check(SenseInvalidParam)
+		}
+		if !slices.Contains(req.Ports, host) {
+			if len(req.Ports) == wire.MaxRegistrants-1 { // no volume has room for them and the issuer
+				return wire.ControlRequest{}, check(SenseNoRegistrationRoom)
+			}
+			req.Ports = append(req.Ports, host)
+		}
+		b = b[n:]
+	}
+	if len(req.Ports) == 0 {
+		return wire.ControlRequest{}, check(SenseInvalidParam)
+	}
+	return req, good()
+}
+
+// transportIDLen is the length of the TransportID b starts with: 24
+// bytes for the fixed formats (SRP, and the other protocols' format
+// 00b), 4 plus its ADDITIONAL LENGTH for a name (iSCSI's and
+// NamedTransportID's layout, SPC-4 7.6.4.6). It reads at most b's first
+// four bytes and is at least 24 when b is shorter.
+func transportIDLen(b []byte) int {
+	if len(b) < 4 {
+		return 24
+	}
+	switch b[0] & 0x0f {
+	case 0x05, 0x0f:
+		return max(4+int(be.Uint16(b[2:])), 24)
+	}
+	return 24
 }
 
 // Registration is a registrant as PERSISTENT RESERVE IN reports it.

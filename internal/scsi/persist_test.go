@@ -2,6 +2,7 @@ package scsi
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/gosrp/gosrp/internal/fieldhex"
@@ -36,6 +37,18 @@ func moveParams(key, saKey uint64, unreg bool, tid []byte) []byte {
 	return append(p, tid...)
 }
 
+// specParams is a REGISTER's parameter list with SPEC_I_PT: key,
+// service action key, the TransportIDs' length, the TransportIDs.
+func specParams(key, saKey uint64, tids ...[]byte) []byte {
+	p := prParams(key, saKey, specIPT)
+	var list []byte
+	for _, tid := range tids {
+		list = append(list, tid...)
+	}
+	p = be.AppendUint32(p, uint32(len(list)))
+	return append(p, list...)
+}
+
 // TestPersistOut: PERSISTENT RESERVE OUT's CDB and parameter list, as
 // sg_persist and Linux's block layer (blk_pr_ops: sd_pr_command) send
 // them, decoded to the target's action; what SPC-4 6.16 refuses,
@@ -50,6 +63,7 @@ func TestPersistOut(t *testing.T) {
 		typ        wire.ReservationType
 		dest       string
 		unreg      bool
+		ports      []string
 	}{
 		{name: "REGISTER", cdb: prOut(0, 0, 24), param: prParams(0, 0xabc, 0), act: wire.ActionRegister, saKey: 0xabc},
 		{name: "REGISTER, ALL_TG_PT and APTPL (sd_pr_register)", cdb: prOut(0, 0, 24), param: prParams(0xabc, 0xdef, 0x05),
@@ -73,9 +87,28 @@ func TestPersistOut(t *testing.T) {
 		{name: "RESERVE of an ALL_REG type: not served", cdb: prOut(1, 0x07, 24), sense: SenseInvalidField},
 		{name: "RESERVE with type 0", cdb: prOut(1, 0, 24), sense: SenseInvalidField},
 		{name: "RESERVE with another scope", cdb: prOut(1, 0x21, 24), sense: SenseInvalidField},
-		{name: "a list that is not 24 bytes", cdb: prOut(0, 0, 28), sense: SenseParamListLength},
+		{name: "a list that is not 24 bytes", cdb: prOut(1, 0x01, 28), sense: SenseParamListLength},
 		{name: "no list", cdb: prOut(0, 0, 0), sense: SenseParamListLength},
-		{name: "SPEC_I_PT", cdb: prOut(0, 0, 24), param: prParams(0, 1, 0x08), sense: SenseInvalidParam},
+		{name: "REGISTER with SPEC_I_PT: an SRP port and a named host, each once", cdb: prOut(0, 0, 128),
+			param: specParams(0, 0xabc, SRPTransportID([16]byte{15: 2}), NamedTransportID("host-b"), SRPTransportID([16]byte{15: 2})),
+			act:   wire.ActionRegister, saKey: 0xabc, ports: []string{"00000000000000000000000000000002", "host-b"}},
+		{name: "SPEC_I_PT without TransportIDs", cdb: prOut(0, 0, 28), param: specParams(0, 1), sense: SenseInvalidParam},
+		{name: "SPEC_I_PT to unregister", cdb: prOut(0, 0, 52), param: specParams(0, 0, SRPTransportID([16]byte{})), sense: SenseInvalidParam},
+		{name: "SPEC_I_PT naming an iSCSI initiator", cdb: prOut(0, 0, 52), param: specParams(0, 1, append([]byte{0x05, 0, 0, 20}, make([]byte, 20)...)), sense: SenseInvalidParam},
+		{name: "SPEC_I_PT with a length past the list", cdb: prOut(0, 0, 52), param: func() []byte {
+			p := specParams(0, 1, SRPTransportID([16]byte{}))
+			be.PutUint32(p[24:], 48)
+			return p
+		}(), sense: SenseParamListLength},
+		{name: "SPEC_I_PT with a TransportID cut short", cdb: prOut(0, 0, 40), param: func() []byte {
+			p := specParams(0, 1, SRPTransportID([16]byte{}))[:40]
+			be.PutUint32(p[24:], 12)
+			return p
+		}(), sense: SenseParamListLength},
+		{name: "REGISTER with a longer list but no SPEC_I_PT", cdb: prOut(0, 0, 28), param: append(prParams(0, 1, 0), 0, 0, 0, 0), sense: SenseParamListLength},
+		{name: "REGISTER's list past what a volume could register", cdb: prOut(0, 0, prSpecParamMax+1), sense: SenseParamListLength},
+		{name: "SPEC_I_PT with REGISTER AND IGNORE EXISTING KEY", cdb: prOut(6, 0, 24), param: prParams(0, 1, specIPT), sense: SenseInvalidParam},
+		{name: "SPEC_I_PT with RESERVE", cdb: prOut(1, 0x01, 24), param: prParams(1, 0, specIPT), sense: SenseInvalidParam},
 		{name: "a list shorter than it said", cdb: prOut(0, 0, 24), param: make([]byte, 20), sense: SenseParamListLength},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,9 +130,10 @@ func TestPersistOut(t *testing.T) {
 				}
 				return
 			}
-			if tc.sense != (Sense{}) || act != tc.act || key != tc.key || saKey != tc.saKey || typ != tc.typ || req.Dest != tc.dest || req.Unreg != tc.unreg {
-				t.Fatalf("decoded %v key %#x sa key %#x type %v dest %q unreg %v; want %v %#x %#x %v %q %v (sense %v)",
-					act, key, saKey, typ, req.Dest, req.Unreg, tc.act, tc.key, tc.saKey, tc.typ, tc.dest, tc.unreg, tc.sense)
+			if tc.sense != (Sense{}) || act != tc.act || key != tc.key || saKey != tc.saKey || typ != tc.typ || req.Dest != tc.dest || req.Unreg != tc.unreg ||
+				!slices.Equal(req.Ports, tc.ports) {
+				t.Fatalf("decoded %v key %#x sa key %#x type %v dest %q unreg %v ports %q; want %v %#x %#x %v %q %v %q (sense %v)",
+					act, key, saKey, typ, req.Dest, req.Unreg, req.Ports, tc.act, tc.key, tc.saKey, tc.typ, tc.dest, tc.unreg, tc.ports, tc.sense)
 			}
 		})
 	}
@@ -127,7 +161,7 @@ func TestPersistIn(t *testing.T) {
 		{"READ RESERVATION held", in(1, 512), wire.ResExclusiveAccess, fieldhex.Bytes(t,
 			"00000007", "00000010", "000000000000bbbb", "00000000", "00", "03", "0000")},
 		{"READ RESERVATION, none", in(1, 512), 0, fieldhex.Bytes(t, "00000007", "00000000")},
-		{"REPORT CAPABILITIES", in(2, 512), 0, fieldhex.Bytes(t, "0008", "05", "81", "6a", "00", "0000")},
+		{"REPORT CAPABILITIES", in(2, 512), 0, fieldhex.Bytes(t, "0008", "0d", "81", "6a", "00", "0000")},
 		{"READ FULL STATUS", in(3, 512), wire.ResExclusiveAccess, fieldhex.Bytes(t, "00000007", "00000060",
 			"000000000000000a", "00000000", "02", "00", "00000000", "0000", "00000018", "04", "00000000000000", "00000000000000000000000000000001",
 			"000000000000bbbb", "00000000", "03", "03", "00000000", "0000", "00000018", "0f", "00", "0014", "686f73742d62", "0000000000000000000000000000")},

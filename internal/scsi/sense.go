@@ -70,10 +70,13 @@ var (
 	SenseLUNotSupported    = Sense{KeyIllegalRequest, 0x25, 0x00} // LOGICAL UNIT NOT SUPPORTED
 	SenseInvalidParam      = Sense{KeyIllegalRequest, 0x26, 0x00} // INVALID FIELD IN PARAMETER LIST
 	SenseSavingUnsupported = Sense{KeyIllegalRequest, 0x39, 0x00} // SAVING PARAMETERS NOT SUPPORTED
-	SenseWriteProtected    = Sense{KeyDataProtect, 0x27, 0x00}    // WRITE PROTECTED
-	SenseSpaceAllocFailed  = Sense{KeyDataProtect, 0x27, 0x07}    // SPACE ALLOCATION FAILED WRITE PROTECT
-	SenseReadError         = Sense{KeyMediumError, 0x11, 0x00}    // UNRECOVERED READ ERROR
-	SenseWriteError        = Sense{KeyMediumError, 0x0C, 0x00}    // WRITE ERROR
+	// SenseNoRegistrationRoom is a registration the volume has no room
+	// for (SPC-4 5.13.7).
+	SenseNoRegistrationRoom = Sense{KeyIllegalRequest, 0x55, 0x04} // INSUFFICIENT REGISTRATION RESOURCES
+	SenseWriteProtected     = Sense{KeyDataProtect, 0x27, 0x00}    // WRITE PROTECTED
+	SenseSpaceAllocFailed   = Sense{KeyDataProtect, 0x27, 0x07}    // SPACE ALLOCATION FAILED WRITE PROTECT
+	SenseReadError          = Sense{KeyMediumError, 0x11, 0x00}    // UNRECOVERED READ ERROR
+	SenseWriteError         = Sense{KeyMediumError, 0x0C, 0x00}    // WRITE ERROR
 	// SenseCacheLost is a lost write cache (WriteCacheLost): WRITE
 	// ERROR under HARDWARE ERROR, not MEDIUM ERROR, because Linux's
 	// scsi_check_sense (drivers/scsi/scsi_error.c) retries a MEDIUM
@@ -122,6 +125,7 @@ var ascNames = map[[2]uint8]string{
 	{0x25, 0x00}: "LOGICAL UNIT NOT SUPPORTED",
 	{0x26, 0x00}: "INVALID FIELD IN PARAMETER LIST",
 	{0x39, 0x00}: "SAVING PARAMETERS NOT SUPPORTED",
+	{0x55, 0x04}: "INSUFFICIENT REGISTRATION RESOURCES",
 	{0x27, 0x00}: "WRITE PROTECTED",
 	{0x27, 0x07}: "SPACE ALLOCATION FAILED WRITE PROTECT",
 	{0x11, 0x00}: "UNRECOVERED READ ERROR",

@@ -197,13 +197,17 @@ type ControlRequest struct {
 	// Action, Key, NewKey and Type are a ControlReserveOut's service
 	// action, reservation key, service action key and type; Dest and
 	// Unreg an ActionRegisterMove's destination host (its initiator
-	// name) and whether the holder unregisters.
+	// name) and whether the holder unregisters. Ports are the other
+	// hosts an SRP host's REGISTER names by TransportID (SPC-4 SPEC_I_PT),
+	// registered with NewKey too; gosrp's protocol has no such request,
+	// so they never travel on its wire.
 	Action ReserveAction   `msgpack:"pra,omitempty"`
 	Key    uint64          `msgpack:"prk,omitempty"`
 	NewKey uint64          `msgpack:"prn,omitempty"`
 	Type   ReservationType `msgpack:"prt,omitempty"`
 	Dest   string          `msgpack:"prd,omitempty"`
 	Unreg  bool            `msgpack:"pru,omitempty"`
+	Ports  []string        `msgpack:"-"`
 }
 
 // VolumeInfo describes a volume in a list.

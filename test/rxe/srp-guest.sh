@@ -393,6 +393,50 @@ if command -v sg_persist > /dev/null; then
   say "a preempt through /dev/$D1 answered the preempted port's next TEST UNIT READY (/dev/$B1) with $(grep -io -m1 'registrations preempted' $O/pr-ua-turs.log), once; its write then a reservation conflict; cleared, it writes"
 fi
 
+# SPEC_I_PT and REGISTER AND MOVE, as the kernel's sg_persist sends
+# them (a TransportID on the command line makes its REGISTER set
+# SPEC_I_PT): /dev/$D1's port registers itself and /dev/$B1's port with
+# one REGISTER; B1, which sent no registration, reserves write-exclusive
+# with that key; B1 moves the reservation to D1's port with a new key
+# and UNREG. D1 then writes and B1 is refused. The ports' identifiers
+# are srpd's registrants (srpd status) of one registration each, made
+# and removed first. sg_persist's "srp," form wants 16 hex digits for a
+# 16-byte identifier, so the TransportIDs are given byte by byte.
+if command -v sg_persist > /dev/null; then
+  DIAG="cat $O/pr-move.log"
+  tid() { echo "04,0,0,0,0,0,0,0$(echo $1 | sed 's/../,&/g')"; }
+  sg_persist -n --out --register --param-sark=0x7 /dev/$B1 > $O/pr-move.log 2>&1 || fail "sg_persist register on /dev/$B1"
+  sg_persist -n --out --register --param-sark=0x8 /dev/$D1 >> $O/pr-move.log 2>&1 || fail "sg_persist register on /dev/$D1"
+  REGS=$(srpd status --data /tmp/srpd | awk '/^RESERVED/ {r = 1; next} r && $1 == "vol5" {print $5; exit}')
+  BPORT=${REGS%%,*} DPORT=${REGS##*,}
+  echo "$BPORT $DPORT" | grep -qE '^[0-9a-f]{32} [0-9a-f]{32}$' || fail "srpd status names no two SRP ports of vol5: '$REGS'"
+  sg_persist -n --out --register --param-rk=0x7 --param-sark=0 /dev/$B1 >> $O/pr-move.log 2>&1 || fail "sg_persist unregister on /dev/$B1"
+  sg_persist -n --out --register --param-rk=0x8 --param-sark=0 /dev/$D1 >> $O/pr-move.log 2>&1 || fail "sg_persist unregister on /dev/$D1"
+  sg_persist -n --out --register --param-sark=0xd1 --transport-id=$(tid $BPORT) /dev/$D1 >> $O/pr-move.log 2>&1 ||
+    fail "sg_persist register with SPEC_I_PT on /dev/$D1 naming $BPORT"
+  sg_persist -n --in --read-keys /dev/$B1 > $O/pr-keys.log 2>&1 || fail "sg_persist read keys on /dev/$B1"
+  cat $O/pr-keys.log >> $O/pr-move.log
+  [ "$(grep -c '0xd1$' $O/pr-keys.log)" = 2 ] || fail "after SPEC_I_PT, READ KEYS lists 0xd1 other than twice: $(cat $O/pr-keys.log)"
+  sg_persist -n --out --reserve --param-rk=0xd1 --prout-type=1 /dev/$B1 >> $O/pr-move.log 2>&1 ||
+    fail "/dev/$B1, registered by the other port's SPEC_I_PT, could not reserve with its key"
+  if dd if=/dev/zero of=/dev/$D1 bs=4k count=1 oflag=direct >> $O/pr-move.log 2>&1; then
+    fail "/dev/$D1 wrote through the other port's write-exclusive reservation"
+  fi
+  sg_persist -n --out --register-move --param-rk=0xd1 --param-sark=0xd2 --prout-type=1 --unreg --transport-id=$(tid $DPORT) /dev/$B1 >> $O/pr-move.log 2>&1 ||
+    fail "sg_persist register-move on /dev/$B1 to $DPORT"
+  sg_persist -n --in --read-reservation /dev/$D1 > $O/pr-res.log 2>&1 || fail "sg_persist read reservation on /dev/$D1"
+  cat $O/pr-res.log >> $O/pr-move.log
+  grep -q "Key=0xd2" $O/pr-res.log || fail "after the move, the reservation is not held with key 0xd2: $(cat $O/pr-res.log)"
+  dd if=/dev/zero of=/dev/$D1 bs=4k count=1 oflag=direct >> $O/pr-move.log 2>&1 || fail "/dev/$D1, holding the moved reservation, could not write"
+  if dd if=/dev/zero of=/dev/$B1 bs=4k count=1 oflag=direct >> $O/pr-move.log 2>&1; then
+    fail "/dev/$B1 wrote after it moved the reservation away and unregistered"
+  fi
+  sg_persist -n --out --clear --param-rk=0xd2 /dev/$D1 >> $O/pr-move.log 2>&1 || fail "sg_persist clear from /dev/$D1"
+  sg_turs /dev/$B1 > /dev/null 2>&1 || true # the clear's unit attention, if owed
+  DIAG=
+  say "SPEC_I_PT from /dev/$D1 registered /dev/$B1's port (READ KEYS: two keys 0xd1); /dev/$B1 reserved with it, then its REGISTER AND MOVE with UNREG handed the reservation to /dev/$D1's port (Key=0xd2): that one writes, the other is refused"
+fi
+
 # pebble under fire: srpd on the pebble backend SIGKILLed while ext4
 # writes through ib_srp. pebble's WAL writer holds acknowledged writes
 # in the process for moments, so the restarted srpd must report a lost
