@@ -32,11 +32,18 @@ func (t *prTable) volume(name string) *prVolume {
 	defer t.mu.Unlock()
 	v := t.vols[name]
 	if v == nil {
-		v = &prVolume{name: name, store: t.store, notify: t.notify}
+		v = t.newVolume(name)
 		v.view.Store(&prState{})
 		t.vols[name] = v
 	}
 	return v
+}
+
+// newVolume is a volume's reservation state, empty and unpublished,
+// wired to the table's store and notifier: every volume is made here,
+// whether first used or loaded from the store.
+func (t *prTable) newVolume(name string) *prVolume {
+	return &prVolume{name: name, store: t.store, notify: t.notify}
 }
 
 // prVolume is one volume's reservation state. Changes take mu and publish
@@ -49,6 +56,11 @@ type prVolume struct {
 	mu     sync.Mutex
 	st     prState
 	view   atomic.Pointer[prState]
+	// serial and notices are ReservationState's: the last change this
+	// target recorded or read, and the unit attentions recorded with
+	// it (under mu).
+	serial  uint64
+	notices []ReservationNotice
 	// writers are the handles open for writing (under mu), for
 	// PREEMPT AND ABORT to wait for the preempted hosts' writes.
 	writers map[*openVol]struct{}
@@ -97,6 +109,8 @@ func (v *prVolume) apply(ini string, req *wire.ControlRequest) (prOutcome, uint3
 	if v.store != nil {
 		after := v.st.state()
 		after.ExclusiveHolder = ""
+		after.Serial = v.serial + 1
+		after.Notices = record(v.notices, after.Serial, out.notices)
 		if err := v.store.SaveReservation(v.name, after); err != nil {
 			v.st.setState(before) // it was valid: it is what we had
 			v.mu.Unlock()
@@ -105,6 +119,7 @@ func (v *prVolume) apply(ini string, req *wire.ControlRequest) (prOutcome, uint3
 			// it through the active path.
 			return prOutcome{sense: standbySense(err, wire.SenseInternal), msg: fmt.Sprintf("the change could not be recorded: %v", err)}, v.st.gen
 		}
+		v.serial, v.notices = after.Serial, after.Notices
 	}
 	v.view.Store(v.st.snapshot())
 	var victims []*openVol
@@ -116,11 +131,9 @@ func (v *prVolume) apply(ini string, req *wire.ControlRequest) (prOutcome, uint3
 		}
 	}
 	v.mu.Unlock()
-	if v.notify != nil && len(out.notices) > 0 {
-		// Before the answer: the preempted host's next command, on
-		// any channel, hears of it (SPC-4 5.13.11.4.3).
-		v.notify(v.name, out.notices)
-	}
+	// Before the answer: the preempted host's next command, on any
+	// channel, hears of it (SPC-4 5.13.11.4.3).
+	v.tell(out.notices)
 	if n := v.fence(victims, fenceTimeout); n > 0 {
 		return prOutcome{sense: wire.SenseInternal, preempted: out.preempted,
 			msg: fmt.Sprintf("preempted, but %d writes of the preempted hosts were still in the store after %s", n, fenceTimeout)}, gen

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/wire"
 )
 
@@ -56,6 +57,66 @@ type ReservationState struct {
 	// volume open exclusively. It is no part of what is saved (a
 	// restart ends sessions); Target.Reservations reports it.
 	ExclusiveHolder string `json:"-"`
+	// Serial counts the changes recorded (every change, where
+	// Generation counts only the registrations'), and Notices are the
+	// unit attentions the latest of them owe hosts, the newest
+	// maxRecordedNotices: a gateway that reads the state another one
+	// changed raises on its own I_T nexuses those it has not seen
+	// (prVolume.setLocked), as SPC-4 5.13.11 establishes them on every
+	// I_T nexus of the hosts named, whichever target port.
+	Serial  uint64              `json:"serial,omitempty"`
+	Notices []ReservationNotice `json:"notices,omitempty"`
+}
+
+// ReservationNotice is a unit attention a recorded change owes a host:
+// the change's Serial, the host, and what: "registrations-preempted",
+// "reservations-preempted" or "reservations-released".
+type ReservationNotice struct {
+	Serial    uint64 `json:"serial"`
+	Initiator string `json:"initiator"`
+	What      string `json:"what"`
+}
+
+// maxRecordedNotices bounds the notices a state carries: a change
+// tells at most every other registrant, so this holds the last few
+// changes' whole. A gateway that missed more changes than it holds
+// raises only these; the hosts still learn of the rest from their next
+// refused command, as gosrp hosts always do.
+const maxRecordedNotices = 4 * wire.MaxRegistrants
+
+// noticeConditions are the conditions a notice may name.
+var noticeConditions = []scsi.Condition{scsi.RegistrationsPreempted, scsi.ReservationsPreempted, scsi.ReservationsReleased}
+
+// record returns notices with ns, made by the change serial, added
+// and the oldest dropped past maxRecordedNotices; notices itself is
+// not changed (it may be what the last state saved shares).
+func record(notices []ReservationNotice, serial uint64, ns []prNotice) []ReservationNotice {
+	out := slices.Clone(notices)
+	for _, n := range ns {
+		out = append(out, ReservationNotice{Serial: serial, Initiator: n.initiator, What: n.what.String()})
+	}
+	if len(out) > maxRecordedNotices {
+		out = out[len(out)-maxRecordedNotices:]
+	}
+	return out
+}
+
+// unseen returns the notices of st newer than serial, as conditions to
+// raise; a notice whose condition this target does not know is left
+// out (the state is input: a newer gateway may record more).
+func unseen(st ReservationState, serial uint64) []prNotice {
+	var ns []prNotice
+	for _, n := range st.Notices {
+		if n.Serial <= serial || n.Serial > st.Serial {
+			continue
+		}
+		for _, c := range noticeConditions {
+			if c.String() == n.What {
+				ns = append(ns, prNotice{n.Initiator, c})
+			}
+		}
+	}
+	return ns
 }
 
 // Registration is a host's registered key.
@@ -123,10 +184,13 @@ func (t *prTable) load(store ReservationStore) error {
 		return fmt.Errorf("target: load reservations: %w", err)
 	}
 	for name, st := range saved {
-		v := &prVolume{name: name, store: store}
+		v := t.newVolume(name)
 		if err := v.st.setState(st); err != nil {
 			return fmt.Errorf("target: load reservations of volume %q: %w", name, err)
 		}
+		// What this target saved it raised then (or lost with its
+		// nexuses, which a restart ends).
+		v.serial, v.notices = st.Serial, st.Notices
 		v.view.Store(v.st.snapshot())
 		t.vols[name] = v
 	}
@@ -165,20 +229,37 @@ func (t *Target) SetReservations(volume string, st ReservationState) error {
 	return t.pr.volume(volume).set(st)
 }
 
-// set replaces v's persistent state with st, unsaved, and publishes it.
+// set replaces v's persistent state with st, unsaved, and publishes it;
+// then it raises the unit attentions st records that this target has
+// not seen (another gateway's changes).
 func (v *prVolume) set(st ReservationState) error {
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.setLocked(st)
+	ns, err := v.setLocked(st)
+	v.mu.Unlock()
+	v.tell(ns)
+	return err
 }
 
-// setLocked is set. REQUIRES: v.mu.
-func (v *prVolume) setLocked(st ReservationState) error {
+// setLocked is set, but returns the notices to raise once v.mu is
+// released. A state whose Serial is behind the one this target last
+// saw was recorded afresh (the volume forgotten and made again): its
+// notices are of changes older than this target's nexuses' view, and
+// none is raised. REQUIRES: v.mu.
+func (v *prVolume) setLocked(st ReservationState) ([]prNotice, error) {
 	if err := v.st.setState(st); err != nil {
-		return fmt.Errorf("target: reservations of volume %q: %w", v.name, err)
+		return nil, fmt.Errorf("target: reservations of volume %q: %w", v.name, err)
 	}
+	ns := unseen(st, v.serial)
+	v.serial, v.notices = st.Serial, st.Notices
 	v.view.Store(v.st.snapshot())
-	return nil
+	return ns, nil
+}
+
+// tell raises ns on the SRP I_T nexuses of the hosts they name.
+func (v *prVolume) tell(ns []prNotice) {
+	if v.notify != nil && len(ns) > 0 {
+		v.notify(v.name, ns)
+	}
 }
 
 // refresh reads v's state from its store when the store keeps it where
@@ -194,17 +275,20 @@ func (v *prVolume) refresh(vol Volume) error {
 		return nil
 	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	if stateOf(vol) == gwActive {
+		v.mu.Unlock()
 		return nil
 	}
+	var ns []prNotice
 	st, err := r.ReadReservation(v.name)
 	if err == nil {
-		err = v.setLocked(st)
+		ns, err = v.setLocked(st)
 	}
+	v.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("read the reservations of %q where they are kept: %w", v.name, err)
 	}
+	v.tell(ns)
 	return nil
 }
 
@@ -222,6 +306,7 @@ func (t *Target) ForgetReservations(volume string) error {
 		}
 	}
 	v.st.gen, v.st.regs, v.st.holder, v.st.typ = 0, nil, "", wire.ResNone
+	v.serial, v.notices = 0, nil
 	v.view.Store(v.st.snapshot())
 	return nil
 }

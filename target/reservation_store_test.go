@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/wire"
 )
 
@@ -209,6 +210,42 @@ func applyAll(t *testing.T, v *prVolume, steps []prStep) {
 	for _, s := range steps {
 		if out, _ := v.apply(s.ini, &wire.ControlRequest{Action: s.act, Key: s.key, NewKey: s.new, Type: wire.ResWriteExclusive}); out.sense != wire.SenseNone {
 			t.Fatalf("%+v: %s", s, out.msg)
+		}
+	}
+}
+
+// TestRecordedNotices: the unit attentions a state records are the
+// newest maxRecordedNotices, each with its change's serial; a target
+// reading a state raises those newer than the last change it saw, and
+// none a state could not have made (a serial past the state's own, a
+// condition it does not know: the state is input).
+func TestRecordedNotices(t *testing.T) {
+	var ns []ReservationNotice
+	for serial := uint64(1); serial <= 10; serial++ {
+		ns = record(ns, serial, []prNotice{{"A", scsi.RegistrationsPreempted}, {"B", scsi.ReservationsReleased}, {"C", scsi.ReservationsPreempted}, {"D", scsi.ReservationsPreempted}, {"E", scsi.ReservationsPreempted}, {"F", scsi.ReservationsPreempted}, {"G", scsi.ReservationsPreempted}, {"H", scsi.ReservationsPreempted}})
+	}
+	if len(ns) != maxRecordedNotices || ns[len(ns)-1].Serial != 10 || ns[0].Serial != 10-maxRecordedNotices/8+1 {
+		t.Fatalf("%d notices, from serial %d to %d; want the newest %d", len(ns), ns[0].Serial, ns[len(ns)-1].Serial, maxRecordedNotices)
+	}
+	st := ReservationState{Serial: 3, Notices: []ReservationNotice{
+		{1, "A", "registrations-preempted"}, {2, "B", "reservations-released"}, {3, "C", "reservations-preempted"},
+		{3, "D", "a-condition-of-tomorrow"}, {4, "E", "registrations-preempted"},
+	}}
+	for _, tc := range []struct {
+		seen uint64
+		want string
+	}{
+		{0, "[{A registrations-preempted} {B reservations-released} {C reservations-preempted}]"},
+		{1, "[{B reservations-released} {C reservations-preempted}]"},
+		{3, "[]"},
+		{7, "[]"}, // a state recorded afresh
+	} {
+		var got []string
+		for _, n := range unseen(st, tc.seen) {
+			got = append(got, fmt.Sprintf("{%s %s}", n.initiator, n.what))
+		}
+		if got := fmt.Sprint(got); got != tc.want {
+			t.Errorf("seen %d: %s, want %s", tc.seen, got, tc.want)
 		}
 	}
 }

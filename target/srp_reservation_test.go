@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gosrp/gosrp/internal/fieldhex"
@@ -250,3 +251,106 @@ func TestSRPSpecifyInitiatorPorts(t *testing.T) {
 	}
 }
 
+// TestSRPUnitAttentionAfterRestart: reservations a target loaded from
+// its store at start (srpd's reservations file after a restart) owe the
+// same unit attentions as ones made since: B preempts A, and A's next
+// command hears REGISTRATIONS PREEMPTED. Before, a volume loaded from
+// the store had nobody to tell (its state had no notifier), so after a
+// restart a preempted SRP host heard nothing until its writes failed.
+func TestSRPUnitAttentionAfterRestart(t *testing.T) {
+	a, b := srpInitiatorName(srpPort(1)), srpInitiatorName(srpPort(2))
+	st := &memPRStore{saved: map[string]ReservationState{"vol0": {Generation: 2, Holder: a, Type: "write-exclusive",
+		Registrations: []Registration{{a, 0xa}, {b, 0xb}}}}}
+	r := newRig(t, srpEnvs[0], Config{Reservations: st})
+	var ca, cb *srpClient
+	for i, p := range []**srpClient{&ca, &cb} {
+		cl, err := r.srpDial(t, srpLoginReq(byte(i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		*p = cl
+		cl.clearUA(t, lunVol0)
+	}
+	cb.good("B preempts A", cb.prOut(lunVol0, prPreempt, prWE, 0xb, 0xa), 0)
+	ca.checkSense("A after B preempted it", ca.do(srpCmd(lunVol0, 0, 0, 0, 0, 0, 0)), scsi.SenseRegistrationsPreempted)
+}
+
+// sharedPRStore keeps each volume's reservations where every target of
+// a test reads them (ReservationReader), as srpd's gateways keep them
+// with an RBD image.
+type sharedPRStore struct {
+	mu  sync.Mutex
+	rec map[string]ReservationState
+}
+
+func (s *sharedPRStore) LoadReservations() (map[string]ReservationState, error) {
+	return map[string]ReservationState{}, nil
+}
+
+func (s *sharedPRStore) SaveReservation(vol string, st ReservationState) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rec[vol] = st
+	return nil
+}
+
+func (s *sharedPRStore) ReadReservation(vol string) (ReservationState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rec[vol], nil
+}
+
+// TestSRPUnitAttentionAcrossGateways: two targets keep vol0's
+// reservations in one store, as two gateways of an RBD image. Host A
+// has an I_T nexus on each, B on the first. B preempts A through the
+// first: A hears REGISTRATIONS PREEMPTED there at once, and through the
+// second once that one reads the state (as it does when it takes the
+// volume over, SetReservations), once only, however often it reads it
+// again. A change made through the second (B's CLEAR, after A
+// registered again there) reaches A's nexus on the first the same way,
+// without the preempt told twice. SPC-4 5.13.11 owes the unit attention
+// to every I_T nexus of the host, whichever target port. Before, a
+// gateway raised only the changes made through itself: after a
+// failover, the preempted host learned of it from its next refused
+// write.
+func TestSRPUnitAttentionAcrossGateways(t *testing.T) {
+	shared := &sharedPRStore{rec: map[string]ReservationState{}}
+	r1 := newRig(t, srpEnvs[0], Config{Reservations: shared})
+	r2 := newRig(t, srpEnvs[0], Config{Reservations: shared})
+	login := func(r *rig, port byte) *srpClient {
+		c, err := r.srpDial(t, srpLoginReq(port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.clearUA(t, lunVol0)
+		return c
+	}
+	a1, b1, a2 := login(r1, 1), login(r1, 2), login(r2, 1)
+	tur := func(c *srpClient) srp.Rsp { return srpTUR(c, lunVol0) }
+	takeOver := func(r *rig) {
+		t.Helper()
+		st, _ := shared.ReadReservation("vol0")
+		if err := r.tgt.SetReservations("vol0", st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a1.good("A registers through gateway 1", a1.prOut(lunVol0, prRegister, prNoType, 0, 0xa), 0)
+	b1.good("B registers through gateway 1", b1.prOut(lunVol0, prRegister, prNoType, 0, 0xb), 0)
+	a1.good("A reserves", a1.prOut(lunVol0, prReserve, prWE, 0xa, 0), 0)
+	b1.good("B preempts A", b1.prOut(lunVol0, prPreempt, prWE, 0xb, 0xa), 0)
+	a1.checkSense("A on gateway 1", tur(a1), scsi.SenseRegistrationsPreempted)
+	a2.good("A on gateway 2, which has not read the change", tur(a2), 0)
+	takeOver(r2)
+	a2.checkSense("A on gateway 2 once it read the change", tur(a2), scsi.SenseRegistrationsPreempted)
+	takeOver(r2)
+	a2.good("A on gateway 2 after a second read", tur(a2), 0)
+
+	b2 := login(r2, 2)
+	a2.good("A registers again, through gateway 2", a2.prOut(lunVol0, prRegister, prNoType, 0, 0xa2), 0)
+	b2.good("B clears through gateway 2", b2.prOut(lunVol0, prClear, prNoType, 0xb, 0), 0)
+	a2.checkSense("A on gateway 2 after the CLEAR", tur(a2), scsi.SenseReservationsPreempted)
+	takeOver(r1)
+	a1.checkSense("A on gateway 1 once it read the CLEAR", tur(a1), scsi.SenseReservationsPreempted)
+	a1.good("A on gateway 1 hears nothing more", tur(a1), 0)
+	b1.good("B, the clearing host, on gateway 1", tur(b1), 0)
+}
