@@ -42,6 +42,10 @@ type gatewayRig struct {
 	// ioTimeout and lossTimeout are the Multipaths' Config.IOTimeout
 	// and LossTimeout: the defaults (30 s) and 10 s unless set.
 	ioTimeout, lossTimeout time.Duration
+	// nics[i] is gateway i's NIC; gates[i], with rigOpts.openWait,
+	// holds its store's opens while shut.
+	nics  []*emu.Provider
+	gates []*openGate
 }
 
 func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, rigOpts{}) }
@@ -57,6 +61,9 @@ func newGatewayRig(t *testing.T) *gatewayRig { return newGatewayRigOpts(t, rigOp
 type rigOpts struct {
 	freezable, noNotices, noFenceWatch, portGroups bool
 	beforeActive                                   func(i int, name string) error
+	// openWait, if set, is the targets' OpenWait, and each gateway's
+	// store opens through gates[i].
+	openWait time.Duration
 }
 
 // unwatched is a gatewaytest client without its gateway.FenceWatcher, as
@@ -89,11 +96,15 @@ func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 			c := r.cl.Client()
 			st = unwatched{c, c, c}
 		}
+		gate := &openGate{}
+		if o.openWait > 0 {
+			st = gatedClient{r.cl.Client(), gate}
+		}
 		cat := gateway.New(st)
 		if o.beforeActive != nil {
 			cat.BeforeActive(func(name string) error { return o.beforeActive(i, name) })
 		}
-		tcfg := target.Config{Name: "gw", Catalog: cat}
+		tcfg := target.Config{Name: "gw", Catalog: cat, OpenWait: o.openWait}
 		if o.portGroups {
 			tcfg.SRPPortGroup = uint16(i + 1)
 		}
@@ -143,6 +154,8 @@ func newGatewayRigOpts(t *testing.T, o rigOpts) *gatewayRig {
 			tgt.Shutdown(sctx)
 			stop()
 		})
+		t.Cleanup(gate.open) // before the shutdown above: its store must answer
+		r.nics, r.gates = append(r.nics, nic), append(r.gates, gate)
 		r.addrs = append(r.addrs, l.Addr())
 		r.cats = append(r.cats, cat)
 		r.tgts = append(r.tgts, tgt)
