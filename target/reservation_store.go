@@ -102,11 +102,13 @@ func record(notices []ReservationNotice, serial uint64, ns []prNotice) []Reserva
 }
 
 // unseen returns the notices of st newer than serial, as conditions to
-// raise; a notice whose condition this target does not know is left
-// out (the state is input: a newer gateway may record more).
+// raise. The state is input (a record anyone with access to the image
+// can write): only its newest maxRecordedNotices count, and a notice
+// whose condition this target does not know is left out (a newer
+// gateway may record more).
 func unseen(st ReservationState, serial uint64) []prNotice {
 	var ns []prNotice
-	for _, n := range st.Notices {
+	for _, n := range st.Notices[max(len(st.Notices)-maxRecordedNotices, 0):] {
 		if n.Serial <= serial || n.Serial > st.Serial {
 			continue
 		}
@@ -250,7 +252,7 @@ func (v *prVolume) setLocked(st ReservationState) ([]prNotice, error) {
 		return nil, fmt.Errorf("target: reservations of volume %q: %w", v.name, err)
 	}
 	ns := unseen(st, v.serial)
-	v.serial, v.notices = st.Serial, st.Notices
+	v.serial, v.notices = st.Serial, record(st.Notices, 0, nil)
 	v.view.Store(v.st.snapshot())
 	return ns, nil
 }

@@ -231,6 +231,16 @@ func TestRecordedNotices(t *testing.T) {
 		{1, "A", "registrations-preempted"}, {2, "B", "reservations-released"}, {3, "C", "reservations-preempted"},
 		{3, "D", "a-condition-of-tomorrow"}, {4, "E", "registrations-preempted"},
 	}}
+	// A record with more notices than any gateway writes: only the
+	// newest count.
+	flood := ReservationState{Serial: 2}
+	for range 10 * maxRecordedNotices {
+		flood.Notices = append(flood.Notices, ReservationNotice{1, "X", "registrations-preempted"})
+	}
+	flood.Notices = append(flood.Notices, ReservationNotice{2, "Y", "reservations-released"})
+	if n := len(unseen(flood, 0)); n != maxRecordedNotices {
+		t.Errorf("a record of %d notices raised %d, want the newest %d", len(flood.Notices), n, maxRecordedNotices)
+	}
 	for _, tc := range []struct {
 		seen uint64
 		want string
