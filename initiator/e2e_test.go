@@ -108,9 +108,16 @@ func dialVol0(t testing.TB, cfg initiator.Config) (*initiator.Session, *initiato
 // openVol0 opens vol0 on s read-write, and fails the test if it cannot.
 func openVol0(t testing.TB, ctx context.Context, s *initiator.Session) *initiator.Volume {
 	t.Helper()
-	v, err := s.Open(ctx, "vol0", initiator.OpenOptions{})
+	return openNamed(t, ctx, s, "vol0")
+}
+
+// openNamed opens the volume named name on s read-write, and fails the
+// test if it cannot.
+func openNamed(t testing.TB, ctx context.Context, s *initiator.Session, name string) *initiator.Volume {
+	t.Helper()
+	v, err := s.Open(ctx, name, initiator.OpenOptions{})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("open %s: %v", name, err)
 	}
 	return v
 }

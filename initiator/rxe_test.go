@@ -33,7 +33,8 @@ import (
 // 512-byte blocks) to 1 MiB, QD1 and QD32, immediate data on and off,
 // then a connection the target cuts (through target/targettest, which
 // works on any provider) and the reconnect after it; then the same with
-// the target polling adaptively, as srpd does. A clean run has no
+// the target polling adaptively, as srpd does; then a volume whose store
+// hangs in its re-open across a cut (rxeLate). A clean run has no
 // lost connection but the one it forces. test/rxe/run.sh runs it in the
 // VM with GOSRP_RXE_E2E=1, and so does CI.
 func TestRXEEndToEnd(t *testing.T) {
@@ -67,6 +68,13 @@ func TestRXEEndToEnd(t *testing.T) {
 		before := rxeCounters()
 		defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
 		rxeRun(t, ap, p, 0)
+	})
+	// A volume whose store hangs when the connection comes back
+	// (initiator/late_open.go), on the device.
+	t.Run("late-volume", func(t *testing.T) {
+		before := rxeCounters()
+		defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
+		rxeLate(t, p)
 	})
 	// The same run with faults made in front of the initiator on the real
 	// device (transport/faults): refused posts, QP errors, lost
