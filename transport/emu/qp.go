@@ -56,7 +56,12 @@ type qp struct {
 	doorbell chan struct{}
 	stop     chan struct{}
 	stopped  chan struct{}
-	timer    *time.Timer
+	// gone is closed when a Close has destroyed the QP: a Close that
+	// finds another under way waits for it, so that whoever destroys the
+	// CQ or PD next finds the QP off them (ibv_destroy_qp returns once
+	// the QP is gone).
+	gone  chan struct{}
+	timer *time.Timer
 
 	mu sync.Mutex
 	// pumping is set while a goroutine runs the requester; pumpAgain asks
@@ -136,6 +141,7 @@ func (pd *pd) CreateQP(cfg transport.QPConfig) (transport.QP, error) {
 		doorbell: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+		gone:     make(chan struct{}),
 		sq:       make([]wqe, cfg.MaxSendWR),
 		rq:       make([]rwqe, max(cfg.MaxRecvWR, 1)),
 		errAfter: -1, postFail: -1, dropCQE: -1, statusCQE: -1, dupNext: -1,
@@ -281,6 +287,7 @@ func (q *qp) Close() error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
+		<-q.gone
 		return nil
 	}
 	// A type-2 window bound through q holds it on rxe (and on strict):
@@ -319,5 +326,6 @@ func (q *qp) Close() error {
 	delete(d.qps, q.num)
 	d.qpMu.Unlock()
 	q.pd.refs.Release()
+	close(q.gone)
 	return nil
 }
