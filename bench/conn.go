@@ -99,7 +99,7 @@ func dialConn(ctx context.Context, o *Options, cfg initiator.Config, addr string
 	}
 	// No registered pool: nothing of a Multipath's could use it.
 	cfg.BufferBytes = 0
-	m, err := initiator.DialMultipath(ctx, initiator.MultipathConfig{Config: cfg, Addrs: o.Targets})
+	m, err := initiator.DialMultipath(ctx, initiator.MultipathConfig{Config: cfg, Addrs: o.Targets, FastFail: o.FastFail})
 	if err != nil {
 		return nil, err
 	}

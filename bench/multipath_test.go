@@ -17,26 +17,32 @@ import (
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
-// ioCounter counts the reads and writes a gateway's store served and
-// closes hit once there were at.
+// ioCounter counts the reads and writes the gateways' stores served
+// and closes hit once there were at; who is then the gateway that
+// served the at-th.
 type ioCounter struct {
 	n    atomic.Int64
 	at   int64
 	hit  chan struct{}
+	who  atomic.Int32
 	once sync.Once
 }
 
-func (c *ioCounter) count() {
+func (c *ioCounter) count(gw int) {
 	if c.n.Add(1) == c.at {
-		c.once.Do(func() { close(c.hit) })
+		c.once.Do(func() {
+			c.who.Store(int32(gw))
+			close(c.hit)
+		})
 	}
 }
 
 // countingClient is a gatewaytest client whose volumes count their
-// reads and writes.
+// reads and writes, as gateway gw's.
 type countingClient struct {
 	*gatewaytest.Client
-	c *ioCounter
+	c  *ioCounter
+	gw int
 }
 
 func (s countingClient) Open(name string) (block.Volume, error) { return s.OpenShared(name) }
@@ -46,29 +52,30 @@ func (s countingClient) OpenShared(name string) (block.Volume, error) {
 	if err != nil {
 		return nil, err
 	}
-	return countingVolume{v, s.c}, nil
+	return countingVolume{v, s.c, s.gw}, nil
 }
 
 type countingVolume struct {
 	block.Volume
-	c *ioCounter
+	c  *ioCounter
+	gw int
 }
 
 func (v countingVolume) ReadAt(p []byte, off int64) (int, error) {
 	n, err := v.Volume.ReadAt(p, off)
-	v.c.count()
+	v.c.count(v.gw)
 	return n, err
 }
 
 func (v countingVolume) WriteAt(p []byte, off int64) (int, error) {
 	n, err := v.Volume.WriteAt(p, off)
-	v.c.count()
+	v.c.count(v.gw)
 	return n, err
 }
 
 // gateways serves vol0 (16 MiB) of one gatewaytest cluster from two
 // targets, each on a software NIC of its own (tcp wire), as two srpd
-// over one RBD image; the first counts its I/O in c. kill[i] closes
+// over one RBD image; both count their I/O in c. kill[i] closes
 // gateway i's NIC: every connection goes, and its address refuses
 // connections, as a killed srpd's.
 func gateways(t *testing.T, c *ioCounter) (addrs []string, kill []func()) {
@@ -82,11 +89,7 @@ func gateways(t *testing.T, c *ioCounter) (addrs []string, kill []func()) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st block.Store = cl.Client()
-		if i == 0 {
-			st = countingClient{cl.Client(), c}
-		}
-		cat := gateway.New(st)
+		cat := gateway.New(countingClient{cl.Client(), c, i})
 		tgt, err := target.New(target.Config{Name: "gw", Catalog: cat})
 		if err != nil {
 			nic.Close()
@@ -102,8 +105,13 @@ func gateways(t *testing.T, c *ioCounter) (addrs []string, kill []func()) {
 
 // TestMultipathFailover: bench --verify through two gateways of one
 // volume (--target twice), randrw at QD8 in two jobs; the active gateway
-// is killed once it served 1500 I/Os (of the prefill's and the jobs'),
-// and the run goes on through the other. It must exit 0 with no
+// is killed once the gateways served 1500 I/Os (of the prefill's and
+// the jobs'), and the run goes on through the other. Which gateway is
+// active first is the first open's (the Multipath's path order, unless
+// the first path is slow to answer): the one serving the 1500th I/O is
+// the one killed. The killed gateway's address refuses connections, so
+// the failover does not wait for --fast-fail (10 s); a shorter one let
+// a starved machine's late keepalive fail a job over before the kill. It must exit 0 with no
 // mismatch, and report both paths, a failover per job (each job has a
 // Multipath of its own) and each job's longest completion gap.
 func TestMultipathFailover(t *testing.T) {
@@ -111,7 +119,7 @@ func TestMultipathFailover(t *testing.T) {
 	addrs, kill := gateways(t, c)
 	go func() {
 		<-c.hit
-		kill[0]()
+		kill[c.who.Load()]()
 	}()
 	killed := func() bool {
 		select {
@@ -123,7 +131,7 @@ func TestMultipathFailover(t *testing.T) {
 	}
 	code, out, errs := bench(t, "--output-format", "json", "--target", addrs[0], "--target", addrs[1], "--wire", "tcp",
 		"--rw", "randrw", "--verify", "--prefill", "--size", "4m", "--bs", "4k", "--iodepth", "8", "--numjobs", "2",
-		"--number_ios", "3000", "--runtime", "60s", "--seed", "3")
+		"--number_ios", "3000", "--runtime", "60s", "--seed", "3", "--fast-fail", "10s")
 	if code != 0 {
 		t.Fatalf("exit %d (gateway 0 killed: %v)\nstderr:\n%s", code, killed(), errs)
 	}
@@ -137,8 +145,9 @@ func TestMultipathFailover(t *testing.T) {
 	t.Logf("paths %d, failovers %d, longest completion gap %v, allocations per I/O %.3f",
 		g.Paths, g.Failovers, time.Duration(g.MaxCompletionGapNS), g.AllocsPerIO)
 	if !killed() {
-		t.Fatalf("gateway 0 served %d I/Os, the test wanted to kill it at %d", c.n.Load(), c.at)
+		t.Fatalf("the gateways served %d I/Os, the test wanted to kill the active one at %d", c.n.Load(), c.at)
 	}
+	other := addrs[1-c.who.Load()]
 	if v := g.Verify; v == nil || v.Checked == 0 || v.Mismatches != 0 {
 		t.Fatalf("gosrp.verify = %+v", v)
 	}
@@ -146,9 +155,9 @@ func TestMultipathFailover(t *testing.T) {
 		t.Fatalf("paths %d, failovers %d, %d job_paths; want 2, 2 (one per job), 2", g.Paths, g.Failovers, len(g.JobPaths))
 	}
 	for i, j := range g.JobPaths {
-		if j.Failovers != 1 || j.Path != addrs[1] || j.MaxCompletionGapNS <= 0 || j.MaxCompletionGapNS > g.MaxCompletionGapNS ||
+		if j.Failovers != 1 || j.Path != other || j.MaxCompletionGapNS <= 0 || j.MaxCompletionGapNS > g.MaxCompletionGapNS ||
 			j.MaxCompletionGapEnd <= 0 || j.MaxCompletionGapEnd > g.Elapsed {
-			t.Errorf("job %d: %+v; want one failover, to %s, and a gap", i, j, addrs[1])
+			t.Errorf("job %d: %+v; want one failover, to %s, and a gap", i, j, other)
 		}
 	}
 }

@@ -46,7 +46,10 @@ type Options struct {
 	// job drives an initiator.Multipath of those gateways.
 	Target  string
 	Targets []string
-	Volume  string
+	// FastFail is the Multipaths' MultipathConfig.FastFail (0: its
+	// default).
+	FastFail time.Duration
+	Volume   string
 	// Protocol and SRPTargetPort: --protocol srp benchmarks a standard
 	// SRP target (its LUN --volume lunN) with the initiator's SRP mode.
 	Protocol      string
@@ -218,6 +221,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Plot, "plot", "", "draw IOPS over time and the latency distribution into an SVG `FILE`")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (go tool pprof) to `FILE`; with --embedded it covers the target too")
 	fs.Func("target", "benchmark a running target at `HOST:PORT` (for --wire shm: its socket path); repeat it for gateways of one shared volume (srpd over one RBD image): each job then drives a Multipath of them, failing over as srpc does", o.addTarget)
+	fs.DurationVar(&o.FastFail, "fast-fail", 0, "with several --target: how long a path may stay down or silent before its I/O fails over, a `DURATION` (0: the initiator's default, 1s); a gateway whose address refuses connections is failed over at once")
 	fs.StringVar(&o.Protocol, "protocol", "gosrp", "with --target: `PROTOCOL` gosrp, or srp for a standard SRP target (the kernel's ib_srpt, srpd's SRP personality), whose LUN n --volume names lunN")
 	fs.StringVar(&o.SRPTargetPort, "srp-target-port", "", "with --protocol srp: the target port `ID`, 32 hex digits (id_ext then ioc_guid)")
 	fs.StringVar(&o.Volume, "volume", o.Volume, "volume `NAME` to open on the target (embedded: the name of the volume created)")

@@ -62,7 +62,8 @@ type connFlags struct {
 	targetSet       bool
 	channels, procs int
 	timeout         time.Duration
-	replay          cli.SizeFlag // 0 where registerReplay was not called
+	fastFail        time.Duration // --fast-fail: the Multipath's FastFail
+	replay          cli.SizeFlag  // 0 where registerReplay was not called
 	// exclusive: --exclusive (registerExclusive); writes: the command
 	// writes (registerReplay), so --read-only and --exclusive clash.
 	exclusive, writes bool
@@ -103,6 +104,8 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.srpInit, "srp-initiator-port", "", "with --protocol srp: the initiator port `ID` (32 hex digits) the target's ACL knows; default derived from --name")
 	fs.IntVar(&c.channels, "channels", 1, "`N` connections (queue pairs) to spread I/O over")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up on a lost or unreachable target after `DURATION`")
+	fs.DurationVar(&c.fastFail, "fast-fail", 0, "with several --target: fail a path's I/O over after it stayed down or silent for `DURATION` "+
+		"(0: 1s); a gateway whose address refuses connections is left at once")
 	cli.RegisterProcs(fs, &c.procs)
 }
 

@@ -73,7 +73,7 @@ func (c *connFlags) openCopy(ctx context.Context, name string, ro bool, qd, bufB
 	addrs := append([]string{c.target}, c.paths...)
 	dctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	m, err := initiator.DialMultipath(dctx, initiator.MultipathConfig{Config: cfg, Addrs: addrs})
+	m, err := initiator.DialMultipath(dctx, initiator.MultipathConfig{Config: cfg, Addrs: addrs, FastFail: c.fastFail})
 	if err != nil {
 		prov.Close()
 		return nil, nil, dialError(fmt.Sprint(addrs), c.name, secret != "", err)
