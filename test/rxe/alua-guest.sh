@@ -58,11 +58,12 @@ done
 modprobe scsi_dh_alua && modprobe dm_multipath && modprobe dm_round_robin && modprobe ib_srp && modprobe sd_mod || fail "modprobe"
 say "gwpair serving; scsi_dh_alua, dm_multipath, ib_srp loaded"
 
-# add GATEWAY: ib_srp logs in to the gateway's target port; prints the
-# disk that appears.
+# add GATEWAY [OPTIONS]: ib_srp logs in to the gateway's target port
+# (OPTIONS appended to its add_target line); prints the disk that
+# appears.
 add() {
   before=$(ls /sys/block | grep '^sd' | sort)
-  line=$(sed -n "s/^gateway $1: add_target //p" $O/gwpair.out)
+  line=$(sed -n "s/^gateway $1: add_target //p" $O/gwpair.out)$2
   echo "$line" > /sys/class/infiniband_srp/srp-rxe0-1/add_target || fail "add_target $line refused"
   i=0
   while :; do
@@ -134,6 +135,38 @@ wait_state $D2 standby "gateway 2 after the failback"
 say "switch_group 1: gateway 1 took the volume back, /dev/$D1 $(state $D1), /dev/$D2 $(state $D2); 6 MiB read back through it: $(dmsetup status mp)"
 dmesg | grep -E 'alua|multipath' > $O/alua-dmesg.log
 say "the kernel's ALUA log: $(grep -c 'state A' $O/alua-dmesg.log) active, $(grep -c 'state S' $O/alua-dmesg.log) standby and $(grep -c 'state U' $O/alua-dmesg.log) unavailable reports; last: $(tail -1 $O/alua-dmesg.log)"
+
+# A reservation change's unit attention on the other gateway (SPC-4
+# 5.13.11 owes it to every I_T nexus of the host, whichever target
+# port). A second initiator port, B, logs in to both gateways
+# (initiator_ext 2); this host's first port, A, registers through
+# gateway 1, and B preempts it there. A's nexus on gateway 1 hears
+# REGISTRATIONS PREEMPTED at once. Gateway 2, a standby, has not read
+# the change: A's nexus there hears nothing, until B asks gateway 2 for
+# the keys (a standby reads them from the volume's record, and raises
+# the changes it had not seen). A's next command there is answered
+# REGISTRATIONS PREEMPTED, once. SG_IO passes these unit attentions up:
+# scsi_dh_alua's check_sense does not take 2A/05 (ASYMMETRIC ACCESS
+# STATE CHANGED, 2A/06, it would retry on its own).
+E1=$(add 1 ,initiator_ext=0000000000000002) || exit 1
+E2=$(add 2 ,initiator_ext=0000000000000002) || exit 1
+for d in $E1 $E2 $D1 $D2; do turs $d; done
+sg_persist -n --out --register --param-sark=0xa /dev/$D1 > $O/pr.log 2>&1 || fail "A registers through gateway 1: $(cat $O/pr.log)"
+sg_persist -n --out --register --param-sark=0xb /dev/$E1 >> $O/pr.log 2>&1 || fail "B registers through gateway 1: $(cat $O/pr.log)"
+sg_persist -n --out --preempt --param-rk=0xb --param-sark=0xa --prout-type=1 /dev/$E1 >> $O/pr.log 2>&1 || fail "B preempts A through gateway 1: $(cat $O/pr.log)"
+rc=0; sg_turs -v /dev/$D1 > $O/ua1.log 2>&1 || rc=$?
+[ $rc = 6 ] && grep -qi "registrations preempted" $O/ua1.log || fail "A's nexus on gateway 1 after the preempt: exit $rc, $(cat $O/ua1.log)"
+rc=0; sg_turs -v /dev/$D2 > $O/ua2.log 2>&1 || rc=$?
+[ $rc = 6 ] && fail "A's nexus on gateway 2 heard a unit attention before gateway 2 read the change: $(cat $O/ua2.log)"
+sg_persist -n --in --read-keys /dev/$E2 > $O/pr-keys.log 2>&1 || fail "B reads the keys through gateway 2: $(cat $O/pr-keys.log)"
+grep -q "0xb" $O/pr-keys.log && ! grep -q "0xa$" $O/pr-keys.log || fail "gateway 2 reports keys other than B's alone: $(cat $O/pr-keys.log)"
+rc=0; sg_turs -v /dev/$D2 > $O/ua2.log 2>&1 || rc=$?
+[ $rc = 6 ] && grep -qi "registrations preempted" $O/ua2.log || fail "A's nexus on gateway 2 once gateway 2 read the change: exit $rc, $(cat $O/ua2.log)"
+rc=0; sg_turs -v /dev/$D2 > $O/ua3.log 2>&1 || rc=$?
+[ $rc = 6 ] && fail "A's nexus on gateway 2 heard a unit attention twice: $(cat $O/ua3.log)"
+sg_persist -n --out --clear --param-rk=0xb /dev/$E1 >> $O/pr.log 2>&1 || fail "B clears: $(cat $O/pr.log)"
+say "B's preempt of A through gateway 1: A's nexus there heard $(grep -io -m1 'registrations preempted' $O/ua1.log); on standby gateway 2 nothing, until B's READ KEYS there had gateway 2 read the record: then $(grep -io -m1 'registrations preempted' $O/ua2.log), once"
+
 dmsetup remove mp || fail "dmsetup remove"
 kill -TERM $GW
 say "PASS"

@@ -9,8 +9,11 @@
 // as RBD's do (internal/gateway/gatewaytest): each target has a client
 // of its own behind the gateway catalog srpd uses, its own SRP target
 // port (id_ext N, the ioc_guid given) and ALUA target port group N, for
-// N = 1, 2. It is a test tool, not a product: the volume is lost when the
-// process ends.
+// N = 1, 2. The persistent reservations are kept as srpd's gateways
+// keep them with an RBD image (cmd/srpd/reservations.go): one record
+// per volume, changed only through the gateway that serves it, read by
+// the one that takes the volume over before it serves it. It is a test
+// tool, not a product: the volume is lost when the process ends.
 //
 //	gwpair --provider ibverbs --addr 10.0.2.15 --ports 4460,4461 --ioc-guid GUID
 //
@@ -30,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -78,6 +82,7 @@ func run() error {
 	defer stop()
 	served := make(chan error, 2)
 	var tgts []*target.Target
+	rec := &records{m: map[string]target.ReservationState{}}
 	for i, port := range ps {
 		n := i + 1
 		var id [16]byte
@@ -86,10 +91,14 @@ func run() error {
 		cat := gateway.New(cl.Client())
 		glog := log.With("gateway", n)
 		tgt, err := target.New(target.Config{Name: "gwpair", Catalog: cat, Logger: glog,
-			SRPTargetPortID: id, SRPPortGroup: uint16(n)})
+			SRPTargetPortID: id, SRPPortGroup: uint16(n), Reservations: gatewayRecords{rec, cat}})
 		if err != nil {
 			return err
 		}
+		cat.BeforeActive(func(name string) error {
+			st, _ := rec.ReadReservation(name)
+			return tgt.SetReservations(name, st)
+		})
 		cat.OnStateChange(func(name string, s gateway.State) {
 			glog.Info("volume path state changed", "volume", name, "state", s)
 			gateway.Tell(tgt, name, s)
@@ -115,4 +124,43 @@ func run() error {
 		errs = append(errs, t.Shutdown(sctx))
 	}
 	return errors.Join(errs...)
+}
+
+// records are the volumes' reservation records both gateways share.
+type records struct {
+	mu sync.Mutex
+	m  map[string]target.ReservationState
+}
+
+// ReadReservation returns the volume's record (target.ReservationReader).
+func (r *records) ReadReservation(volume string) (target.ReservationState, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[volume], nil
+}
+
+// gatewayRecords is one gateway's target.ReservationStore over the
+// shared records: it records a change only for a volume it serves, as
+// srpd's gateways can write an image's metadata only while they hold
+// its lock.
+type gatewayRecords struct {
+	*records
+	cat *gateway.Catalog
+}
+
+// LoadReservations returns nothing: a gateway reads a volume's record
+// when it takes the volume over (BeforeActive).
+func (gatewayRecords) LoadReservations() (map[string]target.ReservationState, error) {
+	return map[string]target.ReservationState{}, nil
+}
+
+// SaveReservation records st for volume if this gateway serves it.
+func (g gatewayRecords) SaveReservation(volume string, st target.ReservationState) error {
+	if g.cat.State(volume) != gateway.Active {
+		return fmt.Errorf("volume %q: %w", volume, target.ErrStandby)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.m[volume] = st
+	return nil
 }
