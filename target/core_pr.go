@@ -247,12 +247,12 @@ func (p *prState) register(ini string, ignore bool, key, newKey uint64) prOutcom
 // not registered, registers newKey for itself and for each host in
 // ports, all of them or none. A key other than 0 from an unregistered
 // host is a RESERVATION CONFLICT, as for any REGISTER. A registered
-// host, REGISTER AND IGNORE EXISTING KEY, a host named that is
-// registered already, and no room for them all are invalid fields of
-// the list: SPC-4 aborts the whole registration rather than give a
-// registered host a key it did not ask for (LIO skips such a host,
-// core_scsi3_decode_spec_i_port; a caller cannot tell that it did).
-// Naming ini itself adds nothing.
+// host, REGISTER AND IGNORE EXISTING KEY, and a host named that is
+// registered already are invalid fields of the list: SPC-4 aborts the
+// whole registration rather than give a registered host a key it did
+// not ask for (LIO skips such a host, core_scsi3_decode_spec_i_port; a
+// caller cannot tell that it did). No room for them all is
+// INSUFFICIENT REGISTRATION RESOURCES. Naming ini itself adds nothing.
 func (p *prState) registerPorts(ini string, ignore bool, key, newKey uint64, ports []string) prOutcome {
 	switch i := p.find(ini); {
 	case ignore:

@@ -192,7 +192,7 @@ func (t *prTable) load(store ReservationStore) error {
 		}
 		// What this target saved it raised then (or lost with its
 		// nexuses, which a restart ends).
-		v.serial, v.notices = st.Serial, st.Notices
+		v.serial, v.notices = st.Serial, record(st.Notices, 0, nil)
 		v.view.Store(v.st.snapshot())
 		t.vols[name] = v
 	}

@@ -212,8 +212,8 @@ func specifiedPorts(req wire.ControlRequest, param []byte) (wire.ControlRequest,
 // transportIDLen is the length of the TransportID b starts with: 24
 // bytes for the fixed formats (SRP, and the other protocols' format
 // 00b), 4 plus its ADDITIONAL LENGTH for a name (iSCSI's and
-// NamedTransportID's layout, SPC-4 7.6.4.6). It reads at most b's first
-// four bytes and is at least 24 when b is shorter.
+// NamedTransportID's layout, SPC-4 7.6.4.6), never less than 24. It
+// reads b's first four bytes only, and says 24 when b has fewer.
 func transportIDLen(b []byte) int {
 	if len(b) < 4 {
 		return 24
