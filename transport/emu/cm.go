@@ -231,11 +231,25 @@ func (e *endpoint) Connect(ctx context.Context, x transport.QP, priv []byte) (tr
 		return nil, fmt.Errorf("emu: endpoint already used: %w", transport.ErrInvalidState)
 	}
 	e.used = true
+	// The provider's Close ends a Connect under way, as the ibverbs
+	// provider's does (closing its CM channel ends every wait for an
+	// event): a consumer that reconnects as its provider closes must
+	// not wait out its context.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(e.p.dev.closedCtx, cancel)
+	defer stop()
+	var c transport.Conn
 	switch e.p.cfg.Wire {
 	case WireTCP:
-		return dialStream[tcpWire](ctx, e.p, e.addr, q, priv, e.offer)
+		c, err = dialStream[tcpWire](ctx, e.p, e.addr, q, priv, e.offer)
 	case WireShm:
-		return dialStream[shmWire](ctx, e.p, e.addr, q, priv, e.offer)
+		c, err = dialStream[shmWire](ctx, e.p, e.addr, q, priv, e.offer)
+	default:
+		c, err = e.p.connectLoop(ctx, e.addr, q, priv, e.offer)
 	}
-	return e.p.connectLoop(ctx, e.addr, q, priv, e.offer)
+	if err != nil && e.p.isClosed() {
+		return nil, fmt.Errorf("emu: connect to %s: provider closed: %w", e.addr, transport.ErrClosed)
+	}
+	return c, err
 }

@@ -42,10 +42,14 @@ type device struct {
 	events *asyncq.Queue
 	done   chan struct{}
 	once   sync.Once
+	// closedCtx ends with the provider (shutdown), for the waits that
+	// take a context: a Connect under way ends with it.
+	closedCtx context.Context
+	closeCtx  context.CancelFunc
 }
 
 func newDevice(p *Provider) *device {
-	return &device{
+	d := &device{
 		p:      p,
 		objs:   make([]*memObj, 1, 64), // index 0 is never used
 		qps:    map[uint32]*qp{},
@@ -53,6 +57,8 @@ func newDevice(p *Provider) *device {
 		events: asyncq.New(256),
 		done:   make(chan struct{}),
 	}
+	d.closedCtx, d.closeCtx = context.WithCancel(context.Background())
+	return d
 }
 
 func (d *device) Attr() transport.DeviceAttr {
@@ -113,6 +119,7 @@ func (d *device) Close() error { return nil }
 
 func (d *device) shutdown() {
 	d.once.Do(func() { close(d.done) })
+	d.closeCtx()
 	d.qpMu.Lock()
 	qps := slices.Collect(maps.Values(d.qps))
 	d.qpMu.Unlock()

@@ -49,6 +49,18 @@ type cmChannel struct {
 
 	mu  sync.Mutex
 	ids map[uintptr]*cmID
+
+	// ops counts the calls under way that use the channel's ids (a
+	// resolve, a listen, a Connect, an Accept, a Reject); once closing,
+	// begin refuses new ones. close waits for ops to end before it
+	// destroys the ids: rdma_cm frees a destroyed id, and a call on it
+	// after that is a use after free. A Connect whose wait the close
+	// ended went on to rdma_disconnect its id, freed meanwhile: SIGSEGV
+	// (transporttest's CM/ProviderClose).
+	opMu    sync.Mutex
+	opsDone sync.Cond
+	ops     int
+	closing bool
 }
 
 // cmID is one rdma_cm_id and whoever waits for its events.
@@ -77,8 +89,29 @@ func newCMChannel(p *Provider) (*cmChannel, error) {
 		return nil, err
 	}
 	c := &cmChannel{p: p, ch: ch, stopFD: fd, done: make(chan struct{}), ids: map[uintptr]*cmID{}}
+	c.opsDone.L = &c.opMu
 	go c.loop()
 	return c, nil
+}
+
+// begin counts a call that uses the channel's ids, or refuses it once
+// the channel is closing; end ends it.
+func (c *cmChannel) begin() error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if c.closing {
+		return fmt.Errorf("ibverbs: rdma_cm: %w", transport.ErrClosed)
+	}
+	c.ops++
+	return nil
+}
+
+func (c *cmChannel) end() {
+	c.opMu.Lock()
+	if c.ops--; c.ops == 0 {
+		c.opsDone.Broadcast()
+	}
+	c.opMu.Unlock()
 }
 
 func (c *cmChannel) newID() (*cmID, error) {
@@ -199,8 +232,19 @@ func (c *cmChannel) connectRequest(listenID, id *C.struct_rdma_cm_id, e cmEvent)
 	}
 }
 
+// close refuses new calls, ends the event loop (which ends every wait
+// for an event: cmID.wait), waits for the calls under way to end, then
+// destroys every id and the channel.
 func (c *cmChannel) close() {
+	c.opMu.Lock()
+	c.closing = true
+	c.opMu.Unlock()
 	stopEvents(c.stopFD, c.done)
+	c.opMu.Lock()
+	for c.ops > 0 {
+		c.opsDone.Wait()
+	}
+	c.opMu.Unlock()
 	c.mu.Lock()
 	all := slices.Collect(maps.Values(c.ids))
 	c.mu.Unlock()

@@ -32,6 +32,10 @@ type Endpoint struct {
 var _ transport.Endpoint = (*Endpoint)(nil)
 
 func (c *cmChannel) resolve(ctx context.Context, addr string) (*Endpoint, error) {
+	if err := c.begin(); err != nil {
+		return nil, err
+	}
+	defer c.end()
 	cid, ss, err := c.newIDAt(addr)
 	if err != nil {
 		return nil, err
@@ -101,6 +105,10 @@ func (ep *Endpoint) Connect(ctx context.Context, qp transport.QP, privateData []
 	if err != nil {
 		return nil, err
 	}
+	if err := ep.cid.c.begin(); err != nil {
+		return nil, err
+	}
+	defer ep.cid.c.end()
 	ep.mu.Lock()
 	if ep.used {
 		ep.mu.Unlock()

@@ -32,6 +32,10 @@ type Listener struct {
 var _ transport.Listener = (*Listener)(nil)
 
 func (c *cmChannel) listen(ctx context.Context, addr string) (*Listener, error) {
+	if err := c.begin(); err != nil {
+		return nil, err
+	}
+	defer c.end()
 	cid, ss, err := c.newIDAt(addr)
 	if err != nil {
 		return nil, err
@@ -150,6 +154,10 @@ func (r *ConnRequest) Accept(ctx context.Context, qp transport.QP, privateData [
 	if err != nil {
 		return nil, err
 	}
+	if err := r.cid.c.begin(); err != nil {
+		return nil, err
+	}
+	defer r.cid.c.end()
 	if err := r.answer(); err != nil {
 		return nil, err
 	}
@@ -188,6 +196,10 @@ func (r *ConnRequest) Reject(privateData []byte) error {
 	if len(privateData) > transport.MaxRejectPrivateData {
 		return fmt.Errorf("ibverbs: reject: %d bytes of private data (max %d): %w", len(privateData), transport.MaxRejectPrivateData, transport.ErrInvalidArgument)
 	}
+	if err := r.cid.c.begin(); err != nil {
+		return err // the provider's Close destroyed the request's id
+	}
+	defer r.cid.c.end()
 	if err := r.answer(); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ func init() {
 	register("CM/ListenerClose", testCMListenerClose)
 	register("CM/AcceptDeadline", testCMAcceptDeadline)
 	register("CM/ConnectionsIndependent", testCMIndependent)
+	register("CM/ProviderClose", testCMProviderClose)
 }
 
 // samePrivateData: what arrived starts with what was sent and is zero after
@@ -317,5 +318,67 @@ func testCMIndependent(t *testing.T, p transport.Provider) {
 	case <-p2.a.conn.Done():
 		t.Error("the other connection ended too")
 	default:
+	}
+}
+
+// testCMProviderClose: the provider is closed while a Connect waits for
+// its answer (the listener holds the request and never answers it). The
+// Connect returns an error, and so do the held request's Accept and
+// Reject afterwards; the process goes on. The ibverbs provider's Close
+// destroys every rdma_cm id; its Connect, its wait ended, went on to
+// rdma_disconnect an id freed meanwhile, and the process died of a
+// SIGSEGV (an initiator reconnecting as its provider closed, in the VM).
+func testCMProviderClose(t *testing.T, p transport.Provider) {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	l, err := p.Listen(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ep, err := p.Resolve(ctx, l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	a, err := newSide("A", ep.Device(), nil, pairConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	connected := make(chan error, 1)
+	go func() {
+		c, err := ep.Connect(ctx, a.qp, nil)
+		if err == nil {
+			c.Disconnect()
+		}
+		connected <- err
+	}()
+	req, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newSide("B", req.Device(), nil, pairConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	if err := p.Close(); err != nil {
+		t.Logf("note: Close: %v", err)
+	}
+	select {
+	case err := <-connected:
+		if err == nil {
+			t.Error("a Connect the provider's Close interrupted succeeded")
+		}
+	case <-time.After(Timeout):
+		t.Fatal("Connect did not return after the provider closed")
+	}
+	if c, err := req.Accept(ctx, b.qp, nil); err == nil {
+		c.Disconnect()
+		t.Error("Accept of a request held across the provider's Close succeeded")
+	}
+	if err := req.Reject(nil); err == nil {
+		t.Error("Reject of a request held across the provider's Close succeeded")
 	}
 }
