@@ -102,9 +102,20 @@ func invalidInList(format string, args ...any) prOutcome {
 	return prOutcome{sense: wire.SenseInvalidField, scsi: scsi.SenseInvalidParam, msg: fmt.Sprintf(format, args...)}
 }
 
-// noRoom refuses a registration past wire.MaxRegistrants.
-func noRoom(format string, args ...any) prOutcome {
-	return prOutcome{sense: wire.SenseInvalidField, scsi: scsi.SenseNoRegistrationRoom, msg: fmt.Sprintf(format, args...)}
+// room says whether the volume has room for n more registrations; if
+// not, the refusal (INSUFFICIENT REGISTRATION RESOURCES for an SRP
+// host) is the outcome. Every way of registering a host asks it.
+func (p *prState) room(n int) (prOutcome, bool) {
+	left := wire.MaxRegistrants - len(p.regs)
+	switch {
+	case n <= left:
+		return prOutcome{}, true
+	case left == 0:
+		return prOutcome{sense: wire.SenseInvalidField, scsi: scsi.SenseNoRegistrationRoom,
+			msg: fmt.Sprintf("volume has %d registrations, the most it keeps", len(p.regs))}, false
+	}
+	return prOutcome{sense: wire.SenseInvalidField, scsi: scsi.SenseNoRegistrationRoom,
+		msg: fmt.Sprintf("volume has %d registrations and room for %d more, not %d", len(p.regs), left, n)}, false
 }
 
 // apply runs one PERSISTENT RESERVE OUT service action of host ini
@@ -191,8 +202,8 @@ func (p *prState) move(ini string, newKey uint64, dest string, unreg bool) prOut
 	if i := p.find(dest); i >= 0 {
 		p.regs[i].key = newKey
 	} else {
-		if len(p.regs) >= wire.MaxRegistrants {
-			return noRoom("volume has %d registrations, the most it keeps", len(p.regs))
+		if out, ok := p.room(1); !ok {
+			return out
 		}
 		p.regs = append(p.regs, prReg{dest, newKey})
 	}
@@ -216,8 +227,8 @@ func (p *prState) register(ini string, ignore bool, key, newKey uint64) prOutcom
 		if newKey == 0 {
 			return prOutcome{} // nothing to register or remove
 		}
-		if len(p.regs) >= wire.MaxRegistrants {
-			return noRoom("volume has %d registrations, the most it keeps", len(p.regs))
+		if out, ok := p.room(1); !ok {
+			return out
 		}
 		p.regs = append(p.regs, prReg{ini, newKey})
 		p.gen++
@@ -276,8 +287,8 @@ func (p *prState) registerPorts(ini string, ignore bool, key, newKey uint64, por
 		}
 		add = append(add, prReg{h, newKey})
 	}
-	if len(p.regs)+len(add) > wire.MaxRegistrants {
-		return noRoom("volume has %d registrations and room for %d more, not %d", len(p.regs), wire.MaxRegistrants-len(p.regs), len(add))
+	if out, ok := p.room(len(add)); !ok {
+		return out
 	}
 	p.regs = append(p.regs, add...)
 	p.gen++
