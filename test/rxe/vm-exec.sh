@@ -57,6 +57,11 @@ if [ -s "$SH/.rc" ]; then
   echo "vm-exec: $(basename "$bin") rc=$rc in $((SECONDS - start)) s of VM wall time" >&2
   exit "$rc"
 fi
-echo "vm-exec: no exit status from the VM (qemu rc=$qrc after $((SECONDS - start)) s); console tail:" >&2
-tr -d '\r' < "$SH/console.log" | tail -40 >&2
+# A guest that died (an oops, a panic) left its last words on the console:
+# from the first oops line on when there is one, so that the call trace that
+# names the culprit survives into CI's log, else the tail.
+echo "vm-exec: no exit status from the VM (qemu rc=$qrc after $((SECONDS - start)) s); console:" >&2
+tr -d '\r' < "$SH/console.log" > "$SH/console.txt"
+first=$(grep -nE 'BUG:|Oops|WARNING:|general protection' "$SH/console.txt" | head -1 | cut -d: -f1)
+if [ -n "$first" ]; then tail -n "+$first" "$SH/console.txt" | head -200 >&2; else tail -40 "$SH/console.txt" >&2; fi
 exit 1
