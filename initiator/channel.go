@@ -62,7 +62,12 @@ type channel struct {
 	// through its slot's bounce buffer and binds over that buffer's own
 	// MR; a key then reaches nothing but the buffer of the I/O it was
 	// issued for (see frmr's "Windows and unchecked bounds").
-	isolate  bool
+	isolate bool
+	// localInv: the device may carry out again a SEND_WITH_INV it
+	// received as its QP entered ERR, and oops on the second
+	// invalidation (transport.Quirks.ReplayOnErr), so the channel never
+	// asks the target to invalidate its keys and invalidates them itself.
+	localInv bool
 	recvWRs  []transport.RecvWR
 	recvSGE  []transport.SGE
 	loginWR  [1]transport.SendWR
@@ -152,6 +157,7 @@ func (c *channel) setup(dev transport.Device) error {
 	}
 	c.arena, c.mr = a, m
 	c.isolate = pool.Mechanism() == frmr.MW && dev.Attr().Quirks.WindowBoundsUnchecked
+	c.localInv = s.cfg.NoRemoteInvalidate || dev.Attr().Quirks.ReplayOnErr
 	c.recvWRs = make([]transport.RecvWR, c.rqDepth)
 	c.recvSGE = make([]transport.SGE, c.rqDepth)
 	for i := range c.recvWRs {
@@ -474,7 +480,7 @@ func (c *channel) login(ctx context.Context) error {
 	rand.Read(nonce[:])
 	req := wire.LoginRequest{Version: wire.Version, Initiator: s.cfg.Name, Credits: uint32(s.cfg.Credits),
 		MaxIU: wire.MaxCommandLen, MaxRecvIU: recvIU, MaxTransfer: uint32(s.cfg.MaxTransfer), MaxDesc: 1,
-		RemoteInvalidate: !s.cfg.NoRemoteInvalidate, Nonce: nonce[:], Session: s.id, Channel: uint16(c.id),
+		RemoteInvalidate: !c.localInv, Nonce: nonce[:], Session: s.id, Channel: uint16(c.id),
 		Notices: true, PathNotices: true}
 	if c.sendSGEs() == 2 {
 		req.MaxImmediate = uint32(s.cfg.ImmediateData)
@@ -543,7 +549,7 @@ func (c *channel) login(ctx context.Context) error {
 			c.maxTransfer = min(int(rsp.MaxTransfer), s.cfg.MaxTransfer)
 			c.core.connected(login{
 				credits:   min(int(rsp.Credits), s.cfg.Credits),
-				remoteInv: rsp.RemoteInvalidate && !s.cfg.NoRemoteInvalidate,
+				remoteInv: rsp.RemoteInvalidate && !c.localInv,
 				maxImm:    min(int(rsp.MaxImmediate), int(req.MaxImmediate)),
 				at:        clock.Nanos(),
 				// rqDepth keeps one receive beyond the credits for them.

@@ -42,7 +42,9 @@ type Config struct {
 	WindowQuarantine int
 	// NoRemoteInvalidate stops the initiator from asking the target to
 	// invalidate keys with SEND_WITH_INV; every I/O then ends with a
-	// signaled LOCAL_INV.
+	// signaled LOCAL_INV. It is implied on a device where receiving
+	// SEND_WITH_INV is unsafe (transport.Quirks.ReplayOnErr: rxe on the
+	// Linux releases transport/ibverbs/kernel.go names).
 	NoRemoteInvalidate bool
 	// ImmediateData is the largest WRITE whose data travels inside the
 	// command itself (SRP-2 immediate data, as Linux's ib_srp sends writes

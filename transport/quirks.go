@@ -107,4 +107,17 @@ type Quirks struct {
 	// (docs/verbs.md#flushed-invalidations), and a flush for a QP in ERR
 	// whose cause it may never see.
 	LocalErrFlushed bool
+	// ReplayOnErr: a request the responder carried out as its QP entered
+	// ERR is carried out again, as a new successful receive, for every
+	// receive still posted, and a SEND_WITH_INV among them invalidates
+	// its key again. On rxe that second invalidation of a window already
+	// FREE is a kernel oops (rxe_do_invalidate_mw puts the window's NULL
+	// QP): seen on Linux 6.12.95 in the faults run of the initiator's
+	// end-to-end test, the initiator's QP moved to ERR while the target's
+	// answers were arriving (transport/ibverbs/kernel.go says which
+	// releases). A consumer on such a device must not let a peer
+	// invalidate its keys remotely (the initiator then invalidates them
+	// itself), and must take any receive completed after its QP left RTS
+	// for a possible copy of an earlier one.
+	ReplayOnErr bool
 }

@@ -186,8 +186,12 @@
 // repairs (a second BIND_MW comparing a stale ibv_mw.rkey, the received
 // SEND_WITH_INV flag's numbering, receives posted in ERR left unflushed,
 // work posted in SQD left queued after SQD -> RTS), rxe's limits and timing
-// (MTU 1024, about 4 s to RNR_RETRY_EXC with rnr_retry 6) and the kernel
-// WARNING when a QP is destroyed with a window still bound through it.
+// (MTU 1024, about 4 s to RNR_RETRY_EXC with rnr_retry 6), the kernel
+// WARNING when a QP is destroyed with a window still bound through it,
+// and the replay on 6.12.95 of a request received as the QP enters ERR
+// into every receive still posted (Quirks.ReplayOnErr: a SEND_WITH_INV
+// replayed so oopses the kernel, which the initiator avoids by never
+// asking for remote invalidation on such a device).
 //
 // The tcp and shm listeners outlive a temporary accept failure (out of
 // descriptors, say): they count it (Counters.AcceptErrors), log it at a

@@ -175,6 +175,7 @@ func quirksFor(vendor, part uint32) transport.Quirks {
 			// Measured on 6.1 (reported) and 6.12 (flushed); the change
 			// is "RDMA/rxe: Fix multiple rxe_qp_error calls", v6.10.
 			LocalErrFlushed: kernelAtLeast(kernelRelease(), 6, 10),
+			ReplayOnErr:     rxeReplaysOnErr(kernelRelease()),
 		}
 	case mellanoxVendorID:
 		q := transport.Quirks{

@@ -142,6 +142,18 @@
 //	                                       rewritten only when both ends are
 //	                                       on this device (loopback): the
 //	                                       receiver gets REM_INV_REQ_ERR
+//	request received as the QP enters    6.12.95: carried out again for each
+//	  ERR                                  receive still posted, a
+//	                                       SEND_WITH_INV invalidating its
+//	                                       window twice: the oops above, in
+//	                                       1 faults run in ~30 (the initiator
+//	                                       moved its QP to ERR under the
+//	                                       target's answers); 6.1 flushes the
+//	                                       receives -> ReplayOnErr, set from
+//	                                       the kernel release
+//	                                       (rxeReplaysOnErr): the initiator
+//	                                       then never asks for remote
+//	                                       invalidation
 //	LOCAL_INV key compare                full 32 bits: wrong 8-bit key ->
 //	                                       LOC_QP_OP_ERR (InvalidateIndexOnly
 //	                                       false)

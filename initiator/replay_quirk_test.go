@@ -1,0 +1,65 @@
+package initiator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// TestReplayOnErrInvalidatesLocally: on a device that may carry a
+// received SEND_WITH_INV out again as its QP enters ERR (rxe on Linux
+// 6.12.95, where the second invalidation oopses the kernel), the
+// initiator never asks the target for remote invalidation and ends every
+// I/O with its own LOCAL_INV; on the same device without the quirk the
+// target invalidates.
+func TestReplayOnErrInvalidatesLocally(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		replay bool
+	}{
+		{"replay", true},
+		{"no-replay", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := transport.Quirks{ReplayOnErr: tc.replay}
+			r := newRig(t, emu.Config{Seed: 1, Quirks: &q}, 4<<20, target.Config{})
+			s := r.dial(t, initiator.Config{ImmediateData: -1})
+			ctx := context.Background()
+			v := openVol0(t, ctx, s)
+			buf := make([]byte, 16<<10)
+			for i := range 8 {
+				buf[0] = byte(i)
+				if _, err := v.WriteAt(buf, int64(i)*int64(len(buf))); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := v.ReadAt(buf, int64(i)*int64(len(buf))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The pools' counters are published once a tick; 16
+			// registrations (8 writes, 8 reads) end one way or the other.
+			var remote, local uint64
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				remote, local = 0, 0
+				for _, p := range s.Stats().FRMR {
+					remote += p.RemoteInvalidations
+					local += p.LocalInvalidationsOK
+				}
+				if remote+local >= 16 {
+					break
+				}
+			}
+			if tc.replay && (remote != 0 || local < 16) {
+				t.Fatalf("ReplayOnErr: %d remote invalidations, %d local ones proven, want 0 and at least 16", remote, local)
+			}
+			if !tc.replay && remote < 16 {
+				t.Fatalf("no ReplayOnErr: %d remote invalidations, want at least 16", remote)
+			}
+		})
+	}
+}
