@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/transport"
@@ -61,5 +62,28 @@ func TestReplayOnErrInvalidatesLocally(t *testing.T) {
 				t.Fatalf("no ReplayOnErr: %d remote invalidations, want at least 16", remote)
 			}
 		})
+	}
+}
+
+// TestReplayOnErrUnderFaults runs a verified workload on a device that
+// replays at ERR (emu with Quirks.ReplayOnErr, QPs moved to ERR at random)
+// with windows: no replayed SEND_WITH_INV may reach a FREE window, which
+// on rxe 6.12.95 is a kernel oops (emu counts them), and every block
+// reads back what was last written.
+func TestReplayOnErrUnderFaults(t *testing.T) {
+	seed := testSeed(t)
+	q := transport.Quirks{ReplayOnErr: true}
+	r := newRig(t, emu.Config{Seed: seed, Quirks: &q, Faults: emu.Faults{QPError: 0.005}, RetryTimeout: 200 * time.Millisecond}, 16<<20, target.Config{})
+	s := r.dial(t, initiator.Config{Credits: 32, Mechanism: frmr.MW})
+	ctx := context.Background()
+	v := openVol0(t, ctx, s)
+	gens := workload(t, v, seed, 32, 2000)
+	verifyAll(t, v, gens, seed)
+	c := r.ip.Counters()
+	if c.InjectedQPErrors == 0 {
+		t.Fatalf("seed %d: no QP error was injected: the run tested nothing", seed)
+	}
+	if c.KernelOopses != 0 {
+		t.Fatalf("seed %d: %d replayed SEND_WITH_INVs invalidated a FREE window (%d QP errors injected)", seed, c.KernelOopses, c.InjectedQPErrors)
 	}
 }

@@ -118,6 +118,7 @@ type Quirks struct {
 	// releases). A consumer on such a device must not let a peer
 	// invalidate its keys remotely (the initiator then invalidates them
 	// itself), and must take any receive completed after its QP left RTS
-	// for a possible copy of an earlier one.
+	// for a possible copy of an earlier one. The software NIC replays so
+	// when a test sets the quirk (transport/emu/replay.go).
 	ReplayOnErr bool
 }

@@ -18,9 +18,12 @@ type cq struct {
 	n       int // entries held
 	overrun bool
 	closed  bool
-	users   map[*qp]struct{}
-	notify  chan struct{} // capacity 1: a completion arrived
-	done    chan struct{}
+	// pushed and polled count the completions pushed and polled so far,
+	// so that a QP can tell whether its consumer has seen one (replay.go).
+	pushed, polled uint64
+	users          map[*qp]struct{}
+	notify         chan struct{} // capacity 1: a completion arrived
+	done           chan struct{}
 }
 
 func newCQ(d *device, depth int) *cq {
@@ -57,6 +60,7 @@ func (c *cq) Poll(wcs []transport.WC) (int, error) {
 			c.head = 0
 		}
 		c.n--
+		c.polled++
 		k++
 	}
 	return k, nil
@@ -87,15 +91,16 @@ func (c *cq) Wait(ctx context.Context) error {
 // moved to ERR, then CQ_ERR is raised (strict: the most unforgiving
 // behaviour, docs/verbs.md#device-differences). It returns the QPs to move to
 // ERR (non-nil on overrun); the caller does so without holding any lock and
-// then calls raiseOverrun.
-func (c *cq) push(wc *transport.WC) []*qp {
+// then calls raiseOverrun. seq numbers the completion among those pushed
+// (from 1; 0 when it was not kept).
+func (c *cq) push(wc *transport.WC) (victims []*qp, seq uint64) {
 	c.mu.Lock()
 	if c.closed || c.overrun {
 		c.mu.Unlock()
-		return nil
+		return nil, 0
 	}
 	if c.n == c.depth {
-		return c.overrunLocked()
+		return c.overrunLocked(), 0
 	}
 	i := c.head + c.n
 	if i >= c.depth {
@@ -103,12 +108,22 @@ func (c *cq) push(wc *transport.WC) []*qp {
 	}
 	c.ring[i] = *wc
 	c.n++
+	c.pushed++
+	seq = c.pushed
 	c.mu.Unlock()
 	select {
 	case c.notify <- struct{}{}:
 	default:
 	}
-	return nil
+	return nil, seq
+}
+
+// unpolled reports whether the completion numbered seq by push is still
+// waiting for its consumer.
+func (c *cq) unpolled(seq uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return seq != 0 && c.polled < seq
 }
 
 // overrunLocked kills the CQ. REQUIRES: c.mu held; releases it.

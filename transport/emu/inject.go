@@ -94,6 +94,10 @@ type Counters struct {
 	// AcceptErrors counts temporary accept(2) failures of a tcp or shm
 	// listener (out of descriptors, say), each retried after a backoff.
 	AcceptErrors uint64
+	// KernelOopses counts what would have killed an rxe host: a
+	// SEND_WITH_INV replayed at ERR invalidating a FREE window
+	// (Quirks.ReplayOnErr, replay.go).
+	KernelOopses uint64
 }
 
 // Counters returns the NIC's counts so far.
@@ -105,7 +109,7 @@ func (p *Provider) Counters() Counters {
 		Flushed: c.flushed.Load(), DroppedCQEs: c.droppedCQEs.Load(), CorruptedCQEs: c.corruptedCQEs.Load(),
 		Duplicates: c.duplicates.Load(), LinkCuts: c.linkCuts.Load(), InjectedQPErrors: c.injectedQPErrors.Load(),
 		PostFailures: c.postFailures.Load(), BadFrames: c.badFrms.Load(), AcceptErrors: c.acceptErrors.Load(),
-		ProbesServed: c.probesServed.Load(),
+		ProbesServed: c.probesServed.Load(), KernelOopses: c.kernelOopses.Load(),
 	}
 }
 

@@ -98,7 +98,8 @@ type qp struct {
 	txSegs   []seg // SEND/WRITE sources on a direct (shm) link
 	txPkt    packet
 	respPkt  packet
-	respErr  respErr // the responder's error, applied once its NAK is out
+	respErr  respErr   // the responder's error, applied once its NAK is out
+	replay   replayReq // the last SEND, under Quirks.ReplayOnErr
 
 	// injection
 	errAfter  int // QP → ERR before this many more WRs start; -1 off

@@ -9,11 +9,13 @@ import (
 	"github.com/gosrp/gosrp/transport"
 )
 
-func (q *qp) pushLocked(c *cq, wc *transport.WC) {
-	if v := c.push(wc); v != nil {
+func (q *qp) pushLocked(c *cq, wc *transport.WC) (seq uint64) {
+	v, seq := c.push(wc)
+	if v != nil {
 		q.victims = append(q.victims, v...)
 		q.overrun = append(q.overrun, c)
 	}
+	return seq
 }
 
 // completeSendLocked reports one finished send WR. Errors always complete;
@@ -149,6 +151,7 @@ func (q *qp) enterErrLocked(status transport.Status, reason string) bool {
 	}
 	q.blocked = false
 	q.rnrUntil = time.Time{}
+	q.replayLocked()
 	return true
 }
 

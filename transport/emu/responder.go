@@ -42,6 +42,7 @@ func (q *qp) onRequest(pkt *packet) {
 		q.answer(l, resp)
 		return
 	}
+	q.replay.set = false // a new request closes the last one's window
 	switch pkt.kind {
 	case pktSend:
 		if !q.sendLocked(pkt, resp) {
@@ -131,14 +132,15 @@ func (q *qp) takeRecvLocked(resp *packet) (*rwqe, bool) {
 	return r, true
 }
 
-// recvDoneLocked reports a consumed receive.
-func (q *qp) recvDoneLocked(r *rwqe, wc *transport.WC) {
+// recvDoneLocked reports a consumed receive; seq numbers its completion
+// in the receive CQ (cq.push).
+func (q *qp) recvDoneLocked(r *rwqe, wc *transport.WC) (seq uint64) {
 	wc.ID = r.id
 	wc.QPNum = q.num
 	if wc.Status != transport.StatusSuccess {
 		q.scrambleLocked(wc)
 	}
-	q.pushLocked(q.recvCQ, wc)
+	return q.pushLocked(q.recvCQ, wc)
 }
 
 func (q *qp) sendLocked(pkt *packet, resp *packet) bool {
@@ -191,7 +193,7 @@ func (q *qp) sendLocked(pkt *packet, resp *packet) bool {
 		wc.Flags |= transport.WCWithInv
 		wc.InvalidatedKey = pkt.key
 	}
-	q.recvDoneLocked(r, &wc)
+	q.keepReplayLocked(pkt, q.recvDoneLocked(r, &wc))
 	return true
 }
 
