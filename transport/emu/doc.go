@@ -195,7 +195,7 @@
 // [12] On 6.12.95 rxe carries a request it completes as its QP enters ERR
 // out again for every receive still posted, and a SEND_WITH_INV so
 // replayed invalidates a FREE window: a kernel oops (the faults run of the
-// initiator's end-to-end test, 2 panics in about 55 runs). The NIC
+// initiator's end-to-end test, 2 panics in about 90 runs). The NIC
 // replays under Quirks.ReplayOnErr (replay.go) with a wider window than
 // rxe's few microseconds: the last SEND, if the QP enters ERR while its
 // receive completion still waits unpolled in the CQ; it counts each oops
