@@ -28,30 +28,25 @@ func kernelRelease() string {
 // its patch level behind 0); ok is false for a release it cannot read.
 func kernelVersion(release string) (major, minor, patch int, ok bool) {
 	var v [3]int
-	rest := release
-	for i := range v {
-		end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, 0, false
+	}
+	for i, p := range parts {
+		end := strings.IndexFunc(p, func(r rune) bool { return r < '0' || r > '9' })
 		if end < 0 {
-			end = len(rest)
+			end = len(p)
 		}
-		n, err := strconv.Atoi(rest[:end])
+		n, err := strconv.Atoi(p[:end])
 		if err != nil {
 			if i < 2 {
 				return 0, 0, 0, false
 			}
-			break // "6.10" or "6.10-rc1": no patch level
+			break // "6.10.x": no patch level
 		}
 		v[i] = n
-		if i < 2 && (end == len(rest) || rest[end] != '.') {
-			if i == 0 {
-				return 0, 0, 0, false
-			}
-			break
-		}
-		if end < len(rest) {
-			rest = rest[end+1:]
-		} else {
-			rest = ""
+		if end < len(p) {
+			break // "6.10-rc1": what follows is not a version number
 		}
 	}
 	return v[0], v[1], v[2], true

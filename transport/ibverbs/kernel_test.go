@@ -34,6 +34,8 @@ func TestKernelAtLeast(t *testing.T) {
 		{"6.12.110", true},
 		{"6.12.111+deb12-amd64", false},
 		{"6.12.118", false},
+		{"6.12", true},
+		{"6.12-rc3.111", true},
 		{"6.10-rc1", true},
 		{"6.6.30", true},
 		{"7.0.0", true},
