@@ -30,7 +30,8 @@
 // for concurrent use. The caller passes every chain through Admit before
 // PostSend and Posted after it, every send completion of the QP to
 // OnSendCompletion, remote invalidations to OnRemoteInvalidate, ticks to
-// Tick, and QP errors to OnQPError, then a drain (or Reset, when the drain
+// Tick while Waiting reports anything to time (an idle connection's pool
+// needs none), and QP errors to OnQPError, then a drain (or Reset, when the drain
 // cannot finish), then Recover, and only then destroys the QP: a type-2
 // window bound through a QP holds it on rxe, whose destroy then waits for the
 // window (transport.Quirks.DestroyQPInvalidatesWindows), so the windows the

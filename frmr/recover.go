@@ -116,6 +116,29 @@ func (p *Pool) RecoverOn(pd transport.PD, base transport.MR) error {
 	return p.Recover()
 }
 
+// Waiting reports whether Tick has anything to time: a signaled WR
+// outstanding, an MR waiting for its LOCAL_INV, or a skipped completion
+// still to report. A caller may stop ticking a pool that waits for
+// nothing (an idle connection) and tick it again once it does: a
+// deadline counts the Ticks since its WR was posted, so the Ticks a quiet
+// pool was not given shorten no deadline.
+func (p *Pool) Waiting() bool {
+	if p.lost {
+		return true
+	}
+	for i := 0; i < p.ln; i++ {
+		if p.ledger[(p.lhead+i)%len(p.ledger)].signaled {
+			return true
+		}
+	}
+	for i := range p.slots {
+		if p.slots[i].state == InvPosted {
+			return true
+		}
+	}
+	return false
+}
+
 // Tick advances the pool's clock. If a signaled WR the pool tracks has been
 // outstanding for DeadlineTicks, or an MR has waited that long for its
 // invalidation, the waiting MRs are tainted and ErrDeadline is returned:

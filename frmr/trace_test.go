@@ -189,6 +189,8 @@ func (h *traceHarness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		return errText(err)
+	case "waiting":
+		return fmt.Sprintf("waiting %v", h.p.Waiting())
 	case "stats":
 		st := h.p.Stats()
 		return fmt.Sprintf("registrations %d local-inv %d/%d remote-inv %d bogus %d taints %d replacements %d rotations %d lost %d post-failures %d horizon %d",

@@ -272,6 +272,26 @@ func (c *core) tick(now int64) {
 	}
 }
 
+// tickDue is when the shell must next call tick. every asks for a tick
+// each period while anything is timed: a request or a key not yet proven
+// dead (the I/O timeout), a WR the pool waits for (its deadlines count
+// ticks), an SRP target that has granted no credit (starvation) or an
+// SRP answer still to send. Otherwise at is the keepalive's next
+// decision, or 0: an idle channel without a keepalive sleeps until an
+// event wakes it, so a host with hundreds of idle sessions spends no CPU
+// on them.
+func (c *core) tickDue() (at int64, every bool) {
+	switch {
+	case !c.up:
+		return 0, false
+	case !c.idle() || len(c.invPending) > 0 || c.pool.Waiting():
+		return 0, true
+	case c.srp != nil && (c.avail == 0 || len(c.srp.answers) > 0):
+		return 0, true
+	}
+	return c.ka.due()
+}
+
 // fail ends the connection: no event changes anything until reset.
 func (c *core) fail(err error) {
 	if !c.up {

@@ -233,6 +233,17 @@ func (h *coreHarness) run(t testing.TB, td *datadriven.TestData) string {
 			h.printf("recover: %v\n", err)
 		}
 		c.reset()
+	case "due":
+		// When the shell must tick next (tickDue).
+		switch at, every := c.tickDue(); {
+		case every:
+			h.printf("due: every tick\n")
+		case at != 0:
+			h.printf("due: at %v\n", time.Duration(at))
+		default:
+			h.printf("due: never\n")
+		}
+		return h.b.String()
 	case "check":
 		// The harness checks after every step; this names the moment.
 	case "slots":

@@ -7,3 +7,6 @@ func Bounced(s *Session, b []byte) bool {
 	_, zc := s.zeroCopy(b)
 	return !zc
 }
+
+// Ticks is how many ticks s's channels have taken (tickTimer).
+func Ticks(s *Session) uint64 { return s.stats.ticks.Load() }

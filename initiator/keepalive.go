@@ -78,5 +78,22 @@ func (k *keepalive) tick(now int64) kaAction {
 	return kaNone
 }
 
+// due is when the keepalive next decides anything, for a channel that
+// has nothing else to time: at the end of half the timeout's silence (the
+// ping), or, once pinged, when silence may be death. every asks for the
+// shell's regular tick instead: something heard is stamped at the next
+// tick, and silence counts from there.
+func (k *keepalive) due() (at int64, every bool) {
+	switch {
+	case k.timeout <= 0:
+		return 0, false
+	case k.heard:
+		return 0, true
+	case !k.pinged:
+		return k.heardAt + k.timeout/2, false
+	}
+	return max(k.heardAt+k.timeout, k.pingedAt+k.timeout/2), false
+}
+
 // silence is how long the target has been silent at now.
 func (k *keepalive) silence(now int64) time.Duration { return time.Duration(now - k.heardAt) }

@@ -102,3 +102,55 @@ func TestKeepaliveTickPhase(t *testing.T) {
 		}
 	}
 }
+
+// TestKeepaliveDue: an idle channel ticks only when its keepalive says
+// (due), and a period apart while a ping is out or an answer waits to
+// be stamped, as the shell's tickTimer does. Against a target that
+// answers every ping within a millisecond it pings and is never taken
+// for dead, each due time lies ahead of the tick that asked for it (a
+// due time already past would spin the loop), and a target that stops
+// answering is found dead within timeout + timeout/2 + a tick.
+func TestKeepaliveDue(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	const period = 100 * ms
+	k := keepalive{timeout: 2000 * ms}
+	k.reset(0)
+	now, pingOut, pings := int64(0), false, 0
+	next := func() int64 {
+		at, every := k.due()
+		if every || pingOut {
+			return now + period
+		}
+		if at <= now {
+			t.Fatalf("at %d ms the keepalive asked for a tick at %d ms", now/ms, at/ms)
+		}
+		return at
+	}
+	for range 5000 {
+		now = next()
+		switch k.tick(now) {
+		case kaDead:
+			t.Fatalf("a live target taken for dead at %d ms", now/ms)
+		case kaPing:
+			// Answered a millisecond later, before the next tick.
+			pings++
+			k.heard = true
+		}
+	}
+	if pings == 0 {
+		t.Fatal("an idle channel never pinged")
+	}
+	silentFrom := now
+	for {
+		now = next()
+		if now-silentFrom > k.timeout+k.timeout/2+period {
+			t.Fatalf("a silent target not found dead %d ms after it went quiet", (now-silentFrom)/ms)
+		}
+		switch k.tick(now) {
+		case kaDead:
+			return
+		case kaPing:
+			pingOut = true // never answered
+		}
+	}
+}

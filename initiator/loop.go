@@ -16,8 +16,8 @@ import (
 // loss. It is the only goroutine that touches the QP and the pool.
 func (c *channel) run() {
 	defer close(c.done)
-	t := time.NewTicker(tick)
-	defer t.Stop()
+	t := newTickTimer()
+	defer t.t.Stop()
 	stop := c.stop
 	var closeBy time.Time // set once Close asked; in-flight I/O gets until then
 	for {
@@ -30,6 +30,7 @@ func (c *channel) run() {
 				c.shutdown()
 				return
 			}
+			t.every() // a tick publishes the new pool's counters
 			continue
 		}
 		c.dispatch()
@@ -39,6 +40,14 @@ func (c *channel) run() {
 		}
 		if n > 0 {
 			continue
+		}
+		if at, every := c.core.tickDue(); every || !closeBy.IsZero() || c.late.parked.n > 0 {
+			t.every()
+		} else {
+			t.settle()
+			if at != 0 {
+				t.by(at)
+			}
 		}
 		select {
 		case <-stop:
@@ -56,11 +65,67 @@ func (c *channel) run() {
 			case c.cqAck <- struct{}{}:
 			default:
 			}
-		case <-t.C:
+		case <-t.t.C:
 			c.onTick()
+			_, busy := c.core.tickDue()
+			t.fired(busy)
 		}
 	}
 }
+
+// tickTimer is the loop's clock: one timer, armed for the next tick the
+// channel needs (core.tickDue), so that a channel with nothing to time
+// sleeps until an event wakes it, and hundreds of idle sessions cost a
+// host next to nothing (docs/performance.md, "Idle sessions").
+type tickTimer struct {
+	t        *time.Timer
+	at       int64 // when t fires (clock.Nanos); 0: it is not armed
+	periodic bool  // t was armed by every
+	owed     bool  // busy since the last tick, or at it: one more tick is owed
+}
+
+// newTickTimer arms the first tick a period away: it publishes the
+// pool's counters, and sees to whatever the login left to time.
+func newTickTimer() *tickTimer {
+	return &tickTimer{t: time.NewTimer(tick), at: clock.Nanos() + int64(tick), periodic: true}
+}
+
+// every asks for ticks a period apart: a tick a period from now unless
+// one is on its way already. It reads no clock while one is: that is
+// the busy loop's case.
+func (w *tickTimer) every() {
+	w.owed = true
+	if w.at != 0 && w.periodic {
+		return
+	}
+	w.at, w.periodic = clock.Nanos()+int64(tick), true
+	w.t.Reset(tick)
+}
+
+// settle is a channel gone quiet: if it was busy since its last tick,
+// or at it, one more tick is owed, to publish the pool's counters as
+// the work left them.
+func (w *tickTimer) settle() {
+	if w.owed && w.at == 0 {
+		w.at, w.periodic = clock.Nanos()+int64(tick), true
+		w.t.Reset(tick)
+	}
+	w.owed = false
+}
+
+// by asks for a tick at at, unless one comes sooner; a tick that comes
+// earlier than asked finds nothing to do and asks again.
+func (w *tickTimer) by(at int64) {
+	if w.at != 0 && w.at <= at {
+		return
+	}
+	w.at, w.periodic = at, false
+	w.t.Reset(time.Duration(at - clock.Nanos()))
+}
+
+// fired records that the timer's tick has come, and whether the
+// channel was still busy after it.
+func (w *tickTimer) fired(busy bool) { w.at, w.periodic, w.owed = 0, false, busy }
 
 // check verifies the channel's invariants (the core's and its pool's).
 func (c *channel) check() error { return c.core.check() }
@@ -278,6 +343,7 @@ func (c *channel) closeHandle(name string, h uint32, epoch uint64) {
 }
 
 func (c *channel) onTick() {
+	c.s.stats.ticks.Add(1)
 	c.s.stats.publishPool(c.id, c.core.pool)
 	if c.qp == nil {
 		return

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,7 +35,8 @@ import (
 // then a connection the target cuts (through target/targettest, which
 // works on any provider) and the reconnect after it; then the same with
 // the target polling adaptively, as srpd does; then a volume whose store
-// hangs in its re-open across a cut (rxeLate). A clean run has no
+// hangs in its re-open across a cut (rxeLate); then 50 idle sessions,
+// which must not tick (rxeIdle). A clean run has no
 // lost connection but the one it forces. test/rxe/run.sh runs it in the
 // VM with GOSRP_RXE_E2E=1, and so does CI.
 func TestRXEEndToEnd(t *testing.T) {
@@ -75,6 +77,15 @@ func TestRXEEndToEnd(t *testing.T) {
 		before := rxeCounters()
 		defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
 		rxeLate(t, p)
+	})
+	// Idle sessions sleep on the device too (tickTimer).
+	t.Run("idle-sessions", func(t *testing.T) {
+		ap, err := transport.Open("ibverbs", transport.Options{"busy_poll": "adaptive"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ap.Close() }) // after the target's, which rxeIdle registers
+		rxeIdle(t, ap, p)
 	})
 	// The same run with faults made in front of the initiator on the real
 	// device (transport/faults): refused posts, QP errors, lost
@@ -340,6 +351,67 @@ func rxeRun(t *testing.T, tp, ip transport.Provider, imm int) {
 	if faulty && ss.ConnectionsLost <= lostBefore {
 		t.Fatalf("the cut lost no connection (%d lost before it, %d after)", lostBefore, ss.ConnectionsLost)
 	}
+}
+
+// rxeIdle opens 50 sessions from ip to a target on tp (srpd's adaptive
+// polling), each writes once and is then left idle: in 2 s of idleness
+// the sessions tick at most once each (the tick after their last I/O),
+// where a ticker per channel took 20 each. The process's CPU time over
+// those 2 s is logged: it is the figure docs/performance.md gives.
+func rxeIdle(t *testing.T, tp, ip transport.Provider) {
+	const sessions = 50
+	st := block.NewMemStore()
+	if _, err := st.Create("vol0", 1<<20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := target.New(target.Config{Name: "rxe-idle", Catalog: storecatalog.Catalog{Store: st}, Logger: rxeLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, tgt, tp.Listen, st.Close)
+	var all []*initiator.Session
+	buf := make([]byte, 4096)
+	for i := range sessions {
+		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err := initiator.Dial(dctx, initiator.Config{Provider: ip, Addr: addr, Name: fmt.Sprintf("rxe-idle-%d", i),
+			Credits: 4, MaxTransfer: 64 << 10, Logger: rxeLog})
+		if err != nil {
+			dcancel()
+			t.Fatal(err)
+		}
+		defer s.Close()
+		v, err := s.Open(dctx, "vol0", initiator.OpenOptions{})
+		dcancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.WriteAt(buf, int64(i)*4096); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, s)
+	}
+	ticks := func() (n uint64) {
+		for _, s := range all {
+			n += initiator.Ticks(s)
+		}
+		return n
+	}
+	t0, c0 := ticks(), rxeCPU()
+	time.Sleep(2 * time.Second)
+	idle, cpu := ticks()-t0, rxeCPU()-c0
+	t.Logf("%d idle sessions: %d ticks and %v of CPU in 2 s", sessions, idle, cpu.Round(time.Millisecond))
+	if idle > sessions {
+		t.Errorf("%d idle sessions took %d ticks in 2 s: at most one each", sessions, idle)
+	}
+}
+
+// rxeCPU is the CPU time the process has used.
+func rxeCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rxeLevel is the log level of the run: warnings, or GOSRP_RXE_LOG=debug.

@@ -25,8 +25,11 @@ type stats struct {
 	reconnects atomic.Uint64
 	// the write verifier's (replay.go)
 	instanceChanges, writeCacheLost, replayed, replayFlushes atomic.Uint64
-	poolMu                                                   sync.Mutex
-	pool                                                     []frmr.Stats
+	// ticks counts the channels' ticks: a channel with nothing to time
+	// takes none (tickTimer).
+	ticks  atomic.Uint64
+	poolMu sync.Mutex
+	pool   []frmr.Stats
 }
 
 func (s *stats) init() {}

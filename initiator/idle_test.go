@@ -1,0 +1,97 @@
+package initiator_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/transport/emu"
+)
+
+// TestIdleSessionSleeps: a session with nothing in flight takes no tick
+// of its own, so that hundreds of idle sessions cost a host nothing
+// (before, each channel woke ten times a second: 36,000 ticks an idle
+// hour). Without a keepalive it ticks once after its last I/O (the
+// pool's counters are published) and then not at all; with one it wakes
+// for the pings alone, a few ticks each, and is never taken for dead.
+// Either way it answers the next I/O at once. The hour passes on
+// synctest's clock, each case in a process of its own: requests are
+// pooled, and a request whose channel was made in one bubble must not
+// be used outside it.
+func TestIdleSessionSleeps(t *testing.T) {
+	cases := []struct {
+		name      string
+		keepalive time.Duration
+		maxTicks  uint64
+	}{
+		{"no-keepalive", 0, 1},
+		// A ping each 5 s of silence, at most 720 in the hour, each
+		// needing the tick that sends it and the one that stamps its
+		// answer (keepalive.go).
+		{"keepalive-10s", 10 * time.Second, 2 * 720},
+	}
+	if name := os.Getenv("GOSRP_IDLE_CASE"); name != "" {
+		for _, tc := range cases {
+			if tc.name == name {
+				synctest.Test(t, func(t *testing.T) { idleHour(t, tc.keepalive, tc.maxTicks) })
+			}
+		}
+		return
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestIdleSessionSleeps$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), "GOSRP_IDLE_CASE="+tc.name)
+			out, err := cmd.CombinedOutput()
+			t.Logf("%s", out)
+			if err != nil {
+				t.Fatalf("the case's process: %v", err)
+			}
+		})
+	}
+}
+
+// idleHour leaves a session that has done one write idle for an hour,
+// and checks how often it ticked.
+func idleHour(t *testing.T, keepalive time.Duration, maxTicks uint64) {
+	r := newRig(t, emu.Config{}, 1<<20, target.Config{})
+	s := r.dial(t, initiator.Config{KeepaliveTimeout: keepalive})
+	v := openVol0(t, context.Background(), s)
+	buf := make([]byte, 4096)
+	if _, err := v.WriteAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	before := initiator.Ticks(s)
+	time.Sleep(time.Hour)
+	ticks := initiator.Ticks(s) - before
+	t.Logf("%d ticks in an idle hour", ticks)
+	if ticks > maxTicks {
+		t.Errorf("%d ticks in an idle hour, want at most %d", ticks, maxTicks)
+	}
+	if lost := s.Stats().ConnectionsLost; lost != 0 {
+		t.Errorf("%d connections lost while idle", lost)
+	}
+	start := time.Now()
+	if _, err := v.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took != 0 {
+		t.Errorf("the first I/O after an idle hour took %v of synctest's time; it waited for a tick", took)
+	}
+	// The tick after the work publishes the pool's counters: the read
+	// registered its buffer.
+	time.Sleep(time.Second)
+	var regs uint64
+	for _, p := range s.Stats().FRMR {
+		regs += p.Registrations
+	}
+	if regs == 0 {
+		t.Error("no registration published a second after the read")
+	}
+}
