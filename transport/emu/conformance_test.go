@@ -76,6 +76,7 @@ func TestConformanceKnobs(t *testing.T) {
 		{"DestroyQPInvalidatesWindows", func(q *transport.Quirks) { q.DestroyQPInvalidatesWindows = true }},
 		{"CyclicIndices", func(q *transport.Quirks) { q.CyclicIndices = true }},
 		{"LocalErrFlushed", func(q *transport.Quirks) { q.LocalErrFlushed = true }},
+		{"ReplayOnErr", func(q *transport.Quirks) { q.ReplayOnErr = true }},
 	}
 	seed := *conformanceSeed
 	if seed == 0 {

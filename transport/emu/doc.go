@@ -199,12 +199,15 @@
 // replays under Quirks.ReplayOnErr (replay.go) with a wider window than
 // rxe's few microseconds: the last SEND, if the QP enters ERR while its
 // receive completion still waits unpolled in the CQ; it counts each oops
-// rxe would have had (Counters.KernelOopses). No profile sets the quirk
-// yet: the conformance suite, which rxe 6.12.95 passes, has not been run
-// against it. Tests set it through Config.Quirks (TestReplayOnErr; the
-// initiator's TestReplayOnErrUnderFaults, which counts 100 to 200 oopses
-// in 2,000 I/Os when the initiator asks for remote invalidation on such
-// a device).
+// rxe would have had (Counters.KernelOopses). The conformance suite
+// passes with the quirk set (TestConformanceKnobs/ReplayOnErr), as it
+// does on rxe 6.12.95. No profile sets it: the rxe profile is the rxe of
+// 6.1 (and, by Debian's changelog, of 6.12.111 on), which flushes
+// instead; the quirk is one kernel's bug, not the device's nature. Tests set it through
+// Config.Quirks (TestReplayOnErr; the initiator's
+// TestReplayOnErrUnderFaults, which counts 100 to 200 oopses in 2,000
+// I/Os when the initiator asks for remote invalidation on such a
+// device).
 //
 // The tcp and shm listeners outlive a temporary accept failure (out of
 // descriptors, say): they count it (Counters.AcceptErrors), log it at a
