@@ -2,8 +2,6 @@ package initiator_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,9 +18,7 @@ import (
 // pool's counters are published) and then not at all; with one it wakes
 // for the pings alone, a few ticks each, and is never taken for dead.
 // Either way it answers the next I/O at once. The hour passes on
-// synctest's clock, each case in a process of its own: requests are
-// pooled, and a request whose channel was made in one bubble must not
-// be used outside it.
+// synctest's clock (inBubble).
 func TestIdleSessionSleeps(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -35,23 +31,9 @@ func TestIdleSessionSleeps(t *testing.T) {
 		// answer (keepalive.go).
 		{"keepalive-10s", 10 * time.Second, 2 * 720},
 	}
-	if name := os.Getenv("GOSRP_IDLE_CASE"); name != "" {
-		for _, tc := range cases {
-			if tc.name == name {
-				synctest.Test(t, func(t *testing.T) { idleHour(t, tc.keepalive, tc.maxTicks) })
-			}
-		}
-		return
-	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestIdleSessionSleeps$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), "GOSRP_IDLE_CASE="+tc.name)
-			out, err := cmd.CombinedOutput()
-			t.Logf("%s", out)
-			if err != nil {
-				t.Fatalf("the case's process: %v", err)
-			}
+			inBubble(t, func(t *testing.T) { idleHour(t, tc.keepalive, tc.maxTicks) })
 		})
 	}
 }

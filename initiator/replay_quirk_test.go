@@ -87,3 +87,29 @@ func TestReplayOnErrUnderFaults(t *testing.T) {
 		t.Fatalf("seed %d: %d replayed SEND_WITH_INVs invalidated a FREE window (%d QP errors injected)", seed, c.KernelOopses, c.InjectedQPErrors)
 	}
 }
+
+// TestReplayedCommandsLandInOrder: the target's NIC replays too. A
+// command SEND whose receive completion srpd has not polled when its QP
+// enters ERR arrives again in every receive still posted, each copy a
+// success, and the target executes the copies (until they overrun its
+// credits and it ends the connection). Over four channels of
+// overlapping verified writes, with QPs moved to ERR at random on both
+// NICs, every block still reads back what was last written: the copies
+// run on the dying connection, whose volume calls a channel's new login
+// waits for (target.reinstate; TestReloginWaitsForOldWrites proves that
+// wait on its own).
+func TestReplayedCommandsLandInOrder(t *testing.T) {
+	seed := testSeed(t)
+	q := transport.Quirks{ReplayOnErr: true}
+	r := newRig(t, emu.Config{Wire: emu.WireTCP, Seed: seed, Quirks: &q, Faults: emu.Faults{QPError: 0.005}, RetryTimeout: 200 * time.Millisecond}, 1<<20, target.Config{})
+	s := r.dial(t, initiator.Config{Channels: 4, Credits: 16})
+	ctx := context.Background()
+	v := openVol0(t, ctx, s)
+	gens := workload(t, v, seed, 32, 3000)
+	verifyAll(t, v, gens, seed)
+	tc, ic := r.tp.Counters(), r.ip.Counters()
+	t.Logf("seed %d: target NIC %d QP errors, %d receives replayed; initiator NIC %d and %d", seed, tc.InjectedQPErrors, tc.Replays, ic.InjectedQPErrors, ic.Replays)
+	if tc.Replays == 0 {
+		t.Fatalf("seed %d: the target's NIC replayed no command: the run tested nothing", seed)
+	}
+}

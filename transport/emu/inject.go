@@ -98,6 +98,9 @@ type Counters struct {
 	// SEND_WITH_INV replayed at ERR invalidating a FREE window
 	// (Quirks.ReplayOnErr, replay.go).
 	KernelOopses uint64
+	// Replays counts the receives completed with a copy of a SEND
+	// replayed at ERR (Quirks.ReplayOnErr, replay.go).
+	Replays uint64
 }
 
 // Counters returns the NIC's counts so far.
@@ -109,7 +112,7 @@ func (p *Provider) Counters() Counters {
 		Flushed: c.flushed.Load(), DroppedCQEs: c.droppedCQEs.Load(), CorruptedCQEs: c.corruptedCQEs.Load(),
 		Duplicates: c.duplicates.Load(), LinkCuts: c.linkCuts.Load(), InjectedQPErrors: c.injectedQPErrors.Load(),
 		PostFailures: c.postFailures.Load(), BadFrames: c.badFrms.Load(), AcceptErrors: c.acceptErrors.Load(),
-		ProbesServed: c.probesServed.Load(), KernelOopses: c.kernelOopses.Load(),
+		ProbesServed: c.probesServed.Load(), KernelOopses: c.kernelOopses.Load(), Replays: c.replays.Load(),
 	}
 }
 

@@ -240,7 +240,7 @@ type counters struct {
 	regOnValid, invKeyMismatch, invOnFree, accessAfterInvalidate  atomic.Uint64
 	remoteAccessErrors, flushed, droppedCQEs, corruptedCQEs       atomic.Uint64
 	duplicates, linkCuts, injectedQPErrors, postFailures, badFrms atomic.Uint64
-	probesServed, acceptErrors, kernelOopses                      atomic.Uint64
+	probesServed, acceptErrors, kernelOopses, replays             atomic.Uint64
 }
 
 // ownedCount is how many listeners and links Close would end (tests).

@@ -81,6 +81,7 @@ func (q *qp) replayLocked() {
 			wc.Flags |= transport.WCWithInv
 			wc.InvalidatedKey = rp.key
 		}
+		d.p.counters.replays.Add(1)
 		q.recvDoneLocked(r, &wc)
 	}
 }

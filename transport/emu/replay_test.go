@@ -79,9 +79,9 @@ func TestReplayOnErr(t *testing.T) {
 					t.Fatalf("receive %d after ERR: %+v, want status %s", id, wc, want)
 				}
 			}
-			oops := x.pa.Counters().KernelOopses
-			if replayed && oops != 2 || !replayed && oops != 0 {
-				t.Fatalf("%d kernel oopses counted, want %d", oops, map[bool]int{true: 2}[replayed])
+			c := x.pa.Counters()
+			if want := uint64(map[bool]int{true: 2}[replayed]); c.KernelOopses != want || c.Replays != want {
+				t.Fatalf("%d kernel oopses and %d replays counted, want %d of each", c.KernelOopses, c.Replays, want)
 			}
 		})
 	}
