@@ -29,7 +29,11 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-if [ "$(cat "$W/kernel.suite" 2>/dev/null)" != "${GOSRP_RXE_KERNEL_SUITE:-}" ]; then
+# The kernel is named by a suite and a package: a kernel image, or a
+# metapackage that depends on one (linux-image-6.12-amd64 in
+# bookworm-security is 6.12.118 on 2026-12-06).
+KSTAMP="${GOSRP_RXE_KERNEL_SUITE:-} ${GOSRP_RXE_KERNEL_PKG:-linux-image-amd64}"
+if [ "$(cat "$W/kernel.suite" 2>/dev/null)" != "$KSTAMP" ]; then
   rm -rf "$W/kernel"
 fi
 if [ ! -d "$W/kernel/lib/modules" ]; then
@@ -42,14 +46,16 @@ if [ ! -d "$W/kernel/lib/modules" ]; then
     APT=(-o "Dir::Etc::sourcelist=$W/apt/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$W/apt/lists")
     apt-get "${APT[@]}" update -qq
   fi
-  PKG=$(apt-cache "${APT[@]}" depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
-  [ -n "$PKG" ] || { echo "rxe: cannot find the kernel package linux-image-amd64 points at (apt-get update?)" >&2; exit 1; }
+  PKG=${GOSRP_RXE_KERNEL_PKG:-linux-image-amd64}
+  DEP=$(apt-cache "${APT[@]}" depends "$PKG" | awk '/Depends: linux-image-/{print $2; exit}')
+  [ -n "$DEP" ] && PKG=$DEP
+  apt-cache "${APT[@]}" show "$PKG" >/dev/null 2>&1 || { echo "rxe: no kernel package $PKG in the apt lists (apt-get update?)" >&2; exit 1; }
   ( cd "$W/kpkg" && apt-get "${APT[@]}" download "$PKG" 2>&1 | grep -v unsandboxed || true )
   dpkg -x "$W/kpkg/${PKG}"_*.deb "$W/kernel.tmp"
   grep -q '^CONFIG_RDMA_RXE=[ym]' "$W/kernel.tmp/boot/config-"* || { echo "rxe: $PKG has no CONFIG_RDMA_RXE" >&2; exit 1; }
   rm -rf "$W/kpkg"
   mv "$W/kernel.tmp" "$W/kernel"
-  echo "${GOSRP_RXE_KERNEL_SUITE:-}" > "$W/kernel.suite"
+  echo "$KSTAMP" > "$W/kernel.suite"
   step "kernel $PKG unpacked"
 fi
 

@@ -26,7 +26,7 @@ GUEST_MODS="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci crc32_gene
 
 # guest_stamp identifies the scripts and package and module lists the guest
 # image was built from, so a change to any of them rebuilds the image.
-guest_stamp() { { cat "$RXE_SCRIPTS/guest-init.sh" "$RXE_SCRIPTS/build-guest.sh"; echo "$GUEST_PKGS / $GUEST_MODS / ${GOSRP_RXE_KERNEL_SUITE:-}"; } | sha256sum | cut -c1-16; }
+guest_stamp() { { cat "$RXE_SCRIPTS/guest-init.sh" "$RXE_SCRIPTS/build-guest.sh"; echo "$GUEST_PKGS / $GUEST_MODS / ${GOSRP_RXE_KERNEL_SUITE:-} / ${GOSRP_RXE_KERNEL_PKG:-}"; } | sha256sum | cut -c1-16; }
 
 # guest_ready succeeds when a bootable guest for the current scripts exists.
 guest_ready() {
