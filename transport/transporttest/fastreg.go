@@ -248,6 +248,7 @@ func init() {
 		reg("PoisonAfterFlushedLocalInv", testFRPoisonAfterFlushedLocalInv)
 		reg("SendWithInv", testFRSendWithInv)
 		reg("SendWithInvWrongVariant", testFRSendWithInvWrongVariant)
+		reg("SendWithInvAtErr", testFRSendWithInvAtErr)
 		reg("FencedLocalInvAfterRead", testFRFencedLocalInvAfterRead)
 		reg("DeregWhileValid", testFRDeregWhileValid)
 	}

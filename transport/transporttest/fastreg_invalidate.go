@@ -2,6 +2,7 @@ package transporttest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gosrp/gosrp/transport"
 )
@@ -213,4 +214,73 @@ func testFRFencedLocalInvAfterRead(t *testing.T, p transport.Provider, m mechani
 		checkBytes(t, "READ data placed through the FRMR's lkey", x.arena.Bytes(), src.a.Bytes())
 		fill(src.a.Bytes(), uint32(14+round))
 	}
+}
+
+// sendWithInvAtErrRounds is how many times testFRSendWithInvAtErr races
+// the QP's move to ERR against an arriving SEND_WITH_INV, each round
+// sendWithInvAtErrStep later than the one before.
+const (
+	sendWithInvAtErrRounds = 60
+	sendWithInvAtErrStep   = 8 * time.Microsecond
+)
+
+// SEND_WITH_INV meeting ERR (docs/registration.md#remote-invalidation-replayed-at-err):
+// B writes 16 KiB through A's registration and then sends
+// SEND_WITH_INV of it, while A, with eight receives posted, moves its
+// QP to ERR from another goroutine a little later each round, so that
+// some rounds find the request before, some after and some during its
+// execution. The request is carried out at most once: one receive
+// completes with the invalidation or none does, and the rest flush.
+// rxe on Linux 6.12.95 carries it out again for every receive left
+// (and, for a window, oopses on the second invalidation); a device that
+// does so must say it (Quirks.ReplayOnErr), and then the test is
+// skipped rather than run into the oops.
+func testFRSendWithInvAtErr(t *testing.T, p transport.Provider, m mechanism) {
+	attr := deviceAttr(t, p)
+	needCaps(t, attr, transport.CapSendWithInv)
+	if attr.Quirks.ReplayOnErr {
+		t.Skip("the device carries a request out again at ERR (Quirks.ReplayOnErr): a window invalidated twice oopses rxe 6.12.95")
+	}
+	const recvs = 8
+	executed := 0
+	for round := range sendWithInvAtErrRounds {
+		x := newFRFixture(t, p, m)
+		k := x.f.key().Bump()
+		raddr := x.reg(t, 1, k, 0, frArenaLen, frAcc)
+		for i := range recvs {
+			postRecv(t, x.a.qp, recvWR(uint64(10+i), x.rbuf.sge(i*256, 256)))
+		}
+		start, moved := make(chan struct{}), make(chan error, 1)
+		go func() {
+			<-start
+			for at := time.Now(); time.Since(at) < time.Duration(round)*sendWithInvAtErrStep; {
+			}
+			moved <- x.a.qp.Modify(transport.QPErr)
+		}()
+		close(start)
+		postSend(t, x.b.qp, writeWR(2, x.local.sge(0, frArenaLen), raddr, k),
+			transport.SendWR{ID: 3, Opcode: transport.OpSendWithInv, Flags: transport.FlagSignaled, InvalidateKey: k,
+				SGL: []transport.SGE{x.local.sge(0, 16)}})
+		if err := <-moved; err != nil {
+			t.Fatalf("round %d: move A to ERR: %v", round, err)
+		}
+		ok := 0
+		for _, wc := range waitWC(t, x.a.rcq, recvs, Timeout) {
+			switch wc.Status {
+			case transport.StatusSuccess:
+				ok++
+				if wc.Flags&transport.WCWithInv == 0 || wc.InvalidatedKey != k {
+					t.Errorf("round %d: receive %s: want the invalidation of %v", round, wc.String(), k)
+				}
+			case transport.StatusWRFlushErr:
+			default:
+				t.Errorf("round %d: receive %s: want SUCCESS or WR_FLUSH_ERR", round, wc.String())
+			}
+		}
+		if ok > 1 {
+			t.Fatalf("round %d: one SEND_WITH_INV completed %d receives: the device replays requests at ERR without Quirks.ReplayOnErr", round, ok)
+		}
+		executed += ok
+	}
+	t.Logf("the SEND_WITH_INV was carried out before ERR in %d of %d rounds", executed, sendWithInvAtErrRounds)
 }
