@@ -351,6 +351,17 @@ func rxeRun(t *testing.T, tp, ip transport.Provider, imm int) {
 	// Remote unless the device replays at ERR (transport.Quirks.ReplayOnErr:
 	// rxe on 6.12 before 6.12.111); counted up to the last tick.
 	t.Logf("connections lost %d, reconnects %d; keys invalidated by the target %d, by LOCAL_INV %d", ss.ConnectionsLost, ss.Reconnects, remote, local)
+	if !faulty {
+		// A clean run's keys all die one way: the device's (the provider
+		// owns the device; it is not closed here).
+		d, err := ip.OpenDevice("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if replays := d.Attr().Quirks.ReplayOnErr; replays && remote != 0 || !replays && local != 0 || remote+local == 0 {
+			t.Errorf("ReplayOnErr %v, yet the target invalidated %d keys and LOCAL_INV %d", replays, remote, local)
+		}
+	}
 	if !faulty && (ss.ConnectionsLost != 1 || ss.Reconnects != 1) {
 		t.Fatalf("%d connections lost and %d reconnects for one cut", ss.ConnectionsLost, ss.Reconnects)
 	}
