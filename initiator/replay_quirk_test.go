@@ -91,13 +91,13 @@ func TestReplayOnErrUnderFaults(t *testing.T) {
 // TestReplayedCommandsLandInOrder: the target's NIC replays too. A
 // command SEND whose receive completion srpd has not polled when its QP
 // enters ERR arrives again in every receive still posted, each copy a
-// success, and the target executes the copies (until they overrun its
-// credits and it ends the connection). Over four channels of
-// overlapping verified writes, with QPs moved to ERR at random on both
-// NICs, every block still reads back what was last written: the copies
-// run on the dying connection, whose volume calls a channel's new login
-// waits for (target.reinstate; TestReloginWaitsForOldWrites proves that
-// wait on its own).
+// success under the same tag. srpd ends the connection at the first
+// copy, as a request under the tag of one in flight (core.tagInFlight),
+// so no copy runs; what the original started, a channel's new login
+// waits for (target.reinstate; TestReloginWaitsForOldWrites). Over four
+// channels of overlapping verified writes, with QPs moved to ERR at
+// random on both NICs, every block reads back what was last written
+// (the rule itself is the target core's trace, testdata/core/hostile).
 func TestReplayedCommandsLandInOrder(t *testing.T) {
 	seed := testSeed(t)
 	q := transport.Quirks{ReplayOnErr: true}

@@ -41,6 +41,9 @@ func (c *core) assign(s *slot, idx int32, n uint32, at int64) {
 			c.close("malformed command: "+err.Error(), true)
 			return
 		}
+		if c.tagInFlight(s, s.cmd.Tag) {
+			return
+		}
 		c.startCommand(s)
 		return
 	}
@@ -52,7 +55,32 @@ func (c *core) assign(s *slot, idx int32, n uint32, at int64) {
 		c.close("malformed control request: "+err.Error(), true)
 		return
 	}
+	if c.tagInFlight(s, s.ctl.Tag) {
+		return
+	}
 	c.startControl(s)
+}
+
+// tagInFlight ends the connection if another request still in flight
+// carries tag, and reports whether it did. The initiator names each
+// request in flight by its own tag, and its answer goes back under it:
+// two at once would get two answers it cannot tell apart, and SAM-5
+// calls a second command under a tag in use an overlapped command. Our
+// initiator never sends one; a NIC that replays a request at ERR
+// (transport.Quirks.ReplayOnErr, rxe on Linux 6.12.95) does, and this
+// ends the connection at the first copy instead of executing them all.
+func (c *core) tagInFlight(s *slot, tag uint64) bool {
+	for i := range c.slots {
+		o := &c.slots[i]
+		if o == s || o.state == slotFree {
+			continue
+		}
+		if (o.control && o.ctl.Tag == tag) || (!o.control && o.cmd.Tag == tag) {
+			c.close(fmt.Sprintf("tag %#x of a request still in flight", tag), true)
+			return true
+		}
+	}
+	return false
 }
 
 func (c *core) lookup(h uint32) *openVol {
