@@ -61,7 +61,7 @@ func (c *core) assign(s *slot, idx int32, n uint32, at int64) {
 	c.startControl(s)
 }
 
-// tagInFlight ends the connection if another request still in flight
+// tagInFlight ends the connection if another request not yet answered
 // carries tag, and reports whether it did. The initiator names each
 // request in flight by its own tag, and its answer goes back under it:
 // two at once would get two answers it cannot tell apart, and SAM-5
@@ -69,14 +69,21 @@ func (c *core) assign(s *slot, idx int32, n uint32, at int64) {
 // initiator never sends one; a NIC that replays a request at ERR
 // (transport.Quirks.ReplayOnErr, rxe on Linux 6.12.95) does, and this
 // ends the connection at the first copy instead of executing them all.
+// A request whose answer is posted (WRITING_DATA, RESPONDING) no longer
+// counts: the initiator may have its answer, and may use the tag again,
+// before the answer's SEND completes here.
 func (c *core) tagInFlight(s *slot, tag uint64) bool {
 	for i := range c.slots {
 		o := &c.slots[i]
-		if o == s || o.state == slotFree {
+		switch o.state {
+		case slotFree, slotWritingData, slotResponding:
+			continue
+		}
+		if o == s {
 			continue
 		}
 		if (o.control && o.ctl.Tag == tag) || (!o.control && o.cmd.Tag == tag) {
-			c.close(fmt.Sprintf("tag %#x of a request still in flight", tag), true)
+			c.close(fmt.Sprintf("tag %#x of a request not yet answered", tag), true)
 			return true
 		}
 	}
