@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,7 +198,11 @@ const isolationBlocks = 256
 // writeAcross stamps generation 1 over every block through the first
 // gateway, then generation 2 with fault (named what) made 20 ms into
 // it; the writes must all complete, through the second gateway, which
-// then takes generation 3 over every block.
+// then takes generation 3 over every block. Generation 2 is written
+// over and over until a pass has begun after the fault was made: a
+// single pass (256 blocks at QD16) could end before the fault, which
+// takes several ip(8) and nft(8) runs, was in place, and then nothing
+// failed over.
 func (iso *isolatedPair) writeAcross(t *testing.T, ctx context.Context, what string, fault func()) {
 	t.Helper()
 	mv := iso.mv
@@ -206,10 +211,20 @@ func (iso *isolatedPair) writeAcross(t *testing.T, ctx context.Context, what str
 		t.Fatal(err)
 	}
 	inFlight := make(chan error, 1)
-	go func() { inFlight <- writeAll(2) }()
+	var faulted atomic.Bool
+	go func() {
+		for {
+			after := faulted.Load()
+			if err := writeAll(2); err != nil || after {
+				inFlight <- err
+				return
+			}
+		}
+	}()
 	time.Sleep(20 * time.Millisecond)
 	at := time.Now()
 	fault()
+	faulted.Store(true)
 	if err := <-inFlight; err != nil {
 		t.Fatalf("writes in flight at the %s: %v", what, err)
 	}
