@@ -65,3 +65,34 @@ func TestKeepaliveTraffic(t *testing.T) {
 		t.Error("no connection counted lost")
 	}
 }
+
+// TestKeepaliveIdleTargetFreezes: a session that does no I/O at all when
+// its target stops answering (a SIGSTOPped srpd: connections up, nothing
+// answered) still finds it dead. An idle channel takes no regular tick
+// (tickTimer), so only the keepalive's own due times can send the ping
+// and then end the connection: within about KeepaliveTimeout and a half
+// (200 ms here), not never.
+func TestKeepaliveIdleTargetFreezes(t *testing.T) {
+	var frozen atomic.Bool
+	r := newHostileRig(t, "", targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
+		if frozen.Load() {
+			return targettest.Drop
+		}
+		return targettest.Pass
+	}})
+	const ka = 200 * time.Millisecond
+	s, v := r.dial(t, initiator.Config{KeepaliveTimeout: ka, LossTimeout: 10 * time.Second})
+	if _, err := v.WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	frozen.Store(true)
+	defer frozen.Store(false)
+	start := time.Now()
+	for s.Stats().ConnectionsLost == 0 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("an idle session whose target stopped answering was not found dead in %v (KeepaliveTimeout %v)", time.Since(start), ka)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("found dead %v after the target froze", time.Since(start).Round(time.Millisecond))
+}
