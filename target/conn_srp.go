@@ -271,6 +271,11 @@ func (c *conn) logTaskMgmt(e srpTaskMgmtEvent, now int64) {
 		more = []any{"not_logged", l.n, "aborted_not_logged", l.aborted}
 	}
 	l.n, l.aborted = 0, 0
+	if e.overlap {
+		c.log.Warn("SRP overlapped command: a command came under the tag of one in flight; the I_T nexus's commands are aborted (SAM-5 5.9.4)",
+			append([]any{"tag", e.tag, "aborted_here", e.aborted, "initiator", c.core.initiator, "remote", c.remote, "conn", c.id}, more...)...)
+		return
+	}
 	if e.peer {
 		c.log.Info("SRP commands aborted by another I_T nexus's task management; answered TASK ABORTED",
 			append([]any{"function", e.fn.String(), "volume", e.volume, "aborted", e.aborted,

@@ -71,7 +71,9 @@ func (c *core) assign(s *slot, idx int32, n uint32, at int64) {
 // ends the connection at the first copy instead of executing them all.
 // A request whose answer is posted (WRITING_DATA, RESPONDING) no longer
 // counts: the initiator may have its answer, and may use the tag again,
-// before the answer's SEND completes here.
+// before the answer's SEND completes here. The SRP personality answers
+// an overlapped command as SAM-5 says instead (srpOverlapped): it has
+// task management to abort the nexus's commands with.
 func (c *core) tagInFlight(s *slot, tag uint64) bool {
 	for i := range c.slots {
 		o := &c.slots[i]

@@ -96,6 +96,10 @@ type srpSlot struct {
 	tmf     bool
 	resp    [4]byte
 	waiting int
+	// overlap: the command came under the tag of one in flight; it
+	// waits, as a task management function does, for the commands it
+	// aborted (srpOverlapped).
+	overlap bool
 	// peers: the function waits for the nexus's other channels too
 	// (one of waiting); peer is the other channel's function that
 	// aborted this command, if one did (core_srp_tmf.go).
@@ -184,6 +188,10 @@ func (c *core) srpAssign(s *slot, idx int32, n uint32, at int64) {
 		return
 	}
 	s.srp.tag = binary.BigEndian.Uint64(buf[8:]) // SRP is big-endian (SRP r16a 5.1)
+	if c.srpTagInUse(s) {
+		c.srpOverlapped(s)
+		return
+	}
 	if err := cmd.Decode(buf, c.srp.immOffset); err != nil {
 		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseInvalidField)
 		return

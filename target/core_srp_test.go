@@ -124,10 +124,14 @@ func TestSRPCoreAllocs(t *testing.T) {
 // credit is served.
 func TestSRPCoreCredits(t *testing.T) {
 	h := newSRPCoreHarness(t, 2)
-	rd := srpIU(t, srp.Cmd{CDB: rw10(0x28, 0, 1, false),
-		DataIn: srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 4096}}})
-	h.deliver(0, rd)
-	h.deliver(1, rd) // two reads on their jobs: both credits in use
+	tag := uint64(0)
+	read := func() []byte { // under a tag of its own: one in use is an overlapped command
+		tag++
+		return srpIU(t, srp.Cmd{Tag: tag, CDB: rw10(0x28, 0, 1, false),
+			DataIn: srp.DataBuffer{Format: srp.FormatDirect, Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 4096}}})
+	}
+	h.deliver(0, read())
+	h.deliver(1, read()) // two reads on their jobs: both credits in use
 	if h.c.acts.disconnect || h.c.outstanding != 2 || len(h.c.acts.jobs) != 2 {
 		t.Fatalf("within the limit: disconnect %t, outstanding %d, jobs %v", h.c.acts.disconnect, h.c.outstanding, h.c.acts.jobs)
 	}
@@ -138,12 +142,12 @@ func TestSRPCoreCredits(t *testing.T) {
 		h.c.backendDone(j, 2)
 	}
 	h.c.acts.reset()
-	h.deliver(2, rd)
-	h.deliver(0, rd)
+	h.deliver(2, read())
+	h.deliver(0, read())
 	if h.c.acts.disconnect {
 		t.Fatalf("credits returned by responses were not counted: %s", h.c.acts.reason)
 	}
-	h.deliver(1, rd)
+	h.deliver(1, read())
 	if !h.c.acts.disconnect || !h.c.acts.violation {
 		t.Fatalf("a third request on two credits: disconnect %t violation %t", h.c.acts.disconnect, h.c.acts.violation)
 	}

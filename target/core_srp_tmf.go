@@ -118,6 +118,78 @@ func (c *core) srpTaskMgmt(s *slot, tm *srp.TaskMgmt) {
 	c.srpAnswer(s, scsi.StatusGood, scsi.SenseNone)
 }
 
+// srpTagInUse reports whether a request of the channel not yet answered
+// other than s's carries s's tag: a command, or a task management
+// function waiting for the commands it aborted. A command whose SRP_RSP
+// is posted no longer counts (WRITING_DATA with its last data-in round
+// on the way, RESPONDING): the initiator may have the answer and use the
+// tag again before the SEND completes here. Tags are compared within a
+// channel only, where the core sees them; ib_srp's carry the channel's
+// hardware queue (blk_mq_unique_tag), so they never meet across
+// channels anyway.
+func (c *core) srpTagInUse(s *slot) bool {
+	for i := range c.slots {
+		x := &c.slots[i]
+		if x == s || x.srp.tag != s.srp.tag {
+			continue
+		}
+		switch x.state {
+		case slotFree, slotResponding:
+			continue
+		case slotWritingData:
+			if !x.srp.pushing {
+				continue
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// srpOverlapped answers the SRP_CMD in slot s, whose tag is in use
+// (srpTagInUse): an overlapped command (SAM-5 5.9.4). Two commands
+// under one tag would get two SRP_RSPs the initiator cannot tell apart,
+// and an initiator that sends one has lost track of its tags; SAM-5
+// has the task router abort every command of the I_T nexus and the
+// device server answer the new one CHECK CONDITION, ABORTED COMMAND,
+// OVERLAPPED COMMANDS ATTEMPTED. The new command never runs. The
+// nexus's commands are aborted as ABORT TASK SET aborts a unit's, on
+// every unit: this channel's here, the other channels' through the
+// shell (srpNexusAbort with no unit); the aborted get no SRP_RSP, and
+// the answer waits until they stopped, so that a write the initiator
+// retries cannot meet the one it overlapped. Neither ib_srpt nor LIO
+// looks for overlapped commands; ib_srp never sends one, but a NIC that
+// replays receives at ERR does (transport.Quirks.ReplayOnErr).
+func (c *core) srpOverlapped(s *slot) {
+	s.srp.overlap = true
+	for i := range c.slots {
+		x := &c.slots[i]
+		if x == s || !srpRunning(x) {
+			continue
+		}
+		x.srp.aborted, x.srp.abortBy = true, s.idx
+		s.srp.waiting++
+		if c.p.trace != nil {
+			c.p.trace(fmt.Sprintf("overlapped command tag=%d aborts slot %d tag=%d in %s", s.srp.tag, x.idx, x.srp.tag, x.state))
+		}
+	}
+	c.acts.taskMgmt = append(c.acts.taskMgmt, srpTaskMgmtEvent{tag: s.srp.tag, aborted: s.srp.waiting, overlap: true})
+	s.srp.peers = true
+	s.srp.waiting++
+	c.acts.srpAborts = append(c.acts.srpAborts, srpNexusAbort{slot: s.idx})
+}
+
+// srpAbortsDone answers the request in slot s once every command it
+// aborted has stopped: a task management function with its response
+// (FUNCTION COMPLETE), an overlapped command with its CHECK CONDITION.
+func (c *core) srpAbortsDone(s *slot) {
+	if s.srp.overlap {
+		c.srpAnswer(s, scsi.StatusCheckCondition, scsi.SenseOverlapped)
+		return
+	}
+	c.srpAnswer(s, scsi.StatusGood, scsi.SenseNone)
+}
+
 // srpAbortable reports whether slot x holds a command of lun that is
 // not answered yet and can still be aborted: its data-out on the way or
 // its volume job running.
@@ -143,10 +215,10 @@ func (c *core) srpUnitOf(lun uint16) *srpUnit {
 }
 
 // srpNexusAbort asks the shell to have the other channels of the I_T
-// nexus abort their commands of unit (srpPeerAbort), and for a LOGICAL
-// UNIT RESET (reset) every channel of every other SRP nexus too, then
-// report to this channel's task management function in slot
-// (srpPeersDone).
+// nexus abort their commands of unit, or of every unit when unit is nil
+// (srpPeerAbort), and for a LOGICAL UNIT RESET (reset) every channel of
+// every other SRP nexus too, then report to this channel's task
+// management function, or overlapped command, in slot (srpPeersDone).
 type srpNexusAbort struct {
 	slot  int32
 	unit  *srpUnit
@@ -161,7 +233,8 @@ type srpPeerAbort struct {
 	token   any
 }
 
-// srpPeerAbort aborts this channel's commands of unit for a task
+// srpPeerAbort aborts this channel's commands of unit (of every unit
+// when unit is nil: another channel's overlapped command) for a task
 // management function received on another channel: of the same nexus
 // (this channel's unit is unit), or for a LOGICAL UNIT RESET (reset) of
 // another nexus, whose unit of the same volume this channel's is; those
@@ -178,8 +251,8 @@ func (c *core) srpPeerAbort(unit *srpUnit, reset bool, token any) {
 				continue
 			}
 			u := c.srpUnitOf(x.srp.lun)
-			other := u != nil && u != unit && reset && u.name == unit.name
-			if u != unit && !other {
+			other := unit != nil && u != nil && u != unit && reset && u.name == unit.name
+			if unit != nil && u != unit && !other {
 				continue
 			}
 			x.srp.aborted, x.srp.peer, x.srp.tas = true, pa, other
@@ -189,6 +262,9 @@ func (c *core) srpPeerAbort(unit *srpUnit, reset bool, token any) {
 			}
 			if c.p.trace != nil {
 				who := "another channel's task management"
+				if unit == nil {
+					who = "another channel's overlapped command"
+				}
 				if other {
 					who = "another I_T nexus's LOGICAL UNIT RESET"
 				}
@@ -207,9 +283,10 @@ func (c *core) srpPeerAbort(unit *srpUnit, reset bool, token any) {
 
 // srpTaskMgmtEvent is a task management function for the shell to log,
 // as LIO logs each ABORT_TASK and LUN_RESET: one received on this
-// channel (aborted counts its commands aborted here), or (peer) another
+// channel (aborted counts its commands aborted here), (peer) another
 // I_T nexus's LOGICAL UNIT RESET that aborted commands of volume here,
-// which are answered TASK ABORTED.
+// which are answered TASK ABORTED, or (overlap) an overlapped command
+// under tag, which aborted the nexus's commands.
 type srpTaskMgmtEvent struct {
 	fn      srp.TaskFunc
 	lun     uint16
@@ -217,17 +294,19 @@ type srpTaskMgmtEvent struct {
 	volume  string // "" for a LUN that addresses no volume
 	aborted int
 	peer    bool
+	overlap bool
 }
 
-// srpPeersDone goes on with the task management function in slot idx
-// once the nexus's other channels aborted their commands: it is
-// answered if its own channel's have stopped too.
+// srpPeersDone goes on with the task management function, or the
+// overlapped command, in slot idx once the nexus's other channels
+// aborted their commands: it is answered if its own channel's have
+// stopped too.
 func (c *core) srpPeersDone(idx int32) {
 	if c.state == connClosed || idx < 0 || int(idx) >= len(c.slots) {
 		return
 	}
 	s := &c.slots[idx]
-	if !s.srp.tmf || !s.srp.peers {
+	if !(s.srp.tmf || s.srp.overlap) || !s.srp.peers {
 		return
 	}
 	s.srp.peers = false
@@ -235,7 +314,7 @@ func (c *core) srpPeersDone(idx int32) {
 		c.p.trace(fmt.Sprintf("slot %d tag=%d: the other channels' commands stopped", s.idx, s.srp.tag))
 	}
 	if s.srp.waiting--; s.srp.waiting == 0 {
-		c.srpAnswer(s, scsi.StatusGood, scsi.SenseNone)
+		c.srpAbortsDone(s)
 	}
 }
 
@@ -285,6 +364,6 @@ func (c *core) srpAbortDone(s *slot) {
 	tmf := &c.slots[s.srp.abortBy]
 	c.freeSlot(s)
 	if tmf.srp.waiting--; tmf.srp.waiting == 0 && c.state != connClosed {
-		c.srpAnswer(tmf, scsi.StatusGood, scsi.SenseNone)
+		c.srpAbortsDone(tmf)
 	}
 }

@@ -123,7 +123,12 @@ func (h *traceHarness) run(t *testing.T, td *datadriven.TestData) string {
 	case "peer-abort":
 		// Another channel of the nexus aborts this one's commands of
 		// the LUN; with other-nexus, a LOGICAL UNIT RESET of another
-		// I_T nexus on the LUN's volume.
+		// I_T nexus on the LUN's volume; with all, another channel's
+		// overlapped command, on every unit.
+		if td.HasArg("all") {
+			c.srpPeerAbort(nil, false, "peer")
+			break
+		}
 		var lun int
 		td.ScanArgs(t, "lun", &lun)
 		u := c.srpUnitOf(uint16(lun))
@@ -264,7 +269,11 @@ func (h *traceHarness) report() {
 		h.printf("logged in\n")
 	}
 	for _, x := range a.srpAborts {
-		h.printf("abort on the other channels of the nexus: %s, for slot %d\n", x.unit.name, x.slot)
+		what := "every unit"
+		if x.unit != nil {
+			what = x.unit.name
+		}
+		h.printf("abort on the other channels of the nexus: %s, for slot %d\n", what, x.slot)
 	}
 	for _, tok := range a.peerAborted {
 		h.printf("%s abort finished here\n", tok)

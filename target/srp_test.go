@@ -320,7 +320,13 @@ func (c *srpClient) fetched(descs []srp.Descriptor, inline int) srp.DataBuffer {
 func (c *srpClient) post(cmd srp.Cmd) uint64 {
 	c.tb.Helper()
 	c.tag++
-	cmd.Tag = c.tag<<8 | 0x5a // not a small integer: the tag is opaque
+	return c.postTag(cmd, c.tag<<8|0x5a) // not a small integer: the tag is opaque
+}
+
+// postTag sends an SRP_CMD under tag without waiting; it returns tag.
+func (c *srpClient) postTag(cmd srp.Cmd, tag uint64) uint64 {
+	c.tb.Helper()
+	cmd.Tag = tag
 	b := make([]byte, cmd.EncodedLen())
 	if _, err := cmd.Encode(b); err != nil {
 		c.tb.Fatal(err)

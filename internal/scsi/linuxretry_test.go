@@ -45,6 +45,7 @@ func TestLinuxSeesFailures(t *testing.T) {
 		{"backend write error", SenseWriteError, true, "a store's EIO may be transient; after 5 retries it goes up"},
 		{"read error", SenseReadError, false, "final"},
 		{"data phase error", SenseDataPhaseError, true, "an RDMA transfer that failed: the retry may pass"},
+		{"overlapped command", SenseOverlapped, true, "the nexus's commands were aborted: the retry runs alone"},
 		{"internal failure", SenseInternalFailure, false, "final"},
 		{"space allocation failed", SenseSpaceAllocFailed, false, "the filesystem must see ENOSPC"},
 		{"write protected", SenseWriteProtected, false, "final"},

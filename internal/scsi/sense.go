@@ -101,8 +101,11 @@ var (
 	SenseUnavailable = Sense{KeyNotReady, 0x04, 0x0C} // LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE
 	// SenseBecomingReady is a unit whose volume the target is still
 	// opening; Linux retries it (scsi_check_sense, NOT READY 04h/01h).
-	SenseBecomingReady   = Sense{KeyNotReady, 0x04, 0x01}       // LOGICAL UNIT IS IN PROCESS OF BECOMING READY
-	SenseDataPhaseError  = Sense{KeyAbortedCommand, 0x4B, 0x00} // DATA PHASE ERROR
+	SenseBecomingReady  = Sense{KeyNotReady, 0x04, 0x01}       // LOGICAL UNIT IS IN PROCESS OF BECOMING READY
+	SenseDataPhaseError = Sense{KeyAbortedCommand, 0x4B, 0x00} // DATA PHASE ERROR
+	// SenseOverlapped is a command under the tag of one still in
+	// flight (SAM-5 5.9.4, overlapped commands).
+	SenseOverlapped      = Sense{KeyAbortedCommand, 0x4E, 0x00} // OVERLAPPED COMMANDS ATTEMPTED
 	SensePowerOn         = Sense{KeyUnitAttention, 0x29, 0x01}  // POWER ON OCCURRED
 	SenseResetOccurred   = Sense{KeyUnitAttention, 0x29, 0x03}  // BUS DEVICE RESET FUNCTION OCCURRED
 	SenseCapacityChanged = Sense{KeyUnitAttention, 0x2A, 0x09}  // CAPACITY DATA HAS CHANGED
@@ -135,6 +138,7 @@ var ascNames = map[[2]uint8]string{
 	{0x04, 0x0B}: "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE",
 	{0x04, 0x0C}: "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE",
 	{0x4B, 0x00}: "DATA PHASE ERROR",
+	{0x4E, 0x00}: "OVERLAPPED COMMANDS ATTEMPTED",
 	{0x29, 0x01}: "POWER ON OCCURRED",
 	{0x29, 0x03}: "BUS DEVICE RESET FUNCTION OCCURRED",
 	{0x2A, 0x09}: "CAPACITY DATA HAS CHANGED",
