@@ -69,19 +69,14 @@ func (c *core) assign(s *slot, idx int32, n uint32, at int64) {
 // initiator never sends one; a NIC that replays a request at ERR
 // (transport.Quirks.ReplayOnErr, rxe on Linux 6.12.95) does, and this
 // ends the connection at the first copy instead of executing them all.
-// A request whose answer is posted (WRITING_DATA, RESPONDING) no longer
-// counts: the initiator may have its answer, and may use the tag again,
-// before the answer's SEND completes here. The SRP personality answers
-// an overlapped command as SAM-5 says instead (srpOverlapped): it has
-// task management to abort the nexus's commands with.
+// A request whose answer is posted no longer counts (slot.holdsTag).
+// The SRP personality answers an overlapped command as SAM-5 says
+// instead (srpOverlapped): it has task management to abort the
+// nexus's commands with.
 func (c *core) tagInFlight(s *slot, tag uint64) bool {
 	for i := range c.slots {
 		o := &c.slots[i]
-		switch o.state {
-		case slotFree, slotWritingData, slotResponding:
-			continue
-		}
-		if o == s {
+		if o == s || !o.holdsTag() {
 			continue
 		}
 		if (o.control && o.ctl.Tag == tag) || (!o.control && o.cmd.Tag == tag) {

@@ -119,29 +119,16 @@ func (c *core) srpTaskMgmt(s *slot, tm *srp.TaskMgmt) {
 }
 
 // srpTagInUse reports whether a request of the channel not yet answered
-// other than s's carries s's tag: a command, or a task management
-// function waiting for the commands it aborted. A command whose SRP_RSP
-// is posted no longer counts (WRITING_DATA with its last data-in round
-// on the way, RESPONDING): the initiator may have the answer and use the
-// tag again before the SEND completes here. Tags are compared within a
-// channel only, where the core sees them; ib_srp's carry the channel's
-// hardware queue (blk_mq_unique_tag), so they never meet across
-// channels anyway.
+// (slot.holdsTag) other than s's carries s's tag: a command, or a task
+// management function waiting for the commands it aborted. Tags are
+// compared within a channel only, where the core sees them; ib_srp's
+// carry the channel's hardware queue (blk_mq_unique_tag), so they never
+// meet across channels anyway.
 func (c *core) srpTagInUse(s *slot) bool {
 	for i := range c.slots {
-		x := &c.slots[i]
-		if x == s || x.srp.tag != s.srp.tag {
-			continue
+		if x := &c.slots[i]; x != s && x.srp.tag == s.srp.tag && x.holdsTag() {
+			return true
 		}
-		switch x.state {
-		case slotFree, slotResponding:
-			continue
-		case slotWritingData:
-			if !x.srp.pushing {
-				continue
-			}
-		}
-		return true
 	}
 	return false
 }

@@ -240,3 +240,19 @@ type slot struct {
 	// signaled WR: its completion frees every SQ entry up to it.
 	sigSeq uint64
 }
+
+// holdsTag reports whether the request in the slot still holds its tag:
+// it is not answered yet. Once its answer is posted (RESPONDING, or
+// WRITING_DATA with the response behind the data) the initiator may
+// have the answer and use the tag again before the answer's SEND
+// completes here; an SRP data-in moved in rounds (pushing) has its
+// answer still to come.
+func (s *slot) holdsTag() bool {
+	switch s.state {
+	case slotFree, slotResponding:
+		return false
+	case slotWritingData:
+		return s.srp.pushing
+	}
+	return true
+}
