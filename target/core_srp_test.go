@@ -154,10 +154,11 @@ func TestSRPCoreCredits(t *testing.T) {
 }
 
 // FuzzSRPCore feeds arbitrary IUs into a core in an SRP session, after
-// what before says: nothing (0), a well-formed READ answered (1), or a
+// what before says: nothing (0), a well-formed READ answered (1), a
 // READ aborted by another channel of the nexus, whose credit went back
 // in SRP_CRED_REQ tag 1, still unanswered (2), so SRP_CRED_RSPs are
-// fuzzed against one outstanding. The core must never panic or refuse
+// fuzzed against one outstanding, or a READ tagged 1 still at the
+// volume (3), so IUs under its tag are overlapped commands. The core must never panic or refuse
 // its own move, and its accounting must stay sane. mem is the
 // initiator's memory at srpTableVA: an indirect table the IU does not
 // carry whole is fetched from there, so fetched tables are fuzzed too.
@@ -195,6 +196,9 @@ func FuzzSRPCore(f *testing.F) {
 		f.Add(uint8(0), b, tbl)
 		f.Add(uint8(1), b, tbl[:32])
 		f.Add(uint8(2), b, tbl)
+		if cmd.Tag == 1 || cmd.Tag == 2 {
+			f.Add(uint8(3), b, tbl) // tag 1: overlapped
+		}
 	}
 	var tm [srp.TaskMgmtLen]byte
 	(&srp.TaskMgmt{Tag: 9, Function: srp.TaskAbortTask}).Encode(tm[:])
@@ -215,14 +219,16 @@ func FuzzSRPCore(f *testing.F) {
 		}
 		h := newSRPCoreHarness(t, 4)
 		h.remote = append(make([]byte, srpTableVA, srpTableVA+len(mem)), mem...)
-		if before%3 > 0 {
+		if mode := before % 4; mode > 0 {
 			h.deliver(0, srpIU(t, srp.Cmd{Tag: 1, CDB: rw16(0x88, 0, 1), DataIn: srp.DataBuffer{Format: srp.FormatDirect,
 				Direct: srp.Descriptor{VA: 0x9000, Key: 1, Len: 4096}}}))
-			if before%3 == 2 {
+			if mode == 2 {
 				h.c.srpPeerAbort(h.c.srpUnitOf(0), false, "peer")
 			}
-			h.step()
-			if before%3 == 2 && (h.c.srp.cred.tag != 1 || h.c.outstanding != 0) {
+			if mode != 3 { // 3: the READ's job stays pending, its tag in use
+				h.step()
+			}
+			if mode == 2 && (h.c.srp.cred.tag != 1 || h.c.outstanding != 0) {
 				t.Fatalf("aborted READ: SRP_CRED_REQ tag %d, outstanding %d", h.c.srp.cred.tag, h.c.outstanding)
 			}
 		}
