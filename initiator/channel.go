@@ -117,7 +117,7 @@ func (c *channel) submit(r *Request) error {
 		return fmt.Errorf("initiator: channel %d down since %s: %w", c.id, c.downAt.Format(time.RFC3339), ErrConnectionLost)
 	}
 	r.start = clock.Nanos()
-	r.srpRetries, r.srpLast, r.timeouts = 0, nil, 0
+	r.retries, r.retryLast, r.timeouts = 0, nil, 0
 	c.q.push(r)
 	c.mu.Unlock()
 	c.ring()

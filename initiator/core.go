@@ -153,9 +153,12 @@ type core struct {
 	p    coreParams
 	pool *frmr.Pool
 
-	up          bool // a connection is logged in and has not failed
-	credits     int  // granted at login
-	avail       int
+	up      bool // a connection is logged in and has not failed
+	credits int  // granted at login
+	avail   int
+	// held: the target answered a command BUSY (or TASK SET FULL):
+	// nothing is staged until the next tick (retryLater).
+	held        bool
 	maxImm      int  // largest WRITE sent as immediate data (0: none)
 	pathNotices bool // the target sends wire.PathNotice IUs
 	remoteInv   bool
@@ -247,6 +250,7 @@ func (c *core) tick(now int64) {
 	if !c.up {
 		return
 	}
+	c.held = false // a tick later: the busy target is asked again
 	if err := c.pool.Tick(); err != nil {
 		c.fail(fmt.Errorf("initiator: %w", err))
 		return
@@ -284,7 +288,7 @@ func (c *core) tickDue() (at int64, every bool) {
 	switch {
 	case !c.up:
 		return 0, false
-	case !c.idle() || len(c.invPending) > 0 || c.pool.Waiting():
+	case !c.idle() || len(c.invPending) > 0 || c.pool.Waiting() || c.held:
 		return 0, true
 	case c.srp != nil && (c.avail == 0 || len(c.srp.answers) > 0):
 		return 0, true
@@ -361,7 +365,7 @@ func (c *core) reset() {
 	c.waiting, c.invPending, c.batch = c.waiting[:0], c.invPending[:0], c.batch[:0]
 	c.acts.send = c.acts.send[:0]
 	c.acts.recv = c.acts.recv[:0]
-	c.avail = 0
+	c.avail, c.held = 0, false
 	clear(c.handles)
 	clear(c.given)
 	if c.srp != nil {

@@ -170,7 +170,15 @@ func (c *core) complete(si int) {
 	c.free = append(c.free, si)
 	var err error
 	if r.Op != opControl && sl.rsp.Status != wire.StatusGood {
-		err = &IOError{Op: r.Op, Off: r.Offset, Len: r.length(), Sense: Sense(sl.rsp.Sense)}
+		err = &IOError{Op: r.Op, Off: r.Offset, Len: r.length(), Sense: Sense(sl.rsp.Sense), Busy: sl.rsp.Status == wire.StatusBusy}
+		if sl.rsp.Status == wire.StatusBusy {
+			// The target could not run it now: a draining srpd answers
+			// so until its connections end (the command never ran).
+			// The wire says retry; it goes again after a tick, until
+			// the I/O timeout (retryLater).
+			c.retryLater(r, si, err, true)
+			return
+		}
 	}
 	d := doneIO{req: r, err: err, bounce: sl.bounce, rsp: true}
 	if r.Op != opControl && sl.rsp.Flags&wire.RespCapacityChanged != 0 {

@@ -3,6 +3,8 @@ package initiator
 import (
 	"errors"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/internal/wire"
@@ -18,6 +20,12 @@ func (c *core) room() int { return c.pool.Room() - len(c.acts.send) }
 // cannot be carried at all is finished in acts.done.
 func (c *core) start(r *Request, now int64) bool {
 	if !c.canStart() {
+		return false
+	}
+	if c.retryExpired(r, now) {
+		return true
+	}
+	if c.held {
 		return false
 	}
 	if c.srp != nil {
@@ -272,6 +280,41 @@ func (c *core) settle(n int, err error, didPost bool) {
 // finish completes a request that never took a credit.
 func (c *core) finish(r *Request, err error) {
 	c.acts.done = append(c.acts.done, doneIO{req: r, err: err, bounce: -1})
+}
+
+// retryLater re-issues r, which the target answered with err, a
+// condition that passes: its slot si is free again, and r goes back to
+// the head of the queue, unless Config.IOTimeout has passed since it was
+// first sent (retryExpired). With hold (the target said BUSY or TASK SET
+// FULL: it cannot take the command now), nothing more is staged until
+// the next tick, as Linux's midlayer blocks a device that answered BUSY
+// for a moment (scsi_queue_insert, SCSI_MLQUEUE_DEVICE_BUSY) instead of
+// sending the command straight back.
+func (c *core) retryLater(r *Request, si int, err error, hold bool) {
+	sl := &c.slots[si]
+	if r.retries == 0 {
+		r.retryFirst = sl.started
+	}
+	r.retries++
+	r.retryLast = err
+	c.held = c.held || hold
+	c.requeue(r)
+}
+
+// retryExpired completes r, re-issued after a passing condition
+// (retryLater), if Config.IOTimeout has passed since it was first sent:
+// with the last answer, and how often it was tried. The error is
+// os.ErrDeadlineExceeded as well as the last answer: the command ran out
+// of time, as an I/O deadline does.
+func (c *core) retryExpired(r *Request, now int64) bool {
+	if r.retries == 0 || now-r.retryFirst <= c.p.ioTimeout {
+		return false
+	}
+	err := fmt.Errorf("%w (re-issued %d times in %s, past the I/O timeout %s): %w",
+		r.retryLast, r.retries, time.Duration(now-r.retryFirst).Round(time.Millisecond), time.Duration(c.p.ioTimeout), os.ErrDeadlineExceeded)
+	r.retries, r.retryLast = 0, nil
+	c.finish(r, err)
+	return true
 }
 
 func (c *core) requeue(r *Request) {

@@ -20,7 +20,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/gosrp/gosrp/frmr"
@@ -115,6 +114,10 @@ type srpResult struct {
 	// aborted: TASK ABORTED, another I_T nexus's task management (a
 	// LOGICAL UNIT RESET) aborted the command (SAM-5 5.6, TAS).
 	aborted bool
+	// busy: BUSY or TASK SET FULL, the target cannot take the command
+	// now (SAM-5 5.3): a draining srpd answers BUSY, LIO a full queue
+	// TASK SET FULL.
+	busy bool
 }
 
 func newSRPCore(slots, recvs int) *srpCore {
@@ -128,9 +131,6 @@ func newSRPCore(slots, recvs int) *srpCore {
 // startSRP is start for an SRP session: r becomes an SRP_CMD on a free
 // slot (the caller checked canStart).
 func (c *core) startSRP(r *Request, now int64) bool {
-	if c.srpRetryExpired(r, now) {
-		return true
-	}
 	s := c.srp
 	si := c.free[len(c.free)-1]
 	sl := &c.slots[si]
@@ -377,6 +377,7 @@ func (c *core) srpOutcome(r *Request, rsp *srp.Rsp) (srpResult, error) {
 		st := SCSIStatus(rsp.Status)
 		if st != SCSIStatusCheckCondition || len(rsp.Sense) == 0 {
 			res.aborted = st == SCSIStatusTaskAborted
+			res.busy = st == SCSIStatusBusy || st == SCSIStatusTaskSetFull
 			res.err = &SCSIError{Op: r.Op, Status: st, cmd: r.scsi.name()}
 			return res, nil
 		}
@@ -412,12 +413,16 @@ func (c *core) srpOutcome(r *Request, rsp *srp.Rsp) (srpResult, error) {
 // change) is reported once per I_T nexus and condition (SAM-5 5.14), and
 // TASK ABORTED means another host's LOGICAL UNIT RESET aborted the
 // command (SAM-5 6.3.3, TAS), whose re-issue then hears of the reset as
-// a UNIT ATTENTION; Linux retries both (scsi_decide_disposition). The
+// a UNIT ATTENTION; Linux retries both (scsi_decide_disposition). BUSY
+// and TASK SET FULL say the target cannot take the command now (a
+// draining srpd, a full queue): it is re-issued after the next tick,
+// nothing else staged meanwhile (retryLater), as Linux requeues it. The
 // bound is the command's time, not a count: another host that resets the
 // unit as fast as it can aborts every try, and a count it can exhaust
 // would turn its flood into this host's I/O errors. A command still
 // answered so Config.IOTimeout after it was first sent ends with the
-// last answer (startSRP), so one aborted forever does not loop forever.
+// last answer (retryExpired), so one aborted forever does not loop
+// forever.
 func (c *core) completeSRP(si int) {
 	sl := &c.slots[si]
 	r := sl.req
@@ -425,36 +430,15 @@ func (c *core) completeSRP(si int) {
 	c.srp.res[si] = srpResult{}
 	sl.req, sl.hasReg, sl.state = nil, false, slotFree
 	c.free = append(c.free, si)
-	if res.ua || res.aborted {
-		if r.srpRetries == 0 {
-			r.srpFirst = sl.started
-		}
-		r.srpRetries++
-		r.srpLast = res.err
-		c.requeue(r)
+	if res.ua || res.aborted || res.busy {
+		c.retryLater(r, si, res.err, res.busy)
 		return
 	}
-	r.srpRetries, r.srpLast = 0, nil
+	r.retries, r.retryLast = 0, nil
 	if r.scsi != nil {
 		r.scsi.got = res.got
 	}
 	c.acts.done = append(c.acts.done, doneIO{req: r, err: res.err, bounce: sl.bounce, rsp: true})
-}
-
-// srpRetryExpired completes r, re-issued after UNIT ATTENTION or TASK
-// ABORTED (completeSRP), if Config.IOTimeout has passed since it was
-// first sent: with the last answer, and how often it was tried. The
-// error is os.ErrDeadlineExceeded as well as the last answer's
-// SCSIError: the command ran out of time, as an I/O deadline does.
-func (c *core) srpRetryExpired(r *Request, now int64) bool {
-	if r.srpRetries == 0 || now-r.srpFirst <= c.p.ioTimeout {
-		return false
-	}
-	err := fmt.Errorf("%w (re-issued %d times in %s, past the I/O timeout %s): %w",
-		r.srpLast, r.srpRetries, time.Duration(now-r.srpFirst).Round(time.Millisecond), time.Duration(c.p.ioTimeout), os.ErrDeadlineExceeded)
-	r.srpRetries, r.srpLast = 0, nil
-	c.finish(r, err)
-	return true
 }
 
 // srpAnswer answers a target request in the receive buffer it arrived

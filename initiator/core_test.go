@@ -535,7 +535,11 @@ func (h *coreHarness) recvGosrp(t testing.TB, td *datadriven.TestData, buf []byt
 	switch kind {
 	case "response":
 		rsp := wire.Response{Tag: tag, Credits: uint32(credits)}
-		if st != "good" {
+		switch st {
+		case "good":
+		case "busy":
+			rsp.Status = wire.StatusBusy
+		default:
 			rsp.Status, rsp.Sense = wire.StatusError, wire.SenseMediumError
 		}
 		n, _ = rsp.Encode(buf)

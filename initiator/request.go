@@ -97,9 +97,16 @@ type IOError struct {
 	Off   int64
 	Len   int64
 	Sense Sense
+	// Busy: the target answered that it could not run the command now
+	// (a target draining for its stop), to the last try within the I/O
+	// timeout.
+	Busy bool
 }
 
 func (e *IOError) Error() string {
+	if e.Busy {
+		return fmt.Sprintf("initiator: %s of %d bytes at %d: target busy", e.Op, e.Len, e.Off)
+	}
 	return fmt.Sprintf("initiator: %s of %d bytes at %d: target: %s", e.Op, e.Len, e.Off, e.Sense)
 }
 
@@ -179,14 +186,15 @@ type Request struct {
 	// session's own (discovery: REPORT LUNS, INQUIRY, READ CAPACITY)
 	// sent instead of the one Op would make (core_srp.go).
 	scsi *scsiCmd
-	// srpRetries counts the re-issues of an SRP command answered UNIT
-	// ATTENTION or TASK ABORTED since it was submitted, srpFirst is when
-	// it was first staged, and srpLast is the answer that re-issued it
-	// last: past Config.IOTimeout from srpFirst it is not re-issued
-	// again but completes with srpLast (core_srp.go).
-	srpRetries uint32
-	srpFirst   int64
-	srpLast    error
+	// retries counts the re-issues of a command answered BUSY (either
+	// protocol), or UNIT ATTENTION, TASK ABORTED or TASK SET FULL (SRP)
+	// since it was submitted, retryFirst is when it was first staged,
+	// and retryLast is the answer that re-issued it last: past
+	// Config.IOTimeout from retryFirst it is not re-issued again but
+	// completes with retryLast (core.retryExpired).
+	retries    uint32
+	retryFirst int64
+	retryLast  error
 	// timeouts counts the I/O timeouts that ended a connection while
 	// the request was on it unanswered (core.tick); at maxIOTimeouts it
 	// fails instead of being re-issued (core.reset).
