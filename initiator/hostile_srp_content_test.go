@@ -114,6 +114,24 @@ var srpLieCases = []srpLieCase{
 		putRsp(iu, func(r *srp.Rsp) { r.Status = uint8(scsi.StatusTaskAborted) })
 		return targettest.Pass
 	}, cfg: func(c *initiator.Config) { c.IOTimeout = time.Second }, rounds: 2},
+	// Not a lie either: a draining srpd answers BUSY, a full LIO queue
+	// TASK SET FULL (SAM-5 5.3); the command never ran, and Linux's
+	// midlayer asks again after a pause (scsi_queue_insert). So must the
+	// initiator, without an error and without losing the connection.
+	{name: "busy", lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
+		putRsp(iu, func(r *srp.Rsp) { r.Status = uint8(scsi.StatusBusy) })
+		return targettest.Pass
+	}},
+	{name: "task-set-full", lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
+		putRsp(iu, func(r *srp.Rsp) { r.Status = uint8(scsi.StatusTaskSetFull) })
+		return targettest.Pass
+	}},
+	// A target busy forever: each command is asked again until its I/O
+	// timeout and then fails, rather than looping or failing at once.
+	{name: "busy-forever", every: true, failErr: os.ErrDeadlineExceeded, lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
+		putRsp(iu, func(r *srp.Rsp) { r.Status = uint8(scsi.StatusBusy) })
+		return targettest.Pass
+	}, cfg: func(c *initiator.Config) { c.IOTimeout = time.Second }, rounds: 2},
 	{name: "t-logout-mid-io", churn: true, lie: func(iu []byte, _ bool, _ uint64) targettest.Action {
 		clear(iu)
 		l := srp.TLogout{Reason: 0x1}
@@ -135,14 +153,16 @@ var srpLieCases = []srpLieCase{
 // of its SRP_RSPs: answers for a tag not outstanding or already
 // completed, SENSEDATALEN or RESPDATALEN beyond the IU, residuals that
 // contradict the transfer, GOOD for a READ whose residual says nothing
-// was moved, SRP_T_LOGOUT in the middle of the I/O, and credit lies
-// (req_lim_delta 2^31, and 0 forever). On every profile the initiator
-// must not panic, must complete every request exactly once, with an
-// error only where the lie leaves nothing to re-issue on a new
-// connection, must not hang past its timeouts, must leave no completed
-// request's key valid (every descriptor the target was ever handed is
-// fired at it whenever nothing is in flight), and every write
-// acknowledged GOOD must read back.
+// was moved, SRP_T_LOGOUT in the middle of the I/O, credit lies
+// (req_lim_delta 2^31, and 0 forever), and answers a command is asked
+// again for (TASK ABORTED, BUSY, TASK SET FULL; now and then, or
+// forever). On every profile the initiator must not panic, must complete
+// every request exactly once, with an error only where the lie leaves
+// nothing to re-issue on a new connection, must not hang past its
+// timeouts, must leave no completed request's key valid (every
+// descriptor the target was ever handed is fired at it whenever nothing
+// is in flight), and every write acknowledged GOOD must read back; and
+// once the lies stop, the session must serve a write and its read.
 func TestHostileSRPContent(t *testing.T) {
 	for _, tc := range srpLieCases {
 		for _, profile := range emu.Profiles() {
@@ -268,6 +288,7 @@ func testHostileSRPContent(t *testing.T, tc srpLieCase, profile string) {
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
+	serves(ctx, t, v, "once the target stopped lying")
 	st := s.Stats()
 	t.Logf("%d lies, %d requests failed, connections lost %d, reconnects %d", lies.Load(), failed, st.ConnectionsLost, st.Reconnects)
 	if lies.Load() == 0 {
