@@ -2,11 +2,14 @@ package initiator_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/logsink"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/transport"
 	"github.com/gosrp/gosrp/transport/emu"
@@ -91,25 +94,53 @@ func TestReplayOnErrUnderFaults(t *testing.T) {
 // TestReplayedCommandsLandInOrder: the target's NIC replays too. A
 // command SEND whose receive completion srpd has not polled when its QP
 // enters ERR arrives again in every receive still posted, each copy a
-// success under the same tag. srpd ends the connection at the first
-// copy, as a request under the tag of one in flight (core.tagInFlight),
-// so no copy runs; what the original started, a channel's new login
-// waits for (target.reinstate; TestReloginWaitsForOldWrites). Over four
-// channels of overlapping verified writes, with QPs moved to ERR at
-// random on both NICs, every block reads back what was last written
-// (the rule itself is the target core's trace, testdata/core/hostile).
+// success under the same tag. In gosrp's protocol srpd ends the
+// connection at the first copy, as a request under the tag of one in
+// flight (core.tagInFlight); in T10 SRP it answers the copy as an
+// overlapped command and aborts the nexus's commands
+// (core.srpOverlapped). Either way no copy runs, and what the original
+// started, a channel's new login waits for (target.reinstate;
+// TestReloginWaitsForOldWrites). Over four channels of overlapping
+// verified writes, with QPs moved to ERR at random on both NICs, every
+// block reads back what was last written (the rules themselves are the
+// target core's traces, testdata/core/hostile and srp-overlapped).
+//
+// In T10 SRP a copy is not taken for an overlapped command: that would
+// abort the other channels' commands (SAM-5 5.9.4) and say so only on
+// the QP in ERR, and they would wait out the I/O timeout (30 s). The
+// target logs every overlapped command; the run wants none.
 func TestReplayedCommandsLandInOrder(t *testing.T) {
-	seed := testSeed(t)
-	q := transport.Quirks{ReplayOnErr: true}
-	r := newRig(t, emu.Config{Wire: emu.WireTCP, Seed: seed, Quirks: &q, Faults: emu.Faults{QPError: 0.005}, RetryTimeout: 200 * time.Millisecond}, 1<<20, target.Config{})
-	s := r.dial(t, initiator.Config{Channels: 4, Credits: 16})
-	ctx := context.Background()
-	v := openVol0(t, ctx, s)
-	gens := workload(t, v, seed, 32, 3000)
-	verifyAll(t, v, gens, seed)
-	tc, ic := r.tp.Counters(), r.ip.Counters()
-	t.Logf("seed %d: target NIC %d QP errors, %d receives replayed; initiator NIC %d and %d", seed, tc.InjectedQPErrors, tc.Replays, ic.InjectedQPErrors, ic.Replays)
-	if tc.Replays == 0 {
-		t.Fatalf("seed %d: the target's NIC replayed no command: the run tested nothing", seed)
+	for _, tc := range []struct {
+		name string
+		cfg  initiator.Config
+		tcfg target.Config
+		vol  string
+	}{
+		{"gosrp", initiator.Config{}, target.Config{}, "vol0"},
+		{"srp", initiator.Config{Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort}, target.Config{SRPTargetPortID: srpPort}, "lun0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seed := testSeed(t)
+			q := transport.Quirks{ReplayOnErr: true}
+			var logs logsink.Buffer
+			tcfg := tc.tcfg
+			tcfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			r := newRig(t, emu.Config{Wire: emu.WireTCP, Seed: seed, Quirks: &q, Faults: emu.Faults{QPError: 0.005}, RetryTimeout: 200 * time.Millisecond}, 1<<20, tcfg)
+			cfg := tc.cfg
+			cfg.Channels, cfg.Credits = 4, 16
+			s := r.dial(t, cfg)
+			ctx := context.Background()
+			v := openNamed(t, ctx, s, tc.vol)
+			gens := workload(t, v, seed, 32, 3000)
+			verifyAll(t, v, gens, seed)
+			tc, ic := r.tp.Counters(), r.ip.Counters()
+			t.Logf("seed %d: target NIC %d QP errors, %d receives replayed; initiator NIC %d and %d", seed, tc.InjectedQPErrors, tc.Replays, ic.InjectedQPErrors, ic.Replays)
+			if tc.Replays == 0 {
+				t.Fatalf("seed %d: the target's NIC replayed no command: the run tested nothing", seed)
+			}
+			if n := strings.Count(logs.String(), "overlapped command"); n > 0 {
+				t.Fatalf("seed %d: %d replayed commands taken for overlapped ones", seed, n)
+			}
+		})
 	}
 }

@@ -322,6 +322,7 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 	c.core = newCore(coreParams{
 		gen: t.gen.Add(1), id: c.id, name: cfg.Name, credits: credits, maxXfer: cfg.MaxTransfer, maxDesc: maxDesc,
 		offerInv: !cfg.DisableRemoteInvalidate && attr.Caps.Has(transport.CapSendWithInv),
+		replays:  attr.Quirks.ReplayOnErr,
 		loginTO:  cfg.LoginTimeout.Nanoseconds(), secrets: cfg.Secrets, acl: t.acl.Load, sqDepth: sqDepth, nrecv: nrecv,
 		recv: c.iuArena.Bytes()[:recvLen], recvAddr: c.iuMR.Addr(),
 		iu: c.iuArena.Bytes()[recvLen:iuLen], iuAddr: c.iuMR.Addr() + uint64(recvLen), iuLKey: c.iuMR.LKey(),

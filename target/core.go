@@ -20,6 +20,7 @@ type coreParams struct {
 	maxXfer   int
 	maxDesc   int
 	offerInv  bool  // target may answer with SEND_WITH_INV
+	replays   bool  // the device replays requests at ERR (transport.Quirks.ReplayOnErr)
 	loginTO   int64 // ns
 	secrets   func(string) ([]byte, bool)
 	acl       func() *ACL // the current rules (Target.SetACL swaps them)

@@ -189,6 +189,10 @@ func (c *core) srpAssign(s *slot, idx int32, n uint32, at int64) {
 	}
 	s.srp.tag = binary.BigEndian.Uint64(buf[8:]) // SRP is big-endian (SRP r16a 5.1)
 	if c.srpTagInUse(s) {
+		if c.p.replays {
+			c.srpReplayed(s)
+			return
+		}
 		c.srpOverlapped(s)
 		return
 	}

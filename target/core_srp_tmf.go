@@ -133,6 +133,20 @@ func (c *core) srpTagInUse(s *slot) bool {
 	return false
 }
 
+// srpReplayed ends the connection over the SRP_CMD in slot s, whose tag
+// is in use (srpTagInUse), on a device that replays requests at ERR
+// (coreParams.replays). There the command is a copy of one in flight,
+// which the device carries out again as the QP enters ERR, not an
+// initiator's overlapped command: srpOverlapped would abort the commands
+// of the nexus's other channels as SAM-5 5.9.4 says, and its answer,
+// the one word that tells the initiator so, goes out on this QP, which
+// is in ERR; those channels' commands would wait out the initiator's
+// I/O timeout. The channel is ending anyway: its commands end with it,
+// as on any lost connection, and none of the copies runs.
+func (c *core) srpReplayed(s *slot) {
+	c.close(fmt.Sprintf("SRP_CMD under tag %#x of a command in flight: a copy the device replayed as its QP entered ERR", s.srp.tag), false)
+}
+
 // srpOverlapped answers the SRP_CMD in slot s, whose tag is in use
 // (srpTagInUse): an overlapped command (SAM-5 5.9.4). Two commands
 // under one tag would get two SRP_RSPs the initiator cannot tell apart,
@@ -145,8 +159,9 @@ func (c *core) srpTagInUse(s *slot) bool {
 // shell (srpNexusAbort with no unit); the aborted get no SRP_RSP, and
 // the answer waits until they stopped, so that a write the initiator
 // retries cannot meet the one it overlapped. Neither ib_srpt nor LIO
-// looks for overlapped commands; ib_srp never sends one, but a NIC that
-// replays receives at ERR does (transport.Quirks.ReplayOnErr).
+// looks for overlapped commands; ib_srp never sends one. A NIC that
+// replays receives at ERR makes them (transport.Quirks.ReplayOnErr), and
+// srpReplayed takes those.
 func (c *core) srpOverlapped(s *slot) {
 	s.srp.overlap = true
 	for i := range c.slots {

@@ -25,6 +25,7 @@ func TestCoreTraces(t *testing.T) {
 				credits := 2
 				td.MaybeScanArgs(t, "credits", &credits)
 				h = &traceHarness{coreHarness: newCoreHarness(t, credits)}
+				h.c.p.replays = td.HasArg("replays")
 				h.c.p.trace = func(change string) { h.printf("%s\n", change) }
 				return "ok"
 			}
