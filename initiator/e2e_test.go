@@ -344,23 +344,40 @@ func TestUnalignedAndCommands(t *testing.T) {
 	}
 }
 
+// protocols are the initiator's two protocols, each against the
+// target's personality that speaks it: what to add to the initiator's and
+// the target's configurations, and the name vol0 goes by.
+var protocols = []struct {
+	name string
+	cfg  initiator.Config
+	tcfg target.Config
+	vol  string
+}{
+	{"gosrp", initiator.Config{}, target.Config{}, "vol0"},
+	{"srp", initiator.Config{Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort}, target.Config{SRPTargetPortID: srpPort}, "lun0"},
+}
+
 // TestFaults injects transport faults (QP errors, link cuts, lost and
-// corrupted completions) at random while a workload runs: the session
-// reconnects, re-issues what had not completed, and every acknowledged
-// write is present afterwards.
+// corrupted completions) at random while a workload runs, in gosrp's
+// protocol and in T10 SRP: the session reconnects, re-issues what had
+// not completed, and every acknowledged write is present afterwards.
 func TestFaults(t *testing.T) {
-	for _, prof := range emu.Profiles() {
-		for _, wire := range emu.Wires() {
-			t.Run("profile="+prof+"/wire="+wire, func(t *testing.T) {
-				seed := testSeed(t)
-				f := emu.Faults{QPError: 0.002, LinkCut: 0.001, Duplicate: 0.01, CorruptCQE: 0.001}
-				r := newRig(t, emu.Config{Profile: prof, Wire: wire, Seed: seed, Faults: f}, 8<<20, target.Config{})
-				s := r.dial(t, initiator.Config{Credits: 16, IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second, LossTimeout: 30 * time.Second})
-				v := openVol0(t, context.Background(), s)
-				gens := workload(t, v, seed, 16, 1500)
-				verifyAll(t, v, gens, seed)
-				t.Logf("connections lost %d, reconnects %d, emu %+v", s.Stats().ConnectionsLost, s.Stats().Reconnects, r.ip.Counters())
-			})
+	for _, proto := range protocols {
+		for _, prof := range emu.Profiles() {
+			for _, wire := range emu.Wires() {
+				t.Run("protocol="+proto.name+"/profile="+prof+"/wire="+wire, func(t *testing.T) {
+					seed := testSeed(t)
+					f := emu.Faults{QPError: 0.002, LinkCut: 0.001, Duplicate: 0.01, CorruptCQE: 0.001}
+					r := newRig(t, emu.Config{Profile: prof, Wire: wire, Seed: seed, Faults: f}, 8<<20, proto.tcfg)
+					cfg := proto.cfg
+					cfg.Credits, cfg.IOTimeout, cfg.ConnectTimeout, cfg.LossTimeout = 16, 2*time.Second, 2*time.Second, 30*time.Second
+					s := r.dial(t, cfg)
+					v := openNamed(t, context.Background(), s, proto.vol)
+					gens := workload(t, v, seed, 16, 1500)
+					verifyAll(t, v, gens, seed)
+					t.Logf("connections lost %d, reconnects %d, emu %+v", s.Stats().ConnectionsLost, s.Stats().Reconnects, r.ip.Counters())
+				})
+			}
 		}
 	}
 }
@@ -372,67 +389,74 @@ var _ = transport.ErrClosed
 // through keys one generation older than those the initiator's MRs hold.
 // Every stray must fail with REM_ACCESS_ERR (the key is no longer valid on
 // the initiator's device), the session must recover from the connection
-// errors that follow, and no acknowledged write may be lost or altered.
+// errors that follow, and no acknowledged write may be lost or altered:
+// in gosrp's protocol and in T10 SRP, where the initiator's LOCAL_INV
+// alone ends each key.
 func TestStrayOldKeyWrites(t *testing.T) {
-	for _, prof := range emu.Profiles() {
-		t.Run("profile="+prof+"/wire=tcp", func(t *testing.T) {
-			seed := testSeed(t)
-			r := newRig(t, emu.Config{Profile: prof, Wire: emu.WireTCP, Seed: seed, RetryTimeout: 200 * time.Millisecond}, 8<<20, target.Config{})
-			s := r.dial(t, initiator.Config{Credits: 16, IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second})
-			v := openVol0(t, context.Background(), s)
-			stop := make(chan struct{})
-			strays := make(chan int, 1)
-			go func() {
-				rng := rand.New(rand.NewPCG(uint64(seed), 99))
-				garbage := make([]byte, 4096)
-				for i := range garbage {
-					garbage[i] = 0xEE
-				}
-				n := 0
-				defer func() { strays <- n }()
-				// A bounded number of strays, each after the session has
-				// recovered from the previous one, so the workload always
-				// makes progress (under -race too).
-				for n < 25 {
-					select {
-					case <-stop:
-						return
-					case <-time.After(5 * time.Millisecond):
-					}
-					if s.Stats().Reconnects < uint64(n) {
-						continue
-					}
-					qps := r.tp.QPs()
-					var objs []uint32
-					for _, kind := range []string{"frmr", "mw"} {
-						objs = append(objs, r.ip.MemObjects(kind)...)
-					}
-					if len(qps) == 0 || len(objs) == 0 {
-						continue
-					}
-					info, ok := r.ip.MRInfo(objs[rng.IntN(len(objs))])
-					if !ok || info.Key.Variant() == 0 {
-						continue
-					}
-					stale := transport.MakeKey(info.Key.Index(), info.Key.Variant()-1)
-					st, err := r.tp.InjectStray(qps[rng.IntN(len(qps))], transport.OpRDMAWrite, stale, info.IOVA, garbage[:min(len(garbage), int(max(info.Len, 1)))])
-					if err != nil {
-						continue // the QP was not connected (between reconnects)
-					}
-					if st == transport.StatusSuccess {
-						t.Errorf("stray WRITE through stale key %s succeeded", stale)
-					}
-					n++
-				}
-				<-stop
-			}()
-			gens := workload(t, v, seed, 16, 1500)
-			close(stop)
-			n := <-strays
-			verifyAll(t, v, gens, seed)
-			t.Logf("%d strays, %d connections lost, initiator NIC %+v", n, s.Stats().ConnectionsLost, r.ip.Counters())
-		})
+	for _, proto := range protocols {
+		for _, prof := range emu.Profiles() {
+			t.Run("protocol="+proto.name+"/profile="+prof+"/wire=tcp", func(t *testing.T) { testStrayOldKeyWrites(t, proto.cfg, proto.tcfg, proto.vol, prof) })
+		}
 	}
+}
+
+func testStrayOldKeyWrites(t *testing.T, cfg initiator.Config, tcfg target.Config, vol, prof string) {
+	seed := testSeed(t)
+	r := newRig(t, emu.Config{Profile: prof, Wire: emu.WireTCP, Seed: seed, RetryTimeout: 200 * time.Millisecond}, 8<<20, tcfg)
+	cfg.Credits, cfg.IOTimeout, cfg.ConnectTimeout = 16, 2*time.Second, 2*time.Second
+	s := r.dial(t, cfg)
+	v := openNamed(t, context.Background(), s, vol)
+	stop := make(chan struct{})
+	strays := make(chan int, 1)
+	go func() {
+		rng := rand.New(rand.NewPCG(uint64(seed), 99))
+		garbage := make([]byte, 4096)
+		for i := range garbage {
+			garbage[i] = 0xEE
+		}
+		n := 0
+		defer func() { strays <- n }()
+		// A bounded number of strays, each after the session has
+		// recovered from the previous one, so the workload always
+		// makes progress (under -race too).
+		for n < 25 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if s.Stats().Reconnects < uint64(n) {
+				continue
+			}
+			qps := r.tp.QPs()
+			var objs []uint32
+			for _, kind := range []string{"frmr", "mw"} {
+				objs = append(objs, r.ip.MemObjects(kind)...)
+			}
+			if len(qps) == 0 || len(objs) == 0 {
+				continue
+			}
+			info, ok := r.ip.MRInfo(objs[rng.IntN(len(objs))])
+			if !ok || info.Key.Variant() == 0 {
+				continue
+			}
+			stale := transport.MakeKey(info.Key.Index(), info.Key.Variant()-1)
+			st, err := r.tp.InjectStray(qps[rng.IntN(len(qps))], transport.OpRDMAWrite, stale, info.IOVA, garbage[:min(len(garbage), int(max(info.Len, 1)))])
+			if err != nil {
+				continue // the QP was not connected (between reconnects)
+			}
+			if st == transport.StatusSuccess {
+				t.Errorf("stray WRITE through stale key %s succeeded", stale)
+			}
+			n++
+		}
+		<-stop
+	}()
+	gens := workload(t, v, seed, 16, 1500)
+	close(stop)
+	n := <-strays
+	verifyAll(t, v, gens, seed)
+	t.Logf("%d strays, %d connections lost, initiator NIC %+v", n, s.Stats().ConnectionsLost, r.ip.Counters())
 }
 
 // TestImmediateWrites: a write of up to Config.ImmediateData bytes travels

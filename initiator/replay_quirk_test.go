@@ -110,15 +110,7 @@ func TestReplayOnErrUnderFaults(t *testing.T) {
 // the QP in ERR, and they would wait out the I/O timeout (30 s). The
 // target logs every overlapped command; the run wants none.
 func TestReplayedCommandsLandInOrder(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		cfg  initiator.Config
-		tcfg target.Config
-		vol  string
-	}{
-		{"gosrp", initiator.Config{}, target.Config{}, "vol0"},
-		{"srp", initiator.Config{Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort}, target.Config{SRPTargetPortID: srpPort}, "lun0"},
-	} {
+	for _, tc := range protocols {
 		t.Run(tc.name, func(t *testing.T) {
 			seed := testSeed(t)
 			q := transport.Quirks{ReplayOnErr: true}
