@@ -331,12 +331,25 @@ func TestHostileDropsDuringReconnect(t *testing.T) {
 // more. The caller overwrites it at once with a marker; the marker must
 // never reach the volume. Each attempt writes a region of its own, so a
 // marker that got out is never overwritten by a later attempt and every
-// one is found, not only one that happened to land last.
+// one is found, not only one that happened to land last. In gosrp's
+// protocol and in T10 SRP.
 func TestAbandonedWriteNeverReadsBuffer(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run("protocol="+proto.name, func(t *testing.T) {
+			cfg := proto.cfg
+			cfg.Logger = quiet
+			tcfg := proto.tcfg
+			tcfg.Logger = quiet
+			testAbandonedWriteNeverReadsBuffer(t, cfg, tcfg, proto.vol)
+		})
+	}
+}
+
+func testAbandonedWriteNeverReadsBuffer(t *testing.T, cfg initiator.Config, tcfg target.Config, vol string) {
 	const attempts, size = 300, 1 << 20
-	r := newRig(t, emu.Config{Logger: quiet}, attempts*size, target.Config{Logger: quiet})
-	s := r.dial(t, initiator.Config{Logger: quiet})
-	v := openVol0(t, context.Background(), s)
+	r := newRig(t, emu.Config{Logger: quiet}, attempts*size, tcfg)
+	s := r.dial(t, cfg)
+	v := openNamed(t, context.Background(), s, vol)
 	buf := make([]byte, size)
 	marker := bytes.Repeat([]byte{0xBB}, len(buf))
 	abandoned := 0
@@ -370,11 +383,8 @@ func TestAbandonedWriteNeverReadsBuffer(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s2 := r.dial(t, initiator.Config{Logger: quiet})
-	v2, err := s2.Open(context.Background(), "vol0", initiator.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := r.dial(t, cfg)
+	v2 := openNamed(t, context.Background(), s2, vol)
 	got := make([]byte, size)
 	var leaked []string
 	for i := 0; i < attempts; i++ {
