@@ -168,4 +168,11 @@
 // restarts go unnoticed; a change to or from one counts as a restart. A
 // graceful target restart changes the instance too, which costs a replay
 // or a spurious ErrWriteCacheLost, never a silent loss.
+//
+// A volume the target keeps in memory (srpd --backend memory; its open
+// says so) loses everything at a restart, what was flushed too. The ring
+// brings it back only while it holds every write the session made to
+// the volume: once a flush has dropped a copy, or the ring never held
+// one (no ring, a FUA write it did not keep), the restart is a loss,
+// reported as ErrVolumeLost (which is also ErrWriteCacheLost).
 package initiator

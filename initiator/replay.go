@@ -31,6 +31,10 @@ type durability struct {
 	parked                      queue // acknowledged, waiting for room in the ring
 	ovf                         Request
 	ovfBusy                     bool // ovf is queued or in flight
+	// gone: a write acknowledged since the open or the last loss is no
+	// longer replayable (a flush released it from the ring, or the ring
+	// never held it), which a restart loses on a CapVolatile volume.
+	gone bool
 }
 
 // VolumeStats are a volume's durability counters.
@@ -101,6 +105,9 @@ func (s *Session) initReplay() error {
 const minEntry = 4096
 
 func (s *Session) lostErr(v *Volume) error {
+	if v.caps&wire.CapVolatile != 0 {
+		return fmt.Errorf("initiator: volume %q on %s: the target restarted, and it kept the volume in memory: %w", v.name, s.cfg.Addr, ErrVolumeLost)
+	}
 	return fmt.Errorf("initiator: volume %q on %s: the target restarted and lost writes it had acknowledged since the last flush: %w", v.name, s.cfg.Addr, ErrWriteCacheLost)
 }
 
@@ -125,6 +132,15 @@ func (s *Session) noteInstance(c *channel, inst uint64) {
 	s.stats.instanceChanges.Add(1)
 	for _, v := range vols {
 		d := &v.dur
+		if v.caps&wire.CapVolatile != 0 && d.gone {
+			// The target kept the volume in memory: the restart lost
+			// all of it, what was flushed too, which replaying the
+			// unflushed writes would hide. If the ring holds every
+			// write of the session, the replay brings them all back.
+			s.lossLocked(v, &rel)
+			d.gone = false
+			continue
+		}
 		if d.acked <= d.flushed && d.parked.n == 0 {
 			continue
 		}
@@ -187,6 +203,9 @@ func (s *Session) writeDone(c *channel, r *Request, bounce int) (error, bool) {
 	var err error
 	s.dmu.Lock()
 	stale := c.instGen != s.instGen
+	if s.ring == nil {
+		d.gone = true
+	}
 	if r.FUA {
 		if d.lossGen != d.fuaSeen {
 			d.fuaSeen = d.lossGen
@@ -195,6 +214,7 @@ func (s *Session) writeDone(c *channel, r *Request, bounce int) (error, bool) {
 		// Durable as it is, but a replay of older writes under it would
 		// undo it: the ring keeps it when it holds any of the volume's.
 		if s.ring == nil || d.live == 0 || stale {
+			d.gone = true
 			s.dmu.Unlock()
 			return err, false
 		}
@@ -254,6 +274,7 @@ func (s *Session) flushDone(c *channel, r *Request) error {
 	// A flush answered by a replaced instance made its writes durable
 	// there, but what that store kept is not ours to vouch for.
 	if c.instGen == s.instGen {
+		d.gone = d.gone || r.seq > 0
 		d.flushed = max(d.flushed, r.seq)
 		if s.ring != nil {
 			d.live -= s.ring.trim(v, r.seq)

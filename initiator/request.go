@@ -60,6 +60,12 @@ var (
 	// The next Flush and the next FUA write of the volume report it, once
 	// each per loss.
 	ErrWriteCacheLost = errors.New("initiator: target lost acknowledged writes that were not yet flushed")
+	// ErrVolumeLost is ErrWriteCacheLost (errors.Is matches both) of a
+	// volume the target keeps in memory (srpd --backend memory): a
+	// restart lost all of it, what was flushed too, and no replay brings
+	// it back. It is reported as ErrWriteCacheLost is, once the volume
+	// was written to in the session.
+	ErrVolumeLost = fmt.Errorf("initiator: target lost a volume it kept in memory: %w", ErrWriteCacheLost)
 	// ErrReservationConflict: another host's reservation, or another
 	// session's exclusive open, forbids the command or the open (SAM-5's
 	// RESERVATION CONFLICT); see Volume.Reservations and

@@ -45,7 +45,10 @@ type Allocator interface {
 // Immediate is implemented by volumes whose I/O completes without waiting
 // for a device or a sync (memory volumes). The target runs their reads and
 // writes on the connection's own goroutine instead of a worker, saving two
-// goroutine hand-offs per command.
+// goroutine hand-offs per command. It also takes such a volume for one
+// that lives in memory, lost whole when the process ends: it tells
+// initiators so (wire.CapVolatile; an SRP host through a dirty mark that
+// no flush clears, DirtyMarks).
 type Immediate interface {
 	Immediate() bool
 }

@@ -40,10 +40,12 @@ func (c *conn) execute() {
 	batches := c.batches[:0] // one per volume with plain writes in this pass
 	for _, idx := range a.jobs {
 		s := &c.core.slots[idx]
-		if s.job >= jobRead && s.job <= jobWriteZeroes && s.ov.now {
+		if s.job >= jobRead && s.job <= jobWriteZeroes && s.ov.now && (s.job == jobRead || s.ov.mark == nil || s.ov.mark.durable()) {
 			// A memory volume's I/O is a copy: run it here, and report
 			// it on the run loop's next pass (finishInline) without
-			// waking a worker or passing it through a channel.
+			// waking a worker or passing it through a channel. Not a
+			// write that must wait for the volume's dirty mark to reach
+			// stable storage (volMark.beforeWrite): a worker waits.
 			runJob(s, c.t.cfg.Catalog)
 			c.inline = append(c.inline, idx)
 			continue

@@ -157,6 +157,12 @@ func (c *core) finishControl(s *slot) {
 		if !ov.ro {
 			caps |= wire.CapFUA | wire.CapDiscard | wire.CapWriteZeroes
 		}
+		if ov.now && !ov.ro {
+			// An Immediate volume lives in memory (see Immediate): the
+			// writer must not take a restart for the loss of its
+			// unflushed writes alone.
+			caps |= wire.CapVolatile
+		}
 		rsp := &wire.ControlResponse{Handle: ov.handle, Size: uint64(ov.size),
 			BlockSize: uint32(ov.bs), ReadOnly: ov.ro, Caps: caps}
 		if info.Standby {

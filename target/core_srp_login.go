@@ -191,9 +191,10 @@ func (c *core) srpAttachLUN(i int, v *srpVolume, gen uint64) {
 	if im, ok := v.vol.(Immediate); ok {
 		ov.now = im.Immediate()
 	}
-	if !ov.now && !ov.ro {
-		// A volume whose I/O is immediate lives in memory: a
-		// restart loses all of it, not a cache.
+	if !ov.ro {
+		// A volume whose I/O is immediate lives in memory: a restart
+		// loses all of it, not a cache, and the host must hear of it
+		// all the same (volMark.volatile).
 		ov.mark = v.mark
 	}
 	if bw, ok := v.vol.(BatchWriter); ok && !ov.now && !ov.ro {

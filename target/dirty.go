@@ -35,10 +35,15 @@ type DirtyMarks interface {
 // volMark is one volume's dirty mark, shared by every SRP session with
 // the volume open. Writes wait in beforeWrite until the mark is on
 // stable storage; a flush that began with no write running and ends
-// with none begun since clears it.
+// with none begun since clears it, unless the volume is volatile.
 type volMark struct {
 	store DirtyMarks
 	name  string
+	// volatile: the volume lives in memory (an Immediate volume, the
+	// memory backend's), so a restart loses all of it, what was flushed
+	// too. No flush clears its mark: once written to, it reports its
+	// loss after every restart, to every host, until it is gone.
+	volatile bool
 
 	mu    sync.Mutex
 	dirty atomic.Bool // the mark is on stable storage; set under mu
@@ -111,7 +116,7 @@ func (m *volMark) flushStart() flushMark {
 func (m *volMark) flushed(f flushMark) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.dirty.Load() || !f.idle || m.begun != f.begun || m.running != 0 {
+	if m.volatile || !m.dirty.Load() || !f.idle || m.begun != f.begun || m.running != 0 {
 		return
 	}
 	m.dirty.Store(m.store.ClearDirty(m.name) != nil)
@@ -148,8 +153,9 @@ func (d *dirtyTable) load(store DirtyMarks) error {
 	return nil
 }
 
-// mark returns volume's mark, nil without a store.
-func (d *dirtyTable) mark(volume string) *volMark {
+// mark returns volume's mark, nil without a store; volatile says the
+// volume lives in memory (volMark.volatile).
+func (d *dirtyTable) mark(volume string, volatile bool) *volMark {
 	if d.store == nil {
 		return nil
 	}
@@ -159,6 +165,11 @@ func (d *dirtyTable) mark(volume string) *volMark {
 	if !ok {
 		m = &volMark{store: d.store, name: volume}
 		d.marks[volume] = m
+	}
+	if volatile {
+		m.mu.Lock()
+		m.volatile = true
+		m.mu.Unlock()
 	}
 	return m
 }

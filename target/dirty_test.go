@@ -128,6 +128,29 @@ func TestVolMark(t *testing.T) {
 	}
 }
 
+// TestVolMarkVolatile: a memory volume's mark (an Immediate volume's,
+// volMark.volatile) is written before its first write as any other's,
+// but no flush clears it: a restart loses what was flushed too.
+func TestVolMarkVolatile(t *testing.T) {
+	st := newMemMarks()
+	var d dirtyTable
+	if err := d.load(st); err != nil {
+		t.Fatal(err)
+	}
+	m := d.mark("vol0", true)
+	if err := m.beforeWrite(); err != nil {
+		t.Fatal(err)
+	}
+	m.afterWrite()
+	m.flushed(m.flushStart())
+	if dirty, marks, clears := st.state(); !dirty || marks != 1 || clears != 0 {
+		t.Fatalf("a memory volume after a write and an idle flush: dirty %v, %d marks, %d clears; want dirty, 1, 0", dirty, marks, clears)
+	}
+	if d.mark("vol0", false) != m || !m.volatile {
+		t.Fatal("the volume's mark is not shared, or forgot it is volatile")
+	}
+}
+
 // TestSRPWriteCacheLost: an SRP session's write to a volume whose I/O is
 // not immediate marks it dirty before it is answered, SYNCHRONIZE CACHE
 // clears the mark; a target started with the volume marked tells each

@@ -26,9 +26,11 @@ import (
 // each write to its WAL writer, which gets it to the page cache within
 // moments, so a SIGKILL loses only the writes of that moment, if any
 // (the file backend writes to the page cache at once). The memory
-// backend also loses what was flushed, which the write verifier does not
-// promise to bring back; so the import here must need no flush before the
-// kill: its 32 MiB fit in the default 64 MiB replay buffer.
+// backend also loses what was flushed, and says so (wire.CapVolatile):
+// an import that needed no flush before the kill (its 32 MiB fit in the
+// default 64 MiB replay buffer) is replayed whole; one whose replay
+// buffer (8 MiB) filled and was flushed fails, naming the memory
+// volume, as does one with no replay buffer.
 func TestImportTargetRestart(t *testing.T) {
 	srpd, srpc := e2etest.Binaries(t)
 	const size, half = 32 << 20, 16 << 20
@@ -41,6 +43,7 @@ func TestImportTargetRestart(t *testing.T) {
 	}{
 		{"replay", nil, true},
 		{"no-replay", []string{"--replay-buffer", "0"}, false},
+		{"flushed", []string{"--replay-buffer", "8MiB"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -77,12 +80,13 @@ func TestImportTargetRestart(t *testing.T) {
 			if !tc.wantOK {
 				var ee *exec.ExitError
 				if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
-					t.Fatalf("srpc import without a replay buffer: %v, want exit 1; it said: %s", werr, out)
+					t.Fatalf("srpc import %v: %v, want exit 1; it said: %s", tc.args, werr, out)
 				}
 				// The log has the reconnect; the error is the last line.
 				lines := strings.Split(strings.TrimSpace(out), "\n")
-				if msg := lines[len(lines)-1]; !strings.HasPrefix(msg, "srpc: flush: ") || !strings.Contains(msg, "restarted") {
-					t.Fatalf("want a last line naming the restart, got %q", msg)
+				if msg := lines[len(lines)-1]; !strings.HasPrefix(msg, "srpc: flush: ") || !strings.Contains(msg, "restarted") ||
+					!strings.Contains(msg, "kept in memory") {
+					t.Fatalf("want a last line naming the restart and the memory volume, got %q", msg)
 				}
 				return
 			}

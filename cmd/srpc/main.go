@@ -361,7 +361,18 @@ func ioError(err error) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, initiator.ErrVolumeLost) {
+		return errors.New("the target restarted and lost the volume, which it kept in memory (srpd --backend memory), " +
+			"what was flushed too: write the data again")
+	}
 	if errors.Is(err, initiator.ErrWriteCacheLost) {
+		if _, scsi := errors.AsType[*initiator.SCSIError](err); scsi {
+			// T10 SRP: the target's report (a restarted srpd's) is
+			// all there is; the initiator cannot tell what was lost,
+			// so it has nothing to replay.
+			return errors.New("the target reports it lost writes it had acknowledged (it restarted), " +
+				"so what they wrote is unknown: write the data again")
+		}
 		return errors.New("the target restarted and lost writes it had acknowledged but not yet flushed, " +
 			"so what they wrote is unknown: write the data again (--replay-buffer, on by default, replays them instead)")
 	}

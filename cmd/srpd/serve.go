@@ -472,8 +472,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			runErr = err
 		}
 	} else {
-		if err := marks.clearAll(); err != nil {
-			log.Warn("clearing the dirty marks after a clean stop; the next start reports a lost write cache to SRP hosts", "err", err)
+		// A memory store forgets everything at exit, clean or not: its
+		// marks stay, and the next start reports the loss to the SRP
+		// hosts (target's volMark.volatile).
+		if cfg.Backend != "memory" {
+			if err := marks.clearAll(); err != nil {
+				log.Warn("clearing the dirty marks after a clean stop; the next start reports a lost write cache to SRP hosts", "err", err)
+			}
 		}
 		log.Info("stopped; the store is flushed", "data", cfg.Data)
 	}

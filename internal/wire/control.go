@@ -324,11 +324,15 @@ const (
 const MaxExtents = 200
 
 // Capability bits in ControlResponse.Caps for an open volume.
+// CapVolatile is a property rather than a capability: the volume lives
+// in the target's memory, so a restart of the target loses all of it,
+// what was flushed too (an older target never sets it).
 const (
 	CapFlush uint32 = 1 << iota
 	CapFUA
 	CapDiscard
 	CapWriteZeroes
+	CapVolatile
 )
 
 // EncodeControl appends op and v's msgpack encoding to dst.
