@@ -158,12 +158,14 @@
 //     Flush, so the application's next Flush covers them. A replay write
 //     that fails turns its volume's case into a loss, as without a ring.
 //
-// What replay cannot restore is a loss too: a write acknowledged on a
-// connection to an instance another channel has already seen replaced,
-// a write whose caller gave up on it (its context ended) while the ring
-// was full, and writes still waiting for room at the restart. A FUA
-// write re-issued after a reconnect is still FUA, and a flush in flight
-// at the loss that the new instance answers still reports it. A target
+// Writes still waiting for room in a full ring at the restart are
+// replayed too, after the ring's entries, from copies taken then. What
+// replay cannot restore is a loss: a write acknowledged on a connection
+// to an instance another channel has already seen replaced, and a write
+// whose caller gave up on it (its context ended) while the ring was
+// full. A FUA write re-issued after a reconnect is still FUA, and a
+// flush in flight at the loss that the new instance answers still
+// reports it. A target
 // that sends no instance (an older one) promises nothing, and its
 // restarts go unnoticed; a change to or from one counts as a restart. A
 // graceful target restart changes the instance too, which costs a replay

@@ -1,6 +1,7 @@
 package initiator
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,25 @@ type replayRound struct {
 	req  *Request
 	next uint64 // ring index of the entry replaying or to replay
 	end  uint64
+	// parked are copies of the writes that waited for room in the full
+	// ring at the instance change, replayed after its entries, each
+	// volume's in the order they were acknowledged (writes to two
+	// volumes never meet); xi indexes the one replaying.
+	parked []parkedCopy
+	xi     int
+}
+
+// parkedCopy is a write waiting for room in the ring, taken for replay.
+// Its writer still waits and its buffer is still the request's, but a
+// failed flush hands the request back before the round ends
+// (overflowDone): the copy keeps the data.
+type parkedCopy struct {
+	vol    *Volume
+	op     Op
+	off    int64
+	length int64
+	data   []byte
+	seq    uint64
 }
 
 func (s *Session) initReplay() error {
@@ -144,11 +164,11 @@ func (s *Session) noteInstance(c *channel, inst uint64) {
 		if d.acked <= d.flushed && d.parked.n == 0 {
 			continue
 		}
-		if s.ring == nil || d.parked.n > 0 || d.unrepl > d.flushed {
+		if s.ring == nil || d.unrepl > d.flushed {
 			s.lossLocked(v, &rel)
 		}
 	}
-	next := s.startRoundLocked(c)
+	next := s.startRoundLocked(c, parkedCopiesLocked(vols))
 	s.dmu.Unlock()
 	c.log.Warn("target restarted: its instance changed", "old", fmt.Sprintf("%#x", old), "new", fmt.Sprintf("%#x", inst), "replaying", next != nil)
 	deliverAll(&rel)
@@ -410,16 +430,16 @@ func (v *Volume) forget() {
 // round a previous instance change left unfinished (its entries are
 // replayed again, from the start, in order). It returns the first replay
 // write, or nil if there is nothing to replay.
-func (s *Session) startRoundLocked(c *channel) *Request {
+func (s *Session) startRoundLocked(c *channel, parked []parkedCopy) *Request {
 	if s.round != nil {
 		s.round.req.abandon()
 		s.round = nil
 	}
-	if s.ring == nil || s.ring.liveN() == 0 {
+	if s.ring == nil || s.ring.liveN() == 0 && len(parked) == 0 {
 		s.held.Store(false)
 		return nil
 	}
-	rd := &replayRound{c: c, req: &Request{replay: true}, next: s.ring.eh, end: s.ring.et}
+	rd := &replayRound{c: c, req: &Request{replay: true}, next: s.ring.eh, end: s.ring.et, parked: parked}
 	rd.req.OnDone = s.replayDone
 	s.round = rd
 	s.held.Store(true)
@@ -445,8 +465,37 @@ func (s *Session) nextReplayLocked() *Request {
 		r.state.Store(reqPending)
 		return r
 	}
+	for ; rd.xi < len(rd.parked); rd.xi++ {
+		p := &rd.parked[rd.xi]
+		if p.seq <= p.vol.dur.flushed {
+			continue // covered since: durable, or counted lost
+		}
+		r := rd.req
+		r.Op, r.vol, r.Offset, r.FUA, r.Err, r.Buf, r.Length = p.op, p.vol, p.off, false, nil, p.data, p.length
+		r.state.Store(reqPending)
+		return r
+	}
 	s.round = nil
 	return nil
+}
+
+// parkedCopiesLocked copies, for replay, the writes of vols that wait
+// for room in the full ring: acknowledged by the instance that is gone,
+// and in no entry of the ring. Counting them lost turned a restart under
+// an import larger than the ring into a failed flush about one time in
+// two, although the writes were still at hand.
+func parkedCopiesLocked(vols []*Volume) []parkedCopy {
+	var out []parkedCopy
+	for _, v := range vols {
+		for r := v.dur.parked.head; r != nil; r = r.next {
+			p := parkedCopy{vol: v, op: r.Op, off: r.Offset, length: r.Length, seq: r.seq}
+			if r.Op == OpWrite {
+				p.data = bytes.Clone(r.Buf)
+			}
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // replayDone is a replay write coming back.
@@ -478,7 +527,11 @@ func (s *Session) replayResultLocked(err error) (*Request, queue) {
 	} else {
 		s.stats.replayed.Add(1)
 	}
-	rd.next++
+	if rd.next < rd.end {
+		rd.next++
+	} else {
+		rd.xi++
+	}
 	return s.nextReplayLocked(), rel
 }
 
