@@ -259,6 +259,11 @@ func (c *connFlags) config(qd, bufBytes int) (cfg initiator.Config, prov transpo
 	if err := cli.SetProcs(c.procs); err != nil {
 		return cfg, nil, "", err
 	}
+	if c.timeout <= 0 {
+		// Zero would give up before the first connect ("timed out"
+		// with srpd up), and ConnectTimeout's zero means its default.
+		return cfg, nil, "", cli.Usagef("--timeout %s: want a duration above zero", c.timeout)
+	}
 	opts := transport.Options{}
 	if c.provider == "emu" {
 		opts["wire"], opts["profile"] = c.wire, c.profile

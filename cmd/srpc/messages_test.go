@@ -99,6 +99,11 @@ func TestClientMessages(t *testing.T) {
 		{"mount point a file", nil, []string{"mount", "vol0", big}, 1, "srpc: mount point " + big + " is not a directory\n"},
 		{"mount qd 0", nil, []string{"mount", "--qd", "0", "vol0", mnt}, 2,
 			"srpc mount: --qd 0: want 1..1024\nRun 'srpc mount --help' for usage.\n"},
+		// It once gave up before the first connect: "timed out", srpd up.
+		{"timeout 0", nil, []string{"list", "--timeout", "0"}, 2,
+			"srpc list: --timeout 0s: want a duration above zero\nRun 'srpc list --help' for usage.\n"},
+		{"timeout negative", nil, []string{"export", "--timeout", "-1s", "vol0", "-"}, 2,
+			"srpc export: --timeout -1s: want a duration above zero\nRun 'srpc export --help' for usage.\n"},
 	} {
 		r := runStdin(t, srpc, tc.in, append(tc.args, conn...)...)
 		if r.Code != tc.code || r.Stderr != tc.stderr {

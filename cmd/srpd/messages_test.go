@@ -119,14 +119,22 @@ func TestAdminMessages(t *testing.T) {
 	}
 }
 
-// TestServeFlagMessages: flags that cannot work together are refused, and
-// a metrics endpoint open to every interface is said so.
+// TestServeFlagMessages: flags that cannot work together, or values that
+// cannot work (a shutdown with no time to close the store, which once
+// made every stop exit 1), are refused, and a metrics endpoint open to
+// every interface is said so.
 func TestServeFlagMessages(t *testing.T) {
 	srpd, _ := e2etest.Binaries(t)
 	data := filepath.Join(t.TempDir(), "data")
 	r := e2etest.Run(t, nil, srpd, "--data", data, "--listen", e2etest.FreeAddr(t), "--pprof")
 	if want := "srpd: --pprof serves on the --metrics address: give --metrics HOST:PORT too\nRun 'srpd --help' for usage.\n"; r.Code != 2 || r.Stderr != want {
 		t.Errorf("--pprof alone: exit %d, stderr %q; want 2, %q", r.Code, r.Stderr, want)
+	}
+	for _, v := range []string{"0", "-1s"} {
+		r := e2etest.Run(t, nil, srpd, "--data", data, "--listen", e2etest.FreeAddr(t), "--shutdown-timeout", v)
+		if r.Code != 2 || !strings.HasPrefix(r.Stderr, "srpd: --shutdown-timeout ") || !strings.Contains(r.Stderr, "want a duration above zero") {
+			t.Errorf("--shutdown-timeout %s: exit %d, stderr %q; want 2 and a usage error", v, r.Code, r.Stderr)
+		}
 	}
 	d := e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), ":0", "--no-default-volume")
 	if !strings.Contains(d.Log(), "the metrics endpoint listens on every interface") {

@@ -241,6 +241,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.SpaceReserve < 0 {
 		return cli.Usagef("--space-reserve %d: want a size >= 0", cfg.SpaceReserve)
 	}
+	if cfg.ShutdownTimeout <= 0 {
+		// Zero left no time to close the store: every stop, idle or not,
+		// exited 1 without closing it.
+		return cli.Usagef("--shutdown-timeout %s: want a duration above zero", time.Duration(cfg.ShutdownTimeout))
+	}
 	portGroup, err := cfg.srpPortGroup()
 	if err != nil {
 		return err
