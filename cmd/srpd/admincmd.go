@@ -159,8 +159,20 @@ func (a *adminFlags) withService(ctx context.Context, offlineOK bool, fn func(ad
 	if _, statErr := os.Stat(a.data); statErr != nil {
 		return fmt.Errorf("srpd is not running and there is no data directory %s (start srpd, or pass --data)", a.data)
 	}
+	lock, err := lockDataDir(a.data)
+	if err != nil {
+		return fmt.Errorf("srpd does not answer on %s: %w", a.socketPath(), err)
+	}
+	defer lock.Close()
+	// The store is the kind the last srpd served here: a pebble store
+	// made beside a file backend's volumes once took the command, and
+	// srpd never saw what it did.
+	backend := canonicalBackend(lock.backend())
+	if backend != "pebble" && backend != "file" {
+		return fmt.Errorf("srpd is not running, and %s holds a %s-backend store, which only a running srpd can change: start srpd --backend %s --data %s, then run the command again", a.data, backend, backend, a.data)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	store, err := openStore("pebble", a.data, log, nil)
+	store, err := openStore(backend, a.data, log, nil)
 	if err != nil {
 		return fmt.Errorf("srpd does not answer on %s and the store cannot be opened: %w", a.socketPath(), err)
 	}

@@ -92,13 +92,52 @@ func TestStoreOpenErrors(t *testing.T) {
 			t.Fatalf("a store that is not pebble's is reported as %q", err)
 		}
 	})
-	t.Run("other-process", func(t *testing.T) {
-		srpd, _ := e2etest.Binaries(t)
-		data := filepath.Join(t.TempDir(), "data")
-		e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), "")
-		r := e2etest.Run(t, nil, srpd, "--data", data, "--listen", e2etest.FreeAddr(t))
-		if r.Code == 0 || !strings.Contains(r.Stderr, "in use by another srpd") {
-			t.Fatalf("a second srpd on the same data directory: exit %d, %q; want \"in use by another srpd\"", r.Code, r.Stderr)
-		}
-	})
+	// Every backend: the file and memory backends have no lock of their
+	// own, and a second srpd on one file-backend directory once served
+	// its volumes beside the first (srpd.lock, datalock.go).
+	for _, backend := range []string{"pebble", "file", "memory"} {
+		t.Run("other-process/"+backend, func(t *testing.T) {
+			srpd, _ := e2etest.Binaries(t)
+			data := filepath.Join(t.TempDir(), "data")
+			e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), "", "--backend", backend)
+			for _, second := range []string{backend, "pebble"} {
+				r := e2etest.Run(t, nil, srpd, "--data", data, "--listen", e2etest.FreeAddr(t), "--backend", second)
+				if r.Code == 0 || !strings.Contains(r.Stderr, "in use by another srpd") {
+					t.Fatalf("a second srpd (--backend %s) on the data directory of a %s one: exit %d, %q; want \"in use by another srpd\"", second, backend, r.Code, r.Stderr)
+				}
+			}
+		})
+	}
+}
+
+// TestOfflineAdminBackend: with no srpd running, an admin command works
+// on the store of the backend that last served the directory: a file
+// backend's volumes are listed and a volume created among them (it once
+// opened a pebble store there, listed nothing, and created a volume srpd
+// never saw); a memory backend's directory is refused in one line.
+func TestOfflineAdminBackend(t *testing.T) {
+	srpd, _ := e2etest.Binaries(t)
+	data := filepath.Join(t.TempDir(), "data")
+	d := e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), "", "--backend", "file", "--default-volume-size", "8MiB")
+	if code := d.Stop(t); code != 0 {
+		t.Fatalf("srpd exit %d", code)
+	}
+	e2etest.MustRun(t, srpd, "volume", "create", "--data", data, "--size", "4MiB", "extra")
+	d = e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), "", "--backend", "file")
+	r := e2etest.MustRun(t, srpd, "volume", "list", "--data", data)
+	if !strings.Contains(r.Stdout, "extra") || !strings.Contains(r.Stdout, "vol0") {
+		t.Fatalf("srpd --backend file after an offline create lists:\n%s", r.Stdout)
+	}
+	if _, err := os.Stat(filepath.Join(data, "CURRENT")); err == nil {
+		t.Fatal("the offline command made a pebble store in a file-backend directory")
+	}
+	d.Stop(t)
+
+	mem := filepath.Join(t.TempDir(), "mem")
+	d = e2etest.StartDaemon(t, srpd, mem, e2etest.FreeAddr(t), "", "--backend", "memory")
+	d.Stop(t)
+	r = e2etest.Run(t, nil, srpd, "volume", "list", "--data", mem)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "memory-backend store, which only a running srpd can change") {
+		t.Fatalf("offline volume list of a memory-backend directory: exit %d, %q", r.Code, r.Stderr)
+	}
 }

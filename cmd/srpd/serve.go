@@ -280,6 +280,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer mln.Close() // after the server's own Close: a second Close only errs
 		warnOpenMetrics(log, mln.Addr())
 	}
+	if err := makeDataDir(cfg.Data, log); err != nil {
+		return err
+	}
+	lock, err := lockDataDir(cfg.Data)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	store, err := openStore(cfg.Backend, cfg.Data, log, &cfg)
 	if err != nil {
 		return err
@@ -290,10 +298,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			store.Close()
 		}
 	}()
-	if cfg.Backend == "memory" || cfg.Backend == "mem" || cfg.Backend == "rbd" {
-		if err := makeDataDir(cfg.Data, log); err != nil {
-			return err
-		}
+	if err := lock.setBackend(canonicalBackend(cfg.Backend)); err != nil {
+		return fmt.Errorf("data directory: record the backend: %w", err)
 	}
 	acc, err := loadAccess(cfg.Data)
 	if err != nil {
@@ -480,7 +486,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// A memory store forgets everything at exit, clean or not: its
 		// marks stay, and the next start reports the loss to the SRP
 		// hosts (target's volMark.volatile).
-		if cfg.Backend != "memory" {
+		if canonicalBackend(cfg.Backend) != "memory" {
 			if err := marks.clearAll(); err != nil {
 				log.Warn("clearing the dirty marks after a clean stop; the next start reports a lost write cache to SRP hosts", "err", err)
 			}

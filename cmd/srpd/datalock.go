@@ -1,0 +1,70 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// dataLockFile is the data directory's lock: srpd, and an admin command
+// that finds no srpd answering, hold it (flock) while they use the
+// directory, so that two of them never share its store, access rules,
+// reservations and dirty marks. pebble locks its own store too, but the
+// file and memory backends have no lock of their own: two srpds on one
+// file-backend directory once both served vol0, each taking writes and
+// each granting an exclusive open. The file holds the backend of the
+// srpd that last served the directory, for the admin commands.
+const dataLockFile = "srpd.lock"
+
+// dataLock is a held lock on a data directory.
+type dataLock struct{ f *os.File }
+
+// lockDataDir takes dir's lock, or says that another srpd holds it.
+func lockDataDir(dir string) (*dataLock, error) {
+	f, err := os.OpenFile(filepath.Join(dir, dataLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data directory %s is in use by another srpd (%s is locked)", dir, dataLockFile)
+		}
+		return nil, fmt.Errorf("data directory %s: lock %s: %w", dir, dataLockFile, err)
+	}
+	return &dataLock{f: f}, nil
+}
+
+// setBackend records the backend serving the directory.
+func (l *dataLock) setBackend(backend string) error {
+	if err := l.f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := l.f.WriteAt([]byte(backend+"\n"), 0)
+	return err
+}
+
+// backend is the backend that last served the directory ("" if none
+// recorded it: a directory of an older srpd, or never served).
+func (l *dataLock) backend() string {
+	b := make([]byte, 64)
+	n, _ := l.f.ReadAt(b, 0)
+	return strings.TrimSpace(string(b[:n]))
+}
+
+// canonicalBackend is --backend's value as the lock file records it.
+func canonicalBackend(b string) string {
+	switch b {
+	case "":
+		return "pebble"
+	case "mem":
+		return "memory"
+	}
+	return b
+}
+
+// Close releases the lock.
+func (l *dataLock) Close() error { return l.f.Close() }
