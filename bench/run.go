@@ -204,7 +204,7 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 	case s0 != nil && o.BS > int64(s0.MaxTransfer()):
 		// A Multipath does not say; a --bs its paths refuse fails
 		// the first I/O, naming the limit.
-		return nil, cli.Usagef("--bs %s exceeds the %d bytes per command the target allows", formatFioSize(o.BS), s0.MaxTransfer())
+		return nil, cli.Usagef("--bs %s exceeds the %d bytes one command carries here (the target's limit, and one registration of the NIC)", formatFioSize(o.BS), s0.MaxTransfer())
 	case o.Offset >= v0.Size():
 		return nil, cli.Usagef("--offset %s is beyond the end of the %s volume", formatFioSize(o.Offset), formatFioSize(v0.Size()))
 	}

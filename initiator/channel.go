@@ -57,6 +57,7 @@ type channel struct {
 	cqReady     <-chan struct{}
 	cqAck       chan struct{}
 	maxTransfer int
+	regMax      int    // the largest transfer one registration of the device covers
 	instGen     uint64 // the session's instance generation at this connection's login
 	// isolate: the device does not check window bounds, so every I/O goes
 	// through its slot's bounce buffer and binds over that buffer's own
@@ -142,6 +143,15 @@ func (c *channel) setup(dev transport.Device) error {
 		return fmt.Errorf("initiator: register message buffers: %w", err)
 	}
 	pages := s.cfg.MaxTransfer/transport.PageSize + 1
+	if mp := dev.Attr().MaxFastRegPages; mp > 1 && pages > mp {
+		// The device registers at most mp pages: a transfer of mp-1
+		// fits wherever it starts in its first page. Asked for more,
+		// the pool's MRs failed to allocate and the connect with them
+		// ("alloc fast-reg mr of 1025 pages (max 1024)"); the login
+		// lowers MaxTransfer instead, and Volume splits larger I/O.
+		pages = mp
+	}
+	c.regMax = (pages - 1) * transport.PageSize
 	pool, err := frmr.New(frmr.Config{
 		PD: s.pd, Caps: dev.Attr().Caps, Mechanism: s.cfg.Mechanism, Size: cr, MaxPages: pages,
 		BaseMR: s.dataMR, SQDepth: c.sqDepth, IOVATag: true, WindowQuarantine: s.cfg.WindowQuarantine,
@@ -546,7 +556,7 @@ func (c *channel) login(ctx context.Context) error {
 			if rsp.Credits == 0 || rsp.MaxTransfer < uint32(transport.PageSize) {
 				return fmt.Errorf("initiator: target granted %d credits, %d-byte transfers: %w", rsp.Credits, rsp.MaxTransfer, ErrProtocol)
 			}
-			c.maxTransfer = min(int(rsp.MaxTransfer), s.cfg.MaxTransfer)
+			c.maxTransfer = min(int(rsp.MaxTransfer), s.cfg.MaxTransfer, c.regMax)
 			c.core.connected(login{
 				credits:   min(int(rsp.Credits), s.cfg.Credits),
 				remoteInv: rsp.RemoteInvalidate && !c.localInv,

@@ -27,7 +27,9 @@ type Config struct {
 	// target may grant fewer). Default 32.
 	Credits int
 	// MaxTransfer is the largest data transfer per command; larger I/Os
-	// are split. Default 1 MiB, and at most what the target grants.
+	// are split. Default 1 MiB, and at most what the target grants and
+	// what one fast registration of the device covers
+	// (Session.MaxTransfer says what a session got).
 	MaxTransfer int
 	// Mechanism selects FRMR or memory windows; default: what the device
 	// offers (frmr.Auto).

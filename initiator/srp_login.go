@@ -174,7 +174,7 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 	if rsp.Flags&srp.ImmediateSupported != 0 && req.Flags&srp.ImmediateRequested != 0 {
 		maxImm = min(c.srpImmediate(), int(rsp.MaxITIULen)-srpImmOffset)
 	}
-	c.maxTransfer = s.cfg.MaxTransfer
+	c.maxTransfer = min(s.cfg.MaxTransfer, c.regMax)
 	c.core.connected(login{credits: min(int(rsp.ReqLimDelta)-1, s.cfg.Credits), maxImm: maxImm})
 	s.noteLogin(c.id, srpTargetName(s.cfg.SRPTargetPortID), c.maxTransfer)
 	for _, v := range s.openVolumes() {
