@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/transport"
@@ -92,6 +93,7 @@ func dialConn(ctx context.Context, o *Options, cfg initiator.Config, addr string
 		}
 		v, err := s.Open(ctx, o.Volume, oo)
 		if err != nil {
+			err = openError(ctx, s, o.Volume, addr, err)
 			s.Close()
 			return nil, err
 		}
@@ -109,6 +111,24 @@ func dialConn(ctx context.Context, o *Options, cfg initiator.Config, addr string
 		return nil, err
 	}
 	return &conn{m: m, mv: mv, vol: mv}, nil
+}
+
+// errNoVolume is the start of openError's message, which needs no other
+// context.
+var errNoVolume = errors.New("no volume")
+
+// openError says in one line that the target offers no volume name to
+// this initiator, when that is why the open failed (the target's store
+// said so in five nested layers); any other err is kept.
+func openError(ctx context.Context, s *initiator.Session, name, addr string, err error) error {
+	if errors.Is(err, initiator.ErrAccessDenied) || errors.Is(err, initiator.ErrNotReady) {
+		return err
+	}
+	vols, lerr := s.Volumes(ctx)
+	if lerr != nil || slices.ContainsFunc(vols, func(v initiator.VolumeInfo) bool { return v.Name == name }) {
+		return err
+	}
+	return fmt.Errorf("%w %q on %s for this initiator (srpc list shows what it may open; --volume)", errNoVolume, name, addr)
 }
 
 // dialJob opens one job's session and volume.

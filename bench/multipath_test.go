@@ -188,3 +188,16 @@ func TestMultipathReport(t *testing.T) {
 		t.Errorf("%.3f heap allocations per I/O through a Multipath (%v), want about 0", perIO, err)
 	}
 }
+
+// TestNoVolumeMessage: a --volume the target does not offer is said in
+// one line, naming it and the target; it came through five nested
+// layers of the target's store ("open volume ...: block: volume ...:
+// open: block: not found: initiator: invalid request").
+func TestNoVolumeMessage(t *testing.T) {
+	addrs, _ := gateways(t, &ioCounter{at: -1, hit: make(chan struct{})})
+	code, _, errs := bench(t, "--target", addrs[0], "--wire", "tcp", "--volume", "nosuch", "--runtime", "100ms")
+	want := fmt.Sprintf("bench: no volume %q on %s for this initiator (srpc list shows what it may open; --volume)\n", "nosuch", addrs[0])
+	if code != 1 || errs != want {
+		t.Fatalf("--volume nosuch: exit %d, stderr %q; want 1, %q", code, errs, want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -191,6 +192,9 @@ func runBench(ctx context.Context, o *Options, table, msg io.Writer) (*result, e
 	}()
 	for i := 0; i < o.NumJobs; i++ {
 		c, err := dialJob(dctx, o, i, ip, addr, secret, log)
+		if errors.Is(err, errNoVolume) {
+			return nil, err
+		}
 		if err != nil {
 			return nil, fmt.Errorf("job %d: connect to %s: %w", i, res.target, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -353,6 +354,14 @@ func dialError(target, name string, haveSecret bool, err error) error {
 			"or it is not the target that shares yours", target, name)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("cannot reach a target at %s: timed out", target)
+	}
+	// The address itself: the layers between (provider, wire, dial)
+	// would each repeat it.
+	if dnsErr, ok := errors.AsType[*net.DNSError](err); ok {
+		return fmt.Errorf("cannot reach a target at %s: no such host %q", target, dnsErr.Name)
+	}
+	if addrErr, ok := errors.AsType[*net.AddrError](err); ok {
+		return fmt.Errorf("cannot reach a target at %s: %s (want HOST:PORT, e.g. 127.0.0.1:4420)", target, addrErr.Err)
 	}
 	msg := err.Error()
 	if strings.Contains(msg, "connection refused") {

@@ -110,6 +110,12 @@ func TestClientMessages(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want %d, %q", tc.name, r.Code, r.Stderr, tc.code, tc.stderr)
 		}
 	}
+	// An address without a port once came back through every layer
+	// that had repeated it ("connect to 127.0.0.1: emu: connect to ...").
+	if r, want := runStdin(t, srpc, nil, "list", "--target", "127.0.0.1"),
+		"srpc: cannot reach a target at 127.0.0.1: missing port in address (want HOST:PORT, e.g. 127.0.0.1:4420)\n"; r.Code != 1 || r.Stderr != want {
+		t.Errorf("--target without a port: exit %d, stderr %q; want 1, %q", r.Code, r.Stderr, want)
+	}
 
 	// Connection flags may come before the command, as go, git and
 	// kubectl accept them; srpc used to say "flag provided but not
