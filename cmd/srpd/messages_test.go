@@ -130,10 +130,17 @@ func TestServeFlagMessages(t *testing.T) {
 	if want := "srpd: --pprof serves on the --metrics address: give --metrics HOST:PORT too\nRun 'srpd --help' for usage.\n"; r.Code != 2 || r.Stderr != want {
 		t.Errorf("--pprof alone: exit %d, stderr %q; want 2, %q", r.Code, r.Stderr, want)
 	}
-	for _, v := range []string{"0", "-1s"} {
-		r := e2etest.Run(t, nil, srpd, "--data", data, "--listen", e2etest.FreeAddr(t), "--shutdown-timeout", v)
-		if r.Code != 2 || !strings.HasPrefix(r.Stderr, "srpd: --shutdown-timeout ") || !strings.Contains(r.Stderr, "want a duration above zero") {
-			t.Errorf("--shutdown-timeout %s: exit %d, stderr %q; want 2 and a usage error", v, r.Code, r.Stderr)
+	for _, args := range [][]string{
+		{"--shutdown-timeout", "0"}, {"--shutdown-timeout", "-1s"},
+		// Refused before the store is made (it was made, and left).
+		{"--default-volume-size", "5000"}, {"--backend", "bogus"},
+	} {
+		r := e2etest.Run(t, nil, srpd, append([]string{"--data", data, "--listen", e2etest.FreeAddr(t)}, args...)...)
+		if r.Code != 2 || !strings.HasPrefix(r.Stderr, "srpd: "+args[0]+" ") || !strings.Contains(r.Stderr, ": want ") {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and a usage error", args, r.Code, r.Stderr)
+		}
+		if _, err := os.Stat(data); err == nil {
+			t.Fatalf("%q: a refused start made the data directory", args)
 		}
 	}
 	d := e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), ":0", "--no-default-volume")

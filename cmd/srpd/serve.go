@@ -241,6 +241,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.SpaceReserve < 0 {
 		return cli.Usagef("--space-reserve %d: want a size >= 0", cfg.SpaceReserve)
 	}
+	switch canonicalBackend(cfg.Backend) {
+	case "pebble", "file", "memory", "rbd":
+	default:
+		return cli.Usagef("--backend %q: want pebble, file, memory or rbd", cfg.Backend)
+	}
+	if n := int64(cfg.DefaultSize); !cfg.NoDefaultVolume && (n <= 0 || n%DefaultBlockSize != 0) {
+		// Checked before the store is made: a failed start leaves the
+		// disk as it found it.
+		return cli.Usagef("--default-volume-size %d: want a size above 0 in whole %d-byte blocks (e.g. 1GiB)", n, DefaultBlockSize)
+	}
 	if cfg.ShutdownTimeout <= 0 {
 		// Zero left no time to close the store: every stop, idle or not,
 		// exited 1 without closing it.
