@@ -417,7 +417,7 @@ func (c *core) backendDone(idx int32, now int64) {
 		return
 	}
 	if s.err != nil {
-		c.respond(s, wire.StatusError, senseOf(s.err))
+		c.respond(s, wire.StatusError, c.jobSense(s))
 		return
 	}
 	if s.job == jobRead {

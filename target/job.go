@@ -210,6 +210,24 @@ func jobName(j jobKind) string {
 	return fmt.Sprintf("job(%d)", uint8(j))
 }
 
+// jobSense is the sense the failed block job in slot s is answered with:
+// senseOf its error, unless the volume shrank under it. A shrink reaches
+// the sessions (VolumeResized) before the store; a request that passed
+// the range check before and reaches past the new end at the store
+// fails there, and is out of range, not a bad medium (it was answered
+// MEDIUM ERROR, and srpc said "medium error" of an import into a volume
+// resized under it).
+func (c *core) jobSense(s *slot) wire.Sense {
+	sense := senseOf(s.err)
+	switch s.job {
+	case jobRead, jobWrite, jobWriteFUA, jobDiscard, jobWriteZeroes:
+		if sense == wire.SenseMediumError && s.ov != nil && int64(s.cmd.Offset)+int64(s.cmd.Length) > s.ov.size {
+			return wire.SenseOutOfRange
+		}
+	}
+	return sense
+}
+
 // senseOf is the sense a failed backend job is answered with. A volume
 // this gateway does not serve (ErrStandby) is SenseNotActive. A volume out
 // of space (an error matching syscall.ENOSPC, as block.ErrNoSpace does) is

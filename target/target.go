@@ -182,8 +182,8 @@ func (t *Target) notifyPolicy() {
 //
 // Call it after growing the store, and before shrinking it: commands
 // past the new end are then refused as out of range, rather than reaching
-// the store and failing there (a command already running when a shrink
-// lands may still fail in the store).
+// the store and failing there. A command already running when a shrink
+// lands may still fail in the store; it is answered out of range too.
 func (t *Target) VolumeResized(ctx context.Context, volume string, size int64) error {
 	type wait struct {
 		c    *conn
