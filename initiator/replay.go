@@ -250,7 +250,10 @@ func (s *Session) writeDone(c *channel, r *Request, bounce int) (error, bool) {
 		deliverAll(&rel)
 		return err, false
 	}
-	if s.ring == nil || s.ring.push(v, r, s.writeData(r, bounce), seq) {
+	// Behind a parked write of the volume it parks too, though another
+	// volume's flush made room: a replay puts the ring's entries back
+	// before the parked ones, so each volume's must be older.
+	if s.ring == nil || d.parked.n == 0 && s.ring.push(v, r, s.writeData(r, bounce), seq) {
 		if s.ring != nil {
 			d.live++
 		}
@@ -318,13 +321,17 @@ func (s *Session) flushDone(c *channel, r *Request) error {
 // before it was issued), or that now fit in the ring, to rel.
 func (s *Session) releaseLocked(v *Volume, upTo uint64, rel *queue) {
 	d := &v.dur
+	full := false
 	for n := d.parked.n; n > 0; n-- {
 		r := d.parked.pop()
 		switch {
 		case r.seq <= upTo:
-		case s.ring.push(v, r, r.Buf, r.seq):
+		case !full && s.ring.push(v, r, r.Buf, r.seq):
 			d.live++
 		default:
+			// In order: once one does not fit, a smaller one behind
+			// it (a DISCARD's entry holds no data) must not go first.
+			full = true
 			d.parked.push(r)
 			continue
 		}
