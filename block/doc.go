@@ -109,9 +109,11 @@
 // WriteAtFUA, WriteBatch) is admitted against a reserve of free space on
 // the store's file system and fails fast with ErrNoSpace below it. The
 // reserve (PebbleOptions.SpaceReserve) defaults to max(64 MiB, 1% of the
-// file system), at most a quarter of it; it is the room pebble's flushes
-// and compactions need to run, and so to free space, while writes are
-// refused. Free space is statfs(2) (f_bavail), cached and measured again
+// file system, two memtables), at most a quarter of it; it is the room
+// pebble's flushes and compactions need to run, and so to free space,
+// while writes are refused. The memtable itself is a 32nd of the file
+// system, between 4 and 128 MiB, so that a small one has room to flush
+// what it logged before writes were refused. Free space is statfs(2) (f_bavail), cached and measured again
 // after 100 ms or after a quarter of the reserve (1 to 16 MiB) has been
 // admitted; bytes admitted since a measurement count as used. Once a write
 // is refused the store is "full" and refuses every write until a

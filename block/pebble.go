@@ -24,7 +24,9 @@ type PebbleOptions struct {
 	// of a block held in a blob file also reads the blob file's index
 	// block, which a small cache evicts under random reads.
 	CacheSize int64
-	// MemTableSize is the size of one memtable in bytes; 0 means 128 MiB.
+	// MemTableSize is the size of one memtable in bytes; 0 means a 32nd
+	// of the store's file system, between 4 and 128 MiB (128 MiB from a
+	// 4 GiB file system up; without a measured file system, 128 MiB).
 	// Larger memtables absorb more overwrites of hot blocks before they
 	// reach an sstable, and each flush's compaction into Lbase, which
 	// rewrites the keys of the whole span a flush of random writes covers,
@@ -96,6 +98,12 @@ type pebbleLogger struct{ l *log.Logger }
 func (pebbleLogger) Infof(string, ...any)        {}
 func (p pebbleLogger) Errorf(f string, a ...any) { p.l.Printf("block: pebble: "+f, a...) }
 func (p pebbleLogger) Fatalf(f string, a ...any) { p.l.Fatalf("block: pebble: "+f, a...) }
+
+// memTableFor is the default memtable size on a file system of total
+// bytes: a 32nd of it, between 4 and 128 MiB, in whole MiB.
+func memTableFor(total int64) uint64 {
+	return uint64(min(max(total/32, 4<<20), 128<<20)) &^ (1<<20 - 1)
+}
 
 // OpenPebbleStore opens the pebble store in dir, creating it if dir holds
 // no database. A store written by a newer format fails with
@@ -195,6 +203,18 @@ func OpenPebbleStore(dir string, o *PebbleOptions) (*PebbleStore, error) {
 			return nil, err
 		}
 		s.space = g
+		if o.MemTableSize == 0 {
+			// A memtable is flushed to the file system it is logged on,
+			// which must have room for it then: on a 200 MiB tmpfs, the
+			// default 128 MiB memtables left their WALs (120 MiB) unflushed
+			// when the guard refused writes at its 50 MiB reserve, and
+			// pebble's flushes failed for space over and over, with the
+			// file system at 0 bytes free. The reserve keeps room for two
+			// (spaceGuard.floor).
+			opts.MemTableSize = memTableFor(g.total.Load())
+		}
+		g.floor = 2 * int64(opts.MemTableSize) // no other goroutine has the guard yet
+		g.curRes.Store(g.reserveFor(g.total.Load()))
 		// If pebble meets ENOSPC anyway (something else filled the disk
 		// between measurements), measure at once so writes stop now;
 		// vfs.OnDiskFull then retries pebble's operation once.

@@ -54,9 +54,8 @@ type SpaceReporter interface {
 // Defaults of the space guard.
 const (
 	// DefaultMinReserve is the least free space a store keeps (unless the
-	// file system is small, see spaceGuard.reserveFor): enough for pebble
-	// to flush a full default memtable (128 MiB is the cap, but flushes
-	// compress and start long before) and rotate its WAL.
+	// file system is small, see spaceGuard.reserveFor); a pebble store
+	// keeps room for two memtables' flushes besides (PebbleOptions).
 	DefaultMinReserve = 64 << 20
 	// DefaultMaxOvercommit is the default bound on the sum of volume
 	// sizes, as a multiple of the file system's size: volumes are thin
@@ -93,6 +92,9 @@ type spaceGuard struct {
 	now     func() time.Time
 	log     *slog.Logger
 	reserve int64 // from the options: > 0 fixed, 0 default, < 0 never refuse
+	// floor is the least default reserve: room for the flushes of two
+	// memtables (set by the store before its guard measures for writes).
+	floor int64
 
 	checkedAt atomic.Int64 // unix nanos of the last measurement
 	total     atomic.Int64
@@ -126,14 +128,14 @@ func newSpaceGuard(dir string, statfs StatfsFunc, now func() time.Time, log *slo
 }
 
 // reserveFor is the reserve on a file system of total bytes: the
-// configured one, or max(DefaultMinReserve, 1% of total) but at most a
-// quarter of the file system, so that a small one (a test's loop mount)
-// stays usable.
+// configured one, or max(DefaultMinReserve, 1% of total, room for two
+// memtables) but at most a quarter of the file system, so that a small
+// one (a test's loop mount) stays usable.
 func (g *spaceGuard) reserveFor(total int64) int64 {
 	if g.reserve != 0 {
 		return max(g.reserve, 0)
 	}
-	r := max(int64(DefaultMinReserve), total/100)
+	r := max(int64(DefaultMinReserve), total/100, g.floor)
 	return min(r, total/4)
 }
 

@@ -356,3 +356,33 @@ func TestSpaceGuardRefresh(t *testing.T) {
 	clk.advance(spaceRefreshInterval)
 	require.NoError(t, off.admit(1<<30))
 }
+
+// TestMemTableForFileSystem: a pebble store's default memtable is a 32nd
+// of its file system, between 4 and 128 MiB, and its default reserve
+// keeps room for two memtables' flushes (at most a quarter of the file
+// system). On a 200 MiB tmpfs the 128 MiB memtables of before left
+// 120 MiB of WAL unflushed when writes were refused at the 50 MiB
+// reserve, and pebble's flushes then failed for space, the file system
+// at 0 bytes free.
+func TestMemTableForFileSystem(t *testing.T) {
+	for _, tc := range []struct {
+		total        int64
+		mem, reserve int64
+	}{
+		{64 << 20, 4 << 20, 16 << 20},
+		{200 << 20, 6 << 20, 50 << 20},
+		{1 << 30, 32 << 20, 64 << 20},
+		{2 << 30, 64 << 20, 128 << 20},
+		{8 << 30, 128 << 20, 256 << 20},
+		{100 << 30, 128 << 20, 1 << 30},
+	} {
+		statfs := func(string) (SpaceUsage, error) { return SpaceUsage{Total: tc.total, Avail: tc.total}, nil }
+		s, err := OpenPebbleStore("/store", &PebbleOptions{FS: vfs.NewMem(), Statfs: statfs, CacheSize: 8 << 20})
+		require.NoError(t, err)
+		mem := memTableFor(tc.total)
+		res := s.space.curRes.Load()
+		require.NoError(t, s.Close())
+		require.Equal(t, tc.mem, int64(mem), "memtable on %d MiB", tc.total>>20)
+		require.Equal(t, tc.reserve, res, "reserve on %d MiB", tc.total>>20)
+	}
+}

@@ -131,7 +131,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConnectionsPerSource, "max-connections-per-source", c.MaxConnectionsPerSource,
 		"refuse connections beyond `N` from one source host, logged in or not (0: the target default, 256; negative: no cap)")
 	fs.Var(&c.ShutdownTimeout, "shutdown-timeout", "on SIGTERM, the `DURATION` in-flight I/O may take to drain")
-	fs.Var(&c.SpaceReserve, "space-reserve", "free `SIZE` the pebble store keeps on its file system; writes fail with ENOSPC below it (0: max(64MiB, 1% of the file system), at most a quarter of it)")
+	fs.Var(&c.SpaceReserve, "space-reserve", "free `SIZE` the pebble store keeps on its file system; writes fail with ENOSPC below it (0: max(64MiB, 1% of the file system, two memtables), at most a quarter of it)")
 	fs.StringVar(&c.SRPIDExt, "srp-id-ext", c.SRPIDExt, "SRP target port identifier extension `ID`, 16 hex digits: the id_ext of the kernel ib_srp's add_target line (with --srp-ioc-guid; unset: any is accepted)")
 	fs.Var(&c.BreakLimit, "break-limit", "with --backend rbd: break one volume's lock at most `N/DURATION` times (e.g. 3/1m), refusing takeovers past that unless the lock is free; bounds the blocklist entries of hosts that take a volume back and forth (default: no bound)")
 	fs.IntVar(&c.SRPPortGroup, "srp-port-group", c.SRPPortGroup, "this gateway's ALUA target port group `N` (1-65535, a different one on each gateway of an rbd image) for SRP hosts: INQUIRY then reports ALUA, REPORT TARGET PORT GROUPS a volume's state here, and SET TARGET PORT GROUPS takes it over (0: ALUA off)")
