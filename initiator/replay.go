@@ -2,6 +2,7 @@ package initiator
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,10 @@ type durability struct {
 	// longer replayable (a flush released it from the ring, or the ring
 	// never held it), which a restart loses on a CapVolatile volume.
 	gone bool
+	// lossCause is the target's own report of the last loss
+	// (reportedLoss), which lostErr wraps; nil for a loss the session
+	// found itself.
+	lossCause error
 }
 
 // VolumeStats are a volume's durability counters.
@@ -125,6 +130,9 @@ func (s *Session) initReplay() error {
 const minEntry = 4096
 
 func (s *Session) lostErr(v *Volume) error {
+	if c := v.dur.lossCause; c != nil {
+		return fmt.Errorf("initiator: volume %q on %s: the target reported it lost writes it had acknowledged, on a flush the session made for room: %w", v.name, s.cfg.Addr, c)
+	}
 	if v.caps&wire.CapVolatile != 0 {
 		return fmt.Errorf("initiator: volume %q on %s: the target restarted, and it kept the volume in memory: %w", v.name, s.cfg.Addr, ErrVolumeLost)
 	}
@@ -175,12 +183,36 @@ func (s *Session) noteInstance(c *channel, inst uint64) {
 	s.runReplay(c, next)
 }
 
+// reportedLoss records the loss a target reported itself, failing flush
+// r with err (ErrWriteCacheLost): T10 SRP's SYNCHRONIZE CACHE answered
+// WRITE ERROR, which srpd sends once per I_T nexus after a restart,
+// to whichever flush comes first. That may be the session's own flush
+// for room in the replay ring, which nobody sees fail: then an import
+// outgrowing the ring went on, its last Flush succeeded, and srpc said
+// "flushed" and exited 0 over the lost writes. Now the volume's next
+// Flush and FUA write report it, unless r is a Flush of the caller's,
+// which has just reported it.
+func (s *Session) reportedLoss(r *Request, err error) {
+	v := r.vol
+	d := &v.dur
+	var rel queue
+	s.dmu.Lock()
+	s.lossLocked(v, &rel)
+	d.lossCause = err
+	if !r.self {
+		d.flushSeen = d.lossGen
+	}
+	s.dmu.Unlock()
+	deliverAll(&rel)
+}
+
 // lossLocked records that v's unflushed writes are lost: they are
 // accounted for (no flush will ever cover them) and the next Flush and
 // FUA write report it. Writes parked for room in the ring move to rel.
 func (s *Session) lossLocked(v *Volume, rel *queue) {
 	d := &v.dur
 	d.lossGen++
+	d.lossCause = nil
 	d.flushed, d.unrepl = d.acked, 0
 	if s.ring != nil {
 		d.live -= s.ring.drop(v)
@@ -203,6 +235,10 @@ func deliverAll(q *queue) {
 // ErrWriteCacheLost) or take the request over (parked reports true: it
 // waits for room in the ring and is delivered later).
 func (s *Session) afterIO(c *channel, r *Request, bounce int, err error) (error, bool) {
+	if err != nil && r.Op == OpFlush && !r.replay && r.scsi == nil && errors.Is(err, ErrWriteCacheLost) {
+		s.reportedLoss(r, err)
+		return err, false
+	}
 	if err != nil || r.replay || r.scsi != nil {
 		// A SCSI command the session sends itself writes no blocks
 		// (SET TARGET PORT GROUPS's data-out is a parameter list).

@@ -105,6 +105,54 @@ func TestImportTargetRestart(t *testing.T) {
 	}
 }
 
+// TestSRPImportTargetRestart: srpd is SIGKILLed in the middle of an
+// import over T10 SRP and started again. SRP carries no instance
+// to replay against: the target reports the loss on the nexus's next
+// SYNCHRONIZE CACHE, once, and the import must exit 1 naming it. With a
+// replay buffer smaller than the import, that next flush is the
+// session's own, for room in the buffer: it swallowed the report, the
+// last flush succeeded and the import exited 0 over the lost writes
+// (outside black-box run, every time; memory and pebble backends). The
+// memory backend loses every write, and its mark stays: the loss is
+// certain and always reported (pebble's WAL writer keeps most writes
+// across a SIGKILL, so an exit 0 there reads back whole either way).
+func TestSRPImportTargetRestart(t *testing.T) {
+	srpd, srpc := e2etest.Binaries(t)
+	const size, half = 32 << 20, 14 << 20
+	img := make([]byte, size)
+	rand.Read(img)
+	for _, ring := range []string{"4MiB", "0"} {
+		t.Run("replay-buffer="+ring, func(t *testing.T) {
+			data, addr := filepath.Join(t.TempDir(), "data"), e2etest.FreeAddr(t)
+			start := func() *e2etest.Daemon {
+				return e2etest.StartDaemon(t, srpd, data, addr, "", "--backend", "memory", "--default-volume-size", "64MiB")
+			}
+			d := start()
+			p, stdin := e2etest.StartPiped(t, srpc, "import", "--protocol", "srp", "--target", addr, "--qd", "4",
+				"--timeout", "30s", "--replay-buffer", ring, "lun0", "-")
+			if _, err := stdin.Write(img[:half]); err != nil {
+				t.Fatal(err)
+			}
+			written := func() bool { return e2etest.VolumeStats(t, srpd, data, "vol0").Write.Bytes >= half }
+			if !p.WaitFor(t, 30*time.Second, "14 MiB written by srpd", written) {
+				t.Fatalf("srpc import exited (%v) before srpd had written 14 MiB: %s", p.Err(), p.Output())
+			}
+			d.Kill(t)
+			start()
+			go func() {
+				stdin.Write(img[half:])
+				stdin.Close()
+			}()
+			werr := p.Wait(t, 60*time.Second, "after the restart")
+			var ee *exec.ExitError
+			lines := strings.Split(strings.TrimSpace(p.Output()), "\n")
+			if msg := lines[len(lines)-1]; !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(msg, "lost writes it had acknowledged") {
+				t.Fatalf("srpc import --protocol srp across a SIGKILL of srpd: %v, last line %q; want exit 1 naming the loss; it said:\n%s", werr, msg, p.Output())
+			}
+		})
+	}
+}
+
 // TestWriteCacheLostErrno: a lost write cache reaches an NBD client as
 // EIO (FUSE maps every I/O error to EIO already).
 func TestWriteCacheLostErrno(t *testing.T) {
