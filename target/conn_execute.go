@@ -139,7 +139,11 @@ func (c *conn) publishOpen(ending bool) {
 	case c.core.handlesGen != c.openGen && c.core.state != connClosed:
 		c.openGen = c.core.handlesGen
 		o := &openedVols{session: fmt.Sprintf("conn %d", c.id)}
-		if c.core.session != 0 {
+		switch {
+		case c.core.srp != nil:
+			// The channels of one I_T nexus are one SRP session.
+			o.session = "srp\x00" + c.srpNexus()
+		case c.core.session != 0:
 			// The channels of one initiator session are one session.
 			o.session = fmt.Sprintf("%s\x00%d", c.core.initiator, c.core.session)
 		}

@@ -210,6 +210,10 @@ func (c *core) srpAttachLUN(i int, v *srpVolume, gen uint64) {
 	}
 	c.handles[i] = ov
 	c.nhandles++
+	// Published for Target.OpenSessions: a LUN is a volume the host
+	// addresses, as a gosrp open is (a shrink once went through under
+	// an SRP host unrefused).
+	c.handlesGen++
 	s.attached = append(s.attached, ov)
 	h := fnv.New64a()
 	h.Write([]byte(c.p.name + "\x00" + ov.name))

@@ -413,3 +413,33 @@ func TestSRPUnitALUAAtLogin(t *testing.T) {
 		}
 	}
 }
+
+// TestSRPOpenSessions: an SRP session's LUNs are volumes it has open,
+// for Target.OpenSessions (srpd refuses to shrink such a volume without
+// --force): the channels of one I_T nexus count once, another nexus
+// counts again, and a logout ends the count. An SRP session once
+// counted for nothing, and a shrink went through under it unrefused.
+func TestSRPOpenSessions(t *testing.T) {
+	e := srpEnvs[0]
+	r := newRig(t, e, Config{})
+	a, err := r.srpDial(t, srpLoginReq(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	multi := srpLoginReq(1)
+	multi.Flags = srp.MultiChanMulti | srp.ImmediateRequested
+	a2, err := r.srpDial(t, multi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "one session of one nexus", func() bool { return r.tgt.OpenSessions("vol0") == 1 })
+	b, err := r.srpDial(t, srpLoginReq(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two nexuses", func() bool { return r.tgt.OpenSessions("vol0") == 2 })
+	b.logout()
+	a2.logout()
+	a.logout()
+	waitFor(t, "none after the logouts", func() bool { return r.tgt.OpenSessions("vol0") == 0 })
+}
