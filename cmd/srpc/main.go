@@ -185,6 +185,11 @@ func (c *connFlags) open(ctx context.Context, name string, ro bool, qd, bufBytes
 	if ro && c.exclusive && c.writes {
 		return nil, nil, cli.Usagef("--exclusive and --read-only exclude each other: an exclusive open makes this the volume's one writer")
 	}
+	if p, err := initiator.ParseProtocol(c.protocol); c.exclusive && err == nil && p == initiator.ProtocolSRP {
+		// It came back from the initiator as "invalid request", with
+		// a hint to srpc list, exit 1.
+		return nil, nil, cli.Usagef("--exclusive is gosrp's protocol's: over --protocol srp, reserve the volume instead (srpc reserve --protocol srp)")
+	}
 
 	if ro {
 		c.replay.N = 0

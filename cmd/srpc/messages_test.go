@@ -104,6 +104,10 @@ func TestClientMessages(t *testing.T) {
 			"srpc list: --timeout 0s: want a duration above zero\nRun 'srpc list --help' for usage.\n"},
 		{"timeout negative", nil, []string{"export", "--timeout", "-1s", "vol0", "-"}, 2,
 			"srpc export: --timeout -1s: want a duration above zero\nRun 'srpc export --help' for usage.\n"},
+		// It once said "invalid request ... (srpc list shows what you may
+		// open)", exit 1.
+		{"exclusive over srp", nil, []string{"export", "--exclusive", "--protocol", "srp", "lun0", "-"}, 2,
+			"srpc export: --exclusive is gosrp's protocol's: over --protocol srp, reserve the volume instead (srpc reserve --protocol srp)\nRun 'srpc export --help' for usage.\n"},
 	} {
 		r := runStdin(t, srpc, tc.in, append(tc.args, conn...)...)
 		if r.Code != tc.code || r.Stderr != tc.stderr {

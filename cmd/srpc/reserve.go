@@ -278,6 +278,13 @@ func reservedError(volume string, err error) error {
 	} else if strings.Contains(err.Error(), "open exclusively by") {
 		why = "volume %q is open exclusively by another session"
 	}
+	if _, srp := errors.AsType[*initiator.SCSIError](err); srp {
+		// T10 SRP: RESERVATION CONFLICT is all the target says, and a
+		// gosrp session's exclusive open (not a SCSI reservation) is
+		// answered so too; the hint once named the gosrp command,
+		// which knows no LUN names.
+		return fmt.Errorf("volume %q is reserved by another host, or open exclusively by a gosrp session (srpc reserve show --protocol srp %s)", volume, volume)
+	}
 	return fmt.Errorf(why+" (srpc reserve show %s)", volume, volume)
 }
 

@@ -60,8 +60,9 @@ func TestSRPProtocol(t *testing.T) {
 // show prints its key and the reservation (SCSI names no host), a
 // RESERVE with an unregistered key is refused as a conflict, the
 // gosrp host's show names it by its initiator port and its import is
-// refused, and once the SRP host releases and unregisters the import
-// goes through. Between the reserve and the rest, srpd is SIGKILLed and
+// refused, as is another SRP host's, pointed at srpc reserve show
+// --protocol srp, and once the SRP host releases and unregisters the
+// import goes through. Between the reserve and the rest, srpd is SIGKILLed and
 // restarted on its data directory: what it acknowledged to the SRP host
 // (the key, the reservation, their generation) is still there, as
 // sd_pr_register's APTPL asks.
@@ -101,6 +102,12 @@ func TestSRPReserve(t *testing.T) {
 	}
 	if r := e2etest.Run(t, nil, srpc, append([]string{"import", "vol0", in}, gosrpConn...)...); r.Code == 0 || !strings.Contains(r.Stderr, "reserved") {
 		t.Fatalf("the gosrp host's import under the SRP host's reservation: exit %d, %q", r.Code, r.Stderr)
+	}
+	// Another SRP host is pointed at the SRP command (the hint once named
+	// the gosrp one, which knows no LUN names).
+	if r := e2etest.Run(t, nil, srpc, "import", "--target", addr, "--name", "srp-o", "--protocol", "srp", "lun0", in); r.Code != 1 ||
+		!strings.Contains(r.Stderr, "(srpc reserve show --protocol srp lun0)") {
+		t.Fatalf("another SRP host's import under the reservation: exit %d, %q", r.Code, r.Stderr)
 	}
 	run(append([]string{"reserve", "release", "--key", "0xabc", "lun0"}, srpConn...)...)
 	run(append([]string{"reserve", "register", "--key", "0xabc", "lun0", "0"}, srpConn...)...)
