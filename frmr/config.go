@@ -81,6 +81,15 @@ type Config struct {
 	// DeadlineTicks is how many Ticks a signaled WR may stay uncompleted
 	// (default 50).
 	DeadlineTicks int
+	// FenceInvalidate sets the Local Invalidate Fence on every LOCAL_INV
+	// the pool builds: it executes only once every earlier WR has
+	// completed, so no retry can rewind over it. Set it on a device
+	// whose retries execute local operations again
+	// (transport.Quirks.RetryRepeatsLocalOps): a LOCAL_INV repeated
+	// there after the window's BIND completed invalidates a FREE window,
+	// a kernel oops on rxe. rxe fences every LOCAL_INV anyway since
+	// Linux 6.0 (rxe_wqe_is_fenced); asking for it does not rely on that.
+	FenceInvalidate bool
 }
 
 // CQDepth is the CQ size a QP with the given queue depths needs so that a

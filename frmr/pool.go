@@ -447,8 +447,12 @@ func (p *Pool) Invalidate(r Reg) (transport.SendWR, error) {
 	s.state = InvPosted
 	s.since = p.tick
 	p.st.LocalInvalidations++
+	flags := transport.FlagSignaled
+	if p.cfg.FenceInvalidate {
+		flags |= transport.FlagFence
+	}
 	return transport.SendWR{ID: makeID(kindInv, r.slot, r.gen), Opcode: transport.OpLocalInv,
-		Flags: transport.FlagSignaled, InvalidateKey: s.devKey}, nil
+		Flags: flags, InvalidateKey: s.devKey}, nil
 }
 
 // Done reports whether r's buffer may be handed back to the application:

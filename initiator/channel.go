@@ -64,10 +64,15 @@ type channel struct {
 	// MR; a key then reaches nothing but the buffer of the I/O it was
 	// issued for (see frmr's "Windows and unchecked bounds").
 	isolate bool
-	// localInv: the device may carry out again a SEND_WITH_INV it
-	// received as its QP entered ERR, and oops on the second
-	// invalidation (transport.Quirks.ReplayOnErr), so the channel never
-	// asks the target to invalidate its keys and invalidates them itself.
+	// localInv: the channel never asks the target to invalidate its keys
+	// and invalidates them itself. The device may carry out again a
+	// SEND_WITH_INV it received as its QP entered ERR, and oops on the
+	// second invalidation (transport.Quirks.ReplayOnErr); or a retry may
+	// execute a registration again after the target invalidated its key,
+	// leaving the key valid once the I/O has ended
+	// (transport.Quirks.RetryRepeatsLocalOps), where a LOCAL_INV, which
+	// sits behind the registration on the send queue, is repeated after
+	// it.
 	localInv bool
 	recvWRs  []transport.RecvWR
 	recvSGE  []transport.SGE
@@ -159,6 +164,8 @@ func (c *channel) setup(dev transport.Device) error {
 		// MR index to another's pool: their iova tags must never meet.
 		IOVABase:      uint64(c.id) << 32,
 		DeadlineTicks: int(s.cfg.IOTimeout / tick),
+		// A retry never rewinds over a fenced LOCAL_INV.
+		FenceInvalidate: dev.Attr().Quirks.RetryRepeatsLocalOps,
 	})
 	if err != nil {
 		m.Close()
@@ -167,7 +174,8 @@ func (c *channel) setup(dev transport.Device) error {
 	}
 	c.arena, c.mr = a, m
 	c.isolate = pool.Mechanism() == frmr.MW && dev.Attr().Quirks.WindowBoundsUnchecked
-	c.localInv = s.cfg.NoRemoteInvalidate || dev.Attr().Quirks.ReplayOnErr
+	q := dev.Attr().Quirks
+	c.localInv = s.cfg.NoRemoteInvalidate || q.ReplayOnErr || q.RetryRepeatsLocalOps
 	c.recvWRs = make([]transport.RecvWR, c.rqDepth)
 	c.recvSGE = make([]transport.SGE, c.rqDepth)
 	for i := range c.recvWRs {

@@ -46,7 +46,9 @@ type Config struct {
 	// invalidate keys with SEND_WITH_INV; every I/O then ends with a
 	// signaled LOCAL_INV. It is implied on a device where receiving
 	// SEND_WITH_INV is unsafe (transport.Quirks.ReplayOnErr: rxe on the
-	// Linux releases transport/ibverbs/kernel.go names).
+	// Linux releases transport/ibverbs/kernel.go names) and on one where
+	// a retry may register a remotely invalidated key again
+	// (transport.Quirks.RetryRepeatsLocalOps: rxe on every release).
 	NoRemoteInvalidate bool
 	// ImmediateData is the largest WRITE whose data travels inside the
 	// command itself (SRP-2 immediate data, as Linux's ib_srp sends writes

@@ -117,6 +117,14 @@ func (c *core) onRecv(wc *transport.WC) {
 	}
 	withInv := wc.Flags&transport.WCWithInv != 0
 	switch {
+	case withInv && !c.remoteInv:
+		// The login asked for no remote invalidation (Config.
+		// NoRemoteInvalidate, or a device on which it is unsafe: a key
+		// the target invalidated may be registered again by a retry,
+		// transport.Quirks.RetryRepeatsLocalOps). The key's state is
+		// unknown now; the connection ends and the pool replaces it.
+		c.fail(fmt.Errorf("initiator: target invalidated %s though the login asked it not to: %w", wc.InvalidatedKey, ErrProtocol))
+		return
 	case sl.hasReg && withInv:
 		// Remote invalidation counts only if it names the key
 		// registered for this request

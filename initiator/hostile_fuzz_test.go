@@ -58,7 +58,7 @@ func (p *fuzzPeer) respond(rsp *targettest.Response) targettest.Action {
 		return targettest.Pass
 	}
 	p.bad++
-	return misbehave(rsp, int(b%8-4))
+	return misbehave(rsp, int(b/8)%5)
 }
 
 const fuzzBlocks, fuzzBS = 64, 4096

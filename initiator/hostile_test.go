@@ -115,7 +115,7 @@ func TestHostileStaleDescriptors(t *testing.T) {
 			t.Run(profile+"/"+mech.String(), func(t *testing.T) {
 				var p staleProbe
 				p.r = newHostileRig(t, profile, targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
-					if !rsp.Login && rsp.Key != 0 {
+					if !rsp.Login && rsp.Fresh {
 						p.fire(rsp)
 					}
 					return targettest.Pass
@@ -197,9 +197,10 @@ func TestHostileWindowReach(t *testing.T) {
 			var maxTransfer atomic.Int64
 			var mu sync.Mutex
 			var reached []string
+			var probed int
 			r = newHostileRig(t, "rxe", targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
 				ds := rsp.Descriptors
-				if rsp.Login || len(ds) == 0 || rsp.Key == 0 {
+				if rsp.Login || len(ds) == 0 || !rsp.Fresh {
 					return targettest.Pass
 				}
 				cur := ds[len(ds)-1]
@@ -208,6 +209,7 @@ func TestHostileWindowReach(t *testing.T) {
 				slotLen := uint64(maxTransfer.Load())
 				mu.Lock()
 				defer mu.Unlock()
+				probed++
 				for _, try := range []struct {
 					what string
 					op   transport.Opcode
@@ -256,6 +258,9 @@ func TestHostileWindowReach(t *testing.T) {
 			}
 			if len(reached) > 0 {
 				t.Fatalf("%d accesses outside the I/O's buffer served; first: %s", len(reached), reached[0])
+			}
+			if probed != 20 {
+				t.Fatalf("the target probed around %d of 20 reads: the test tested less than it says", probed)
 			}
 		})
 	}
@@ -619,7 +624,7 @@ func TestHostileSoak(t *testing.T) {
 						}
 						return targettest.Pass
 					}
-					if ds := rsp.Descriptors; qd1 && len(ds) > 1 && rsp.Key != 0 {
+					if ds := rsp.Descriptors; qd1 && len(ds) > 1 && rsp.Fresh {
 						q := r.victimQP()
 						cur := ds[len(ds)-1]
 						for i, d := range ds[:len(ds)-1] {
@@ -740,9 +745,11 @@ func TestHostileSoak(t *testing.T) {
 }
 
 // misbehave makes a hostile target's answer rsp misbehave in way n (for
-// n < 4; any other n passes it unchanged): answer twice, invalidate the
+// n < 5; any other n passes it unchanged): answer twice, invalidate the
 // wrong variant of the request's key, drop the invalidation (a plain SEND
-// where SEND_WITH_INV was due), or cut the connection.
+// where SEND_WITH_INV was due), cut the connection, or invalidate the
+// last key it was handed where the initiator asked for no invalidation
+// (as it does on rxe: a retry there could register that key again).
 func misbehave(rsp *targettest.Response, n int) targettest.Action {
 	switch n {
 	case 0:
@@ -755,6 +762,10 @@ func misbehave(rsp *targettest.Response, n int) targettest.Action {
 		rsp.WR.Opcode, rsp.WR.InvalidateKey = transport.OpSend, 0
 	case 3:
 		return targettest.Disconnect
+	case 4:
+		if ds := rsp.Descriptors; rsp.Key == 0 && rsp.Fresh && len(ds) > 0 {
+			rsp.WR.Opcode, rsp.WR.InvalidateKey = transport.OpSendWithInv, ds[len(ds)-1].RKey
+		}
 	}
 	return targettest.Pass
 }

@@ -121,4 +121,26 @@ type Quirks struct {
 	// for a possible copy of an earlier one. The software NIC replays so
 	// when a test sets the quirk (transport/emu/replay.go).
 	ReplayOnErr bool
+	// RetryRepeatsLocalOps: a transport retry (the local ACK timeout, a
+	// sequence NAK) carries out again every local operation (REG_MR,
+	// BIND_MW, LOCAL_INV) posted behind the oldest unacknowledged request,
+	// although each had already executed. rxe does, on every release read
+	// here: req_retry rewinds the requester to the send queue's consumer
+	// index and rxe_requester runs rxe_do_local_ops for each WQE it meets
+	// again, done or not (drivers/infiniband/sw/rxe/rxe_req.c). Seen in
+	// the VM on Linux 6.1: one retry in about 69,000 packets, and the
+	// second BIND_MW of a bound window failed MW_BIND_ERR. Two outcomes
+	// matter to a consumer. A repeated registration of an MR or window a
+	// peer has meanwhile invalidated (SEND_WITH_INV) succeeds: the key is
+	// valid again, over the same memory, after the request it was
+	// issued for has ended, and nothing reports it. A repeated
+	// LOCAL_INV of a window already FREE puts the window's QP, which is
+	// NULL: a kernel oops (rxe_do_invalidate_mw). So on such a device a
+	// consumer lets no peer invalidate its keys (every key dies by its
+	// own LOCAL_INV, which sits behind its registration on the same send
+	// queue and is repeated after it), and registers with MRs, not
+	// windows. A repeated operation that fails still costs the
+	// connection. The software NIC repeats them when a profile or test
+	// sets the quirk (transport/emu/requester.go).
+	RetryRepeatsLocalOps bool
 }

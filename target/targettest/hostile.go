@@ -75,6 +75,12 @@ type Response struct {
 	// Descriptors are all the descriptors recorded so far, oldest first;
 	// the slice is the kit's, valid during the call.
 	Descriptors []Descriptor
+	// Fresh reports that descriptors were recorded since the previous
+	// response: at queue depth 1, the last of Descriptors is the live
+	// key of the I/O this response answers. Key says the same only when
+	// the initiator asked for remote invalidation, which it does not on
+	// every device (initiator.Config.NoRemoteInvalidate).
+	Fresh bool
 	// N counts responses, from 1, across all connections.
 	N int
 
@@ -153,10 +159,11 @@ type Hostile struct {
 	transport.Provider
 	script Script
 
-	mu    sync.Mutex
-	descs []Descriptor
-	n     int
-	devs  map[transport.Device]*device
+	mu       sync.Mutex
+	descs    []Descriptor
+	answered int // len(descs) at the last response (Response.Fresh)
+	n        int
+	devs     map[transport.Device]*device
 }
 
 // Wrap returns p with its targets' responses under s.
@@ -533,6 +540,8 @@ func (q *qp) PostSend(wrs []transport.SendWR) (int, error) {
 			h.n++
 			r.N = h.n
 			r.Descriptors = h.descs
+			r.Fresh = len(h.descs) > h.answered
+			h.answered = len(h.descs)
 			h.mu.Unlock()
 			act := h.script.Respond(r)
 			if act != Disconnect {

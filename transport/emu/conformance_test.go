@@ -77,6 +77,7 @@ func TestConformanceKnobs(t *testing.T) {
 		{"CyclicIndices", func(q *transport.Quirks) { q.CyclicIndices = true }},
 		{"LocalErrFlushed", func(q *transport.Quirks) { q.LocalErrFlushed = true }},
 		{"ReplayOnErr", func(q *transport.Quirks) { q.ReplayOnErr = true }},
+		{"RetryRepeatsLocalOps", func(q *transport.Quirks) { q.RetryRepeatsLocalOps = true }},
 	}
 	seed := *conformanceSeed
 	if seed == 0 {

@@ -81,6 +81,8 @@
 //	request received as the QP    flushed      flushed      flushed      flushed (see  6.1: flushed; 6.12.95:
 //	  enters ERR [12]                                                    [12])         replayed, oops if a
 //	                                                                                     SEND_WITH_INV
+//	local op behind a retried     executed     executed     executed     executed      executed again (6.1
+//	  request [13]                once         once         once         again         seen; every release)
 //
 // [1] A LOCAL_INV, or a received SEND_WITH_INV, naming a FREE MR or window
 // with its current key. Failing means the local-op status
@@ -208,6 +210,24 @@
 // TestReplayOnErrUnderFaults, which counts 100 to 200 oopses in 2,000
 // I/Os when the initiator asks for remote invalidation on such a
 // device).
+//
+// [13] rxe's req_retry rewinds its requester to the oldest request not
+// yet completed, and rxe_requester runs every local operation it meets
+// again, done or not. Seen on Linux 6.1 in the VM: one requester retry
+// in about 69,000 packets (completer_retry_err=1, nothing lost: a late
+// ACK) and a BIND_MW repeated over its bound window failed MW_BIND_ERR,
+// ending the connection. Worse, a registration whose key the peer has
+// invalidated in between (SEND_WITH_INV) is registered again, valid
+// after its I/O ended. The NIC repeats them under
+// Quirks.RetryRepeatsLocalOps, which the rxe profile sets, on every
+// rewind (a timeout, an RNR NAK); a repeated LOCAL_INV of a FREE window
+// is counted as the oops it is on rxe (Counters.KernelOopses). rxe
+// fences every LOCAL_INV (rxe_wqe_is_fenced, since 6.0), so a LOCAL_INV
+// is at the head of its queue when it executes and is never repeated
+// there; here only a fenced one waits. TestRetryRepeatsLocalOps shows
+// both outcomes; InjectWithholdAcks makes retries on demand, and the
+// initiator's TestRetryLeavesNoKey fails when the initiator asks for
+// remote invalidation on such a device.
 //
 // The tcp and shm listeners outlive a temporary accept failure (out of
 // descriptors, say): they count it (Counters.AcceptErrors), log it at a

@@ -96,11 +96,18 @@ type Counters struct {
 	AcceptErrors uint64
 	// KernelOopses counts what would have killed an rxe host: a
 	// SEND_WITH_INV replayed at ERR invalidating a FREE window
-	// (Quirks.ReplayOnErr, replay.go).
+	// (Quirks.ReplayOnErr, replay.go), or a LOCAL_INV a retry repeated
+	// doing the same (Quirks.RetryRepeatsLocalOps, mem.go).
 	KernelOopses uint64
 	// Replays counts the receives completed with a copy of a SEND
 	// replayed at ERR (Quirks.ReplayOnErr, replay.go).
 	Replays uint64
+	// RepeatedLocalOps counts local operations a retry executed again
+	// (Quirks.RetryRepeatsLocalOps, requester.go).
+	RepeatedLocalOps uint64
+	// Retries counts the requester's rewinds (go-back-N after a timeout
+	// or an RNR NAK), rxe's completer_retry_err and rcvd_rnr_err.
+	Retries uint64
 }
 
 // Counters returns the NIC's counts so far.
@@ -113,6 +120,7 @@ func (p *Provider) Counters() Counters {
 		Duplicates: c.duplicates.Load(), LinkCuts: c.linkCuts.Load(), InjectedQPErrors: c.injectedQPErrors.Load(),
 		PostFailures: c.postFailures.Load(), BadFrames: c.badFrms.Load(), AcceptErrors: c.acceptErrors.Load(),
 		ProbesServed: c.probesServed.Load(), KernelOopses: c.kernelOopses.Load(), Replays: c.replays.Load(),
+		RepeatedLocalOps: c.repeatedLocalOps.Load(), Retries: c.retries.Load(),
 	}
 }
 
@@ -154,6 +162,15 @@ func (p *Provider) InjectCQEStatus(x transport.QP, nth int, s transport.Status) 
 // InjectDuplicate delivers the nth next request qp transmits twice.
 func (p *Provider) InjectDuplicate(x transport.QP, nth int) error {
 	return p.injectQP(x, func(q *qp) { q.dupNext = nth })
+}
+
+// InjectWithholdAcks makes the responder of qp carry out the next n SENDs
+// and RDMA WRITEs it receives without acknowledging them, as lost ACKs or
+// a peer whose NIC withholds them would: the peer's requester times out
+// and retries, and the duplicates it sends are acknowledged. A READ's
+// response is never withheld.
+func (p *Provider) InjectWithholdAcks(x transport.QP, n int) error {
+	return p.injectQP(x, func(q *qp) { q.withhold = n })
 }
 
 // CutLink cuts the wire under qp's connection: both QPs go to ERR and both

@@ -62,7 +62,9 @@ var profiles = map[string]Profile{
 	// (rxe_pool.c's xa_alloc_cyclic), not the one freed last. A WR that
 	// fails at the requester completes WR_FLUSH_ERR, its cause unreported,
 	// as on Linux 6.12 (LocalErrFlushed); Linux 6.1 reports the statuses
-	// above instead, which the other profiles' consumers see.
+	// above instead, which the other profiles' consumers see. A retry
+	// executes again the local operations behind the request it retries
+	// (RetryRepeatsLocalOps), as every rxe release does.
 	"rxe": {Name: "rxe", Vendor: "gosrp-emu (rxe-like)", Quirks: transport.Quirks{
 		LocalOpErrStatus:      transport.StatusLocQPOpErr,
 		NoQPErrorEvents:       true,
@@ -71,6 +73,7 @@ var profiles = map[string]Profile{
 		WindowBoundsUnchecked: true,
 		CyclicIndices:         true,
 		LocalErrFlushed:       true,
+		RetryRepeatsLocalOps:  true,
 	}},
 }
 

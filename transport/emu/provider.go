@@ -241,6 +241,7 @@ type counters struct {
 	remoteAccessErrors, flushed, droppedCQEs, corruptedCQEs       atomic.Uint64
 	duplicates, linkCuts, injectedQPErrors, postFailures, badFrms atomic.Uint64
 	probesServed, acceptErrors, kernelOopses, replays             atomic.Uint64
+	repeatedLocalOps, retries                                     atomic.Uint64
 }
 
 // ownedCount is how many listeners and links Close would end (tests).

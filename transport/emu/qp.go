@@ -33,8 +33,12 @@ type wqe struct {
 	psn      uint32
 	sentAt   time.Time
 	retries  int
-	rnr      int
-	reason   string
+	// repeat: a retry rewound the requester over this local operation,
+	// which had executed, and it is to execute again
+	// (Quirks.RetryRepeatsLocalOps).
+	repeat bool
+	rnr    int
+	reason string
 }
 
 type rwqe struct {
@@ -108,6 +112,9 @@ type qp struct {
 	statusCQE int
 	statusSet transport.Status
 	dupNext   int
+	// withhold: the responder carries out this many more SENDs and
+	// RDMA WRITEs without acknowledging them (InjectWithholdAcks).
+	withhold int
 
 	victims []*qp // QPs to move to ERR after unlocking (CQ overrun)
 	overrun []*cq // CQs whose CQ_ERR to raise after that

@@ -86,11 +86,21 @@ func (q *qp) armLocked(now time.Time) {
 
 // rewindLocked makes every transmitted WR from slot idx on go out again
 // (go-back-N after an RNR NAK or a timeout). Local operations that already
-// executed stay done: they are never replayed
-// (docs/verbs.md#send-queue-ordering-and-fences, the rxe retry bug).
+// executed stay done, as IBA has it
+// (docs/verbs.md#send-queue-ordering-and-fences), unless the device has
+// Quirks.RetryRepeatsLocalOps: then they execute again, as rxe's
+// req_retry and rxe_requester make them.
 func (q *qp) rewindLocked(idx uint64) {
+	q.dev.p.counters.retries.Add(1)
 	for _, i := range q.inflight {
 		q.slot(i).state = wqeQueued
+	}
+	if q.dev.p.quirks.RetryRepeatsLocalOps {
+		for i := idx; i < q.sqNext; i++ {
+			if w := q.slot(i); w.wr.Opcode.IsLocal() && w.state == wqeDone && w.status == transport.StatusSuccess {
+				w.state, w.repeat = wqeQueued, true
+			}
+		}
 	}
 	q.inflight = q.inflight[:0]
 	q.sqNext = idx
@@ -208,8 +218,13 @@ func (q *qp) progress() (sent link) {
 		q.sqNext++
 		if op.IsLocal() {
 			w.sentAt = now
+			repeat := w.repeat
+			w.repeat = false
 			q.mu.Unlock()
-			err := q.execLocal(w)
+			if repeat {
+				p.counters.repeatedLocalOps.Add(1)
+			}
+			err := q.execLocal(w, repeat)
 			q.mu.Lock()
 			if idx >= q.sqDone && w.state != wqeDone {
 				if err != nil {
@@ -375,14 +390,20 @@ func (q *qp) segsLocked(sgl []transport.SGE, write bool) ([]seg, *sgeErr) {
 	return segs, nil
 }
 
-// execLocal runs a memory operation on the device.
-func (q *qp) execLocal(w *wqe) *opError {
+// execLocal runs a memory operation on the device; repeat says a retry
+// runs it again (Quirks.RetryRepeatsLocalOps).
+func (q *qp) execLocal(w *wqe, repeat bool) *opError {
 	d := q.dev
 	d.mem.Lock()
 	defer d.mem.Unlock()
 	wr := &w.wr
 	switch wr.Opcode {
 	case transport.OpLocalInv:
+		if repeat {
+			if done, err := d.repeatInvalidateLocked(q, wr.InvalidateKey); done {
+				return err
+			}
+		}
 		return d.invalidateLocked(q, wr.InvalidateKey, false)
 	case transport.OpRegMR:
 		f := wr.Reg.MR.(*frmr)

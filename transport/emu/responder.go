@@ -72,6 +72,11 @@ func (q *qp) onRequest(pkt *packet) {
 		return
 	}
 	q.expPSN++
+	if q.withhold > 0 && resp.kind == pktAck && !q.respErr.set {
+		q.withhold--
+		q.unlock()
+		return
+	}
 	q.answer(l, resp)
 }
 

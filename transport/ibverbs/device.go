@@ -57,8 +57,12 @@ type Device struct {
 	// numbering (rxe): IB_WC_WITH_INVALIDATE is bit 2, not IBV_WC_WITH_INV.
 	kernelWCFlags C.int
 	isRxe         bool
-	winMu         sync.RWMutex
-	windows       map[uint32]*MW // key index -> window
+	// ackTimeout is the local ACK timeout its QPs enter RTS with (IBA's
+	// exponent: 4.096 µs × 2^n); 0 keeps rdma_cm's (Provider's
+	// ack_timeout option, RxeAckTimeout).
+	ackTimeout int
+	winMu      sync.RWMutex
+	windows    map[uint32]*MW // key index -> window
 	// doubted counts the unsure windows (qp_mw.go), so that completions
 	// look for a window to confirm only while there is one.
 	doubted atomic.Int64
@@ -120,6 +124,10 @@ func (d *Device) query() error {
 	if vendor == rxeVendorID {
 		d.kernelWCFlags = 1
 		d.isRxe = true
+		d.ackTimeout = RxeAckTimeout
+	}
+	if d.p.ackTimeout > 0 {
+		d.ackTimeout = d.p.ackTimeout
 	}
 	d.maxRdAtom = int(a.max_qp_rd_atom)
 	d.maxInitRdAtom = int(a.max_qp_init_rd_atom)
@@ -176,6 +184,9 @@ func quirksFor(vendor, part uint32) transport.Quirks {
 			// is "RDMA/rxe: Fix multiple rxe_qp_error calls", v6.10.
 			LocalErrFlushed: kernelAtLeast(kernelRelease(), 6, 10),
 			ReplayOnErr:     rxeReplaysOnErr(kernelRelease()),
+			// req_retry and rxe_requester, on every release read here;
+			// seen as MW_BIND_ERR after a retry on 6.1 in the VM.
+			RetryRepeatsLocalOps: true,
 		}
 	case mellanoxVendorID:
 		q := transport.Quirks{

@@ -234,6 +234,19 @@
 //	                                       before the post (a completion for
 //	                                       an unpublished slot was dropped)
 //	no receive posted (rnr_retry 6)      RNR_RETRY_EXC_ERR after ~4 s
+//	local operations behind a retried    executed again (req_retry): a
+//	  request                              BIND_MW of a bound window then
+//	                                       fails MW_BIND_ERR (6.1, one
+//	                                       retry in ~69,000 packets, a late
+//	                                       ACK under TCG), and one of a
+//	                                       window the peer invalidated
+//	                                       meanwhile makes its key valid
+//	                                       again -> RetryRepeatsLocalOps:
+//	                                       the initiator invalidates its own
+//	                                       keys with fenced LOCAL_INVs;
+//	                                       the ACK timeout is raised to
+//	                                       ~2.1 s (RxeAckTimeout) so that a
+//	                                       late ACK seldom makes a retry
 //	REG_MR                               not in user verbs: ErrUnsupported
 //	limits                               max_qp_wr 1048576, max_sge 32,
 //	                                       max_cqe 32767, inline 512, MTU

@@ -36,9 +36,10 @@ func init() {
 // Provider is the libibverbs/librdmacm provider. It is safe for concurrent
 // use.
 type Provider struct {
-	rnrRetry int           // rdma_conn_param.rnr_retry_count
-	retry    int           // rdma_conn_param.retry_count
-	busyPoll time.Duration // CQ.Wait polls this long before it arms the CQ
+	rnrRetry   int           // rdma_conn_param.rnr_retry_count
+	retry      int           // rdma_conn_param.retry_count
+	ackTimeout int           // the QPs' local ACK timeout; 0: the device's default
+	busyPoll   time.Duration // CQ.Wait polls this long before it arms the CQ
 	// adaptive: CQ.Wait polls for a budget from its CQ's recent waits
 	// instead (busy_poll=adaptive), at least busyPoll.
 	adaptive bool
@@ -50,6 +51,18 @@ type Provider struct {
 }
 
 var _ transport.Provider = (*Provider)(nil)
+
+// RxeAckTimeout is the local ACK timeout of QPs on rxe unless the
+// ack_timeout option says otherwise: 2^19 × 4.096 µs, about 2.1 s, where
+// rdma_cm would give about 0.5 s. rxe runs on the host's CPUs, where a
+// busy or virtual machine delays an ACK past half a second now and then
+// (one retry in about 69,000 packets in the TCG test VM), and a retry on
+// rxe is costly: it executes the registrations behind the retried request
+// again (transport.Quirks.RetryRepeatsLocalOps), and the second BIND_MW
+// of a bound window fails and ends the connection. A dead peer is
+// noticed later (eight tries: about 17 s, not 4 s); connections that
+// must notice sooner keep their own keepalive, as the initiator does.
+const RxeAckTimeout = 19
 
 // DefaultBusyPoll is how long CQ.Wait polls the CQ before it arms it and
 // sleeps, unless the busy_poll option says otherwise. It is sized for a
@@ -72,6 +85,10 @@ const AdaptiveBusyPollMax = 2 * time.Millisecond
 //	             a peer without a posted receive fails the SEND with
 //	             RNR_RETRY_EXC_ERR instead of stalling it)
 //	retry=N      transport retries, 0..7 (default 7)
+//	ack_timeout=N  the local ACK timeout, IBA's exponent 1..31: a request
+//	             unanswered for 4.096 µs × 2^N is sent again (default:
+//	             what rdma_cm computes, about 0.5 s on RoCE; on rxe
+//	             RxeAckTimeout)
 //	busy_poll=D  how long CQ.Wait polls the CQ before it arms it and sleeps
 //	             on the completion channel, a Go duration (default 50µs,
 //	             DefaultBusyPoll; 0 arms at once). Polling costs a core
@@ -96,9 +113,16 @@ func New(opts transport.Options) (*Provider, error) {
 			continue
 		}
 		n, err := strconv.Atoi(v)
+		if k == "ack_timeout" {
+			if err != nil || n < 1 || n > 31 {
+				return nil, fmt.Errorf("ibverbs: option ack_timeout=%q: want 1..31: %w", v, transport.ErrInvalidArgument)
+			}
+			p.ackTimeout = n
+			continue
+		}
 		switch {
 		case k != "rnr_retry" && k != "retry":
-			return nil, fmt.Errorf("ibverbs: unknown option %q (have rnr_retry, retry, busy_poll): %w", k, transport.ErrInvalidArgument)
+			return nil, fmt.Errorf("ibverbs: unknown option %q (have rnr_retry, retry, ack_timeout, busy_poll): %w", k, transport.ErrInvalidArgument)
 		case err != nil || n < 0 || n > 7:
 			return nil, fmt.Errorf("ibverbs: option %s=%q: want 0..7: %w", k, v, transport.ErrInvalidArgument)
 		case k == "rnr_retry":

@@ -279,7 +279,7 @@ func (q *QP) cmModify(id *C.struct_rdma_cm_id, to transport.QPState, rdAtomic in
 	if q.closed {
 		return fmt.Errorf("ibverbs: QP %d: %w", q.num, transport.ErrClosed)
 	}
-	if rc := C.gosrp_cm_modify(id, q.qp, C.int(to), C.int(rdAtomic)); rc != 0 {
+	if rc := C.gosrp_cm_modify(id, q.qp, C.int(to), C.int(rdAtomic), C.int(q.d.ackTimeout)); rc != 0 {
 		return mapErrno(fmt.Sprintf("rdma_init_qp_attr+ibv_modify_qp QP %d -> %s", q.num, to), kindCreate, int(rc))
 	}
 	q.state.Store(uint32(to))

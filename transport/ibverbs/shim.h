@@ -342,8 +342,8 @@ static inline int gosrp_query_state(struct ibv_qp *qp) {
 // gosrp_cm_modify moves qp to state with the attributes rdma_cm computes for
 // id (manual-QP mode, as librdmacm's ucma_modify_qp_rtr/rts do for its own
 // QPs). rd_atomic >= 0 overrides max_dest_rd_atomic (RTR) or max_rd_atomic
-// (RTS).
-static inline int gosrp_cm_modify(struct rdma_cm_id *id, struct ibv_qp *qp, int state, int rd_atomic) {
+// (RTS); ack_timeout > 0 overrides the local ACK timeout (RTS).
+static inline int gosrp_cm_modify(struct rdma_cm_id *id, struct ibv_qp *qp, int state, int rd_atomic, int ack_timeout) {
 	struct ibv_qp_attr a;
 	int mask = 0;
 	memset(&a, 0, sizeof(a));
@@ -355,6 +355,10 @@ static inline int gosrp_cm_modify(struct rdma_cm_id *id, struct ibv_qp *qp, int 
 			a.max_dest_rd_atomic = (uint8_t)rd_atomic;
 		if (state == IBV_QPS_RTS && (mask & IBV_QP_MAX_QP_RD_ATOMIC))
 			a.max_rd_atomic = (uint8_t)rd_atomic;
+	}
+	if (ack_timeout > 0 && state == IBV_QPS_RTS) {
+		a.timeout = (uint8_t)ack_timeout;
+		mask |= IBV_QP_TIMEOUT;
 	}
 	if (ibv_modify_qp(qp, &a, mask))
 		return errno ? errno : EINVAL;
