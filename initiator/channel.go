@@ -123,7 +123,7 @@ func (c *channel) submit(r *Request) error {
 		return fmt.Errorf("initiator: channel %d down since %s: %w", c.id, c.downAt.Format(time.RFC3339), ErrConnectionLost)
 	}
 	r.start = clock.Nanos()
-	r.retries, r.retryLast, r.timeouts = 0, nil, 0
+	r.retries, r.retryLast, r.timeouts, r.losses = 0, nil, 0, 0
 	c.q.push(r)
 	c.mu.Unlock()
 	c.ring()
@@ -183,7 +183,7 @@ func (c *channel) setup(dev transport.Device) error {
 		c.recvWRs[i] = transport.RecvWR{ID: recvID(i), SGL: c.recvSGE[i : i+1]}
 	}
 	c.core = newCore(coreParams{
-		id: c.id, credits: cr, sqDepth: c.sqDepth, ioTimeout: int64(s.cfg.IOTimeout),
+		id: c.id, credits: cr, sqDepth: c.sqDepth, ioTimeout: int64(s.cfg.IOTimeout), lossTimeout: int64(s.cfg.LossTimeout),
 		msg: a.Bytes(), msgAddr: m.Addr(), msgLKey: m.LKey(),
 		data: s.data.Bytes(), dataAddr: s.dataMR.Addr(), dataLKey: s.dataMR.LKey(), dataArena: s.data,
 		zeroCopy: s.zeroCopy, recvWRs: c.recvWRs, pool: pool,
@@ -261,7 +261,7 @@ func (c *channel) connect(ctx context.Context) (err error) {
 				err = fmt.Errorf("%w (and replacing registrations: %v)", err, rerr)
 			}
 			c.teardown()
-			c.core.reset() // nothing was in flight: the loop has not run on it
+			c.core.reset(clock.Nanos()) // nothing was in flight: the loop has not run on it
 		}
 	}()
 	if err := qp.Modify(transport.QPInit); err != nil {

@@ -2,6 +2,7 @@ package initiator
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -58,15 +59,18 @@ type coreParams struct {
 	id        int
 	credits   int // slots (Config.Credits)
 	sqDepth   int
-	ioTimeout int64  // ns
-	keepalive int64  // ns: Config.KeepaliveTimeout, 0 off
-	msg       []byte // the channel arena: receive buffers, then send buffers
-	msgAddr   uint64
-	msgLKey   transport.Key
-	data      []byte // the session arena (bounce buffers, then AllocBuffer's)
-	dataAddr  uint64
-	dataLKey  transport.Key
-	dataArena *transport.Arena
+	ioTimeout int64 // ns
+	// lossTimeout (ns, Config.LossTimeout) bounds how long a request is
+	// re-issued across connections that end with it on them.
+	lossTimeout int64
+	keepalive   int64  // ns: Config.KeepaliveTimeout, 0 off
+	msg         []byte // the channel arena: receive buffers, then send buffers
+	msgAddr     uint64
+	msgLKey     transport.Key
+	data        []byte // the session arena (bounce buffers, then AllocBuffer's)
+	dataAddr    uint64
+	dataLKey    transport.Key
+	dataArena   *transport.Arena
 	// zeroCopy reports whether a buffer lies in the session's registered
 	// pool (and may be registered in place), and where.
 	zeroCopy func([]byte) (frmr.Segment, bool)
@@ -331,12 +335,38 @@ func (e *unansweredError) Error() string {
 // Is makes the error os.ErrDeadlineExceeded.
 func (e *unansweredError) Is(target error) bool { return target == os.ErrDeadlineExceeded }
 
+// lostError fails a request re-issued across connections that ended with
+// it on them, whatever ended them, for Config.LossTimeout from the first.
+// A target that breaks the protocol in its answer to a command (an
+// invalidation it was not asked for, a malformed response), or cuts the
+// connection that carries it, and takes every login again, would
+// otherwise have it, and its caller, re-issued for ever: the loss
+// timeout of the connection never runs out, since every reconnect
+// succeeds. A count would not do: injected faults end five connections
+// under one request in well under a second. It is ErrConnectionLost to
+// callers (a Multipath fails over on it), and wraps what ended the last
+// connection.
+type lostError struct {
+	what   string
+	losses int
+	over   time.Duration
+	last   error
+}
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("initiator: %s was on %d connections that ended in %s, the last with: %v", e.what, e.losses, e.over, e.last)
+}
+
+func (e *lostError) Unwrap() []error { return []error{ErrConnectionLost, e.last} }
+
 // reset forgets the connection after the shell tore it down: every
 // request that had not completed goes back to the queue in the order it
 // was started (xprtrdma's and nvme-rdma's recovery: requests are
 // re-issued, MRs never survive a connection), but one that its I/O
-// timeout has now ended maxIOTimeouts connections fails.
-func (c *core) reset() {
+// timeout has now ended maxIOTimeouts connections fails, and so does one
+// re-issued across ended connections for lossTimeout (lostError). now is
+// the shell's clock.
+func (c *core) reset(now int64) {
 	c.up = false
 	c.order = c.order[:0]
 	for i := range c.slots {
@@ -347,13 +377,23 @@ func (c *core) reset() {
 	slices.SortFunc(c.order, func(a, b int) int { return cmp.Compare(c.slots[a].seq, c.slots[b].seq) })
 	for _, i := range c.order {
 		sl := &c.slots[i]
-		if r := sl.req; r != nil && r.timeouts >= maxIOTimeouts {
-			what := r.scsi.name()
-			if what == "" {
-				what = r.Op.String()
+		r := sl.req
+		if r != nil && sl.state != slotStaged {
+			if r.losses == 0 {
+				r.lostAt = now
 			}
-			c.finish(r, &unansweredError{what, int(r.timeouts), time.Duration(c.p.ioTimeout)})
-		} else {
+			r.losses++
+		}
+		switch {
+		case r != nil && r.timeouts >= maxIOTimeouts:
+			c.finish(r, &unansweredError{r.what(), int(r.timeouts), time.Duration(c.p.ioTimeout)})
+		case r != nil && r.losses > 1 && now-r.lostAt >= c.p.lossTimeout:
+			last := c.lastFailure
+			if last == nil {
+				last = errors.New("initiator: connection torn down")
+			}
+			c.finish(r, &lostError{r.what(), int(r.losses), time.Duration(now - r.lostAt).Round(time.Millisecond), last})
+		default:
 			c.requeue(r)
 		}
 		sl.req, sl.hasReg, sl.state = nil, false, slotFree

@@ -119,7 +119,7 @@ func newCoreHarness(t testing.TB, td *datadriven.TestData) *coreHarness {
 		h.recvWRs[i] = transport.RecvWR{ID: recvID(i), SGL: sge}
 		h.recvFree = append(h.recvFree, i)
 	}
-	h.core = newCore(coreParams{id: 0, credits: credits, sqDepth: sqDepth, ioTimeout: int64(time.Second),
+	h.core = newCore(coreParams{id: 0, credits: credits, sqDepth: sqDepth, ioTimeout: int64(time.Second), lossTimeout: int64(time.Minute),
 		msg: h.msg.Bytes(), msgAddr: h.msgMR.Addr(), msgLKey: h.msgMR.LKey(),
 		data: h.data.Bytes(), dataAddr: h.dataMR.Addr(), dataLKey: h.dataMR.LKey(), dataArena: h.data,
 		zeroCopy: func([]byte) (frmr.Segment, bool) { return frmr.Segment{}, false },
@@ -224,7 +224,12 @@ func (h *coreHarness) run(t testing.TB, td *datadriven.TestData) string {
 		c.tick(int64(ms) * int64(time.Millisecond))
 	case "teardown":
 		// The shell's fail: QP to ERR, nothing drained, registrations
-		// replaced, then the core forgets the connection.
+		// replaced, then the core forgets the connection. ms: the
+		// shell's clock, 0 unless given.
+		var ms int
+		if td.HasArg("ms") {
+			td.ScanArgs(t, "ms", &ms)
+		}
 		c.fail(errors.New("teardown"))
 		c.acts.fail = nil
 		c.pool.OnQPError()
@@ -232,7 +237,7 @@ func (h *coreHarness) run(t testing.TB, td *datadriven.TestData) string {
 		if err := c.pool.Recover(); err != nil {
 			h.printf("recover: %v\n", err)
 		}
-		c.reset()
+		c.reset(int64(ms) * int64(time.Millisecond))
 	case "due":
 		// When the shell must tick next (tickDue).
 		switch at, every := c.tickDue(); {

@@ -61,7 +61,11 @@
 // backoff, logs in again, re-opens its volumes and re-issues the I/O that
 // had not completed. I/O fails with ErrConnectionLost only after
 // Config.LossTimeout; a command the target leaves unanswered through five
-// I/O timeouts fails with os.ErrDeadlineExceeded. A volume whose store
+// I/O timeouts fails with os.ErrDeadlineExceeded, and one re-issued across
+// connections that ended with it on them, whatever ended them (a target
+// that breaks the protocol in every answer and takes every login again),
+// fails with ErrConnectionLost once LossTimeout has passed since the
+// first. A volume whose store
 // the target is still opening (answered NOT READY, becoming ready, past
 // the target's OpenWait) is asked for again until Open's context ends.
 // One that a reconnect cannot re-open at once (its store hung, or the

@@ -373,7 +373,7 @@ func (c *channel) fail(err error) {
 	c.drain(2 * time.Second)
 	c.replaceRegistrations()
 	c.teardown()
-	c.core.reset()
+	c.core.reset(clock.Nanos())
 	at := time.Now()
 	if errors.Is(err, errSilent) {
 		// Lost since the target was last heard from, not since the

@@ -35,7 +35,9 @@ func (o Op) String() string {
 var (
 	// ErrClosed: the session or volume is closed.
 	ErrClosed = errors.New("initiator: closed")
-	// ErrConnectionLost: the connection stayed down past the loss timeout.
+	// ErrConnectionLost: the connection stayed down past the loss timeout,
+	// or the request was re-issued across connections that ended with it
+	// on them for that long (the error wraps what ended the last).
 	ErrConnectionLost = errors.New("initiator: connection lost")
 	// ErrRejected: the target refused the login; see *LoginError.
 	ErrRejected = errors.New("initiator: login rejected")
@@ -205,6 +207,20 @@ type Request struct {
 	// the request was on it unanswered (core.tick); at maxIOTimeouts it
 	// fails instead of being re-issued (core.reset).
 	timeouts uint8
+	// losses counts the connections that ended, for whatever reason,
+	// while the request was on them (core.reset), the first at lostAt;
+	// re-issued so for Config.LossTimeout, it fails instead (lostError).
+	losses uint32
+	lostAt int64
+}
+
+// what names the request in errors: its SCSI command in T10 SRP, else
+// its operation.
+func (r *Request) what() string {
+	if w := r.scsi.name(); w != "" {
+		return w
+	}
+	return r.Op.String()
 }
 
 func (r *Request) length() int64 {

@@ -141,3 +141,43 @@ func TestOfflineAdminBackend(t *testing.T) {
 		t.Fatalf("offline volume list of a memory-backend directory: exit %d, %q", r.Code, r.Stderr)
 	}
 }
+
+// TestDataLockRecord: the lock file records the backend exactly, whatever
+// it said before, and a record that already says so is not rewritten (a
+// start on a full disk must not fail over it).
+func TestDataLockRecord(t *testing.T) {
+	dir := t.TempDir()
+	l, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, b := range []string{"pebble", "file", "pebble", "memory"} {
+		if err := l.setBackend(b); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, dataLockFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(raw) != b+"\n" || l.backend() != b {
+			t.Fatalf("after recording %q the file holds %q", b, raw)
+		}
+	}
+	st, _ := os.Stat(filepath.Join(dir, dataLockFile))
+	if err := os.Chmod(filepath.Join(dir, dataLockFile), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := os.Open(filepath.Join(dir, dataLockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same backend again through a descriptor that cannot write.
+	if err := (&dataLock{f: ro}).setBackend("memory"); err != nil {
+		t.Fatalf("recording the backend the file already holds wrote to it: %v", err)
+	}
+	ro.Close()
+	if st2, _ := os.Stat(filepath.Join(dir, dataLockFile)); !st2.ModTime().Equal(st.ModTime()) {
+		t.Fatal("the record was rewritten")
+	}
+}

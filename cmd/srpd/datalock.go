@@ -38,13 +38,20 @@ func lockDataDir(dir string) (*dataLock, error) {
 	return &dataLock{f: f}, nil
 }
 
-// setBackend records the backend serving the directory.
+// setBackend records the backend serving the directory. A record that
+// already says so is left alone, so that a start on a full disk does not
+// fail over a write it does not need; a new one is written before the
+// old is cut short, so a failed write never leaves the file empty (which
+// offline commands would take for an older srpd's directory).
 func (l *dataLock) setBackend(backend string) error {
-	if err := l.f.Truncate(0); err != nil {
+	if l.backend() == backend {
+		return nil
+	}
+	rec := []byte(backend + "\n")
+	if _, err := l.f.WriteAt(rec, 0); err != nil {
 		return err
 	}
-	_, err := l.f.WriteAt([]byte(backend+"\n"), 0)
-	return err
+	return l.f.Truncate(int64(len(rec)))
 }
 
 // backend is the backend that last served the directory ("" if none
