@@ -30,6 +30,13 @@ type channel struct {
 	q      queue
 	down   bool      // connection lost, reconnecting
 	downAt time.Time // when it was lost
+	// churn counts the connections in a row that a protocol violation
+	// ended before any request completed on them; the reconnect after
+	// such a one waits, longer each time (reconnect), so that a target
+	// that breaks every answer and takes every login again does not have
+	// the channel reconnecting hundreds of times a second. Run by the
+	// channel's goroutine only.
+	churn int
 	// refused: the last reconnect found nobody listening and the session
 	// takes that as final (Config.refusedIsLost, Multipath's fast
 	// failover), so the loss is past LossTimeout at once.

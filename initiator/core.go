@@ -183,8 +183,12 @@ type core struct {
 	cmd         wire.Command
 	acts        coreActions
 	lastFailure error
-	ka          keepalive
-	srp         *srpCore // set for a ProtocolSRP session (core_srp.go)
+	// answered counts the requests completed on this connection: one
+	// that ends over a protocol violation with none is a target that
+	// breaks every answer (channel.churn).
+	answered uint64
+	ka       keepalive
+	srp      *srpCore // set for a ProtocolSRP session (core_srp.go)
 }
 
 func newCore(p coreParams) *core {
@@ -227,6 +231,7 @@ func (c *core) connected(l login) {
 	c.pathNotices = l.pathNotices
 	c.up = true
 	c.lastFailure = nil
+	c.answered = 0
 	c.ka.reset(l.at)
 }
 

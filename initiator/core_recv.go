@@ -168,6 +168,7 @@ func (c *core) finishWaiting() {
 }
 
 func (c *core) complete(si int) {
+	c.answered++
 	if c.srp != nil {
 		c.completeSRP(si)
 		return

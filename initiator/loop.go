@@ -365,6 +365,11 @@ func (c *channel) fail(err error) {
 	}
 	c.log.Warn("connection lost; reconnecting", "err", err)
 	c.s.stats.connLost.Add(1)
+	if errors.Is(err, ErrProtocol) && c.core.answered == 0 {
+		c.churn++
+	} else {
+		c.churn = 0
+	}
 	c.core.fail(err)
 	c.stopLate(true)
 	c.core.acts.fail = nil
@@ -471,6 +476,22 @@ func (c *channel) lossLeftLocked() time.Duration {
 // false when the channel is closing.
 func (c *channel) reconnect() bool {
 	backoff := 50 * time.Millisecond
+	if c.churn > 0 {
+		// The last connections broke the protocol before answering
+		// anything: wait 25 ms, doubling to 2 s, but not past the loss
+		// deadline, before the next.
+		wait := min(25*time.Millisecond<<min(c.churn-1, 7), 2*time.Second)
+		c.mu.Lock()
+		if left := c.lossLeftLocked(); left < wait {
+			wait = max(left, 0) + time.Millisecond
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.stop:
+			return false
+		case <-time.After(wait):
+		}
+	}
 	for {
 		select {
 		case <-c.stop:
