@@ -180,8 +180,8 @@ func (c *channel) setup(dev transport.Device) error {
 		return err
 	}
 	c.arena, c.mr = a, m
-	c.isolate = pool.Mechanism() == frmr.MW && dev.Attr().Quirks.WindowBoundsUnchecked
 	q := dev.Attr().Quirks
+	c.isolate = pool.Mechanism() == frmr.MW && q.WindowBoundsUnchecked
 	c.localInv = s.cfg.NoRemoteInvalidate || q.ReplayOnErr || q.RetryRepeatsLocalOps
 	c.recvWRs = make([]transport.RecvWR, c.rqDepth)
 	c.recvSGE = make([]transport.SGE, c.rqDepth)

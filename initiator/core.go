@@ -183,9 +183,10 @@ type core struct {
 	cmd         wire.Command
 	acts        coreActions
 	lastFailure error
-	// answered counts the requests completed on this connection: one
-	// that ends over a protocol violation with none is a target that
-	// breaks every answer (channel.churn).
+	// answered counts the I/O requests completed on this connection
+	// (control requests do not count): one that ends over a protocol
+	// violation with none is a target that breaks every answer
+	// (channel.churn).
 	answered uint64
 	ka       keepalive
 	srp      *srpCore // set for a ProtocolSRP session (core_srp.go)

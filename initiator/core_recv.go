@@ -168,7 +168,9 @@ func (c *core) finishWaiting() {
 }
 
 func (c *core) complete(si int) {
-	c.answered++
+	if r := c.slots[si].req; r != nil && r.Op != opControl {
+		c.answered++
+	}
 	if c.srp != nil {
 		c.completeSRP(si)
 		return

@@ -354,24 +354,34 @@ func (d *device) invalidateLocked(q *qp, key transport.Key, remote bool) *opErro
 	return nil
 }
 
+// oopsLocked reports whether invalidating key, in a way the ibverbs
+// provider cannot stop (a request replayed at ERR, a LOCAL_INV a retry
+// repeats), is what oopses rxe: key names a type-2 window that is FREE
+// under that very key, and rxe_do_invalidate_mw puts the window's QP,
+// NULL once FREE. It counts and logs the oops (what says what did it).
+// REQUIRES: d.mem held.
+func (d *device) oopsLocked(q *qp, key transport.Key, what string) bool {
+	o := d.objLocked(key)
+	if o == nil || o.kind != kindMW || o.state != stateFree || o.key != key {
+		return false
+	}
+	d.p.counters.kernelOopses.Add(1)
+	d.p.log.Error(what+" invalidates a FREE window: rxe's kernel oopses here", "qp", q.num, "key", key)
+	return true
+}
+
 // repeatInvalidateLocked is what rxe does with a LOCAL_INV a retry makes
 // it execute again (Quirks.RetryRepeatsLocalOps) when the object is
 // already FREE under the same key: an MR stays FREE (rxe_invalidate_mr
-// checks the key only), a window oopses the kernel (rxe_do_invalidate_mw
-// puts the window's QP, NULL once FREE), which is counted and fails the
-// operation. done is false for anything else, which is left to
+// checks the key only), a window oopses the kernel (oopsLocked), which
+// fails the operation. done is false for anything else, which is left to
 // invalidateLocked. REQUIRES: d.mem held exclusively.
 func (d *device) repeatInvalidateLocked(q *qp, key transport.Key) (done bool, err *opError) {
-	o := d.objLocked(key)
-	if o == nil || o.state != stateFree || o.key != key || o.pd != q.pd {
-		return false, nil
-	}
-	if o.kind == kindMW {
-		d.p.counters.kernelOopses.Add(1)
-		d.p.log.Error("a LOCAL_INV repeated by a retry invalidates a FREE window: rxe's kernel oopses here (Quirks.RetryRepeatsLocalOps)", "qp", q.num, "key", key)
+	if d.oopsLocked(q, key, "a LOCAL_INV repeated by a retry (Quirks.RetryRepeatsLocalOps)") {
 		return true, d.localOpErr("LOCAL_INV of FREE window %s repeated by a retry: a kernel oops on rxe", key)
 	}
-	return true, nil
+	o := d.objLocked(key)
+	return o != nil && o.kind != kindMW && o.state == stateFree && o.key == key && o.pd == q.pd, nil
 }
 
 // windowsHeldLocked counts the valid type-2 windows bound through QP num.

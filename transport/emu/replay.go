@@ -71,10 +71,7 @@ func (q *qp) replayLocked() {
 		}
 		if rp.flags&pfInv != 0 {
 			d.mem.Lock()
-			if o := d.objLocked(rp.key); o != nil && o.kind == kindMW && o.state == stateFree && o.key == rp.key {
-				d.p.counters.kernelOopses.Add(1)
-				d.p.log.Error("a SEND_WITH_INV replayed at ERR invalidates a FREE window: rxe's kernel oopses here (Quirks.ReplayOnErr)", "qp", q.num, "key", rp.key)
-			} else {
+			if !d.oopsLocked(q, rp.key, "a SEND_WITH_INV replayed at ERR (Quirks.ReplayOnErr)") {
 				d.invalidateLocked(q, rp.key, true)
 			}
 			d.mem.Unlock()

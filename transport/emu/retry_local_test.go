@@ -51,16 +51,8 @@ func TestRetryRepeatsLocalOps(t *testing.T) {
 				}
 				return served
 			}
-			for deadline := time.Now().Add(5 * time.Second); !probe(); time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the BIND behind the NAKed SEND never executed")
-				}
-			}
-			for deadline := time.Now().Add(5 * time.Second); x.pa.Counters().Retries == 0; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the SEND to a QP without a receive was never NAKed")
-				}
-			}
+			waitFor(t, "the BIND behind the NAKed SEND to execute", probe)
+			waitFor(t, "the SEND to a QP without a receive to be NAKed", func() bool { return x.pa.Counters().Retries > 0 })
 			if tc.invalidBy {
 				if _, err := x.qa.PostRecv([]transport.RecvWR{{ID: 3, SGL: []transport.SGE{{Addr: x.aa.Addr() + uint64(transport.PageSize), Length: 64, LKey: x.mra.LKey()}}}}); err != nil {
 					t.Fatal(err)
@@ -145,11 +137,7 @@ func TestRetryRepeatsInvalidate(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			for deadline := time.Now().Add(5 * time.Second); x.pa.Counters().Retries == 0; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the SEND to a QP without a receive was never NAKed")
-				}
-			}
+			waitFor(t, "the SEND to a QP without a receive to be NAKed", func() bool { return x.pa.Counters().Retries > 0 })
 			served, _, err := x.pa.Probe(x.qa, transport.OpRDMAWrite, key, x.mra.Addr(), []byte{1})
 			if err != nil {
 				t.Fatal(err)
@@ -175,5 +163,17 @@ func TestRetryRepeatsInvalidate(t *testing.T) {
 				t.Fatalf("unfenced LOCAL_INV repeated on a FREE window: %+v; %d repeated, %d oopses; want it failed, 1 and 1", wc, c.RepeatedLocalOps, c.KernelOopses)
 			}
 		})
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 5 s: what
+// the NIC does on its own goroutines (a NAK, a WR behind it) has no
+// event a test could wait on.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 5 s for %s", what)
+		}
 	}
 }
