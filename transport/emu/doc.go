@@ -240,10 +240,10 @@
 // unix socket path ("" picks a fresh one under os.TempDir()); a socket
 // left there by a listener that died is replaced, one that is alive or a
 // file that is not a socket is not (ErrBusy). A listener owns its path
-// through an flock on PATH.lock (left in place; the kernel drops the lock
-// when the process dies), so of several started at once exactly one gets
-// the path, and a closing listener removes the path only while it still
-// names its own socket. Connection management,
+// through an flock on PATH.lock (the kernel drops the lock when the
+// process dies; a clean Close removes the file), so of several started at
+// once exactly one gets the path, and a closing listener removes the path
+// only while it still names its own socket. Connection management,
 // arena hand-over and disconnect travel on that SOCK_SEQPACKET socket,
 // and nothing else does:
 //

@@ -45,19 +45,19 @@ func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listen
 	ln, err := lc.Listen(ctx, "unixpacket", addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		if err = removeStaleSocket(ctx, addr); err != nil {
-			lock.Close()
+			unlockSocketPath(addr, lock)
 			return nil, err
 		}
 		ln, err = lc.Listen(ctx, "unixpacket", addr)
 	}
 	if err != nil {
-		lock.Close()
+		unlockSocketPath(addr, lock)
 		return nil, fmt.Errorf("emu: listen on %s: %w", addr, err)
 	}
 	own, err := ownSocket(ln.(*net.UnixListener), addr, lock)
 	if err != nil {
 		ln.Close()
-		lock.Close()
+		unlockSocketPath(addr, lock)
 		return nil, err
 	}
 	l, err := p.serveShm(own, own, addr)
@@ -73,21 +73,45 @@ func (p *Provider) listenShm(ctx context.Context, addr string) (transport.Listen
 // targets starting at once would otherwise both find a stale socket,
 // both remove what is at the path, and the second would remove the
 // first's live socket. A path whose lock is held belongs to a live
-// listener: ErrBusy, without touching the socket. The lock file stays
-// behind (removing it would race with the next locker).
+// listener: ErrBusy, without touching the socket.
+//
+// The owner removes the lock file when it closes (unlockSocketPath), so
+// a clean stop leaves nothing behind. A locker that opened the file
+// before that removal then holds a lock on a file no longer at the
+// path, and a third could lock a new one: so a lock counts only if the
+// path still names the locked file afterwards, else it is taken again
+// (the rule of lockfile(1) and systemd's make_lock_file).
 func lockSocketPath(path string) (*os.File, error) {
-	f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("emu: listen on %s: lock file: %w", path, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("emu: listen on %s: address in use by a live listener (it holds %s.lock): %w", path, path, transport.ErrBusy)
+	for {
+		f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("emu: listen on %s: lock file: %w", path, err)
 		}
-		return nil, fmt.Errorf("emu: listen on %s: lock %s.lock: %w", path, path, err)
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("emu: listen on %s: address in use by a live listener (it holds %s.lock): %w", path, path, transport.ErrBusy)
+			}
+			return nil, fmt.Errorf("emu: listen on %s: lock %s.lock: %w", path, path, err)
+		}
+		var held, named unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("emu: listen on %s: lock %s.lock: %w", path, path, err)
+		}
+		if unix.Stat(path+".lock", &named) == nil && named.Dev == held.Dev && named.Ino == held.Ino {
+			return f, nil
+		}
+		f.Close() // removed by the owner before us: lock the new file
 	}
-	return f, nil
+}
+
+// unlockSocketPath removes the lock file taken by lockSocketPath and
+// releases its lock, in that order, so that nobody can lock the file
+// and then see it removed.
+func unlockSocketPath(path string, f *os.File) {
+	os.Remove(path + ".lock")
+	f.Close()
 }
 
 // ownedSocket is a listening unix socket that, when closed, removes its
@@ -121,7 +145,7 @@ func (o *ownedSocket) Close() error {
 		if unix.Stat(o.path, &st) == nil && uint64(st.Dev) == o.dev && st.Ino == o.ino {
 			os.Remove(o.path)
 		}
-		o.lock.Close()
+		unlockSocketPath(o.path, o.lock)
 	})
 	return err
 }

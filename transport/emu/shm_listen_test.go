@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,4 +215,86 @@ func TestShmListenLockHeld(t *testing.T) {
 		t.Fatalf("listen once the lock is free: %v", err)
 	}
 	l.Close()
+}
+
+// TestShmLockFileRemoved: a listener that closes leaves neither its
+// socket nor its lock file behind, and one that opened the old lock file
+// before the removal gains nothing by locking it: the next Listen locks
+// the file at the path.
+func TestShmLockFileRemoved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "srpd.shm")
+	p := newNIC(t, Config{Wire: WireShm})
+	defer p.Close()
+	l, err := p.Listen(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := os.OpenFile(path+".lock", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	l.Close()
+	for _, name := range []string{path, path + ".lock"} {
+		if _, err := os.Lstat(name); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s outlived the listener's Close: %v", name, err)
+		}
+	}
+	if err := unix.Flock(int(late.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("lock the removed file: %v", err)
+	}
+	l, err = p.Listen(context.Background(), path)
+	if err != nil {
+		t.Fatalf("listen beside a lock on a removed file: %v", err)
+	}
+	defer l.Close()
+	if _, err := p.Listen(context.Background(), path); !errors.Is(err, transport.ErrBusy) {
+		t.Fatalf("second listen: %v, want ErrBusy", err)
+	}
+}
+
+// TestShmListenCloseChurn: listeners that come and go on one path, four
+// at a time, are never two at once. Each Close removes the lock file, so a
+// contender may lock a file that is no longer the path's; counting that
+// lock would let a third, locking the new file, listen beside it.
+func TestShmListenCloseChurn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "srpd.shm")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var owners, wins atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		p := newNIC(t, Config{Wire: WireShm})
+		defer p.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 300 {
+				l, err := p.Listen(ctx, path)
+				if errors.Is(err, transport.ErrBusy) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				wins.Add(1)
+				if n := owners.Add(1); n != 1 {
+					errs <- fmt.Errorf("%d listeners own %s at once", n, path)
+				}
+				owners.Add(-1)
+				l.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if wins.Load() == 0 {
+		t.Fatal("no listener ever got the path")
+	}
+	t.Logf("%d listens won", wins.Load())
 }
