@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/internal/cli"
@@ -377,11 +378,11 @@ func (o *Options) validate() error {
 			return cli.Usagef("--srp-target-port %q: want 32 hex digits (id_ext then ioc_guid), with --protocol srp", o.SRPTargetPort)
 		}
 	}
-	switch o.Backend {
-	case "memory", "mem", "pebble", "file":
-	default:
+	name, err := block.ParseBackend(o.Backend)
+	if err != nil || name == "rbd" {
 		return cli.Usagef("--backend %q: want memory, pebble or file", o.Backend)
 	}
+	o.Backend = name
 	if o.Wire == "" {
 		o.Wire = "tcp"
 		if o.Embedded {

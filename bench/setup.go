@@ -54,7 +54,7 @@ func startEmbedded(o *Options, ip transport.Provider, log *slog.Logger) (*embedd
 	var err error
 	dir := o.Dir
 	switch o.Backend {
-	case "memory", "mem":
+	case "memory":
 		e.store = block.NewMemStore()
 	default:
 		if dir == "" {

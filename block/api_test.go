@@ -207,8 +207,11 @@ func TestOpenStoreByName(t *testing.T) {
 		require.NoError(t, err, kind)
 		require.NoError(t, s.Close())
 	}
-	_, err := OpenStore("tape", t.TempDir())
-	require.ErrorIs(t, err, ErrInvalid)
+	for _, kind := range []string{"tape", "rbd", "Pebble"} {
+		s, err := OpenStore(kind, t.TempDir())
+		require.ErrorIs(t, err, ErrInvalid, kind)
+		require.True(t, s == nil, kind)
+	}
 	// A store that fails to open is a nil Store, so a caller's cleanup
 	// that closes a non-nil store does not crash.
 	notDir := filepath.Join(t.TempDir(), "f")
@@ -217,6 +220,24 @@ func TestOpenStoreByName(t *testing.T) {
 		s, err := OpenStore(kind, notDir)
 		require.Error(t, err, kind)
 		require.True(t, s == nil, "%s: OpenStore returned %#v, want a nil Store", kind, s)
+	}
+}
+
+// TestParseBackend: the names a user may give a backend, each to the one
+// callers compare against, and a refusal that lists what there is.
+func TestParseBackend(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "pebble"}, {"pebble", "pebble"}, {"file", "file"},
+		{"mem", "memory"}, {"memory", "memory"}, {"rbd", "rbd"},
+	} {
+		got, err := ParseBackend(tc.in)
+		require.NoError(t, err, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+	}
+	for _, in := range []string{"tape", "PEBBLE", " pebble", "mem "} {
+		_, err := ParseBackend(in)
+		require.ErrorIs(t, err, ErrInvalid, in)
+		require.ErrorContains(t, err, "want pebble, file, memory, rbd", in)
 	}
 }
 

@@ -3,6 +3,8 @@ package block
 import (
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gosrp/gosrp/internal/enum"
@@ -132,14 +134,40 @@ type Snapshotter interface {
 	Clone(volume, snap, newName string) (Volume, error)
 }
 
-// OpenStore opens a store by backend name: "pebble" (the default when kind
-// is empty) and "file" take a directory, "memory" ignores dir.
+// Backends are the canonical names of the stores this package has, as
+// ParseBackend returns them: "rbd" is opened with OpenRBDStore (and only
+// in a build with Ceph support, RBDSupported), the others with OpenStore.
+var Backends = []string{"pebble", "file", "memory", "rbd"}
+
+// ParseBackend returns the canonical name of the backend a user named:
+// "" is "pebble" and "mem" is "memory". Any other name outside Backends
+// fails with ErrInvalid, naming those there are.
+func ParseBackend(kind string) (string, error) {
+	switch kind {
+	case "":
+		return "pebble", nil
+	case "mem":
+		return "memory", nil
+	}
+	if slices.Contains(Backends, kind) {
+		return kind, nil
+	}
+	return "", fmt.Errorf("block: backend %q (want %s): %w", kind, strings.Join(Backends, ", "), ErrInvalid)
+}
+
+// OpenStore opens a store by backend name (ParseBackend): "pebble" (the
+// default when kind is empty) and "file" take a directory, "memory"
+// ignores dir; "rbd" needs OpenRBDStore's options.
 func OpenStore(kind, dir string) (Store, error) {
+	name, err := ParseBackend(kind)
+	if err != nil {
+		return nil, err
+	}
 	// A failed open returns a nil Store, not a nil *PebbleStore or
 	// *FileStore inside a non-nil interface that a caller's cleanup would
 	// then try to close.
-	switch kind {
-	case "", "pebble":
+	switch name {
+	case "pebble":
 		s, err := OpenPebbleStore(dir, nil)
 		if err != nil {
 			return nil, err
@@ -151,9 +179,9 @@ func OpenStore(kind, dir string) (Store, error) {
 			return nil, err
 		}
 		return s, nil
-	case "memory", "mem":
+	case "memory":
 		return NewMemStore(), nil
 	default:
-		return nil, fmt.Errorf("block: backend %q (want pebble, file or memory): %w", kind, ErrInvalid)
+		return nil, fmt.Errorf("block: backend %q: open it with OpenRBDStore: %w", name, ErrInvalid)
 	}
 }

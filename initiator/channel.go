@@ -163,7 +163,6 @@ func (c *channel) setup(dev transport.Device) error {
 		// lowers MaxTransfer instead, and Volume splits larger I/O.
 		pages = mp
 	}
-	c.regMax = (pages - 1) * transport.PageSize
 	pool, err := frmr.New(frmr.Config{
 		PD: s.pd, Caps: dev.Attr().Caps, Mechanism: s.cfg.Mechanism, Size: cr, MaxPages: pages,
 		BaseMR: s.dataMR, SQDepth: c.sqDepth, IOVATag: true, WindowQuarantine: s.cfg.WindowQuarantine,
@@ -178,6 +177,12 @@ func (c *channel) setup(dev transport.Device) error {
 		m.Close()
 		a.Close()
 		return err
+	}
+	c.regMax = (pages - 1) * transport.PageSize
+	if pool.Mechanism() == frmr.MW {
+		// A window binds a range of the base MR and has no page list:
+		// only the caller's MaxTransfer bounds it.
+		c.regMax = s.cfg.MaxTransfer
 	}
 	c.arena, c.mr = a, m
 	q := dev.Attr().Quirks

@@ -344,15 +344,19 @@ func TestUnalignedAndCommands(t *testing.T) {
 	}
 }
 
-// protocols are the initiator's two protocols, each against the
-// target's personality that speaks it: what to add to the initiator's and
-// the target's configurations, and the name vol0 goes by.
-var protocols = []struct {
+// protocol is one of the initiator's protocols against the target's
+// personality that speaks it.
+type protocol struct {
 	name string
 	cfg  initiator.Config
 	tcfg target.Config
 	vol  string
-}{
+}
+
+// protocols are the initiator's two protocols, each against the
+// target's personality that speaks it: what to add to the initiator's and
+// the target's configurations, and the name vol0 goes by.
+var protocols = []protocol{
 	{"gosrp", initiator.Config{}, target.Config{}, "vol0"},
 	{"srp", initiator.Config{Name: "srp-host", Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort}, target.Config{SRPTargetPortID: srpPort}, "lun0"},
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gosrp/gosrp/frmr"
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/transport"
 	"github.com/gosrp/gosrp/transport/emu"
@@ -14,15 +15,24 @@ import (
 // fast registration of the device covers (emu: 1024 pages) is lowered to
 // what it covers, in both protocols, and Volume splits larger I/O. It
 // once made every connect fail ("alloc fast-reg mr of 2049 pages (max
-// 1024)"): bench --bs 4m could not start.
+// 1024)"): bench --bs 4m could not start. A memory window has no page
+// list, and keeps the MaxTransfer asked for.
 func TestMaxTransferAboveRegistration(t *testing.T) {
 	for _, proto := range protocols {
-		t.Run("protocol="+proto.name, func(t *testing.T) {
+		for _, mech := range mechanisms {
+			t.Run("protocol="+proto.name+"/"+mech.String(), func(t *testing.T) { testMaxTransferAboveRegistration(t, proto, mech) })
+		}
+	}
+}
+
+func testMaxTransferAboveRegistration(t *testing.T, proto protocol, mech frmr.Mechanism) {
+	{
+		{
 			tcfg := proto.tcfg
 			tcfg.MaxTransfer = 16 << 20
 			r := newRig(t, emu.Config{Seed: 1}, 32<<20, tcfg)
 			cfg := proto.cfg
-			cfg.MaxTransfer = 8 << 20
+			cfg.MaxTransfer, cfg.Mechanism = 8<<20, mech
 			s := r.dial(t, cfg)
 			dev, err := r.ip.OpenDevice(emu.DeviceName)
 			if err != nil {
@@ -30,7 +40,11 @@ func TestMaxTransferAboveRegistration(t *testing.T) {
 			}
 			pages := dev.Attr().MaxFastRegPages
 			dev.Close()
-			if limit := (pages - 1) * transport.PageSize; s.MaxTransfer() != limit {
+			limit := (pages - 1) * transport.PageSize
+			if mech == frmr.MW {
+				limit = cfg.MaxTransfer
+			}
+			if s.MaxTransfer() != limit {
 				t.Fatalf("MaxTransfer %d with a device of %d pages per registration; want %d", s.MaxTransfer(), pages, limit)
 			}
 			v := openNamed(t, context.Background(), s, proto.vol)
@@ -42,9 +56,10 @@ func TestMaxTransferAboveRegistration(t *testing.T) {
 			if _, err := v.ReadAt(got, 4096); err != nil || !bytes.Equal(got, buf) {
 				t.Fatalf("an 8 MiB read: %v (equal %v)", err, bytes.Equal(got, buf))
 			}
-			if err := v.Submit(&initiator.Request{Op: initiator.OpRead, Buf: got, Offset: 0, Done: make(chan *initiator.Request, 1)}); err == nil {
+			over := make([]byte, limit+transport.PageSize)
+			if err := v.Submit(&initiator.Request{Op: initiator.OpRead, Buf: over, Offset: 0, Done: make(chan *initiator.Request, 1)}); err == nil {
 				t.Fatal("Submit took a transfer above MaxTransfer")
 			}
-		})
+		}
 	}
 }

@@ -53,6 +53,12 @@ type Immediate interface {
 	Immediate() bool
 }
 
+// immediate reports whether v says it is Immediate.
+func immediate(v Volume) bool {
+	im, ok := v.(Immediate)
+	return ok && im.Immediate()
+}
+
 // Deallocator is implemented by volumes that say whether Discard
 // deallocates, the range reading as zeros afterwards (block's volumes
 // do, from their CapDiscard). The SRP personality offers UNMAP and

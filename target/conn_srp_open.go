@@ -61,8 +61,7 @@ func (c *conn) srpOpenAll(luns []srpNewLUN, nexus string) []srpOpened {
 		case r.err != nil:
 			c.log.Warn("SRP LUN left empty: open volume", "volume", lu.name, "lun", lu.lun, "conn", c.id, "err", r.err)
 		default:
-			im, ok := r.vol.(Immediate)
-			out[i].srpVolume = srpVolume{vol: r.vol, info: r.info, mark: c.t.dirty.mark(lu.name, ok && im.Immediate()),
+			out[i].srpVolume = srpVolume{vol: r.vol, info: r.info, mark: c.t.dirty.mark(lu.name, immediate(r.vol)),
 				lost: c.t.dirty.lostFor(lu.name, nexus), pr: c.t.pr.volume(lu.name)}
 		}
 	}

@@ -130,9 +130,7 @@ func (c *core) finishControl(s *slot) {
 		if ov.writer {
 			ov.pr.addWriter(ov)
 		}
-		if im, ok := s.opened.(Immediate); ok {
-			ov.now = im.Immediate()
-		}
+		ov.now = immediate(s.opened)
 		if bw, ok := s.opened.(BatchWriter); ok && !ov.now && !ov.ro {
 			ov.batch = bw
 		}

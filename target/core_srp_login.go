@@ -188,9 +188,7 @@ func (c *core) srpAttachLUN(i int, v *srpVolume, gen uint64) {
 	ov := &openVol{handle: uint32(i + 1), name: s.names[i], vol: v.vol, size: v.info.Size, bs: int64(v.info.BlockSize),
 		ro: v.info.ReadOnly || s.access[i] == AccessReadOnly, stats: c.p.volStats(s.names[i]),
 		pr: v.pr, owner: c.sessionKey(), ini: c.initiator}
-	if im, ok := v.vol.(Immediate); ok {
-		ov.now = im.Immediate()
-	}
+	ov.now = immediate(v.vol)
 	if !ov.ro {
 		// A volume whose I/O is immediate lives in memory: a restart
 		// loses all of it, not a cache, and the host must hear of it

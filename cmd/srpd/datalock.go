@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/gosrp/gosrp/block"
 )
 
 // dataLockFile is the data directory's lock: srpd, and an admin command
@@ -62,13 +64,12 @@ func (l *dataLock) backend() string {
 	return strings.TrimSpace(string(b[:n]))
 }
 
-// canonicalBackend is --backend's value as the lock file records it.
+// canonicalBackend is --backend's value as the lock file records it
+// (block.ParseBackend); a name block does not know is kept as it is, for
+// the caller to refuse.
 func canonicalBackend(b string) string {
-	switch b {
-	case "":
-		return "pebble"
-	case "mem":
-		return "memory"
+	if name, err := block.ParseBackend(b); err == nil {
+		return name
 	}
 	return b
 }

@@ -241,10 +241,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.SpaceReserve < 0 {
 		return cli.Usagef("--space-reserve %d: want a size >= 0", cfg.SpaceReserve)
 	}
-	switch canonicalBackend(cfg.Backend) {
-	case "pebble", "file", "memory", "rbd":
-	default:
-		return cli.Usagef("--backend %q: want pebble, file, memory or rbd", cfg.Backend)
+	if _, err := block.ParseBackend(cfg.Backend); err != nil {
+		return cli.Usagef("--backend %q: want %s", cfg.Backend, strings.Join(block.Backends, ", "))
 	}
 	if n := int64(cfg.DefaultSize); !cfg.NoDefaultVolume && (n <= 0 || n%DefaultBlockSize != 0) {
 		// Checked before the store is made: a failed start leaves the
