@@ -29,6 +29,9 @@ type durableDisk struct {
 	// onWrite, if set, is called after every write a target process
 	// takes, with how many that process has taken.
 	onWrite atomic.Pointer[func(n int)]
+	// failFlush, while set, fails every Flush, as a disk whose cache
+	// cannot be written out does; the cache is kept.
+	failFlush atomic.Bool
 }
 
 // cacheVolume is one target process's view of a durableDisk: a crash
@@ -99,6 +102,9 @@ func (v *cacheVolume) Flush() error {
 	}
 	if v.dead.Load() {
 		return errors.New("the target process is gone")
+	}
+	if v.d.failFlush.Load() {
+		return errors.New("input/output error writing the cache out")
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -361,6 +367,59 @@ func TestTargetRestartDuringReplay(t *testing.T) {
 				t.Fatalf("stats: %d instance changes, %d writes replayed, %d losses; want 2, at least %d, 0",
 					st.InstanceChanges, st.ReplayedWrites, st.WriteCacheLost, live+landed-1)
 			}
+		})
+	}
+}
+
+// TestFlushFailsEveryTime: the target's disk fails every flush, as a
+// disk whose write cache cannot be written out does, while the session
+// writes more than its replay buffer holds (so its own flushes, made for
+// room in the ring, fail too). In both protocols: every write completes,
+// nothing hangs, and the application's Flush fails, never succeeds over
+// writes the disk may not hold; once the disk recovers, a write and its
+// Flush succeed.
+func TestFlushFailsEveryTime(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run("protocol="+proto.name, func(t *testing.T) {
+			const size = 8 << 20
+			r := newCrashRigWith(t, size, func(r *crashRig) target.Config {
+				r.vol = &cacheVolume{d: r.disk, dirty: map[int64][]byte{}}
+				cfg := proto.tcfg
+				cfg.Name, cfg.Catalog = "failing", cacheCatalog{r.vol}
+				return cfg
+			})
+			cfg := proto.cfg
+			cfg.Provider, cfg.Addr, cfg.ReplayBuffer = r.p, r.addr, 1<<20
+			cfg.IOTimeout, cfg.LossTimeout = 2*time.Second, 10*time.Second
+			s := dial(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			v := openNamed(t, ctx, s, proto.vol)
+			r.disk.failFlush.Store(true)
+			model := make([]byte, size)
+			writeModel(t, v, model, 0, 1024, 16, 1) // 4 MiB through a 1 MiB ring
+			start := time.Now()
+			err := v.Flush(ctx)
+			t.Logf("flush: %v (after %s); stats %+v", err, time.Since(start).Round(time.Millisecond), v.Stats())
+			if err == nil {
+				t.Fatal("a flush the disk failed succeeded")
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the flush took the test's whole deadline: %v", err)
+			}
+			if err := v.Flush(ctx); err == nil {
+				t.Fatal("a second flush over writes the disk still has not written out succeeded")
+			}
+			r.disk.failFlush.Store(false)
+			writeModel(t, v, model, 1500, 16, 16, 2)
+			if err := v.Flush(ctx); err != nil {
+				t.Fatalf("flush once the disk recovered: %v", err)
+			}
+			got := make([]byte, size)
+			if _, err := v.ReadAt(got, 0); err != nil {
+				t.Fatal(err)
+			}
+			checkModel(t, "read back", got, model)
 		})
 	}
 }
