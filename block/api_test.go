@@ -167,6 +167,58 @@ func TestCaps(t *testing.T) {
 	require.Equal(t, "none", Caps(0).String())
 }
 
+// TestIdentity: a volume's identity (the target's Identifier) is the same
+// for every open of it and across a reopen of a persistent store, and
+// differs for the volume deleted and created again under its name, and
+// for its snapshot: an initiator re-opening a name after a reconnect
+// tells by it whether it still writes to the same volume.
+func TestIdentity(t *testing.T) {
+	type identifier interface{ Identity() uint64 }
+	id := func(v Volume) uint64 { return v.(identifier).Identity() }
+	for _, be := range apiBackends() {
+		t.Run(be.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := be.open(t, dir)
+			defer func() { s.Close() }()
+			v, err := s.Create("v", 8192, 0)
+			require.NoError(t, err)
+			first := id(v)
+			require.NotZero(t, first)
+			v2, err := s.Open("v")
+			require.NoError(t, err)
+			require.Equal(t, first, id(v2), "a second open")
+			require.NoError(t, v2.Close())
+			if sn, ok := s.(Snapshotter); ok {
+				_, err := sn.Snapshot("v", "s")
+				require.NoError(t, err)
+				sv, err := sn.OpenSnapshot("v", "s")
+				require.NoError(t, err)
+				require.NotEqual(t, first, id(sv), "the snapshot")
+				sv2, err := sn.OpenSnapshot("v", "s")
+				require.NoError(t, err)
+				require.Equal(t, id(sv), id(sv2), "a second open of the snapshot")
+				require.NoError(t, sv.Close())
+				require.NoError(t, sv2.Close())
+				require.NoError(t, sn.DeleteSnapshot("v", "s"))
+			}
+			require.NoError(t, v.Close())
+			if be.persistent {
+				require.NoError(t, s.Close())
+				s = be.open(t, dir)
+				v, err = s.Open("v")
+				require.NoError(t, err)
+				require.Equal(t, first, id(v), "after the store was opened again")
+				require.NoError(t, v.Close())
+			}
+			require.NoError(t, s.Delete("v"))
+			v, err = s.Create("v", 8192, 0)
+			require.NoError(t, err)
+			require.NotEqual(t, first, id(v), "the volume created again under its name")
+			require.NoError(t, v.Close())
+		})
+	}
+}
+
 func TestConcurrentIO(t *testing.T) {
 	for _, be := range apiBackends() {
 		t.Run(be.name, func(t *testing.T) {

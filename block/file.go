@@ -132,7 +132,7 @@ func (s *FileStore) Create(name string, size int64, blockSize int) (Volume, erro
 	if err != nil {
 		return nil, err
 	}
-	c.st, c.meta = s, m
+	c.st, c.meta, c.id = s, m, volumeIdentity(m.Name, "", m.Created)
 	return openNamedLocked(&s.storeState, s.open, c), nil
 }
 
@@ -170,7 +170,7 @@ func (s *FileStore) Open(name string) (Volume, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.st, c.meta = s, m
+	c.st, c.meta, c.id = s, m, volumeIdentity(m.Name, "", m.Created)
 	return openNamedLocked(&s.storeState, s.open, c), nil
 }
 

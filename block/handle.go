@@ -10,6 +10,7 @@ import (
 // report ErrClosed once their store is closed or the volume deleted.
 type core interface {
 	name() string
+	identity() uint64
 	size() int64
 	blockSize() int
 	caps() Caps
@@ -92,6 +93,13 @@ func (h batchHandle) Stalled() bool { return h.bc.stalled() }
 
 // Name implements Volume.
 func (h *handle) Name() string { return h.c.name() }
+
+// Identity tells this volume from any other that has had, or will have,
+// its name: every open of it, in any process, gets the same value, and a
+// volume deleted and created again, or one of another store, another
+// (target.Identifier). Zero means the backend knows no identity (a
+// volume of OpenFileVolume).
+func (h *handle) Identity() uint64 { return h.c.identity() }
 
 // Size implements Volume.
 func (h *handle) Size() int64 { return h.c.size() }

@@ -62,6 +62,7 @@ type coreState struct {
 	nm       string // "volume", or "volume@snapshot" for a snapshot
 	bs       int
 	readOnly bool
+	id       uint64 // Volume.Identity; 0 if the backend knows none
 
 	// mu: I/O holds it shared, so that a request sees one size from
 	// check to end; resize, snapshot and close hold it exclusively and so
@@ -70,8 +71,9 @@ type coreState struct {
 	closed bool // store closed or volume deleted
 }
 
-func (c *coreState) name() string   { return c.nm }
-func (c *coreState) blockSize() int { return c.bs }
+func (c *coreState) name() string     { return c.nm }
+func (c *coreState) identity() uint64 { return c.id }
+func (c *coreState) blockSize() int   { return c.bs }
 
 // sizedState is the coreState of a core that keeps the volume's size
 // itself (file, mem, rbd); pebble's is in its metadata.

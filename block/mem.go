@@ -49,7 +49,9 @@ func (s *MemStore) Create(name string, size int64, blockSize int) (Volume, error
 	if _, ok := s.vols[name]; ok {
 		return nil, fmt.Errorf("block: volume %q: create: %w", name, ErrExists)
 	}
-	c := &memCore{sizedState: sizedState{coreState{nm: name, bs: bs}, size}, created: time.Now(), gen: 1, blocks: newBlockTable(bs)}
+	now := time.Now()
+	c := &memCore{sizedState: sizedState{coreState{nm: name, bs: bs, id: volumeIdentity(name, "", now.UnixNano())}, size},
+		created: now, gen: 1, blocks: newBlockTable(bs)}
 	s.vols[name] = c
 	return s.openLocked(c), nil
 }
@@ -180,7 +182,9 @@ func (s *MemStore) Snapshot(volume, snap string) (SnapshotInfo, error) {
 func (c *memCore) freezeLocked(name string, readOnly bool) *memCore {
 	blocks := c.blocks.clone()
 	c.gen++
-	return &memCore{sizedState: sizedState{coreState{nm: name, bs: c.bs, readOnly: readOnly}, c.sz}, created: time.Now(), gen: c.gen + 1, blocks: blocks}
+	now := time.Now()
+	return &memCore{sizedState: sizedState{coreState{nm: name, bs: c.bs, readOnly: readOnly, id: volumeIdentity(name, "", now.UnixNano())}, c.sz},
+		created: now, gen: c.gen + 1, blocks: blocks}
 }
 
 // Snapshots implements Snapshotter.

@@ -1,7 +1,9 @@
 package block
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/gosrp/gosrp/internal/msgpackcheck"
@@ -41,6 +43,20 @@ type volumeMeta struct {
 	// block looks in Layers[0], then Layers[1], ... (see doc.go). Empty for
 	// the file backend.
 	Layers []uint64 `msgpack:"layers,omitempty"`
+}
+
+// volumeIdentity is the identity (Volume.Identity) of the volume, or
+// snapshot snap of it, named name and created at created (Unix
+// nanoseconds, or a backend's own unique stamp): a volume made again
+// under the same name is made at another time.
+func volumeIdentity(name, snap string, created int64) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write([]byte(snap))
+	h.Write([]byte{0})
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(created)))
+	return max(h.Sum64(), 1) // 0 means none
 }
 
 // formatHeader decodes only the version, so a record from a newer format

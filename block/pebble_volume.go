@@ -26,7 +26,8 @@ type pebbleCore struct {
 }
 
 func newPebbleCore(s *PebbleStore, m *volumeMeta) *pebbleCore {
-	c := &pebbleCore{coreState: coreState{nm: m.Name, bs: m.BlockSize}, s: s, db: s.db, vol: m.Name, snap: m.Snapshot, meta: m}
+	c := &pebbleCore{coreState: coreState{nm: m.Name, bs: m.BlockSize, id: volumeIdentity(m.Name, m.Snapshot, m.Created)},
+		s: s, db: s.db, vol: m.Name, snap: m.Snapshot, meta: m}
 	if m.Snapshot != "" {
 		c.nm, c.readOnly = m.Name+"@"+m.Snapshot, true
 	}

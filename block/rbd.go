@@ -264,7 +264,7 @@ func (s *RBDStore) openNewLocked(name string, bs int, op string) (Volume, error)
 		if err != nil {
 			c.closeHandles()
 		}
-		c.sizedState = sizedState{coreState{nm: name, bs: bs}, int64(size)}
+		c.sizedState = sizedState{coreState{nm: name, bs: bs, id: rbdIdentity(c.img, "")}, int64(size)}
 		c.gen, c.zero = 1, make([]byte, bs)
 	}
 	if err != nil {
@@ -308,9 +308,20 @@ func (s *RBDStore) openImage(ioctx *rados.IOContext, name, snap string) (*rbdCor
 		return nil, fmt.Errorf("block: volume %q: open: %w", nm, rbdErr(err))
 	}
 	bs, gen := rbdImageMeta(c.img, int64(size))
-	c.sizedState = sizedState{coreState{nm: nm, bs: bs, readOnly: snap != ""}, int64(size) / int64(bs) * int64(bs)}
+	c.sizedState = sizedState{coreState{nm: nm, bs: bs, readOnly: snap != "", id: rbdIdentity(c.img, snap)}, int64(size) / int64(bs) * int64(bs)}
 	c.gen, c.zero = gen, make([]byte, bs)
 	return c, nil
+}
+
+// rbdIdentity is an image's identity (Volume.Identity): from its id,
+// which the cluster gives each image it creates and every gateway reads
+// alike, or 0 if the image does not tell it.
+func rbdIdentity(img *rbd.Image, snap string) uint64 {
+	id, err := img.GetId()
+	if err != nil || id == "" {
+		return 0
+	}
+	return volumeIdentity(id, snap, 0)
 }
 
 // openHandles opens an image's two handles (rbdCore.io and img), for a

@@ -308,7 +308,11 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	// again, and they are asked for all at once when the connection is
 	// up.
 	var late []lateVol
+	var orphans []lateHandle
 	for _, v := range s.openVolumes() {
+		if v.replaced.Load() {
+			continue // its requests fail; the name is not ours any more
+		}
 		if len(late) > 0 {
 			late = append(late, lateVol{v, "not asked before the connection came up"})
 			continue
@@ -321,14 +325,23 @@ func (c *channel) connect(ctx context.Context) (err error) {
 			late = append(late, lateVol{v, why})
 			continue
 		}
+		if !v.sameVolume(rsp.Identity, c.instGen) {
+			s.volumeReplaced(v, rsp.Identity)
+			orphans = append(orphans, lateHandle{v.name, rsp.Handle})
+			continue
+		}
 		c.core.setHandle(v, rsp.Handle)
 		v.resized(int64(rsp.Size)) // it may have changed while the connection was down
 		v.standby.Store(rsp.PathState != wire.PathActive)
 	}
 	c.mu.Lock()
 	c.epoch++
+	epoch := c.epoch
 	left := c.lossLeftLocked()
 	c.mu.Unlock()
+	for _, o := range orphans {
+		c.closeHandle(o.name, o.h, epoch)
+	}
 	// Only now may the waiter compete for CQ events: login and re-open
 	// wait on the CQ themselves.
 	c.startWaiter()

@@ -175,6 +175,13 @@
 // graceful target restart changes the instance too, which costs a replay
 // or a spurious ErrWriteCacheLost, never a silent loss.
 //
+// The volume itself may have changed meanwhile: deleted and created
+// again under its name, or served by another target now at the address.
+// An open's answer carries the volume's identity, and a re-open that
+// finds another one ends the Volume: nothing is replayed onto the new
+// volume, and every request fails with ErrVolumeReplaced (which is also
+// ErrWriteCacheLost) until the name is opened again (replaced.go).
+//
 // A volume the target keeps in memory (srpd --backend memory; its open
 // says so) loses everything at a restart, what was flushed too. The ring
 // brings it back only while it holds every write the session made to

@@ -80,6 +80,13 @@ func (c *channel) lateErr(v *Volume) error {
 		c.id, v.name, c.late.vols[v], ErrConnectionLost, ErrNotReady)
 }
 
+// lateHandle is a handle a re-open got for a volume the session no
+// longer wants on the connection (a replaced one), to be closed.
+type lateHandle struct {
+	name string
+	h    uint32
+}
+
 // lateVol is a volume a connection came up without, and what the target
 // answered its re-open.
 type lateVol struct {
@@ -167,6 +174,18 @@ func (c *channel) lateOpened(v *Volume, rsp *wire.ControlResponse, epoch uint64)
 	// Under s.mu, so that a Close of v either comes first (and the
 	// handle is closed here) or finds the handle applied before its
 	// CLOSE is dispatched (applyHandles runs first).
+	s.dmu.Lock()
+	gen := c.instGen
+	s.dmu.Unlock()
+	if !v.sameVolume(rsp.Identity, gen) {
+		s.volumeReplaced(v, rsp.Identity)
+		c.closeHandle(v.name, rsp.Handle, epoch)
+		c.mu.Lock()
+		c.pendingHandles = append(c.pendingHandles, handleUpdate{v: v, replaced: true})
+		c.mu.Unlock()
+		c.ring()
+		return
+	}
 	s.mu.Lock()
 	closed := v.closed
 	if !closed {

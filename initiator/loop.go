@@ -134,9 +134,12 @@ func (c *channel) check() error { return c.core.check() }
 func (c *channel) applyHandles() {
 	c.mu.Lock()
 	for _, u := range c.pendingHandles {
-		if u.remove {
+		switch {
+		case u.replaced:
+			c.onTimeLocked(u.v)
+		case u.remove:
 			c.core.dropHandle(u.v)
-		} else if u.epoch == c.epoch {
+		case u.epoch == c.epoch:
 			c.core.setHandle(u.v, u.h)
 			c.onTimeLocked(u.v)
 		}
@@ -162,6 +165,10 @@ func (c *channel) dispatch() {
 				continue
 			}
 			if r.vol != nil && !c.core.hasHandle(r.vol) {
+				if r.vol.replaced.Load() && !(r.Op == opControl && r.ctrl.Op == wire.ControlClose) {
+					r.finish(r.vol.replacedErr())
+					continue
+				}
 				if c.late.waitsFor(r) {
 					// Behind its volume's older requests; if the
 					// handle has come, they all go back to the head

@@ -562,12 +562,15 @@ func (s *Session) replayResultLocked(err error) (*Request, queue) {
 	var rel queue
 	rd := s.round
 	v := rd.req.vol
-	if err != nil {
+	switch {
+	case err != nil && v.replaced.Load():
+		// volumeReplaced dropped its copies and said so.
+	case err != nil:
 		// Replay is how we keep the promise; without it, the loss is
 		// reported as if there had been no ring.
 		s.cfg.Logger.Warn("initiator: replay write failed", "volume", v.name, "err", err)
 		s.lossLocked(v, &rel)
-	} else {
+	default:
 		s.stats.replayed.Add(1)
 	}
 	if rd.next < rd.end {

@@ -68,6 +68,14 @@ var (
 	// it back. It is reported as ErrWriteCacheLost is, once the volume
 	// was written to in the session.
 	ErrVolumeLost = fmt.Errorf("initiator: target lost a volume it kept in memory: %w", ErrWriteCacheLost)
+	// ErrVolumeReplaced is ErrWriteCacheLost (errors.Is matches both) of
+	// a volume that, re-opened after a reconnect, is another volume of
+	// the same name: deleted and created again while the connection was
+	// down, or served by another target at the address. What the session
+	// wrote went to the old one; nothing is replayed onto the new one,
+	// and every later request of the Volume fails with it. Open the name
+	// again to use the new volume.
+	ErrVolumeReplaced = fmt.Errorf("initiator: the volume was replaced by another of the same name: %w", ErrWriteCacheLost)
 	// ErrReservationConflict: another host's reservation, or another
 	// session's exclusive open, forbids the command or the open (SAM-5's
 	// RESERVATION CONFLICT); see Volume.Reservations and

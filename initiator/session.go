@@ -430,6 +430,14 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 		if rsp.Error != "" {
 			return fail(fmt.Errorf("initiator: open %q: %s: %w", name, rsp.Error, errNoVolume(rsp.Sense)))
 		}
+		if !opened {
+			s.dmu.Lock()
+			gen := s.instGen
+			s.dmu.Unlock()
+			v.learnIdentity(rsp.Identity, rsp.Caps&wire.CapVolatile != 0, gen)
+		} else if k := v.ident.Load(); k.id != rsp.Identity {
+			return fail(fmt.Errorf("initiator: open %q: channel %d opened another volume of that name than the first: %w", name, c.id, ErrVolumeReplaced))
+		}
 		v.bs, v.readOnly, v.caps = int(rsp.BlockSize), rsp.ReadOnly || opts.ReadOnly, rsp.Caps
 		v.standby.Store(rsp.PathState != wire.PathActive)
 		v.size.Store(int64(rsp.Size))
@@ -516,6 +524,9 @@ type handleUpdate struct {
 	h      uint32
 	epoch  uint64
 	remove bool
+	// replaced: v was found replaced (ErrVolumeReplaced); its parked
+	// requests go back to the queue, where dispatch fails them.
+	replaced bool
 }
 
 // Close finishes the I/O already submitted (bounded by the I/O timeout),

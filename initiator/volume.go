@@ -33,6 +33,12 @@ type Volume struct {
 	rmw     sync.Mutex // serializes read-modify-write of partial blocks
 	closed  bool
 	dur     durability // Session.dmu
+	// ident is what the first open said tells the volume from any other
+	// of its name (nil until then: a reconnect may re-open the volume
+	// before Open has its first answer); replaced is set once a re-open
+	// found another (ErrVolumeReplaced).
+	ident    atomic.Pointer[volIdentity]
+	replaced atomic.Bool
 }
 
 // Standby reports whether the target answered the volume's open (or its
@@ -147,6 +153,8 @@ func (v *Volume) check(op Op, off, n int64) error {
 	switch {
 	case v.closed:
 		return fmt.Errorf("initiator: volume %q: %w", v.name, ErrClosed)
+	case v.replaced.Load():
+		return v.replacedErr()
 	case op == OpFlush:
 		return nil
 	case op != OpRead && v.readOnly:

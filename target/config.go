@@ -53,6 +53,25 @@ type Immediate interface {
 	Immediate() bool
 }
 
+// Identifier is implemented by volumes that know their identity: the
+// same for every open of the volume, in any process, and different for
+// any other volume ever given its name (deleted and created again, or
+// another store's). The OPEN answer carries it, so that an initiator
+// re-opening the volume after a reconnect finds a replaced one instead
+// of replaying writes onto it; zero means none. block's volumes
+// implement it.
+type Identifier interface {
+	Identity() uint64
+}
+
+// identity is v's Identity, or 0 if it has none.
+func identity(v Volume) uint64 {
+	if id, ok := v.(Identifier); ok {
+		return id.Identity()
+	}
+	return 0
+}
+
 // immediate reports whether v says it is Immediate.
 func immediate(v Volume) bool {
 	im, ok := v.(Immediate)

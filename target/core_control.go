@@ -162,7 +162,7 @@ func (c *core) finishControl(s *slot) {
 			caps |= wire.CapVolatile
 		}
 		rsp := &wire.ControlResponse{Handle: ov.handle, Size: uint64(ov.size),
-			BlockSize: uint32(ov.bs), ReadOnly: ov.ro, Caps: caps}
+			BlockSize: uint32(ov.bs), ReadOnly: ov.ro, Caps: caps, Identity: identity(ov.vol)}
 		if info.Standby {
 			rsp.PathState = wire.PathStandby
 		}

@@ -380,6 +380,11 @@ func ioError(err error) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, initiator.ErrVolumeReplaced) {
+		return errors.New("the volume was replaced by another of the same name while the connection was down " +
+			"(deleted and created again, or another target at the address): what was written to the old one is not on it; " +
+			"nothing was written to the new one")
+	}
 	if errors.Is(err, initiator.ErrVolumeLost) {
 		return errors.New("the target restarted and lost the volume, which it kept in memory (srpd --backend memory), " +
 			"what was flushed too: write the data again")

@@ -33,10 +33,20 @@ type handle struct {
 }
 
 var (
+	_ target.Identifier  = (*handle)(nil)
 	_ target.PathStater  = (*handle)(nil)
 	_ target.Fencer      = (*handle)(nil)
 	_ target.Deallocator = (*handle)(nil)
 )
+
+// Identity implements target.Identifier: the shared volume's, the same
+// at every gateway.
+func (h *handle) Identity() uint64 {
+	if id, ok := h.Volume.(target.Identifier); ok {
+		return id.Identity()
+	}
+	return 0
+}
 
 // Standby implements target.PathStater.
 func (h *handle) Standby() bool { return h.e.state.load() != Active }

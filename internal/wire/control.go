@@ -236,6 +236,11 @@ type ControlResponse struct {
 	// now (PathActive, the zero value, which an older target's answer
 	// reads as) or is a standby gateway for it (pathstate.go).
 	PathState PathState `msgpack:"ps,omitempty"`
+	// Identity, on an open, tells the volume from any other ever given
+	// its name (target.Identifier); zero from a target or volume that
+	// knows none. An initiator re-opening the volume after a reconnect
+	// checks that it is the one it wrote to.
+	Identity uint64 `msgpack:"id,omitempty"`
 	// extents: consecutive runs from the request's Offset, at least one
 	// and at most MaxExtents, covering a prefix of the range asked (the
 	// initiator asks again for the rest).

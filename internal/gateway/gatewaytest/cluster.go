@@ -241,6 +241,15 @@ type volume struct {
 	once sync.Once
 }
 
+// Identity is the shared volume's (target.Identifier), the same through
+// every client.
+func (v *volume) Identity() uint64 {
+	if id, ok := v.Volume.(interface{ Identity() uint64 }); ok {
+		return id.Identity()
+	}
+	return 0
+}
+
 func (v *volume) allowed(write bool) error {
 	cl := v.c.cl
 	cl.mu.Lock()
