@@ -69,9 +69,21 @@ func signalContext(ctx context.Context) (context.Context, func()) {
 			return
 		}
 		<-sigs
+		fmt.Fprintln(os.Stderr, "srpc: interrupted again: exiting at once")
 		os.Exit(1)
 	}()
 	return ctx, func() { signal.Stop(sigs); cancel() }
+}
+
+// closeCopy closes a copy's volume and then its session. Interrupted
+// (ctx done), only the session: the volume's close would wait through a
+// reconnect to a target that is down for up to the I/O timeout, and the
+// connections' end releases the target's handles anyway.
+func closeCopy(ctx context.Context, s *session, v copyVolume) {
+	if ctx.Err() == nil {
+		v.Close()
+	}
+	s.Close()
 }
 
 // pipeline keeps up to qd requests of one volume in flight, each with its
@@ -187,8 +199,7 @@ completed with the volume's existing bytes.`,
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			defer v.Close()
+			defer closeCopy(ctx, s, v)
 			off := cf.offset.N
 			if off%int64(v.BlockSize()) != 0 || off > v.Size() {
 				return cli.Usagef("--offset %d must be a multiple of the block size %d and inside the volume (%d bytes)", off, v.BlockSize(), v.Size())
@@ -221,8 +232,17 @@ func importData(ctx context.Context, s *session, v copyVolume, in io.Reader, off
 	free := append([]*initiator.Request(nil), p.reqs...)
 	inflight := 0
 	var firstErr error
-	reap := func() {
-		r := <-p.done
+	// reap takes one completion; false once the caller was interrupted
+	// (SIGINT, SIGTERM): what is in flight is then given up, and the
+	// deferred Close fails it, rather than waited for through a
+	// reconnect to a target that is down, which lasts up to --timeout.
+	reap := func() bool {
+		var r *initiator.Request
+		select {
+		case r = <-p.done:
+		case <-ctx.Done():
+			return false
+		}
 		inflight--
 		if r.Err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("write of %d bytes at %d: %v", len(r.Buf), r.Offset, volumeError(v.Name(), r.Err))
@@ -232,10 +252,10 @@ func importData(ctx context.Context, s *session, v copyVolume, in io.Reader, off
 		}
 		r.Buf = r.Buf[:cap(r.Buf)]
 		free = append(free, r)
+		return true
 	}
 	drain := func() {
-		for inflight > 0 {
-			reap()
+		for inflight > 0 && reap() {
 		}
 	}
 	pos := off
@@ -247,7 +267,7 @@ func importData(ctx context.Context, s *session, v copyVolume, in io.Reader, off
 		}
 		if len(free) == 0 {
 			reap()
-			continue
+			continue // interrupted: the check above says so
 		}
 		r := free[len(free)-1]
 		buf := r.Buf[:chunk]
@@ -281,6 +301,9 @@ func importData(ctx context.Context, s *session, v copyVolume, in io.Reader, off
 		}
 	}
 	drain()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = fmt.Errorf("interrupted after %d bytes", pos-off)
+	}
 	if firstErr != nil {
 		return pos - off, firstErr
 	}
@@ -323,8 +346,7 @@ truncated. Snapshots export as VOLUME@SNAPSHOT.`,
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			defer v.Close()
+			defer closeCopy(ctx, s, v)
 			off, length := cf.offset.N, cf.length.N
 			if off%int64(v.BlockSize()) != 0 || off > v.Size() {
 				return cli.Usagef("--offset %d must be a multiple of the block size %d and inside the volume (%d bytes)", off, v.BlockSize(), v.Size())
@@ -396,7 +418,18 @@ func exportData(ctx context.Context, s *session, v copyVolume, out io.Writer, of
 		inflight++
 	}
 	for i := 0; inflight > 0; i = (i + 1) % len(p.reqs) {
-		r := <-dones[i]
+		var r *initiator.Request
+		select {
+		case r = <-dones[i]:
+		case <-ctx.Done():
+			// Interrupted: what is in flight is given up (the
+			// deferred Close fails it), not waited for through a
+			// reconnect that may last --timeout.
+			if firstErr == nil {
+				firstErr = fmt.Errorf("interrupted at offset %d", p.reqs[i].Offset)
+			}
+			return firstErr
+		}
 		inflight--
 		if firstErr == nil {
 			switch {

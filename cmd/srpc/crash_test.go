@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,5 +218,52 @@ func TestImportVolumeReplaced(t *testing.T) {
 	r := e2etest.MustRun(t, srpc, "export", "--target", addr, "--length", fmt.Sprint(half), "victim", "-")
 	if !bytes.Equal([]byte(r.Stdout), make([]byte, half)) {
 		t.Fatal("the import's writes reached the volume created anew")
+	}
+}
+
+// TestInterruptTargetDown: srpc import and export are interrupted
+// (SIGTERM) while srpd is down and they are reconnecting. They must stop
+// at once, exit 1 and say they were interrupted, not wait out --timeout
+// (60 s here) for the in-flight I/O and the volume's close, as they did.
+func TestInterruptTargetDown(t *testing.T) {
+	srpd, srpc := e2etest.Binaries(t)
+	for _, cmd := range []string{"import", "export"} {
+		t.Run(cmd, func(t *testing.T) {
+			data, addr := filepath.Join(t.TempDir(), "data"), e2etest.FreeAddr(t)
+			d := e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "256MiB")
+			args := []string{cmd, "--target", addr, "--qd", "4", "--timeout", "60s", "vol0", "-"}
+			var p *e2etest.Proc
+			if cmd == "import" {
+				var stdin io.WriteCloser
+				p, stdin = e2etest.StartPiped(t, srpc, args...)
+				go func() {
+					buf := make([]byte, 1<<20)
+					for { // until srpc exits
+						if _, err := stdin.Write(buf); err != nil {
+							return
+						}
+					}
+				}()
+			} else {
+				p = e2etest.StartProc(t, srpc, args...)
+			}
+			moved := func() bool {
+				st := e2etest.VolumeStats(t, srpd, data, "vol0")
+				return st.Write.Bytes+st.Read.Bytes >= 8<<20
+			}
+			if !p.WaitFor(t, 30*time.Second, "8 MiB moved", moved) {
+				t.Fatalf("srpc %s exited (%v) before 8 MiB moved: %s", cmd, p.Err(), p.Output())
+			}
+			d.Kill(t)
+			time.Sleep(200 * time.Millisecond) // into the reconnect
+			if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			werr := p.Wait(t, 20*time.Second, "after SIGTERM with the target down")
+			var ee *exec.ExitError
+			if last := e2etest.LastLine(p.Output()); !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(last, "interrupted") {
+				t.Fatalf("srpc %s: %v, last line %q; want exit 1, interrupted", cmd, werr, last)
+			}
+		})
 	}
 }
