@@ -91,6 +91,13 @@ func (a *adminFlags) command(c adminCmd) *cli.Command {
 // parse counts the positional arguments against the synopsis: each word
 // is one argument, a [BRACKETED] one optional.
 func (c adminCmd) parse(args []string) ([]string, error) {
+	for _, a := range args {
+		// The admin API names things in its URL paths, where these
+		// would come back as an HTTP status ("404 Not Found").
+		if a == "" || a == "." || a == ".." || strings.TrimSpace(a) == "" {
+			return nil, cli.Usagef("%q: want a name", a)
+		}
+	}
 	lo, hi := 0, 0
 	for _, w := range strings.Fields(c.args) {
 		if !strings.HasPrefix(w, "[") {

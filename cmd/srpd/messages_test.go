@@ -97,6 +97,11 @@ func TestAdminMessages(t *testing.T) {
 		{[]string{"acl", "set", "h", "nosuchvol", "rw"}, 0, "srpd: saved, but there is no volume \"nosuchvol\" yet: the rule applies once it exists\n"},
 		{[]string{"acl", "set", "h", "vol0@nosnap", "ro"}, 0, "srpd: saved, but there is no volume \"vol0@nosnap\" yet: the rule applies once it exists\n"},
 		{[]string{"acl", "set", "h", "vol0", "rw"}, 0, ""},
+		// Names the admin API would put in a URL path and get back
+		// as an HTTP status ("404 Not Found").
+		{[]string{"volume", "delete", ""}, 2, "srpd volume delete: \"\": want a name\nRun 'srpd volume delete --help' for usage.\n"},
+		{[]string{"volume", "delete", ".."}, 2, "srpd volume delete: \"..\": want a name\nRun 'srpd volume delete --help' for usage.\n"},
+		{[]string{"volume", "create", "--size", "1MiB", " "}, 2, "srpd volume create: \" \": want a name\nRun 'srpd volume create --help' for usage.\n"},
 	} {
 		r := e2etest.Run(t, nil, srpd, append(tc.args, "--data", data)...)
 		if r.Code != tc.code || r.Stderr != tc.stderr {

@@ -157,6 +157,20 @@ func (h *handshakes) done(e *list.Element) bool {
 	return h.conns.Remove(e) != nil
 }
 
+// shedAll closes every connection waiting for its request: their
+// listener is closing, and each would otherwise hold its Close for up to
+// cmTimeout (a peer that connects and says nothing held srpd's stop for
+// 10 s).
+func (h *handshakes) shedAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for e := h.conns.Front(); e != nil; e = h.conns.Front() {
+		h.conns.Remove(e)
+		e.Value.(net.Conn).Close()
+		e.Value = nil // done reports it
+	}
+}
+
 // withRoom runs open, which creates descriptors. Out of descriptors
 // (EMFILE, ENFILE), it sheds the oldest silent connection and tries
 // again while there is one: a connection that has made its request is

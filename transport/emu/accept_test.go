@@ -275,3 +275,47 @@ func TestHandshakesWithRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseShedsSilentConnections: peers that connect and never send a
+// connect request (idle sockets, a port scanner) do not hold a closing
+// listener: Close ends their handshakes at once, on both stream wires,
+// where each held it for its read deadline (cmTimeout, 10 s), and srpd's
+// graceful stop with it.
+func TestCloseShedsSilentConnections(t *testing.T) {
+	for _, wire := range []string{WireTCP, WireShm} {
+		t.Run(wire, func(t *testing.T) {
+			p := newNIC(t, Config{Wire: wire})
+			defer p.Close()
+			addr := ""
+			if wire == WireTCP {
+				addr = "127.0.0.1:0"
+			}
+			l, err := p.Listen(context.Background(), addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			network := "tcp"
+			if wire == WireShm {
+				network = "unixpacket"
+			}
+			for range 3 {
+				c, err := net.Dial(network, l.Addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+			}
+			time.Sleep(50 * time.Millisecond) // let the accept loop take them
+			closed := make(chan struct{})
+			go func() {
+				l.Close()
+				close(closed)
+			}()
+			select {
+			case <-closed:
+			case <-time.After(cmTimeout / 2):
+				t.Fatalf("Close still waiting for silent connections after %s", cmTimeout/2)
+			}
+		})
+	}
+}

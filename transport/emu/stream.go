@@ -105,6 +105,13 @@ func (l *streamListener[W]) handshake(nc net.Conn) {
 	defer l.wg.Done()
 	waiting := l.hs.add(nc)
 	defer l.hs.done(waiting)
+	select {
+	case <-l.done:
+		// Closing, and past its shedAll, or it would have shed nc.
+		nc.Close()
+		return
+	default:
+	}
 	var w W
 	nc.SetReadDeadline(time.Now().Add(cmTimeout))
 	priv, offer, err := w.readRequest(l.p, nc)
@@ -132,6 +139,7 @@ func (l *streamListener[W]) Close() error {
 	l.once.Do(func() {
 		close(l.done)
 		l.ln.Close()
+		l.hs.shedAll()
 		l.wg.Wait()
 		rejectPending(l.reqs)
 		l.p.disown(l)
