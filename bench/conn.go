@@ -139,6 +139,7 @@ func dialJob(ctx context.Context, o *Options, job int, p transport.Provider, add
 		Channels: o.Channels, Credits: o.IODepth, Mechanism: o.Mechanism, MaxTransfer: int(max(bsPage, int64(transport.PageSize))),
 		BufferBytes: o.IODepth * int(o.BS), ReplayBuffer: int(o.ReplayBuf), Logger: log,
 		Protocol: o.proto, SRPTargetPortID: o.srpPort, SRPInitiatorPortID: o.srpSessionPort(fmt.Sprintf("job%d", job)),
+		ConnectTimeout: o.Timeout, LossTimeout: o.Timeout,
 	}
 	cfg.BufferBytes = int(pageRound(int64(cfg.BufferBytes)))
 	return dialConn(ctx, o, cfg, addr, !o.writes() && !o.prefill())

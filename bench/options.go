@@ -50,7 +50,11 @@ type Options struct {
 	// FastFail is the Multipaths' MultipathConfig.FastFail (0: its
 	// default).
 	FastFail time.Duration
-	Volume   string
+	// Timeout is the initiators' ConnectTimeout and LossTimeout (0:
+	// theirs): how long a job waits for a target that is unreachable or
+	// lost before its I/O fails, as srpc's --timeout.
+	Timeout time.Duration
+	Volume  string
 	// Protocol and SRPTargetPort: --protocol srp benchmarks a standard
 	// SRP target (its LUN --volume lunN) with the initiator's SRP mode.
 	Protocol      string
@@ -222,6 +226,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Plot, "plot", "", "draw IOPS over time and the latency distribution into an SVG `FILE`")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (go tool pprof) to `FILE`; with --embedded it covers the target too")
 	fs.Func("target", "benchmark a running target at `HOST:PORT` (for --wire shm: its socket path); repeat it for gateways of one shared volume (srpd over one RBD image): each job then drives a Multipath of them, failing over as srpc does", o.addTarget)
+	fs.DurationVar(&o.Timeout, "timeout", 0, "give up on a lost or unreachable target after `DURATION` (0: the initiator's default, 60s)")
 	fs.DurationVar(&o.FastFail, "fast-fail", 0, "with several --target: how long a path may stay down or silent before its I/O fails over, a `DURATION` (0: the initiator's default, 1s); a gateway whose address refuses connections is failed over at once")
 	fs.StringVar(&o.Protocol, "protocol", "gosrp", "with --target: `PROTOCOL` gosrp, or srp for a standard SRP target (the kernel's ib_srpt, srpd's SRP personality), whose LUN n --volume names lunN")
 	fs.StringVar(&o.SRPTargetPort, "srp-target-port", "", "with --protocol srp: the target port `ID`, 32 hex digits (id_ext then ioc_guid)")
@@ -335,6 +340,10 @@ func (o *Options) validate() error {
 		return cli.Usagef("--numjobs %d: want 1..256", o.NumJobs)
 	case o.Runtime <= 0:
 		return cli.Usagef("--runtime must be positive")
+	case o.Timeout < 0:
+		return cli.Usagef("--timeout %s: want a duration of zero (the default) or more", o.Timeout)
+	case o.FastFail < 0:
+		return cli.Usagef("--fast-fail %s: want a duration of zero (the default) or more", o.FastFail)
 	case o.RWMixRead < 0 || o.RWMixRead > 100:
 		return cli.Usagef("--rwmixread %d: want 0..100", o.RWMixRead)
 	case o.NumberIOs < 0:

@@ -161,7 +161,8 @@ func (o *Options) srpSessionPort(role string) [16]byte {
 // own with large transfers.
 func prefill(ctx context.Context, o *Options, p transport.Provider, addr string, secret []byte, vs *verifyState, log *slog.Logger, msg io.Writer) error {
 	c, err := dialConn(ctx, o, initiator.Config{Provider: p, Name: o.Name, Secret: secret, Credits: 32, Logger: log,
-		Protocol: o.proto, SRPTargetPortID: o.srpPort, SRPInitiatorPortID: o.srpSessionPort("prefill")}, addr, false)
+		Protocol: o.proto, SRPTargetPortID: o.srpPort, SRPInitiatorPortID: o.srpSessionPort("prefill"),
+		ConnectTimeout: o.Timeout, LossTimeout: o.Timeout}, addr, false)
 	if err != nil {
 		return err
 	}
