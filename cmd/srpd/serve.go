@@ -97,8 +97,8 @@ const dataDirMode = 0o700
 
 // makeDataDir creates the data directory if it is missing. One that
 // exists with access for others is left as the operator made it, with a
-// warning: everything under it is then reachable for them as far as each
-// file's own mode allows.
+// warning (unless log is nil: the caller has given it): everything under
+// it is then reachable for them as far as each file's own mode allows.
 func makeDataDir(dir string, log *slog.Logger) error {
 	if err := os.MkdirAll(dir, dataDirMode); err != nil {
 		return fmt.Errorf("data directory: %w", err)
@@ -107,7 +107,7 @@ func makeDataDir(dir string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 && log != nil {
 		log.Warn("the data directory is open to other users; chmod 700 it to keep them from the volumes",
 			"data", dir, "mode", fmt.Sprintf("%#o", perm))
 	}
@@ -118,8 +118,12 @@ func makeDataDir(dir string, log *slog.Logger) error {
 // errors and a clear message when another srpd holds it. cfg supplies the
 // space settings (nil: the defaults, as for the offline admin commands).
 func openStore(backend, dir string, log *slog.Logger, cfg *Config) (block.Store, error) {
+	warn := log
+	if cfg != nil {
+		warn = nil // serve made the directory and warned already
+	}
 	if backend == "" || backend == "pebble" {
-		if err := makeDataDir(dir, log); err != nil {
+		if err := makeDataDir(dir, warn); err != nil {
 			return nil, err
 		}
 		o := &block.PebbleOptions{Logger: slog.NewLogLogger(log.Handler(), slog.LevelError), SpaceLog: log}
@@ -133,7 +137,7 @@ func openStore(backend, dir string, log *slog.Logger, cfg *Config) (block.Store,
 		return s, err
 	}
 	if backend == "file" {
-		if err := makeDataDir(dir, log); err != nil {
+		if err := makeDataDir(dir, warn); err != nil {
 			return nil, err
 		}
 	}
