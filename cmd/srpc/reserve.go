@@ -52,6 +52,10 @@ func reserveCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
+					if newKey == 0 && f.key.n == 0 && !f.ignore {
+						// SPC-4 takes it, and changes nothing.
+						return cli.Usagef("NEWKEY 0 with no --key registers nothing: 0 unregisters the key --key names")
+					}
 					if f.ignore {
 						return r.RegisterIgnoringKey(ctx, newKey)
 					}
