@@ -290,6 +290,12 @@ func (c *connFlags) config(qd, bufBytes int) (cfg initiator.Config, prov transpo
 			return cfg, nil, "", fmt.Errorf("--secret-file: %w", err)
 		}
 		secret = strings.TrimRight(string(b), "\r\n")
+		if secret == "" {
+			// Else SRPC_SECRET, or none, would be used behind the
+			// operator's back.
+			prov.Close()
+			return cfg, nil, "", fmt.Errorf("--secret-file %s is empty", c.secretFile)
+		}
 	}
 	if secret == "" {
 		secret = os.Getenv("SRPC_SECRET")

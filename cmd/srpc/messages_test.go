@@ -97,6 +97,7 @@ func TestClientMessages(t *testing.T) {
 		{"mount point missing", nil, []string{"mount", "vol0", filepath.Join(dir, "nodir")}, 1,
 			"srpc: mount point: stat " + filepath.Join(dir, "nodir") + ": no such file or directory\n"},
 		{"mount point a file", nil, []string{"mount", "vol0", big}, 1, "srpc: mount point " + big + " is not a directory\n"},
+		{"empty secret file", nil, []string{"list", "--secret-file", os.DevNull}, 1, "srpc: --secret-file " + os.DevNull + " is empty\n"},
 		{"register key 0", nil, []string{"reserve", "register", "vol0", "0x0"}, 2,
 			"srpc reserve register: NEWKEY 0 with no --key registers nothing: 0 unregisters the key --key names\nRun 'srpc reserve register --help' for usage.\n"},
 		{"mount qd 0", nil, []string{"mount", "--qd", "0", "vol0", mnt}, 2,
