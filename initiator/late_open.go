@@ -171,13 +171,13 @@ func (c *channel) reopenLate(ctx context.Context, v *Volume) {
 // the connection of epoch, or closes it if v was closed meanwhile.
 func (c *channel) lateOpened(v *Volume, rsp *wire.ControlResponse, epoch uint64) {
 	s := c.s
-	// Under s.mu, so that a Close of v either comes first (and the
-	// handle is closed here) or finds the handle applied before its
-	// CLOSE is dispatched (applyHandles runs first).
 	s.dmu.Lock()
 	gen := c.instGen
 	s.dmu.Unlock()
 	if !v.sameVolume(rsp.Identity, gen) {
+		// Another volume of v's name (replaced.go): its handle is
+		// closed, and v's parked requests go back to the queue, where
+		// dispatch fails them.
 		s.volumeReplaced(v, rsp.Identity)
 		c.closeHandle(v.name, rsp.Handle, epoch)
 		c.mu.Lock()
@@ -186,6 +186,9 @@ func (c *channel) lateOpened(v *Volume, rsp *wire.ControlResponse, epoch uint64)
 		c.ring()
 		return
 	}
+	// Under s.mu, so that a Close of v either comes first (and the
+	// handle is closed here) or finds the handle applied before its
+	// CLOSE is dispatched (applyHandles runs first).
 	s.mu.Lock()
 	closed := v.closed
 	if !closed {

@@ -494,6 +494,57 @@ func TestVolumeReplacedAcrossRestart(t *testing.T) {
 	}
 }
 
+// refusingCatalog is a cacheCatalog whose OpenVolume refuses while
+// refuse is above zero, counting it down: a volume not yet there.
+type refusingCatalog struct {
+	cacheCatalog
+	refuse *atomic.Int32
+}
+
+func (c refusingCatalog) OpenVolume(name string) (target.Volume, error) {
+	if c.refuse.Add(-1) >= 0 {
+		return nil, errors.New("no such volume yet")
+	}
+	return c.cacheCatalog.OpenVolume(name)
+}
+
+// TestVolumeReplacedLateOpen is TestVolumeReplacedAcrossRestart when the
+// restarted target refuses the first re-opens (the volume not created
+// again yet): the connection comes up without the volume, whose
+// requests park (late_open.go), and the re-open that succeeds finds
+// another volume. The parked requests fail with ErrVolumeReplaced then,
+// not at the loss deadline, and the new volume is left as it was.
+func TestVolumeReplacedLateOpen(t *testing.T) {
+	const size = 4 << 20
+	var refuse atomic.Int32
+	r := newCrashRigWith(t, size, func(r *crashRig) target.Config {
+		r.vol = &cacheVolume{d: r.disk, dirty: map[int64][]byte{}}
+		return target.Config{Name: "crashy", Catalog: refusingCatalog{cacheCatalog{r.vol}, &refuse}}
+	})
+	s, v := r.dial(t, initiator.Config{ReplayBuffer: 1 << 20})
+	model := make([]byte, size)
+	writeModel(t, v, model, 0, 16, 4, 1)
+	r.crash()
+	r.disk = &durableDisk{data: make([]byte, size), bs: 4096, id: 2}
+	refuse.Store(2)
+	r.start()
+	start := time.Now()
+	_, err := v.WriteAt(make([]byte, 4096), 0)
+	if !errors.Is(err, initiator.ErrVolumeReplaced) {
+		t.Fatalf("write after the volume was replaced, re-opened late: %v, want ErrVolumeReplaced", err)
+	}
+	t.Logf("write: %v after %s", err, time.Since(start).Round(time.Millisecond))
+	if refuse.Load() >= 0 {
+		t.Fatalf("the target refused %d re-opens fewer than asked: the open was not late", refuse.Load()+1)
+	}
+	r.disk.mu.Lock()
+	untouched := !slices.ContainsFunc(r.disk.data, func(b byte) bool { return b != 0 })
+	r.disk.mu.Unlock()
+	if !untouched || s.Stats().ReplayedWrites != 0 {
+		t.Fatalf("the new volume was written to (%d writes replayed)", s.Stats().ReplayedWrites)
+	}
+}
+
 // TestTargetRestartLoss: without a replay buffer, the Flush and the FUA
 // write after a restart that lost acknowledged writes fail with
 // ErrWriteCacheLost, once each; a volume with nothing unflushed sees no
