@@ -68,16 +68,9 @@ func (s *Session) volumeReplaced(v *Volume, got uint64) {
 		"volume", v.name, "target", s.cfg.Addr, "identity", fmt.Sprintf("%#x", v.ident.Load().id), "now", fmt.Sprintf("%#x", got))
 	var rel queue
 	s.dmu.Lock()
-	d := &v.dur
-	d.lossGen++
-	d.flushed, d.unrepl = d.acked, 0
-	if s.ring != nil {
-		d.live -= s.ring.drop(v)
-	}
-	s.stats.writeCacheLost.Add(1)
-	for r := d.parked.pop(); r != nil; r = d.parked.pop() {
+	s.dropWritesLocked(v, &rel)
+	for r := rel.head; r != nil; r = r.next {
 		r.Err = v.replacedErr()
-		rel.push(r)
 	}
 	s.dmu.Unlock()
 	deliverAll(&rel)

@@ -210,15 +210,19 @@ func (s *Session) reportedLoss(r *Request, err error) {
 // accounted for (no flush will ever cover them) and the next Flush and
 // FUA write report it. Writes parked for room in the ring move to rel.
 func (s *Session) lossLocked(v *Volume, rel *queue) {
+	s.dropWritesLocked(v, rel)
+	s.cfg.Logger.Error("initiator: acknowledged writes lost by the target; the next flush fails", "volume", v.name, "target", s.cfg.Addr)
+}
+
+// dropWritesLocked is lossLocked without its log (volumeReplaced's).
+func (s *Session) dropWritesLocked(v *Volume, rel *queue) {
 	d := &v.dur
 	d.lossGen++
-	d.lossCause = nil
-	d.flushed, d.unrepl = d.acked, 0
+	d.lossCause, d.flushed, d.unrepl = nil, d.acked, 0
 	if s.ring != nil {
 		d.live -= s.ring.drop(v)
 	}
 	s.stats.writeCacheLost.Add(1)
-	s.cfg.Logger.Error("initiator: acknowledged writes lost by the target; the next flush fails", "volume", v.name, "target", s.cfg.Addr)
 	for r := d.parked.pop(); r != nil; r = d.parked.pop() {
 		rel.push(r)
 	}

@@ -231,6 +231,21 @@ func (r *crashRig) dial(t *testing.T, cfg initiator.Config) (*initiator.Session,
 	return dialVol0(t, cfg)
 }
 
+// checkFlushed fails the test unless the rig's disk holds model, durably,
+// and v reads it back.
+func (r *crashRig) checkFlushed(t *testing.T, v *initiator.Volume, model []byte) {
+	t.Helper()
+	r.disk.mu.Lock()
+	durable := append([]byte(nil), r.disk.data...)
+	r.disk.mu.Unlock()
+	checkModel(t, "durable contents after the flush", durable, model)
+	got := make([]byte, len(model))
+	if _, err := v.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkModel(t, "read back", got, model)
+}
+
 // writeModel writes blocks [lba, lba+n) in writes of per blocks each, with
 // contents that name the block and gen, into v and the model.
 func writeModel(t *testing.T, v *initiator.Volume, model []byte, lba, n, per int, gen uint32) {
@@ -297,15 +312,7 @@ func TestTargetRestartReplay(t *testing.T) {
 			if err := v.Flush(ctx); err != nil {
 				t.Fatalf("flush after the target restarted: %v", err)
 			}
-			r.disk.mu.Lock()
-			durable := append([]byte(nil), r.disk.data...)
-			r.disk.mu.Unlock()
-			checkModel(t, "durable contents after the flush", durable, model)
-			got := make([]byte, size)
-			if _, err := v.ReadAt(got, 0); err != nil {
-				t.Fatal(err)
-			}
-			checkModel(t, "read back", got, model)
+			r.checkFlushed(t, v, model)
 			st := s.Stats()
 			if st.InstanceChanges != 1 || st.ReplayedWrites == 0 || st.WriteCacheLost != 0 {
 				t.Fatalf("stats: %d instance changes, %d writes replayed, %d losses", st.InstanceChanges, st.ReplayedWrites, st.WriteCacheLost)
@@ -355,15 +362,7 @@ func TestTargetRestartDuringReplay(t *testing.T) {
 			if err := v.Flush(ctx); err != nil {
 				t.Fatalf("flush after the target restarted twice: %v", err)
 			}
-			r.disk.mu.Lock()
-			durable := append([]byte(nil), r.disk.data...)
-			r.disk.mu.Unlock()
-			checkModel(t, "durable contents after the flush", durable, model)
-			got := make([]byte, size)
-			if _, err := v.ReadAt(got, 0); err != nil {
-				t.Fatal(err)
-			}
-			checkModel(t, "read back", got, model)
+			r.checkFlushed(t, v, model)
 			st := s.Stats()
 			t.Logf("%d entries in the ring at the first crash; %d instance changes, %d writes replayed", live, st.InstanceChanges, st.ReplayedWrites)
 			if st.InstanceChanges != 2 || st.WriteCacheLost != 0 || st.ReplayedWrites < uint64(live)+landed-1 {
