@@ -90,6 +90,21 @@ type Config struct {
 	// a kernel oops on rxe. rxe fences every LOCAL_INV anyway since
 	// Linux 6.0 (rxe_wqe_is_fenced); asking for it does not rely on that.
 	FenceInvalidate bool
+	// FenceRegistrations puts a fence in front of every registration:
+	// a fenced LOCAL_INV of a barrier the pool keeps, and the barrier's
+	// registration again (fence.go). The registration then executes
+	// with nothing before it that is not complete, so no retry executes
+	// it again. Set it on a device whose retries execute local
+	// operations again (transport.Quirks.RetryRepeatsLocalOps): a
+	// BIND_MW or REG_MR repeated over its VALID object fails there, and
+	// the connection with it (rxe, every release). The caller posts
+	// Prologue first on every new QP, and AppendFence in front of the
+	// registrations of each post (with nothing but registrations between
+	// the fence and them; their commands may follow, one each, in order),
+	// making room for FenceLen more WRs. It costs two WRs per post and
+	// makes the post's registrations wait for every earlier request's
+	// ACK.
+	FenceRegistrations bool
 }
 
 // CQDepth is the CQ size a QP with the given queue depths needs so that a

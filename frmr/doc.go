@@ -91,6 +91,21 @@
 // reaches all of the MR it is bound over. The caller then binds each
 // buffer's windows over an MR covering only that buffer (Segment.Base).
 //
+// Retries that repeat registrations. Where a transport retry executes
+// again the local operations behind the request it retries
+// (transport.Quirks.RetryRepeatsLocalOps, rxe), a repeated REG_MR or
+// BIND_MW of a VALID object fails and ends the connection. With
+// Config.FenceRegistrations the pool keeps a barrier (a window or FRMR over
+// a page of its own, with no remote access) and the caller puts
+// AppendFence in front of the registrations of each post: a fenced
+// LOCAL_INV of the barrier, which executes only once every earlier WR has
+// completed, and the barrier's registration again; then the
+// registrations, then the commands carrying their keys, one each in
+// order (Admit and Posted pair them so). The caller posts Prologue as the
+// first WR of each new QP (the barrier's first registration, with nothing
+// before it), and Get refuses (ErrNoFence) until it is in place
+// (fence.go; testdata/pool/fence).
+//
 // Tests: go test ./frmr runs a short seeded soak per device profile (strict,
 // ib, iwarp, rxe) and mechanism with every fault of
 // docs/registration.md#fault-scenarios injected (TestLostFlushCompletions,

@@ -46,6 +46,7 @@ type Stats struct {
 	LostCompletions      uint64 // signaled WRs whose completion was skipped
 	PostFailures         uint64
 	QPErrors             uint64
+	Fences               uint64 // fenced LOCAL_INVs posted in front of registrations (Config.FenceRegistrations)
 	// KeyHorizon is how many registrations of this pool back a
 	// descriptor (key, iova) it advertised is guaranteed never to be
 	// advertised again, so a peer presenting it is refused once its I/O

@@ -10,11 +10,11 @@ import (
 )
 
 // Admit checks that chain fits on the send queue (keeping one slot for a
-// drain marker) and sets FlagSignaled where needed: on the SEND that follows
-// a registration (its completion gates recycling,
-// docs/registration.md#when-a-buffer-goes-back) and so that no run of
-// unsignaled WRs reaches SignalEvery. Call it right before PostSend, then
-// Posted.
+// drain marker) and sets FlagSignaled where needed: on each caller WR
+// that carries a registration's key (its completion gates recycling,
+// docs/registration.md#when-a-buffer-goes-back; see carriers) and so that
+// no run of unsignaled WRs reaches SignalEvery. Call it right before
+// PostSend, then Posted.
 func (p *Pool) Admit(chain []transport.SendWR) error {
 	if p.closed {
 		return ErrClosed
@@ -28,20 +28,17 @@ func (p *Pool) Admit(chain []transport.SendWR) error {
 	if len(chain) > room {
 		return ErrSQFull
 	}
+	if p.fenceOn() {
+		p.admitFence(chain)
+	}
+	carriers(chain, func(_, c int) {
+		if c >= 0 {
+			chain[c].Flags |= transport.FlagSignaled
+		}
+	})
 	run := p.unsigRun
-	afterReg := false
 	for i := range chain {
 		wr := &chain[i]
-		k, _, _, own := decodeID(wr.ID)
-		isReg := own && k == kindReg
-		if !isReg && afterReg {
-			wr.Flags |= transport.FlagSignaled
-		}
-		if isReg {
-			afterReg = true
-		} else {
-			afterReg = false
-		}
 		if wr.Flags&transport.FlagSignaled == 0 && run+1 >= p.cfg.SignalEvery {
 			wr.Flags |= transport.FlagSignaled
 		}
@@ -59,15 +56,89 @@ func (p *Pool) Admit(chain []transport.SendWR) error {
 // that batches several chains into one PostSend checks it as it stages.
 func (p *Pool) Room() int { return p.cfg.SQDepth - 1 - p.ln }
 
+// isReg reports whether wr is the registration of a current Get.
+func (p *Pool) isReg(wr *transport.SendWR) (slot uint32, ok bool) {
+	k, si, gen, own := decodeID(wr.ID)
+	return si, own && k == kindReg && int(si) < len(p.slots) && p.slots[si].gen == gen
+}
+
+// carriers calls f with the index of each registration in chain and of
+// the caller's WR that carries its key to the peer, or -1 if none does. A
+// run of registrations is carried by the caller's WRs after it, one each
+// in order, when at least as many follow before the next registration
+// (the fenced layout: fence, REG, REG, SEND, SEND); otherwise the first
+// caller's WR after the run carries them all (REG, SEND; or several
+// registrations of one command).
+func carriers(chain []transport.SendWR, f func(reg, carrier int)) {
+	for i := 0; i < len(chain); {
+		if k, _, _, own := decodeID(chain[i].ID); !own || k != kindReg {
+			i++
+			continue
+		}
+		start := i
+		for i < len(chain) {
+			if k, _, _, own := decodeID(chain[i].ID); !own || k != kindReg {
+				break
+			}
+			i++
+		}
+		regs := i - start
+		// The caller's WRs up to the next registration (pool WRs among
+		// them, a fence or a LOCAL_INV, carry nothing).
+		var callers, first = 0, -1
+		j := i
+		for ; j < len(chain); j++ {
+			k, _, _, own := decodeID(chain[j].ID)
+			if own && k == kindReg {
+				break
+			}
+			if !own {
+				if first < 0 {
+					first = j
+				}
+				callers++
+			}
+		}
+		if callers >= regs {
+			c := i
+			for r := start; r < i; r++ {
+				for {
+					if _, _, _, own := decodeID(chain[c].ID); !own {
+						break
+					}
+					c++
+				}
+				f(r, c)
+				c++
+			}
+			continue
+		}
+		for r := start; r < i; r++ {
+			f(r, first)
+		}
+	}
+}
+
 // Posted records the outcome of PostSend(chain): n WRs were accepted. WRs
 // from chain[n] on were never posted and are never waited for; a
-// registration or invalidation among them, or a registration whose SEND
-// was not posted, taints its MR.
+// registration or invalidation among them, or a registration whose
+// carrying WR (see carriers) was not posted, taints its MR.
 func (p *Pool) Posted(chain []transport.SendWR, n int) {
-	var regStart = -1
+	seq0 := p.seq      // the seq of chain[0], if posted
+	fenceOpen := false // a fence LOCAL_INV posted, its registration not yet
 	for i := range chain {
 		wr := &chain[i]
 		k, si, gen, own := decodeID(wr.ID)
+		if own && k == kindFence {
+			if i < n {
+				p.postedFence(wr)
+				fenceOpen = wr.Opcode == transport.OpLocalInv
+				p.push(entry{id: wr.ID, seq: p.seq, posted: p.tick, signaled: wr.Flags&transport.FlagSignaled != 0, kind: kindFence})
+				p.seq++
+				p.countSignal(wr)
+			}
+			continue
+		}
 		if own && (int(si) >= len(p.slots) || p.slots[si].gen != gen) {
 			own = false
 		}
@@ -91,9 +162,6 @@ func (p *Pool) Posted(chain []transport.SendWR, n int) {
 					s.devKey = wr.Bind.Key
 				}
 				s.since = p.tick
-				if regStart < 0 {
-					regStart = i
-				}
 				if s.state == RegPosted && s.waitIdx < 0 {
 					s.waitIdx = int32(len(p.wait))
 					p.wait = append(p.wait, si)
@@ -102,33 +170,40 @@ func (p *Pool) Posted(chain []transport.SendWR, n int) {
 				s.pending++
 				s.since = p.tick
 			}
-		} else if regStart >= 0 {
-			// The SEND carrying the keys of chain[regStart:i].
-			for j := regStart; j < i; j++ {
-				if k2, sj, g2, ok := decodeID(chain[j].ID); ok && k2 == kindReg && int(sj) < len(p.slots) && p.slots[sj].gen == g2 {
-					p.slots[sj].sendSeq = e.seq
-				}
-			}
-			regStart = -1
 		}
-		if e.signaled {
-			p.unsigRun = 0
-		} else {
-			p.unsigRun++
-		}
+		p.countSignal(wr)
 		p.push(e)
 	}
 	if n < len(chain) {
 		p.st.PostFailures++
 	}
-	// A posted registration whose SEND never went out: its key is VALID
-	// on the device but nobody will ever invalidate it remotely.
-	if regStart >= 0 {
-		for j := regStart; j < n; j++ {
-			if k, sj, g, ok := decodeID(chain[j].ID); ok && k == kindReg && int(sj) < len(p.slots) && p.slots[sj].gen == g {
-				p.taint(sj)
-			}
+	if fenceOpen {
+		// The barrier was invalidated and not registered again: the
+		// next fence would invalidate a FREE window.
+		p.fence.broken = true
+	}
+	carriers(chain, func(r, c int) {
+		si, ok := p.isReg(&chain[r])
+		if !ok || r >= n {
+			return // tainted above
 		}
+		if c < 0 || c >= n {
+			// A posted registration whose key never went out: it is
+			// VALID on the device, and nobody will invalidate it
+			// remotely.
+			p.taint(si)
+			return
+		}
+		p.slots[si].sendSeq = seq0 + uint64(c)
+	})
+}
+
+// countSignal keeps the length of the run of unsignaled WRs posted.
+func (p *Pool) countSignal(wr *transport.SendWR) {
+	if wr.Flags&transport.FlagSignaled != 0 {
+		p.unsigRun = 0
+	} else {
+		p.unsigRun++
 	}
 }
 
@@ -248,6 +323,13 @@ func (p *Pool) OnSendCompletion(wc *transport.WC) bool {
 // settle applies the outcome of one popped ledger entry.
 func (p *Pool) settle(e *entry, ok bool) {
 	if e.kind == kindCaller || e.kind == kindMarker {
+		return
+	}
+	if e.kind == kindFence {
+		p.fence.pending--
+		if !ok {
+			p.fence.broken = true
+		}
 		return
 	}
 	s := &p.slots[e.slot]

@@ -49,6 +49,7 @@ const (
 	kindReg     = 1
 	kindInv     = 2
 	kindMarker  = 3
+	kindFence   = 4
 	maxSlots    = 1 << 20
 	idKindShift = 52
 	idSlotShift = 32
@@ -63,6 +64,8 @@ func kindName(k uint8) string {
 		return "LOCAL_INV"
 	case kindMarker:
 		return "drain marker"
+	case kindFence:
+		return "registration fence"
 	}
 	return "caller's WR"
 }
@@ -143,6 +146,7 @@ type Pool struct {
 	regCount   uint64         // registrations ever made: the iova tag
 	tagShift   uint           // bits of an FRMR iova below the tag
 	quarantine []transport.MW // rotated windows, oldest first
+	fence      fence          // Config.FenceRegistrations (fence.go)
 
 	st Stats
 }
@@ -199,6 +203,12 @@ func New(cfg Config) (*Pool, error) {
 		s.state = Free
 		p.free = append(p.free, uint32(i))
 		p.nFree++
+	}
+	if p.fenceOn() {
+		if err := p.newFence(); err != nil {
+			p.Close()
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -275,6 +285,9 @@ func (p *Pool) Get(seg Segment, dir Direction) (Reg, error) {
 	}
 	if seg.Arena == nil || seg.Len <= 0 || seg.Off < 0 || seg.Off+seg.Len > seg.Arena.Len() {
 		return Reg{}, ErrSegment
+	}
+	if p.fenceOn() && (!p.fence.bound || p.fence.broken) {
+		return Reg{}, ErrNoFence
 	}
 	if len(p.free) == 0 {
 		return Reg{}, ErrExhausted
@@ -478,5 +491,10 @@ func (p *Pool) Close() error {
 		w.Close()
 	}
 	p.quarantine = nil
+	p.closeFence(true)
+	if p.fence.arena != nil {
+		p.fence.arena.Close()
+		p.fence.arena = nil
+	}
 	return nil
 }

@@ -17,6 +17,9 @@ func (p *Pool) OnQPError() {
 		p.st.QPErrors++
 	}
 	p.qpErr = true
+	if p.fenceOn() {
+		p.fence.broken = true // flushed, or bound through a QP now in ERR
+	}
 	for i := range p.slots {
 		if st := p.slots[i].state; st != Free && st != Tainted {
 			p.taint(uint32(i))
@@ -37,6 +40,9 @@ func (p *Pool) Reset() {
 			if s := &p.slots[e.slot]; s.gen == e.gen {
 				s.pending--
 			}
+		}
+		if e.kind == kindFence {
+			p.fence.pending--
 		}
 	}
 	p.lhead, p.unsigRun = 0, 0
@@ -73,6 +79,9 @@ func (p *Pool) Recover() error {
 		s.gen++
 		p.st.Replacements++
 		p.toFree(uint32(i))
+	}
+	if err := p.replaceFence(); err != nil {
+		return err
 	}
 	if p.qpErr {
 		if p.ln > 0 {
@@ -112,6 +121,12 @@ func (p *Pool) RecoverOn(pd transport.PD, base transport.MR) error {
 	p.pd = pd
 	if base != nil {
 		p.base = base
+	}
+	if p.fenceOn() {
+		p.closeFence(true) // its page's MR is on the old PD
+		if err := p.newFence(); err != nil {
+			return err
+		}
 	}
 	return p.Recover()
 }

@@ -28,6 +28,10 @@ import (
 //	remote-inv A [key=A|B|0xKEY]                  OnRemoteInvalidate
 //	cycle n=N [dir=write]                         N whole I/Os at QD1
 //	qp-error | reset | recover | tick [n=N] | marker | stats
+//	prologue name=P                               Prologue; a chain to post
+//
+// With fence on new (Config.FenceRegistrations), a chain's wrs may hold
+// fence: the two WRs AppendFence puts in front of a registration.
 func TestPoolTraces(t *testing.T) {
 	datadriven.Walk(t, "testdata/pool", func(t *testing.T, path string) {
 		var h *traceHarness
@@ -78,7 +82,8 @@ func newTraceHarness(t *testing.T, d *datadriven.TestData) (*traceHarness, error
 	h := &traceHarness{pd: &fakePD{cyclic: d.HasArg("cyclic"), next: 1}, arena: a,
 		regs: map[string]Reg{}, chains: map[string][]transport.SendWR{}, seen: map[[2]uint64]int{}}
 	cfg := Config{PD: h.pd, Size: argInt(t, d, "size", 2), SQDepth: argInt(t, d, "sq", 8), MaxPages: 4,
-		IOVATag: d.HasArg("tag"), SignalEvery: argInt(t, d, "signal", 0), WindowQuarantine: argInt(t, d, "quarantine", 0)}
+		IOVATag: d.HasArg("tag"), SignalEvery: argInt(t, d, "signal", 0), WindowQuarantine: argInt(t, d, "quarantine", 0),
+		FenceRegistrations: d.HasArg("fence")}
 	cfg.Mechanism = FRMR
 	if argStr(t, d, "mech", "frmr") == "mw" {
 		cfg.Mechanism = MW
@@ -127,6 +132,10 @@ func (h *traceHarness) run(t *testing.T, d *datadriven.TestData) string {
 		name := argStr(t, d, "name", "")
 		var wrs []transport.SendWR
 		for _, w := range strings.Split(argStr(t, d, "wrs", ""), ";") {
+			if w == "fence" {
+				wrs = h.p.AppendFence(wrs)
+				continue
+			}
 			wrs = append(wrs, h.wr(t, d, w))
 		}
 		if err := h.p.Admit(wrs); err != nil {
@@ -137,6 +146,13 @@ func (h *traceHarness) run(t *testing.T, d *datadriven.TestData) string {
 	case "marker":
 		h.chains["marker"] = []transport.SendWR{h.p.DrainMarker()}
 		return "chain marker"
+	case "prologue":
+		wrs := h.p.Prologue(nil)
+		if err := h.p.Admit(wrs); err != nil {
+			return "error: " + err.Error()
+		}
+		h.chains[argStr(t, d, "name", "")] = wrs
+		return h.describe(wrs)
 	case "post":
 		name := d.CmdArgs[0].Key
 		c, ok := h.chains[name]
@@ -283,6 +299,19 @@ func (h *traceHarness) describe(wrs []transport.SendWR) string {
 		if w.Flags&transport.FlagSignaled != 0 {
 			b.WriteString(" signaled")
 		}
+		if k, _, _, own := decodeID(w.ID); own && k == kindFence {
+			switch w.Opcode {
+			case transport.OpLocalInv:
+				fmt.Fprintf(&b, " of the fence %s", w.InvalidateKey)
+				if w.Flags&transport.FlagFence != 0 {
+					b.WriteString(" fenced")
+				}
+			case transport.OpBindMW:
+				fmt.Fprintf(&b, " of the fence %s access %s", w.Bind.Key, w.Bind.Access)
+			case transport.OpRegMR:
+				fmt.Fprintf(&b, " of the fence %s access %s", w.Reg.Key, w.Reg.Access)
+			}
+		}
 	}
 	return b.String()
 }
@@ -317,6 +346,10 @@ func (h *traceHarness) slots() string {
 		}
 		b.WriteString("\n")
 	})
+	if h.p.fenceOn() {
+		f := &h.p.fence
+		fmt.Fprintf(&b, "fence: key %s bound %v broken %v pending %d\n", f.key, f.bound, f.broken, f.pending)
+	}
 	fmt.Fprintf(&b, "device: %s", h.pd.live())
 	return b.String()
 }
@@ -392,8 +425,12 @@ func (pd *fakePD) live() string {
 	return strings.Join(parts, ", ")
 }
 
+// RegMR registers the page a fence window binds over.
 func (pd *fakePD) RegMR(a *transport.Arena, off, length int, access transport.Access) (transport.MR, error) {
-	return nil, errors.New("fake PD: RegMR is not used by the pool")
+	if off != 0 || length != a.Len() {
+		return nil, errors.New("fake PD: the pool registers whole arenas only")
+	}
+	return &fakeMR{arena: a, pd: pd, index: pd.index("mr")}, nil
 }
 
 func (pd *fakePD) AllocFastRegMR(maxPages int) (transport.FastRegMR, error) {
@@ -434,8 +471,13 @@ type fakeMW struct {
 func (w *fakeMW) Key() transport.Key { return w.key }
 func (w *fakeMW) Close() error       { w.pd.release(w.key.Index()); return nil }
 
-// fakeMR is the arena MR windows are bound over.
-type fakeMR struct{ arena *transport.Arena }
+// fakeMR is an MR windows are bound over: the trace's arena, or one the
+// pool registered (pd set).
+type fakeMR struct {
+	arena *transport.Arena
+	pd    *fakePD
+	index uint32
+}
 
 func (m *fakeMR) LKey() transport.Key { return transport.MakeKey(0xfffff, 0) }
 func (m *fakeMR) RKey() transport.Key { return transport.MakeKey(0xfffff, 0) }
@@ -445,4 +487,9 @@ func (m *fakeMR) Access() transport.Access {
 	return transport.AccessLocalWrite | transport.AccessMWBind
 }
 func (m *fakeMR) Arena() *transport.Arena { return m.arena }
-func (m *fakeMR) Close() error            { return nil }
+func (m *fakeMR) Close() error {
+	if m.pd != nil {
+		m.pd.release(m.index)
+	}
+	return nil
+}

@@ -98,11 +98,16 @@ type doneIO struct {
 // front of the queue in order, then, if fail is set, tear the connection
 // down.
 type coreActions struct {
-	recv    []transport.RecvWR
-	send    []transport.SendWR
-	done    []doneIO
-	requeue []*Request
-	fail    error
+	recv []transport.RecvWR
+	send []transport.SendWR
+	// regs and regSends hold the registrations and the commands that
+	// carry their keys where registrations are fenced
+	// (frmr.Config.FenceRegistrations); takeSend puts them after the
+	// rest of send, behind one fence, all registrations first.
+	regs, regSends []transport.SendWR
+	done           []doneIO
+	requeue        []*Request
+	fail           error
 	// ping asks the shell to queue the channel's ping (keepalive.go).
 	ping bool
 	// paths are the path notices to hand to their volumes.
@@ -116,9 +121,12 @@ type pathNote struct {
 }
 
 func (a *coreActions) empty() bool {
-	return len(a.recv) == 0 && len(a.send) == 0 && len(a.done) == 0 && len(a.requeue) == 0 && a.fail == nil && !a.ping &&
+	return len(a.recv) == 0 && a.sends() == 0 && len(a.done) == 0 && len(a.requeue) == 0 && a.fail == nil && !a.ping &&
 		len(a.paths) == 0
 }
+
+// sends is how many send WRs are staged, the fence aside.
+func (a *coreActions) sends() int { return len(a.send) + len(a.regs) + len(a.regSends) }
 
 // staged is one chain of the batch in acts.send: a command's (REG and)
 // SEND, or a LOCAL_INV.
@@ -126,6 +134,7 @@ type staged struct {
 	slot     int
 	end      int // index in acts.send one past the chain
 	localInv bool
+	regSend  int // 1 + its command's index in regSends; 0 if it has none there
 }
 
 // core is a channel's I/O state machine. It takes events (a request to
@@ -203,6 +212,8 @@ func newCore(p coreParams) *core {
 	c.waiting = make([]int, 0, p.credits)
 	c.invPending = make([]int, 0, p.credits)
 	c.batch = make([]staged, 0, 2*p.credits)
+	c.acts.regs = make([]transport.SendWR, 0, p.credits)
+	c.acts.regSends = make([]transport.SendWR, 0, p.credits)
 	c.order = make([]int, 0, p.credits)
 	c.acts.recv = make([]transport.RecvWR, 0, len(p.recvWRs))
 	c.acts.send = make([]transport.SendWR, 0, p.sqDepth)
@@ -409,6 +420,7 @@ func (c *core) reset(now int64) {
 		c.free = append(c.free, i)
 	}
 	c.waiting, c.invPending, c.batch = c.waiting[:0], c.invPending[:0], c.batch[:0]
+	c.acts.regs, c.acts.regSends = c.acts.regs[:0], c.acts.regSends[:0]
 	c.acts.send = c.acts.send[:0]
 	c.acts.recv = c.acts.recv[:0]
 	c.avail, c.held = 0, false
@@ -479,7 +491,7 @@ func (c *core) check() error {
 			return fmt.Errorf("initiator: channel %d: slot %d in %s holds no request", c.p.id, i, sl.state)
 		case sl.state == slotResponded && !waiting[i] && !slices.Contains(c.invPending, i):
 			return fmt.Errorf("initiator: channel %d: responded slot %d neither waits for its key nor for its LOCAL_INV", c.p.id, i)
-		case sl.state == slotStaged && len(c.acts.send) == 0:
+		case sl.state == slotStaged && c.acts.sends() == 0:
 			return fmt.Errorf("initiator: channel %d: slot %d staged with nothing to post", c.p.id, i)
 		}
 	}

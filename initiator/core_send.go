@@ -12,7 +12,13 @@ import (
 )
 
 // room is how many more WRs the batch may take.
-func (c *core) room() int { return c.pool.Room() - len(c.acts.send) }
+func (c *core) room() int {
+	n := c.pool.Room() - c.acts.sends()
+	if len(c.acts.regs) > 0 {
+		n -= c.pool.FenceLen()
+	}
+	return n
+}
 
 // start stages one request on a free credit, at time now. It reports false
 // if the request must wait (no credit, no room on the send queue, no free
@@ -74,7 +80,7 @@ func (c *core) start(r *Request, now int64) bool {
 			c.finish(r, fmt.Errorf("initiator: volume %q is not open on channel %d: %w", r.vol.name, c.p.id, ErrClosed))
 			return true
 		}
-		if c.room() < 2 {
+		if c.room() < 2+c.pool.FenceLen() {
 			return false
 		}
 		cmd := &c.cmd
@@ -132,13 +138,23 @@ func (c *core) start(r *Request, now int64) bool {
 // its iuLen-byte IU with nsge SGEs) to the batch and takes its credit.
 func (c *core) stage(si int, r *Request, reg frmr.Reg, hasReg bool, iuLen, nsge int, now int64) {
 	sl := &c.slots[si]
-	if hasReg {
-		c.acts.send = append(c.acts.send, reg.WR())
-	}
 	sl.sge[0] = transport.SGE{Addr: c.p.msgAddr + uint64(sl.sendOff), Length: uint32(iuLen), LKey: c.p.msgLKey}
 	sl.gen++
-	c.acts.send = append(c.acts.send, transport.SendWR{ID: sendID(si, sl.gen), Opcode: transport.OpSend, SGL: sl.sge[:nsge]})
-	c.batch = append(c.batch, staged{slot: si, end: len(c.acts.send)})
+	send := transport.SendWR{ID: sendID(si, sl.gen), Opcode: transport.OpSend, SGL: sl.sge[:nsge]}
+	switch {
+	case hasReg && c.pool.FenceLen() > 0:
+		// Behind the batch's fence, with the other registrations
+		// (takeSend).
+		c.acts.regs = append(c.acts.regs, reg.WR())
+		c.acts.regSends = append(c.acts.regSends, send)
+		c.batch = append(c.batch, staged{slot: si, regSend: len(c.acts.regSends)})
+	case hasReg:
+		c.acts.send = append(c.acts.send, reg.WR(), send)
+		c.batch = append(c.batch, staged{slot: si, end: len(c.acts.send)})
+	default:
+		c.acts.send = append(c.acts.send, send)
+		c.batch = append(c.batch, staged{slot: si, end: len(c.acts.send)})
+	}
 	c.free = c.free[:len(c.free)-1]
 	c.avail--
 	c.staged++
@@ -216,6 +232,21 @@ func (c *core) stageInvalidate(si int) bool {
 // takeSend readies the staged batch for one PostSend: the pool sets the
 // signaling flags it needs. The shell posts it and reports with posted.
 func (c *core) takeSend() []transport.SendWR {
+	if a := &c.acts; len(a.regs) > 0 {
+		// One fence for the batch, then every registration, then the
+		// commands carrying their keys in the same order: no
+		// registration executes while a request before it waits for
+		// its ACK (docs/registration.md#registration-repeated-by-a-retry).
+		a.send = append(c.pool.AppendFence(a.send), a.regs...)
+		first := len(a.send)
+		a.send = append(a.send, a.regSends...)
+		for i := range c.batch {
+			if b := &c.batch[i]; b.regSend > 0 {
+				b.end = first + b.regSend
+			}
+		}
+		a.regs, a.regSends = a.regs[:0], a.regSends[:0]
+	}
 	if len(c.acts.send) == 0 {
 		return nil
 	}

@@ -204,7 +204,7 @@ func (c *core) startSRP(r *Request, now int64) bool {
 		}
 		cmd.CDB = cdb
 	}
-	if c.room() < 2 {
+	if c.room() < 2+c.pool.FenceLen() {
 		return false
 	}
 	cmd.LUN = scsi.EncodeLUN(lun)

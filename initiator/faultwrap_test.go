@@ -16,7 +16,8 @@ import (
 // errors, lost completions, and completions that report an error for WRs
 // the device did carry out) rather than by the software NIC: the faults
 // TestRXEEndToEnd makes on the real device. Every acknowledged write must
-// be on the volume afterwards.
+// be on the volume afterwards, and no local operation may execute where a
+// retry would execute it again.
 func TestFaultsWrapped(t *testing.T) {
 	for _, wire := range []string{emu.WireTCP, emu.WireShm} {
 		t.Run("wire="+wire, func(t *testing.T) {
@@ -41,6 +42,13 @@ func TestFaultsWrapped(t *testing.T) {
 			t.Logf("faults %+v; connections lost %d, reconnects %d", c, s.Stats().ConnectionsLost, s.Stats().Reconnects)
 			if c.PostFails+c.QPErrors+c.Drops+c.Corrupts == 0 {
 				t.Errorf("no fault was made: the run tested nothing")
+			}
+			// rxe repeats, on a retry, what executed behind the request
+			// retried (transport.Quirks.RetryRepeatsLocalOps): no
+			// registration or invalidation may execute there, retry or
+			// not, through reconnects and failed posts alike.
+			if n := r.ip.Counters().ExposedLocalOps; n != 0 {
+				t.Errorf("%d local operations executed behind a request waiting for its ACK", n)
 			}
 		})
 	}

@@ -186,7 +186,7 @@ func (c *channel) dispatch() {
 				c.mu.Unlock()
 				break
 			}
-			if len(c.core.acts.send) >= postBatch {
+			if c.core.acts.sends() >= postBatch {
 				// Post what is staged so the device starts on it while
 				// the rest of the pass is staged.
 				c.apply(now)

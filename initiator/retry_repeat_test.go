@@ -17,20 +17,21 @@ import (
 )
 
 // TestRetryLeavesNoKey: on a device whose retries execute again the
-// registrations queued behind the request retried (the emulator's rxe
+// local operations queued behind the request retried (the emulator's rxe
 // profile: transport.Quirks.RetryRepeatsLocalOps, as rxe's req_retry
 // does), the target's NIC withholds the ACKs of the commands of the I/Os
-// in flight while the target serves them. The initiator's requester times
-// out and retries, and the registration of every I/O but the first
-// executes again after the target has answered it. No key may be valid
-// once the I/Os have returned: with the session idle, every
-// fast-registration MR and window of the initiator's device is FREE, and
-// the data reads back. A target that invalidated the key remotely would
-// have it registered again by the retry, valid over memory the caller has
-// back (the initiator once asked for that on rxe); the initiator on such a
-// device invalidates its keys itself, with a LOCAL_INV the retry repeats
-// after the registration, or, fenced, never rewinds over. Nothing a
-// repeat does may be what oopses rxe (emu's Counters.KernelOopses). In
+// in flight while the target serves them, so the initiator's requester
+// times out and retries. Without the registration fence
+// (frmr.Config.FenceRegistrations) the registration of every I/O but the
+// first executed again over its VALID key: it failed, and the connection
+// with it, in every round (24 of 24 before the fence); had the target
+// invalidated the key remotely, the repeat would have made it valid again
+// after its I/O returned. With the fence every registration executes
+// behind a fenced LOCAL_INV, with nothing before it a retry rewinds to:
+// no local operation runs twice, no connection is lost, no key is valid
+// once the I/Os have returned (every fast-registration MR and window with
+// remote access is FREE with the session idle), the data reads back, and
+// nothing a repeat could do oopses rxe (emu's Counters.KernelOopses). In
 // both protocols, with MRs and with windows (the only registration the
 // ibverbs provider has on rxe), two to four I/Os at a time.
 func TestRetryLeavesNoKey(t *testing.T) {
@@ -51,11 +52,23 @@ func testRetryLeavesNoKey(t *testing.T, cfg initiator.Config, tcfg target.Config
 	retryRounds(t, r.tp, r.ip, openNamed(t, context.Background(), s, vol), 24, nil)
 	c := r.ip.Counters()
 	t.Logf("initiator NIC: %d retries, %d local operations repeated; connections lost %d", c.Retries, c.RepeatedLocalOps, s.Stats().ConnectionsLost)
-	if c.RepeatedLocalOps == 0 {
-		t.Fatal("no retry repeated a registration: the test tested nothing")
+	if c.Retries == 0 {
+		t.Fatal("no retry: the test tested nothing")
+	}
+	if c.ExposedLocalOps != 0 {
+		t.Fatalf("%d local operations executed behind a request waiting for its ACK", c.ExposedLocalOps)
+	}
+	if c.RepeatedLocalOps != 0 {
+		t.Fatalf("retries executed %d local operations again: a registration ran behind a request not yet acknowledged", c.RepeatedLocalOps)
 	}
 	if c.KernelOopses != 0 {
 		t.Fatalf("%d repeated operations would have oopsed rxe", c.KernelOopses)
+	}
+	// Every registration executed behind a fenced LOCAL_INV
+	// (frmr.Config.FenceRegistrations): a repeat of one would have
+	// failed over its VALID key, and the connection with it.
+	if lost := s.Stats().ConnectionsLost; lost != 0 {
+		t.Fatalf("%d connections lost to retries", lost)
 	}
 }
 
@@ -144,12 +157,15 @@ func retryRounds(t *testing.T, tp, ip *emu.Provider, v *initiator.Volume, rounds
 }
 
 // validKeys lists the fast-registration MRs and windows of p's device that
-// are VALID, with their keys.
+// are VALID with some remote access, with their keys. The registration
+// fence's barrier (frmr.Config.FenceRegistrations) is VALID with none: its
+// key grants nothing.
 func validKeys(p *emu.Provider) []string {
 	var out []string
 	for _, kind := range []string{"frmr", "mw"} {
 		for _, idx := range p.MemObjects(kind) {
-			if info, ok := p.MRInfo(idx); ok && info.State == "VALID" {
+			const remote = transport.AccessRemoteRead | transport.AccessRemoteWrite | transport.AccessRemoteAtomic
+			if info, ok := p.MRInfo(idx); ok && info.State == "VALID" && info.Access&remote != 0 {
 				out = append(out, fmt.Sprintf("%s %s", kind, info.Key))
 			}
 		}

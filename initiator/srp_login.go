@@ -142,6 +142,9 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 		return fmt.Errorf("initiator: SRP connect to %s: %w", s.cfg.Addr, err)
 	}
 	c.conn = conn
+	if err := c.postPrologue(); err != nil {
+		return err
+	}
 	var rsp srp.LoginResponse
 	if err := rsp.Decode(conn.PrivateData()); err != nil {
 		return fmt.Errorf("initiator: SRP login to %s: the accept carries no SRP_LOGIN_RSP: %w: %w", s.cfg.Addr, ErrProtocol, err)

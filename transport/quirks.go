@@ -135,12 +135,15 @@ type Quirks struct {
 	// valid again, over the same memory, after the request it was
 	// issued for has ended, and nothing reports it. A repeated
 	// LOCAL_INV of a window already FREE puts the window's QP, which is
-	// NULL: a kernel oops (rxe_do_invalidate_mw). So on such a device a
-	// consumer lets no peer invalidate its keys (every key dies by its
-	// own LOCAL_INV, which sits behind its registration on the same send
-	// queue and is repeated after it), and registers with MRs, not
-	// windows. A repeated operation that fails still costs the
-	// connection. The software NIC repeats them when a profile or test
-	// sets the quirk (transport/emu/requester.go).
+	// NULL: a kernel oops (rxe_do_invalidate_mw). A repeated operation
+	// that fails (a BIND_MW or REG_MR over its VALID object) costs the
+	// connection. So on such a device a consumer executes every
+	// registration only when nothing before it on the send queue is
+	// incomplete: behind a fenced LOCAL_INV, which waits for every
+	// earlier WR (frmr.Config.FenceRegistrations), so no retry rewinds
+	// to anything before it; and it lets no peer invalidate its keys
+	// (every key dies by its own fenced LOCAL_INV). The software NIC
+	// repeats them when a profile or test sets the quirk
+	// (transport/emu/requester.go).
 	RetryRepeatsLocalOps bool
 }

@@ -108,6 +108,12 @@ type Counters struct {
 	// Retries counts the requester's rewinds (go-back-N after a timeout
 	// or an RNR NAK), rxe's completer_retry_err and rcvd_rnr_err.
 	Retries uint64
+	// ExposedLocalOps counts local operations that executed while a
+	// request before them on their send queue waited for its ACK: a
+	// retry of that request would execute them again on a device with
+	// Quirks.RetryRepeatsLocalOps (requester.go). It needs no retry to
+	// happen, so a test can require none where retries are rare.
+	ExposedLocalOps uint64
 }
 
 // Counters returns the NIC's counts so far.
@@ -120,7 +126,7 @@ func (p *Provider) Counters() Counters {
 		Duplicates: c.duplicates.Load(), LinkCuts: c.linkCuts.Load(), InjectedQPErrors: c.injectedQPErrors.Load(),
 		PostFailures: c.postFailures.Load(), BadFrames: c.badFrms.Load(), AcceptErrors: c.acceptErrors.Load(),
 		ProbesServed: c.probesServed.Load(), KernelOopses: c.kernelOopses.Load(), Replays: c.replays.Load(),
-		RepeatedLocalOps: c.repeatedLocalOps.Load(), Retries: c.retries.Load(),
+		RepeatedLocalOps: c.repeatedLocalOps.Load(), Retries: c.retries.Load(), ExposedLocalOps: c.exposedLocalOps.Load(),
 	}
 }
 

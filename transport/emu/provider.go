@@ -242,6 +242,7 @@ type counters struct {
 	duplicates, linkCuts, injectedQPErrors, postFailures, badFrms atomic.Uint64
 	probesServed, acceptErrors, kernelOopses, replays             atomic.Uint64
 	repeatedLocalOps, retries                                     atomic.Uint64
+	exposedLocalOps                                               atomic.Uint64
 }
 
 // ownedCount is how many listeners and links Close would end (tests).

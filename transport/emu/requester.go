@@ -220,6 +220,9 @@ func (q *qp) progress() (sent link) {
 			w.sentAt = now
 			repeat := w.repeat
 			w.repeat = false
+			if !repeat && len(q.inflight) > 0 {
+				p.counters.exposedLocalOps.Add(1)
+			}
 			q.mu.Unlock()
 			if repeat {
 				p.counters.repeatedLocalOps.Add(1)

@@ -79,6 +79,12 @@ func TestRetryRepeatsLocalOps(t *testing.T) {
 				t.Fatalf("SEND: %+v", wc)
 			}
 			repeated := x.pa.Counters().RepeatedLocalOps
+			// The BIND executed behind the SEND that was still waiting
+			// for its ACK: the hazard, counted whether or not a retry
+			// comes, and whatever the profile.
+			if n := x.pa.Counters().ExposedLocalOps; n != 1 {
+				t.Fatalf("%d exposed local operations, want 1 (the BIND behind the SEND)", n)
+			}
 			switch {
 			case tc.repeats && tc.invalidBy:
 				if !probe() || repeated != 1 {

@@ -242,8 +242,10 @@
 //	                                       window the peer invalidated
 //	                                       meanwhile makes its key valid
 //	                                       again -> RetryRepeatsLocalOps:
-//	                                       the initiator invalidates its own
-//	                                       keys with fenced LOCAL_INVs;
+//	                                       the initiator puts every BIND_MW
+//	                                       behind a fenced LOCAL_INV and
+//	                                       invalidates its own keys with
+//	                                       fenced LOCAL_INVs;
 //	                                       the ACK timeout is raised to
 //	                                       ~2.1 s (RxeAckTimeout) so that a
 //	                                       late ACK seldom makes a retry

@@ -57,9 +57,11 @@ var _ transport.Provider = (*Provider)(nil)
 // rdma_cm would give about 0.5 s. rxe runs on the host's CPUs, where a
 // busy or virtual machine delays an ACK past half a second now and then
 // (one retry in about 69,000 packets in the TCG test VM), and a retry on
-// rxe is costly: it executes the registrations behind the retried request
-// again (transport.Quirks.RetryRepeatsLocalOps), and the second BIND_MW
-// of a bound window fails and ends the connection. A dead peer is
+// rxe is costly: it executes the local operations behind the retried
+// request again (transport.Quirks.RetryRepeatsLocalOps), which the
+// initiator must fence its registrations against
+// (frmr.Config.FenceRegistrations), and it stalls the queue for the
+// timeout. A dead peer is
 // noticed later (eight tries: about 17 s, not 4 s); connections that
 // must notice sooner keep their own keepalive, as the initiator does.
 const RxeAckTimeout = 19

@@ -188,6 +188,16 @@ func (q *QP) PostSend(wrs []transport.SendWR) (int, error) {
 		n := 0
 		var verr error
 		for ; n < k; n++ {
+			if wrs[n].Opcode == transport.OpBindMW && bindsEarlier(wrs[:n], wrs[n].Bind.MW) {
+				// libibverbs takes a window's current key from its
+				// ibv_mw when the chain is posted (shim.h), so a
+				// second BIND of one window in one ibv_post_send would
+				// carry the key the first sets, not the key it
+				// replaces: rxe fails it MW_BIND_ERR. It starts the
+				// next post instead.
+				k = n
+				break
+			}
 			if verr = q.fillSend(n, head+uint32(n), &wrs[n]); verr != nil {
 				break
 			}
@@ -218,6 +228,16 @@ func (q *QP) PostSend(wrs []transport.SendWR) (int, error) {
 		wrs = wrs[k:]
 	}
 	return total, nil
+}
+
+// bindsEarlier reports whether one of wrs binds mw.
+func bindsEarlier(wrs []transport.SendWR, mw transport.MW) bool {
+	for i := range wrs {
+		if wrs[i].Opcode == transport.OpBindMW && wrs[i].Bind.MW == mw {
+			return true
+		}
+	}
+	return false
 }
 
 // PostRecv posts receive buffers with the same contract.

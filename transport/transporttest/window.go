@@ -17,6 +17,47 @@ func init() {
 	register("FastReg/MW/BindWriteNeedsLocalWrite", testMWBindNeedsLocalWrite)
 	register("FastReg/MW/DestroyQPWithBoundWindow", testDestroyQPWithBoundWindow)
 	register("FastReg/MW/IndexReuse", testMWIndexReuse)
+	register("FastReg/MW/RebindInOnePost", testMWRebindInOnePost)
+}
+
+// testMWRebindInOnePost: one post binds a window, invalidates it and binds
+// it again under the next key, three times over, with no access, as the
+// initiator's registration fence does with its barrier for every I/O of
+// a batch (frmr.Config.FenceRegistrations). Every WR succeeds and the
+// window ends VALID under the last key. On the ibverbs provider over rxe
+// the first bind once failed MW_BIND_ERR: libibverbs reads a window's
+// current key from its ibv_mw when the chain is posted, so every bind of
+// one window in one ibv_post_send carried the key the last one set.
+func testMWRebindInOnePost(t *testing.T, p transport.Provider) {
+	attr := deviceAttr(t, p)
+	needCaps(t, attr, transport.CapMemWindow2)
+	pr := connectPair(t, p, pairConfig{})
+	a := pr.a
+	arena := newArena(t, p, transport.PageSize)
+	mr := regMR(t, a.pd, arena, 0, transport.PageSize, transport.AccessLocalWrite|transport.AccessMWBind)
+	mw, err := a.pd.AllocMW()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mw.Close() })
+	bind := func(id uint64, k transport.Key) transport.SendWR {
+		return transport.SendWR{ID: id, Opcode: transport.OpBindMW, Bind: transport.BindWR{
+			MW: mw, Key: k, MR: mr, Addr: mr.Addr(), Length: uint64(transport.PageSize)}}
+	}
+	k := mw.Key().Bump()
+	chain := []transport.SendWR{bind(1, k)}
+	for i := range 3 {
+		next := k.Bump()
+		chain = append(chain, localInvWR(uint64(2+2*i), k, transport.FlagFence), bind(uint64(3+2*i), next))
+		k = next
+	}
+	chain[len(chain)-1].Flags |= transport.FlagSignaled
+	postSend(t, a.qp, chain...)
+	last := chain[len(chain)-1].ID
+	checkWC(t, waitWC(t, a.scq, 1, Timeout)[0], last, a.qp, transport.StatusSuccess)
+	// Still usable: it invalidates under the last key.
+	postSend(t, a.qp, localInvWR(100, k, transport.FlagSignaled))
+	checkWC(t, waitWC(t, a.scq, 1, Timeout)[0], 100, a.qp, transport.StatusSuccess)
 }
 
 // A type-2 window bound on one QP cannot be invalidated by LOCAL_INV on
