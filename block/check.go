@@ -24,7 +24,7 @@ func checkName(what, name string) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c == 0x7f || c == '/' || c == '@' || c == '\\' {
-			return fmt.Errorf("block: %s name %q: byte %#x not allowed: %w", what, name, c, ErrInvalid)
+			return fmt.Errorf("block: %s name %q: byte %#x not allowed (no '/', '@', '\\' or control characters): %w", what, name, c, ErrInvalid)
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gosrp/gosrp/initiator"
@@ -304,6 +305,12 @@ func (c *connFlags) config(qd, bufBytes int) (cfg initiator.Config, prov transpo
 		prov.Close()
 		return cfg, nil, "", cli.Usagef("--replay-buffer %d: want a size of 0 or more", c.replay.N)
 	}
+	if c.name == "" {
+		// The initiator would log in under its library default, a name
+		// no ACL or secret of the operator's names.
+		prov.Close()
+		return cfg, nil, "", cli.Usagef("--name is empty: want the initiator name the target's ACLs and secrets know")
+	}
 	proto, srpTarget, srpInit, err := c.srpFlags()
 	if err != nil {
 		prov.Close()
@@ -365,6 +372,9 @@ func dialError(target, name string, haveSecret bool, err error) error {
 			"or it is not the target that shares yours", target, name)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("cannot reach a target at %s: timed out", target)
+	case errors.Is(err, syscall.ENOMEM):
+		// Not the target's doing: the session's own buffers.
+		return fmt.Errorf("not enough memory for the session: %s (lower --replay-buffer or --qd)", strings.TrimPrefix(err.Error(), "initiator: "))
 	}
 	// The address itself: the layers between (provider, wire, dial)
 	// would each repeat it.

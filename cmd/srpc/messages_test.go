@@ -109,6 +109,10 @@ func TestClientMessages(t *testing.T) {
 			"srpc export: --timeout -1s: want a duration above zero\nRun 'srpc export --help' for usage.\n"},
 		// It once said "invalid request ... (srpc list shows what you may
 		// open)", exit 1.
+		// It once said "cannot connect to ADDR: replay buffer of ...".
+		{"replay buffer beyond memory", nil, []string{"import", "--replay-buffer", "99999TiB", "vol0", os.DevNull}, 1,
+			"srpc: not enough memory for the session: replay buffer of 109950063265972224 bytes: transport: mmap arena of 109950063265972224 bytes: " +
+				"cannot allocate memory (lower --replay-buffer or --qd)\n"},
 		{"exclusive over srp", nil, []string{"export", "--exclusive", "--protocol", "srp", "lun0", "-"}, 2,
 			"srpc export: --exclusive is gosrp's protocol's: over --protocol srp, reserve the volume instead (srpc reserve --protocol srp)\nRun 'srpc export --help' for usage.\n"},
 	} {
@@ -122,6 +126,12 @@ func TestClientMessages(t *testing.T) {
 	if r, want := runStdin(t, srpc, nil, "list", "--target", "127.0.0.1"),
 		"srpc: cannot reach a target at 127.0.0.1: missing port in address (want HOST:PORT, e.g. 127.0.0.1:4420)\n"; r.Code != 1 || r.Stderr != want {
 		t.Errorf("--target without a port: exit %d, stderr %q; want 1, %q", r.Code, r.Stderr, want)
+	}
+
+	// An empty --name once logged in under the library's default name.
+	if r, want := runStdin(t, srpc, nil, "list", "--target", addr, "--name", ""),
+		"srpc list: --name is empty: want the initiator name the target's ACLs and secrets know\nRun 'srpc list --help' for usage.\n"; r.Code != 2 || r.Stderr != want {
+		t.Errorf("--name \"\": exit %d, stderr %q; want 2, %q", r.Code, r.Stderr, want)
 	}
 
 	// Connection flags may come before the command, as go, git and

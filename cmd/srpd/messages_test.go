@@ -90,6 +90,14 @@ func TestAdminMessages(t *testing.T) {
 		{[]string{"snapshot", "delete", "vol0", "nosnap"}, 1, "srpd: snapshot vol0@nosnap does not exist\n"},
 		{[]string{"volume", "create", "--size", "0", "v"}, 2,
 			"srpd volume create: --size 0: a volume needs a size above 0 (e.g. --size 256MiB)\nRun 'srpd volume create --help' for usage.\n"},
+		// Both once went to srpd, whose answer blamed the size.
+		{[]string{"volume", "create", "--size", "1000", "v"}, 2,
+			"srpd volume create: --size 1000: want whole 4096-byte blocks (e.g. --size 4096)\nRun 'srpd volume create --help' for usage.\n"},
+		{[]string{"volume", "create", "--size", "1MiB", "--block-size", "1000", "v"}, 2,
+			"srpd volume create: --block-size 1000: want 512 or 4096\nRun 'srpd volume create --help' for usage.\n"},
+		// It once ended in ": block: invalid argument".
+		{[]string{"volume", "create", "--size", "1MiB", "a/b"}, 1,
+			"srpd: volume \"a/b\": volume name \"a/b\": byte 0x2f not allowed (no '/', '@', '\\' or control characters)\n"},
 		{[]string{"volume", "create", "v"}, 2,
 			"srpd volume create: --size is required (e.g. --size 256MiB)\nRun 'srpd volume create --help' for usage.\n"},
 		{[]string{"volume", "create", "--size", "1MiB", long}, 1, "srpd: a volume name of 10240 bytes is too long: the limit is 200\n"},

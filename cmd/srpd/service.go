@@ -47,11 +47,24 @@ func blockErr(what string, err error) error {
 	case errors.Is(err, block.ErrUnsupported):
 		return admin.Errorf(admin.ErrInvalid, "%s: not supported by this backend", what)
 	}
-	msg := strings.TrimPrefix(err.Error(), "block: ")
+	msg := blockMsg(err)
 	if kind != nil {
 		return admin.Errorf(kind, "%s: %s", what, msg)
 	}
 	return fmt.Errorf("%s: %s", what, msg)
+}
+
+// blockMsg is a store's error as an operator reads it: without the
+// package prefix, nor the sentinel's own text at the end (": block:
+// invalid argument"), which says nothing the message did not.
+func blockMsg(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "block: ")
+	for _, s := range []error{block.ErrInvalid, block.ErrMisaligned, block.ErrOutOfRange, block.ErrNoSpace} {
+		if errors.Is(err, s) {
+			msg = strings.TrimSuffix(msg, ": "+s.Error())
+		}
+	}
+	return msg
 }
 
 // spaceErr is blockErr, except that a size refused by the store's
@@ -64,7 +77,7 @@ func (s *service) spaceErr(what string, before, size int64, err error) error {
 	}
 	info, serr := sr.Space()
 	if serr != nil || !info.Known || info.MaxOvercommit <= 0 {
-		return admin.Errorf(admin.ErrInvalid, "%s: %s", what, strings.TrimPrefix(err.Error(), "block: "))
+		return admin.Errorf(admin.ErrInvalid, "%s: %s", what, blockMsg(err))
 	}
 	total := info.Provisioned - before + size
 	return admin.Errorf(admin.ErrInvalid, "%s: %s would bring the volumes to %s, over --max-overcommit %g × the %s file system = %s",

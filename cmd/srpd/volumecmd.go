@@ -26,6 +26,21 @@ func volumeCommand() *cli.Command {
 	var bs int
 	var force bool
 	checkSize := func([]string) error { return sizeArg(&size, "size") }
+	// A new volume's geometry is known here: say what is wrong with it
+	// before srpd is asked (it answered --block-size 1000 with "size
+	// 1048576 is not a multiple of the block size 1000").
+	checkCreate := func(args []string) error {
+		if err := checkSize(args); err != nil {
+			return err
+		}
+		if bs != 512 && bs != 4096 {
+			return cli.Usagef("--block-size %d: want 512 or 4096", bs)
+		}
+		if size.N%int64(bs) != 0 {
+			return cli.Usagef("--size %d: want whole %d-byte blocks (e.g. --size %d)", size.N, bs, (size.N/int64(bs)+1)*int64(bs))
+		}
+		return nil
+	}
 	return af.group("volume", "create, list, resize and delete volumes",
 		adminCmd{
 			name: "create", args: "NAME", short: "create a volume",
@@ -34,7 +49,7 @@ func volumeCommand() *cli.Command {
 				fs.Var(&size, "size", "volume `SIZE`, e.g. 256MiB (required)")
 				fs.IntVar(&bs, "block-size", DefaultBlockSize, "block size in `BYTES`: 512 or 4096")
 			},
-			check: checkSize,
+			check: checkCreate,
 			run: show(&af, func(s admin.Service, args []string) (admin.Volume, error) {
 				return s.CreateVolume(admin.CreateVolume{Name: args[0], Size: size.N, BlockSize: bs})
 			}, func(w *tabwriter.Writer, v admin.Volume) {
