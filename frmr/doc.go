@@ -107,7 +107,8 @@
 // (fence.go; testdata/pool/fence).
 //
 // Tests: go test ./frmr runs a short seeded soak per device profile (strict,
-// ib, iwarp, rxe) and mechanism with every fault of
+// ib, iwarp, rxe: fenced, as the initiator is there) and mechanism with
+// every fault of
 // docs/registration.md#fault-scenarios injected (TestLostFlushCompletions,
 // TestStaleWrappedKey, TestRegFailure, TestWrongKeyLocalInv and
 // TestPostBeforeRTS pin the ones with the most moving parts); set

@@ -77,10 +77,11 @@ func (r *rig) breakReg(chain []transport.SendWR, reg Reg) []transport.SendWR {
 	v := r.regFailArm - 1
 	r.regFailArm = 0
 	r.regFailInj++
-	r.regFailID, r.regFailSlot, r.regFailGen = chain[0].ID, reg.Slot(), reg.gen
+	ri := len(chain) - 2 // the registration, after the fence if any, before its SEND
+	r.regFailID, r.regFailSlot, r.regFailGen = chain[ri].ID, reg.Slot(), reg.gen
 	r.regFailIDs[r.regFailID] = &regFailRec{slot: reg.Slot(), gen: reg.gen}
 	r.regFailReqs[r.nextReq] = true
-	w := &chain[0]
+	w := &chain[ri]
 	frmr := w.Opcode == transport.OpRegMR
 	switch v {
 	case 0:
@@ -424,8 +425,10 @@ func TestWrongKeyLocalInv(t *testing.T) {
 	}
 }
 
-// TestPostBeforeRTS: posts to a QP in INIT. strict, iwarp and rxe refuse
-// them at once: nothing is outstanding, the REG's MR is replaced. ib
+// TestPostBeforeRTS: posts to a QP in INIT. strict and iwarp refuse
+// them at once: nothing is outstanding, the REG's MR is replaced. On rxe
+// the pool is fenced (Config.FenceRegistrations) and registers nothing
+// before a new QP's prologue. ib
 // accepts and drops them: the pool counts them outstanding only until its
 // deadline (bounded waits). In the reconnect race the QP reaches RTS after the
 // dropped posts and a later signaled WR completes: the pool must not take
@@ -440,6 +443,19 @@ func TestPostBeforeRTS(t *testing.T) {
 				x := &r.ios[0]
 				drops := r.prov.Profile().Quirks.DropPostsBeforeRTS
 				st := r.pool.Stats()
+				if r.pool.cfg.FenceRegistrations {
+					// The reset broke the fence: nothing registers
+					// until a new QP's prologue, so nothing is posted
+					// before RTS at all.
+					if x.state != ioIdle || !r.broken || st.Outstanding != 0 {
+						t.Fatalf("fenced pool registered on a QP in INIT: io %+v, broken %v, stats %+v", *x, r.broken, st)
+					}
+					r.recover()
+					for r.done < 20 {
+						r.step()
+					}
+					return
+				}
 				if !drops {
 					if !x.failed || st.Outstanding != 0 || slotState(r.pool, x.reg.Slot()).State != Tainted {
 						t.Fatalf("refused post: io %+v, stats %+v", *x, st)

@@ -172,8 +172,12 @@ func newRig(t testing.TB, profile string, mech Mechanism, seed int64, iovaTag bo
 		r.ini.arena.Close()
 		r.tgt.arena.Close()
 	})
+	// Fenced where the initiator fences: on a device whose retries
+	// repeat local operations (rxe).
+	q := d.Attr().Quirks
 	r.pool, err = New(Config{PD: r.ini.pd, Caps: d.Attr().Caps, Mechanism: mech, Size: qd + 4, MaxPages: maxPages,
-		BaseMR: r.ini.mr, SQDepth: sqDepth, SignalEvery: 8, IOVATag: iovaTag, DeadlineTicks: 300})
+		BaseMR: r.ini.mr, SQDepth: sqDepth, SignalEvery: 8, IOVATag: iovaTag, DeadlineTicks: 300,
+		FenceInvalidate: q.RetryRepeatsLocalOps, FenceRegistrations: q.RetryRepeatsLocalOps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +249,12 @@ func (r *rig) connectQP(reuseIni bool) {
 	r.broken = false
 	r.bogusConn = false
 	r.preRTS, r.preRTSReconnect, r.preRTSPosted = false, false, false
+	// The fence's first bind is the new QP's first WR (Pool.Prologue).
+	if pro := r.pool.Prologue(nil); len(pro) > 0 && r.ini.qp.State() == transport.QPRTS {
+		if n, err := r.post(pro); n != len(pro) {
+			r.fatalf("post the prologue: %v", err)
+		}
+	}
 	if !reuseIni {
 		r.lossy = -1
 		r.overrunOK = false
@@ -331,8 +341,8 @@ func (r *rig) start(tag int) {
 	if errors.Is(err, ErrExhausted) {
 		return
 	}
-	if errors.Is(err, ErrQPError) {
-		r.broken = true // the pool saw a QP error (or a lost completion)
+	if errors.Is(err, ErrQPError) || errors.Is(err, ErrNoFence) {
+		r.broken = true // the pool saw a QP error (or a lost completion), or its fence broke
 		return
 	}
 	if err != nil {
@@ -354,8 +364,8 @@ func (r *rig) start(tag int) {
 	binary.LittleEndian.PutUint32(iu[24:], uint32(reg.RKey()))
 	binary.LittleEndian.PutUint32(iu[28:], uint32(n))
 	r.sendID++
-	chain := []transport.SendWR{reg.WR(), {ID: sendBit | r.sendID, Opcode: transport.OpSend,
-		SGL: []transport.SGE{{Addr: r.iuAddr(&r.ini, rqDepth+tag), Length: 32, LKey: r.ini.mr.LKey()}}}}
+	chain := append(r.pool.AppendFence(nil), reg.WR(), transport.SendWR{ID: sendBit | r.sendID, Opcode: transport.OpSend,
+		SGL: []transport.SGE{{Addr: r.iuAddr(&r.ini, rqDepth+tag), Length: 32, LKey: r.ini.mr.LKey()}}})
 	if r.regFailArm != 0 {
 		chain = r.breakReg(chain, reg)
 	}
