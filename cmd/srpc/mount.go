@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,9 +60,10 @@ size of the volume, with direct I/O. Make it a block device with loop:
 
 fsync on DIR/disk flushes the volume; discard (fallocate PUNCH_HOLE) and
 write-zeroes (ZERO_RANGE) reach the target as DISCARD and WRITE_ZEROES.
-srpc stays in the foreground; SIGTERM or SIGINT flushes and unmounts (it
-retries while a loop device still holds DIR/disk; a second signal exits at
-once). Needs root (or fusermount3). If srpc is killed, clean up with
+srpc stays in the foreground; SIGTERM or SIGINT unmounts and flushes (it
+retries while a loop device still holds DIR/disk, and waits up to
+--timeout for the flush while the target is unreachable; a second signal
+exits at once). Needs root (or fusermount3). If srpc is killed, clean up with
 'umount -l DIR'.`
 
 func mountCommand() *cli.Command {
@@ -110,17 +112,58 @@ func mountCommand() *cli.Command {
 				unmount(func() error { return unmountDir(dir, srv.Unmount) }, dir, disk, sigs, served)
 			}
 			<-served
-			fctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
-			defer cancel()
-			ferr := v.Flush(fctx)
-			v.Close()
-			if ferr != nil {
-				return fmt.Errorf("unmounted %s, but the final flush failed: %v", dir, ioError(ferr))
+			if err := finalFlush(v, cf.timeout, sigs); err != nil {
+				return fmt.Errorf("unmounted %s, but %w", dir, err)
 			}
 			fmt.Fprintf(os.Stderr, "srpc: unmounted %s; %s flushed\n", dir, v.Name())
 			return nil
 		},
 	}
+}
+
+// flushVolume is what finalFlush needs of a volume.
+type flushVolume interface {
+	Name() string
+	Flush(ctx context.Context) error
+	Close() error
+}
+
+// finalFlush flushes v once the mount is gone, for up to timeout: with
+// the target down that is the reconnect's wait, so after a second it says
+// what it waits for, and a signal then stops the wait. Interrupted, v is
+// not closed (its close would wait for the same target); the session's
+// end releases it.
+func finalFlush(v flushVolume, timeout time.Duration, sigs <-chan os.Signal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var interrupted atomic.Bool
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-sigs:
+			interrupted.Store(true)
+			cancel()
+		case <-stop:
+		}
+	}()
+	slow := time.AfterFunc(time.Second, func() {
+		fmt.Fprintf(os.Stderr, "srpc: flushing %s before exiting, for up to %s (a second signal stops waiting)\n", v.Name(), timeout)
+	})
+	err := v.Flush(ctx)
+	slow.Stop()
+	close(stop)
+	<-done
+	switch {
+	case err == nil:
+		v.Close()
+		return nil
+	case interrupted.Load():
+		return fmt.Errorf("the final flush of %s was interrupted: what was written since its last flush may not be on the target", v.Name())
+	}
+	v.Close()
+	return fmt.Errorf("the final flush failed: %v", ioError(err))
 }
 
 // mountPoint checks that dir can be mounted on, naming what is wrong: a

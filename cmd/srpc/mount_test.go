@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,3 +215,63 @@ func TestMountLoopExt4(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestMountInterruptTargetDown: srpd is SIGKILLed under a mount with
+// unflushed writes, then srpc gets SIGTERM. It unmounts and tries the
+// final flush, which waits for a target that is not coming back: it says
+// so within seconds, and a second SIGTERM ends the wait at once, exit 1,
+// saying the flush was interrupted. It used to wait out --timeout in
+// silence (29 s measured) whatever the operator did.
+func TestMountInterruptTargetDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: FUSE direct mount")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("needs /dev/fuse")
+	}
+	srpd, srpc := e2etest.Binaries(t)
+	dir := t.TempDir()
+	data, mnt := filepath.Join(dir, "data"), filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	addr := e2etest.FreeAddr(t)
+	d := e2etest.StartDaemon(t, srpd, data, addr, "", "--default-volume-size", "64MiB")
+	m := e2etest.StartProc(t, srpc, "mount", "--target", addr, "--timeout", "60s", "vol0", mnt)
+	m.ServesFUSE(mnt)
+	t.Cleanup(func() {
+		m.Kill(t)
+		exec.Command("umount", "-l", mnt).Run()
+	})
+	m.WaitOutput(t, "srpc: mounted", 30*time.Second)
+	if !m.WaitFor(t, 30*time.Second, "mount", func() bool { return mounted(mnt) }) {
+		t.Fatalf("srpc mount exited: %s", m.Output())
+	}
+	f, err := os.OpenFile(filepath.Join(mnt, "disk"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0x5a}, 1<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	d.Kill(t)
+	if err := m.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	m.WaitOutput(t, "a second signal stops waiting", 10*time.Second)
+	if mounted(mnt) {
+		t.Fatal("still mounted while the final flush waits")
+	}
+	start := time.Now()
+	if err := m.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	werr := m.Wait(t, 10*time.Second, "after the second SIGTERM")
+	var ee *exec.ExitError
+	if last := e2etest.LastLine(m.Output()); !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(last, "final flush of vol0 was interrupted") {
+		t.Fatalf("srpc mount: %v, last line %q; want exit 1, the flush interrupted", werr, last)
+	}
+	t.Logf("exited %s after the second SIGTERM", time.Since(start).Round(time.Millisecond))
+}
