@@ -138,6 +138,11 @@ func TestSteadyStateAllocs(t *testing.T) {
 		s := r.dial(t, initiator.Config{Credits: 8, ImmediateData: imm})
 		checkSteadyAllocs(t, openVol0(t, context.Background(), s), fmt.Sprintf("immediate data %d", imm))
 	}
+	// Where registrations are fenced (the rxe profile: a barrier and the
+	// commands reordered behind it, frmr.Config.FenceRegistrations),
+	// every I/O registering.
+	rx := newRig(t, emu.Config{Seed: 3, Profile: "rxe"}, 16<<20, target.Config{})
+	checkSteadyAllocs(t, openVol0(t, context.Background(), rx.dial(t, initiator.Config{Credits: 8, ImmediateData: -1})), "fenced registrations")
 	// With a replay buffer every write is copied into it, and one of
 	// 1 MiB fills up every 256 writes of 4 KiB: the copies and the
 	// session's own flushes for room allocate nothing either.
