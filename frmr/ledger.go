@@ -129,17 +129,8 @@ func (p *Pool) Posted(chain []transport.SendWR, n int) {
 	for i := range chain {
 		wr := &chain[i]
 		k, si, gen, own := decodeID(wr.ID)
-		if own && k == kindFence {
-			if i < n {
-				p.postedFence(wr)
-				fenceOpen = wr.Opcode == transport.OpLocalInv
-				p.push(entry{id: wr.ID, seq: p.seq, posted: p.tick, signaled: wr.Flags&transport.FlagSignaled != 0, kind: kindFence})
-				p.seq++
-				p.countSignal(wr)
-			}
-			continue
-		}
-		if own && (int(si) >= len(p.slots) || p.slots[si].gen != gen) {
+		fence := own && k == kindFence // names the barrier, not a slot
+		if own && !fence && (int(si) >= len(p.slots) || p.slots[si].gen != gen) {
 			own = false
 		}
 		if i >= n {
@@ -150,7 +141,12 @@ func (p *Pool) Posted(chain []transport.SendWR, n int) {
 		}
 		e := entry{id: wr.ID, seq: p.seq, posted: p.tick, signaled: wr.Flags&transport.FlagSignaled != 0, kind: kindCaller}
 		p.seq++
-		if own {
+		switch {
+		case fence:
+			e.kind = kindFence
+			p.postedFence(wr)
+			fenceOpen = wr.Opcode == transport.OpLocalInv
+		case own:
 			e.kind, e.slot, e.gen = uint8(k), si, gen
 			s := &p.slots[si]
 			switch k {
@@ -171,7 +167,11 @@ func (p *Pool) Posted(chain []transport.SendWR, n int) {
 				s.since = p.tick
 			}
 		}
-		p.countSignal(wr)
+		if e.signaled {
+			p.unsigRun = 0
+		} else {
+			p.unsigRun++
+		}
 		p.push(e)
 	}
 	if n < len(chain) {
@@ -196,15 +196,6 @@ func (p *Pool) Posted(chain []transport.SendWR, n int) {
 		}
 		p.slots[si].sendSeq = seq0 + uint64(c)
 	})
-}
-
-// countSignal keeps the length of the run of unsignaled WRs posted.
-func (p *Pool) countSignal(wr *transport.SendWR) {
-	if wr.Flags&transport.FlagSignaled != 0 {
-		p.unsigRun = 0
-	} else {
-		p.unsigRun++
-	}
 }
 
 func (p *Pool) push(e entry) {

@@ -82,7 +82,6 @@ type channel struct {
 	recvWRs  []transport.RecvWR
 	recvSGE  []transport.SGE
 	loginWR  [1]transport.SendWR
-	prologue [1]transport.SendWR // postPrologue's chain
 	loginSGE [1]transport.SGE
 	wcs      [64]transport.WC
 	sqDepth  int

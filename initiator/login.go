@@ -31,7 +31,7 @@ func (c *channel) postChain(chain []transport.SendWR) (int, error) {
 // registration fence's barrier, frmr.Pool.Prologue), before anything a
 // retry could rewind over.
 func (c *channel) postPrologue() error {
-	chain := c.core.pool.Prologue(c.prologue[:0])
+	chain := c.core.pool.Prologue(nil)
 	if len(chain) == 0 {
 		return nil
 	}

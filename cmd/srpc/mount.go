@@ -121,19 +121,12 @@ func mountCommand() *cli.Command {
 	}
 }
 
-// flushVolume is what finalFlush needs of a volume.
-type flushVolume interface {
-	Name() string
-	Flush(ctx context.Context) error
-	Close() error
-}
-
 // finalFlush flushes v once the mount is gone, for up to timeout: with
 // the target down that is the reconnect's wait, so after a second it says
 // what it waits for, and a signal then stops the wait. Interrupted, v is
 // not closed (its close would wait for the same target); the session's
 // end releases it.
-func finalFlush(v flushVolume, timeout time.Duration, sigs <-chan os.Signal) error {
+func finalFlush(v mountVolume, timeout time.Duration, sigs <-chan os.Signal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var interrupted atomic.Bool
