@@ -105,14 +105,24 @@ func (c *channel) startLate(vols []lateVol, left time.Duration) {
 	l.by = clock.Nanos() + int64(left)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
+	c.mu.Lock()
+	epoch := c.epoch
+	c.mu.Unlock()
+	srp := c.s.cfg.Protocol == ProtocolSRP
 	for i, lv := range vols {
 		l.vols[lv.v] = lv.why
-		if i == 0 {
+		if i == 0 && !srp {
 			c.log.Warn("volume not re-opened: the connection is up without it, and its I/O waits for it while the loss deadline lasts",
 				"volume", lv.v.name, "target_said", lv.why, "waits", left.Round(time.Millisecond), "volumes_after_it", len(vols)-1)
 		}
 		l.wg.Add(1)
-		go c.reopenLate(ctx, lv.v)
+		if srp {
+			// Every re-login checks its units (srp_identity.go): no
+			// news unless the check fails.
+			go c.recheckLUN(ctx, lv.v, epoch)
+		} else {
+			go c.reopenLate(ctx, lv.v)
+		}
 	}
 }
 
@@ -130,7 +140,7 @@ func (c *channel) reopenLate(ctx context.Context, v *Volume) {
 	defer c.late.wg.Done()
 	s := c.s
 	req := wire.ControlRequest{Op: wire.ControlOpen, Volume: v.name, ReadOnly: v.readOnly, Exclusive: v.exclusive}
-	wait, said := lateRetryMin, ""
+	b := lateBackoff{what: "re-open of a late volume refused; asking again"}
 	for {
 		rsp, epoch, err := s.openOn(ctx, c, req)
 		if ctx.Err() != nil {
@@ -146,24 +156,42 @@ func (c *channel) reopenLate(ctx context.Context, v *Volume) {
 		} else {
 			why = rsp.Error
 		}
-		if why != said {
-			c.log.Warn("re-open of a late volume refused; asking again", "volume", v.name, "err", why)
-			said = why
-		}
-		s.mu.Lock()
-		closed := v.closed
-		s.mu.Unlock()
-		if closed {
+		if !b.again(ctx, c, v, why) {
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
-		}
-		wait = min(2*wait, lateRetryMax)
+	}
+}
+
+// lateBackoff paces the tries of a late volume's goroutine (reopenLate,
+// recheckLUN): each refusal is logged once, until the target says
+// something else, and the waits double up to lateRetryMax.
+type lateBackoff struct {
+	what string // the log message
+	said string
+	wait time.Duration
+}
+
+// again logs why the try failed and waits for the next one; false
+// means stop: v was closed, or ctx ended.
+func (b *lateBackoff) again(ctx context.Context, c *channel, v *Volume, why string) bool {
+	if why != b.said {
+		c.log.Warn(b.what, "volume", v.name, "err", why)
+		b.said = why
+	}
+	c.s.mu.Lock()
+	closed := v.closed
+	c.s.mu.Unlock()
+	if closed {
+		return false
+	}
+	b.wait = min(max(2*b.wait, lateRetryMin), lateRetryMax)
+	t := time.NewTimer(b.wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -178,12 +206,8 @@ func (c *channel) lateOpened(v *Volume, rsp *wire.ControlResponse, epoch uint64)
 		// Another volume of v's name (replaced.go): its handle is
 		// closed, and v's parked requests go back to the queue, where
 		// dispatch fails them.
-		s.volumeReplaced(v, rsp.Identity)
 		c.closeHandle(v.name, rsp.Handle, epoch)
-		c.mu.Lock()
-		c.pendingHandles = append(c.pendingHandles, handleUpdate{v: v, replaced: true})
-		c.mu.Unlock()
-		c.ring()
+		c.lateReplaced(v, rsp.Identity)
 		return
 	}
 	// Under s.mu, so that a Close of v either comes first (and the
@@ -202,6 +226,17 @@ func (c *channel) lateOpened(v *Volume, rsp *wire.ControlResponse, epoch uint64)
 	}
 	v.resized(int64(rsp.Size))
 	c.log.Info("late volume re-opened", "volume", v.name)
+}
+
+// lateReplaced records that late volume v was found replaced (identity
+// got) and hands its parked requests back to the loop, whose dispatch
+// fails them.
+func (c *channel) lateReplaced(v *Volume, got uint64) {
+	c.s.volumeReplaced(v, got)
+	c.mu.Lock()
+	c.pendingHandles = append(c.pendingHandles, handleUpdate{v: v, replaced: true})
+	c.mu.Unlock()
+	c.ring()
 }
 
 // onTime releases v's parked requests, in order, to the head of the

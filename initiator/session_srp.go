@@ -105,6 +105,9 @@ type srpUnitInfo struct {
 	unmap       bool // VPD B2 LBPU: UNMAP is served
 	maxTransfer int  // VPD B0 MAXIMUM TRANSFER LENGTH in bytes, 0 if none
 	id          string
+	// incarnation tells the unit from any other given its LUN
+	// (luIdentity), 0 if VPD 0x83 told nothing.
+	incarnation uint64
 	// group is this port's target port group, when VPD 0x83 names one
 	// (hasGroup); alua says the unit reports explicit ALUA (INQUIRY TPGS
 	// bit 5, SPC-4 6.6.2) and standby the group's state in REPORT TARGET
@@ -156,6 +159,7 @@ func (s *Session) srpUnit(ctx context.Context, c *channel, lun uint16) (srpUnitI
 	}
 	if p, err := s.vpd(ctx, c, lun, 0x83, 255); err == nil {
 		u.id = designator(p)
+		u.incarnation = luIdentity(p)
 		u.group, u.hasGroup = portGroup(p)
 	}
 	return u, nil
@@ -331,6 +335,7 @@ func (s *Session) srpOpen(ctx context.Context, name string, opts OpenOptions) (*
 	v := &Volume{s: s, name: name, lun: lun, bs: u.bs, readOnly: u.readOnly || opts.ReadOnly, onResize: opts.OnResize,
 		caps: wire.CapFlush | wire.CapFUA}
 	v.standby.Store(u.standby)
+	v.learnIdentity(u.incarnation, false, 0)
 	if u.unmap {
 		v.caps |= wire.CapDiscard
 	}

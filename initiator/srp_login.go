@@ -180,13 +180,23 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 	c.maxTransfer = min(s.cfg.MaxTransfer, c.regMax)
 	c.core.connected(login{credits: min(int(rsp.ReqLimDelta)-1, s.cfg.Credits), maxImm: maxImm})
 	s.noteLogin(c.id, srpTargetName(s.cfg.SRPTargetPortID), c.maxTransfer)
+	// A unit that told its identity is read again before its requests
+	// go out (srp_identity.go); the others are addressed at once.
+	var check []lateVol
 	for _, v := range s.openVolumes() {
-		c.core.setHandle(v, uint32(v.lun))
+		switch {
+		case v.checksLUN():
+			check = append(check, lateVol{v, "its identity not read again since the re-login"})
+		case !v.replaced.Load():
+			c.core.setHandle(v, uint32(v.lun))
+		}
 	}
 	c.mu.Lock()
 	c.epoch++
+	left := c.lossLeftLocked()
 	c.mu.Unlock()
 	c.startWaiter()
+	c.startLate(check, left)
 	return nil
 }
 

@@ -455,41 +455,54 @@ func TestVolumeReplacedAcrossRestart(t *testing.T) {
 			r.disk = &durableDisk{data: make([]byte, size), bs: 4096, id: 2}
 			r.start()
 
-			err := v.Flush(ctx)
-			if !errors.Is(err, initiator.ErrVolumeReplaced) || !errors.Is(err, initiator.ErrWriteCacheLost) {
-				t.Fatalf("flush after the volume was replaced: %v, want ErrVolumeReplaced", err)
-			}
-			t.Logf("flush: %v", err)
-			if _, err := v.WriteAt(make([]byte, 4096), 0); !errors.Is(err, initiator.ErrVolumeReplaced) {
-				t.Fatalf("write after the volume was replaced: %v, want ErrVolumeReplaced", err)
-			}
-			if _, err := v.ReadAt(make([]byte, 4096), 0); !errors.Is(err, initiator.ErrVolumeReplaced) {
-				t.Fatalf("read after the volume was replaced: %v, want ErrVolumeReplaced", err)
-			}
-			r.disk.mu.Lock()
-			untouched := !slices.ContainsFunc(r.disk.data, func(b byte) bool { return b != 0 })
-			r.disk.mu.Unlock()
-			r.vol.mu.Lock()
-			dirty := len(r.vol.dirty)
-			r.vol.mu.Unlock()
-			if !untouched || dirty != 0 {
-				t.Fatalf("the new volume was written to (%d blocks in its cache)", dirty)
-			}
-			if st := s.Stats(); st.ReplayedWrites != 0 {
-				t.Fatalf("%d writes replayed onto the new volume", st.ReplayedWrites)
-			}
-			checkModel(t, "the old volume's durable contents", old.data[:64*4096], model[:64*4096])
-			if err := v.Close(); err != nil {
-				t.Fatalf("close of the replaced volume: %v", err)
-			}
-			nv := openVol0(t, ctx, s)
-			if _, err := nv.WriteAt(model[:4096], 0); err != nil {
-				t.Fatalf("write to the new volume opened again: %v", err)
-			}
-			if err := nv.Flush(ctx); err != nil {
-				t.Fatalf("flush of the new volume: %v", err)
-			}
+			checkReplaced(t, r, s, v, old, model, "vol0")
 		})
+	}
+}
+
+// checkReplaced fails the test unless v, whose volume r's target has
+// replaced with another of its name (r.disk now), fails its Flush, a
+// write and a read with ErrVolumeReplaced, left the new volume
+// untouched and replayed nothing there, and old (the replaced volume's
+// disk) holds model's first 64 blocks, flushed before. The name
+// opened again is then the new volume, written and flushed.
+func checkReplaced(t *testing.T, r *crashRig, s *initiator.Session, v *initiator.Volume, old *durableDisk, model []byte, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := v.Flush(ctx)
+	if !errors.Is(err, initiator.ErrVolumeReplaced) || !errors.Is(err, initiator.ErrWriteCacheLost) {
+		t.Fatalf("flush after the volume was replaced: %v, want ErrVolumeReplaced", err)
+	}
+	t.Logf("flush: %v", err)
+	if _, err := v.WriteAt(make([]byte, 4096), 0); !errors.Is(err, initiator.ErrVolumeReplaced) {
+		t.Fatalf("write after the volume was replaced: %v, want ErrVolumeReplaced", err)
+	}
+	if _, err := v.ReadAt(make([]byte, 4096), 0); !errors.Is(err, initiator.ErrVolumeReplaced) {
+		t.Fatalf("read after the volume was replaced: %v, want ErrVolumeReplaced", err)
+	}
+	r.disk.mu.Lock()
+	untouched := !slices.ContainsFunc(r.disk.data, func(b byte) bool { return b != 0 })
+	r.disk.mu.Unlock()
+	r.vol.mu.Lock()
+	dirty := len(r.vol.dirty)
+	r.vol.mu.Unlock()
+	if !untouched || dirty != 0 {
+		t.Fatalf("the new volume was written to (%d blocks in its cache)", dirty)
+	}
+	if st := s.Stats(); st.ReplayedWrites != 0 {
+		t.Fatalf("%d writes replayed onto the new volume", st.ReplayedWrites)
+	}
+	checkModel(t, "the old volume's durable contents", old.data[:64*4096], model[:64*4096])
+	if err := v.Close(); err != nil {
+		t.Fatalf("close of the replaced volume: %v", err)
+	}
+	nv := openNamed(t, ctx, s, name)
+	if _, err := nv.WriteAt(model[:4096], 0); err != nil {
+		t.Fatalf("write to the new volume opened again: %v", err)
+	}
+	if err := nv.Flush(ctx); err != nil {
+		t.Fatalf("flush of the new volume: %v", err)
 	}
 }
 

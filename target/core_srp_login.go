@@ -217,10 +217,23 @@ func (c *core) srpAttachLUN(i int, v *srpVolume, gen uint64) {
 	h.Write([]byte(c.p.name + "\x00" + ov.name))
 	blocks := uint64(ov.size / ov.bs)
 	s.luns[i] = srpLUN{ov: ov, dev: scsi.Device{BlockSize: uint32(ov.bs), Blocks: blocks,
-		ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
+		ReadOnly: ov.ro, WriteCache: true, ID: h.Sum64(), Incarnation: srpIncarnation(ov), MaxTransferBlocks: uint32(int64(c.maxXfer) / ov.bs),
 		Discard: discard, DiscardZeroes: discard, MaxWriteSameBlocks: srpMaxWriteSame(ov.bs), PortGroup: group},
 		unit: s.nx.unit(ov.name, i, blocks, v.lost, v.state, gen, group != 0)}
 	if v.lost && c.p.trace != nil {
 		c.p.trace(fmt.Sprintf("LUN %d %s: unit attention %s", i, ov.name, s.luns[i].unit.pending()))
 	}
+}
+
+// srpIncarnation is the volume's identity (Identifier) for VPD 0x83
+// (scsi.Device.Incarnation), by which a host that logs in again tells
+// the volume it wrote to from another since given its LUN. A volume
+// that lives in memory is made anew by every restart, and whose loss
+// the host hears of as a lost write cache (volMark.volatile): it
+// reports none, so that it stays the same unit across the restart.
+func srpIncarnation(ov *openVol) uint64 {
+	if ov.now {
+		return 0
+	}
+	return identity(ov.vol)
 }

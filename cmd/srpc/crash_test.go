@@ -174,50 +174,66 @@ func TestNoSpaceErrno(t *testing.T) {
 	}
 }
 
-// TestImportVolumeReplaced: srpd is SIGKILLed in the middle of an
-// import, and while it is down the volume is deleted and created again
-// under its name (`srpd volume delete`, `srpd volume create`, as an
-// operator or a provisioning script might). The import's re-open finds
-// another volume: it must exit 1 naming the replacement, and nothing it
-// had written may be replayed onto the new volume. It once replayed its
-// ring there and exited 0 ("imported ..., flushed") over a volume whose
-// first megabytes were zeros.
+// TestImportVolumeReplaced: srpd is stopped in the middle of an import
+// (SIGKILL, or SIGTERM, which drains), and while it is down the volume
+// is deleted and created again under its name (`srpd volume delete`,
+// `srpd volume create`, as an operator or a provisioning script might).
+// The import finds another volume after the reconnect: it must exit 1
+// naming the replacement, and nothing it had written may reach the new
+// volume. Over gosrp's protocol it once replayed its ring there and
+// exited 0 ("imported ..., flushed") over a volume whose first
+// megabytes were zeros; over T10 SRP, which has no OPEN, the re-login
+// addressed LUN 0 blindly and did the same after a graceful stop.
 func TestImportVolumeReplaced(t *testing.T) {
 	srpd, srpc := e2etest.Binaries(t)
 	const size, half = 32 << 20, 16 << 20
 	img := make([]byte, size)
 	rand.Read(img)
-	data, addr := filepath.Join(t.TempDir(), "data"), e2etest.FreeAddr(t)
-	start := func() *e2etest.Daemon {
-		return e2etest.StartDaemon(t, srpd, data, addr, "", "--no-default-volume")
-	}
-	d := start()
-	e2etest.MustRun(t, srpd, "volume", "create", "--data", data, "--size", "64MiB", "victim")
-	p, stdin := e2etest.StartPiped(t, srpc, "import", "--target", addr, "--qd", "4", "--timeout", "30s", "victim", "-")
-	if _, err := stdin.Write(img[:half]); err != nil {
-		t.Fatal(err)
-	}
-	written := func() bool { return e2etest.VolumeStats(t, srpd, data, "victim").Write.Bytes >= half }
-	if !p.WaitFor(t, 30*time.Second, "16 MiB written by srpd", written) {
-		t.Fatalf("srpc import exited (%v) before srpd had written 16 MiB: %s", p.Err(), p.Output())
-	}
-	d.Kill(t)
-	e2etest.MustRun(t, srpd, "volume", "delete", "--data", data, "victim")
-	e2etest.MustRun(t, srpd, "volume", "create", "--data", data, "--size", "64MiB", "victim")
-	start()
-	go func() {
-		stdin.Write(img[half:])
-		stdin.Close()
-	}()
-	werr := p.Wait(t, 60*time.Second, "after the restart")
-	var ee *exec.ExitError
-	last := e2etest.LastLine(p.Output())
-	if !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(last, "replaced by another of the same name") {
-		t.Fatalf("srpc import across a replaced volume: %v, last line %q; want exit 1 naming the replacement; it said:\n%s", werr, last, p.Output())
-	}
-	r := e2etest.MustRun(t, srpc, "export", "--target", addr, "--length", fmt.Sprint(half), "victim", "-")
-	if !bytes.Equal([]byte(r.Stdout), make([]byte, half)) {
-		t.Fatal("the import's writes reached the volume created anew")
+	for _, tc := range []struct {
+		protocol, stop string
+	}{{"gosrp", "kill"}, {"srp", "kill"}, {"srp", "term"}} {
+		t.Run("protocol="+tc.protocol+"/stop="+tc.stop, func(t *testing.T) {
+			data, addr := filepath.Join(t.TempDir(), "data"), e2etest.FreeAddr(t)
+			start := func() *e2etest.Daemon {
+				return e2etest.StartDaemon(t, srpd, data, addr, "", "--no-default-volume")
+			}
+			d := start()
+			e2etest.MustRun(t, srpd, "volume", "create", "--data", data, "--size", "64MiB", "victim")
+			name := "victim"
+			if tc.protocol == "srp" {
+				name = "lun0"
+			}
+			p, stdin := e2etest.StartPiped(t, srpc, "import", "--protocol", tc.protocol, "--target", addr, "--qd", "4", "--timeout", "30s", name, "-")
+			if _, err := stdin.Write(img[:half]); err != nil {
+				t.Fatal(err)
+			}
+			written := func() bool { return e2etest.VolumeStats(t, srpd, data, "victim").Write.Bytes >= half }
+			if !p.WaitFor(t, 30*time.Second, "16 MiB written by srpd", written) {
+				t.Fatalf("srpc import exited (%v) before srpd had written 16 MiB: %s", p.Err(), p.Output())
+			}
+			if tc.stop == "kill" {
+				d.Kill(t)
+			} else if code := d.Stop(t); code != 0 {
+				t.Fatalf("srpd exited %d on SIGTERM:\n%s", code, d.Log())
+			}
+			e2etest.MustRun(t, srpd, "volume", "delete", "--data", data, "victim")
+			e2etest.MustRun(t, srpd, "volume", "create", "--data", data, "--size", "64MiB", "victim")
+			start()
+			go func() {
+				stdin.Write(img[half:])
+				stdin.Close()
+			}()
+			werr := p.Wait(t, 60*time.Second, "after the restart")
+			var ee *exec.ExitError
+			last := e2etest.LastLine(p.Output())
+			if !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(last, "replaced by another of the same name") {
+				t.Fatalf("srpc import across a replaced volume: %v, last line %q; want exit 1 naming the replacement; it said:\n%s", werr, last, p.Output())
+			}
+			r := e2etest.MustRun(t, srpc, "export", "--protocol", tc.protocol, "--target", addr, "--length", fmt.Sprint(half), name, "-")
+			if !bytes.Equal([]byte(r.Stdout), make([]byte, half)) {
+				t.Fatal("the import's writes reached the volume created anew")
+			}
+		})
 	}
 }
 

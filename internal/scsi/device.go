@@ -70,6 +70,13 @@ type Device struct {
 	// locally assigned designator, so multipath and udev find the same
 	// disk across reconnects. The target derives it from the volume.
 	ID uint64
+	// Incarnation tells this volume from any other ever given its name
+	// (deleted and created again under it, a LUN renumbered to another
+	// volume): VPD 0x83 reports it as a vendor specific designator
+	// (SPC-4 7.8.6.3), which an initiator compares after each re-login
+	// before it sends the unit any of its writes again. ID, a function
+	// of the names, cannot tell them apart. Zero reports none.
+	Incarnation uint64
 	// Serial is the unit serial number (VPD 0x80), printable ASCII; empty
 	// means ID in hex.
 	Serial string

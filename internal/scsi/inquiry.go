@@ -100,7 +100,8 @@ func (d *Device) serial() string {
 
 // designators is the device identification page's body (VPD 0x83, SPC-4
 // 7.8.6): an NAA designator and a T10 vendor ID one, both for the logical
-// unit (association 00b); with a PortGroup, a relative target port and a
+// unit (association 00b), and its Incarnation as a vendor specific one
+// (type 0h) when it has one; with a PortGroup, a relative target port and a
 // target port group designator too (association 01b, the target port),
 // which Linux's scsi_dh_alua needs to attach (scsi_vpd_tpg_id).
 //
@@ -127,6 +128,14 @@ func (d *Device) designators() []byte {
 		byte(len(t10)), // designator length
 	)
 	b = append(b, t10...)
+	if d.Incarnation != 0 {
+		// Code set 1 (binary); association 00b, designator type 0h
+		// (vendor specific, SPC-4 7.8.6.3): udev's scsi_id and
+		// multipath rank it below NAA and T10 vendor ID, so the
+		// disk's name does not change with it.
+		b = append(b, 0x01, 0x00, 0x00, 0x08)
+		b = be.AppendUint64(b, d.Incarnation)
+	}
 	if d.PortGroup != 0 {
 		// Code set 1 (binary); association 01b, designator type 4h
 		// (relative target port) and 5h (target port group); 4 bytes,

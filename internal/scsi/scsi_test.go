@@ -28,6 +28,8 @@ func TestDataIn(t *testing.T) {
 	big.Blocks = 1 << 33
 	gw := disk()
 	gw.PortGroup = 0x0102
+	inc := disk()
+	inc.Incarnation = 0xcafef00d
 	cases := []struct {
 		name string
 		dev  *Device
@@ -62,6 +64,13 @@ func TestDataIn(t *testing.T) {
 			"02", "01", "00", "10", // 16 ASCII, LU, T10 vendor ID, length 16
 			"474f535250202020", // 20 "GOSRP   "
 			"766f6c2d30303031", // 28 "vol-0001"
+		)},
+		{"VPD 0x83 of a unit with an incarnation", inc, cdb(0x12, 1, 0x83, 0, 255), fieldhex.Bytes(t,
+			"00", "83", "002c", // page length 44
+			"01", "03", "00", "08", "3123456789abcdef",
+			"02", "01", "00", "10", "474f535250202020", "766f6c2d30303031",
+			"01", "00", "00", "08", // 36 binary, LU, vendor specific, length 8
+			"00000000cafef00d", // 40 the incarnation
 		)},
 		{"standard INQUIRY of a gateway's unit", gw, cdb(0x12, 0, 0, 0, 8), fieldhex.Bytes(t,
 			"00", "00", "06", "12", "1f",
