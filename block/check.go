@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"syscall"
 )
 
@@ -26,6 +27,20 @@ func checkName(what, name string) error {
 		if c := name[i]; c < 0x20 || c == 0x7f || c == '/' || c == '@' || c == '\\' {
 			return fmt.Errorf("block: %s name %q: byte %#x not allowed (no '/', '@', '\\' or control characters): %w", what, name, c, ErrInvalid)
 		}
+	}
+	return nil
+}
+
+// CheckName reports whether name can name a volume, or a snapshot in
+// the "volume@snapshot" form a target serves it under (an ACL rule
+// names either): each part follows the rules of a store's names.
+func CheckName(name string) error {
+	vol, snap, isSnap := strings.Cut(name, "@")
+	if err := checkName("volume", vol); err != nil {
+		return err
+	}
+	if isSnap {
+		return checkName("snapshot", snap)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/admin"
 	"github.com/gosrp/gosrp/target"
 )
@@ -155,6 +156,13 @@ func (a *access) SetRule(r admin.ACLRule) error {
 	}
 	if r.Initiator == target.SourcePrefix {
 		return admin.Errorf(admin.ErrInvalid, "a source rule names the host SRP sessions connect from: %sHOST, e.g. %s10.0.2.15", target.SourcePrefix, target.SourcePrefix)
+	}
+	if r.Volume != "*" {
+		// A rule no volume can match would grant or deny nothing,
+		// silently.
+		if err := block.CheckName(r.Volume); err != nil {
+			return admin.Errorf(admin.ErrInvalid, "an ACL rule names a volume, a snapshot as VOLUME@SNAPSHOT, or \"*\": %s", blockMsg(err))
+		}
 	}
 	acc, err := parseAccess(r.Access)
 	if err != nil {

@@ -105,6 +105,11 @@ func TestAdminMessages(t *testing.T) {
 		{[]string{"acl", "set", "h", "nosuchvol", "rw"}, 0, "srpd: saved, but there is no volume \"nosuchvol\" yet: the rule applies once it exists\n"},
 		{[]string{"acl", "set", "h", "vol0@nosnap", "ro"}, 0, "srpd: saved, but there is no volume \"vol0@nosnap\" yet: the rule applies once it exists\n"},
 		{[]string{"acl", "set", "h", "vol0", "rw"}, 0, ""},
+		// Both were once saved: rules no volume can ever match.
+		{[]string{"acl", "set", "h", "a/b", "rw"}, 1,
+			"srpd: an ACL rule names a volume, a snapshot as VOLUME@SNAPSHOT, or \"*\": volume name \"a/b\": byte 0x2f not allowed (no '/', '@', '\\' or control characters)\n"},
+		{[]string{"acl", "set", "h", "vol0@", "ro"}, 1,
+			"srpd: an ACL rule names a volume, a snapshot as VOLUME@SNAPSHOT, or \"*\": snapshot name \"\": want 1..200 bytes, not . or ..\n"},
 		// Names the admin API would put in a URL path and get back
 		// as an HTTP status ("404 Not Found").
 		{[]string{"volume", "delete", ""}, 2, "srpd volume delete: \"\": want a name\nRun 'srpd volume delete --help' for usage.\n"},
