@@ -56,7 +56,7 @@ func TestSRPVolumeReplacedAcrossRestart(t *testing.T) {
 					r.checkFlushed(t, v, model)
 					return
 				}
-				checkReplaced(t, r, s, v, old, model, "lun0")
+				checkReplaced(t, r, s, v, old, model, "lun0", false)
 			})
 		}
 	}

@@ -373,6 +373,52 @@ func TestTargetRestartDuringReplay(t *testing.T) {
 	}
 }
 
+// TestVolumeReplacedDuringReplay: the target crashes while the session
+// replays what an earlier crash lost, and while it is down the volume is
+// deleted and created again under its name. The replay round, which
+// starts over on every new instance, must not start on the new volume:
+// what the round had left and every later request of the Volume fail
+// with ErrVolumeReplaced, and the new volume is left as it was.
+func TestVolumeReplacedDuringReplay(t *testing.T) {
+	for _, ch := range []int{1, 2} {
+		t.Run(fmt.Sprintf("channels=%d", ch), func(t *testing.T) {
+			const size = 8 << 20
+			r := newCrashRig(t, size)
+			s, v := r.dial(t, initiator.Config{Channels: ch, ReplayBuffer: 4 << 20})
+			ctx := context.Background()
+			model := make([]byte, size)
+			writeModel(t, v, model, 0, 64, 16, 1)
+			if err := v.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			writeModel(t, v, model, 64, 512, 16, 1)
+
+			r.crash()
+			const landed = 10 // replay writes the second instance takes before it dies
+			crashed := make(chan struct{})
+			var once sync.Once
+			hook := func(n int) {
+				if n == landed {
+					once.Do(func() { close(crashed) })
+				}
+			}
+			r.disk.onWrite.Store(&hook)
+			r.start()
+			<-crashed
+			r.crash()
+			old := r.disk
+			r.disk = &durableDisk{data: make([]byte, size), bs: 4096, id: 2}
+			r.start()
+
+			checkReplaced(t, r, s, v, old, model, "vol0", true)
+			// The write that ended the instance landed unanswered.
+			if st := s.Stats(); st.InstanceChanges != 2 || st.ReplayedWrites < landed-1 {
+				t.Fatalf("stats: %d instance changes, %d writes replayed; want 2, at least %d (onto the old volume)", st.InstanceChanges, st.ReplayedWrites, landed-1)
+			}
+		})
+	}
+}
+
 // TestFlushFailsEveryTime: the target's disk fails every flush, as a
 // disk whose write cache cannot be written out does, while the session
 // writes more than its replay buffer holds (so its own flushes, made for
@@ -455,7 +501,7 @@ func TestVolumeReplacedAcrossRestart(t *testing.T) {
 			r.disk = &durableDisk{data: make([]byte, size), bs: 4096, id: 2}
 			r.start()
 
-			checkReplaced(t, r, s, v, old, model, "vol0")
+			checkReplaced(t, r, s, v, old, model, "vol0", false)
 		})
 	}
 }
@@ -463,10 +509,11 @@ func TestVolumeReplacedAcrossRestart(t *testing.T) {
 // checkReplaced fails the test unless v, whose volume r's target has
 // replaced with another of its name (r.disk now), fails its Flush, a
 // write and a read with ErrVolumeReplaced, left the new volume
-// untouched and replayed nothing there, and old (the replaced volume's
-// disk) holds model's first 64 blocks, flushed before. The name
-// opened again is then the new volume, written and flushed.
-func checkReplaced(t *testing.T, r *crashRig, s *initiator.Session, v *initiator.Volume, old *durableDisk, model []byte, name string) {
+// untouched, and old (the replaced volume's disk) holds model's first
+// 64 blocks, flushed before; unless replayed (the session replayed
+// writes onto the old volume before), no write was replayed at all. The
+// name opened again is then the new volume, written and flushed.
+func checkReplaced(t *testing.T, r *crashRig, s *initiator.Session, v *initiator.Volume, old *durableDisk, model []byte, name string, replayed bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -490,7 +537,7 @@ func checkReplaced(t *testing.T, r *crashRig, s *initiator.Session, v *initiator
 	if !untouched || dirty != 0 {
 		t.Fatalf("the new volume was written to (%d blocks in its cache)", dirty)
 	}
-	if st := s.Stats(); st.ReplayedWrites != 0 {
+	if st := s.Stats(); st.ReplayedWrites != 0 && !replayed {
 		t.Fatalf("%d writes replayed onto the new volume", st.ReplayedWrites)
 	}
 	checkModel(t, "the old volume's durable contents", old.data[:64*4096], model[:64*4096])
