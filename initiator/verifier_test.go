@@ -231,6 +231,22 @@ func (r *crashRig) dial(t *testing.T, cfg initiator.Config) (*initiator.Session,
 	return dialVol0(t, cfg)
 }
 
+// startUntilWrites starts a target process on the rig's disk and
+// crashes it once it has taken n writes.
+func (r *crashRig) startUntilWrites(n int) {
+	crashed := make(chan struct{})
+	var once sync.Once
+	hook := func(taken int) {
+		if taken == n {
+			once.Do(func() { close(crashed) })
+		}
+	}
+	r.disk.onWrite.Store(&hook)
+	r.start()
+	<-crashed
+	r.crash()
+}
+
 // checkFlushed fails the test unless the rig's disk holds model, durably,
 // and v reads it back.
 func (r *crashRig) checkFlushed(t *testing.T, v *initiator.Volume, model []byte) {
@@ -346,17 +362,7 @@ func TestTargetRestartDuringReplay(t *testing.T) {
 
 			r.crash()
 			const landed = 10 // replay writes the second instance takes before it dies
-			crashed := make(chan struct{})
-			var once sync.Once
-			hook := func(n int) {
-				if n == landed {
-					once.Do(func() { close(crashed) })
-				}
-			}
-			r.disk.onWrite.Store(&hook)
-			r.start()
-			<-crashed
-			r.crash()
+			r.startUntilWrites(landed)
 			r.start()
 
 			if err := v.Flush(ctx); err != nil {
@@ -395,17 +401,7 @@ func TestVolumeReplacedDuringReplay(t *testing.T) {
 
 			r.crash()
 			const landed = 10 // replay writes the second instance takes before it dies
-			crashed := make(chan struct{})
-			var once sync.Once
-			hook := func(n int) {
-				if n == landed {
-					once.Do(func() { close(crashed) })
-				}
-			}
-			r.disk.onWrite.Store(&hook)
-			r.start()
-			<-crashed
-			r.crash()
+			r.startUntilWrites(landed)
 			old := r.disk
 			r.disk = &durableDisk{data: make([]byte, size), bs: 4096, id: 2}
 			r.start()

@@ -146,4 +146,14 @@ type Quirks struct {
 	// repeats them when a profile or test sets the quirk
 	// (transport/emu/requester.go).
 	RetryRepeatsLocalOps bool
+	// RemoteInvalidateAnyQP: a received SEND_WITH_INV invalidates a
+	// type-2 window whatever QP bound it and whatever PD it is of: rxe's
+	// rxe_invalidate_mw finds the window by its key in the device's pool
+	// and checks only that it is not INVALID (drivers/infiniband/sw/rxe/
+	// rxe_mw.c). Strict, type-2B: only through the QP that bound it,
+	// else REM_INV_REQ_ERR at the receiver. So on such a device the peer
+	// of one connection can end the registrations of any other on the
+	// host, and name a FREE window's key, which oopses rxe (no consumer
+	// rule prevents either: the peer must be trusted).
+	RemoteInvalidateAnyQP bool
 }

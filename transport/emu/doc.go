@@ -61,6 +61,8 @@
 //	failed BIND_MW                MW_BIND      MW_BIND      MW_BIND      WR_FLUSH      MW_BIND; 6.12: WR_FLUSH
 //	LINV of a window bound        MW_BIND      MW_BIND      MW_BIND      LOC_QP_OP     succeeds; the provider
 //	  through another QP                                                                 fails it (LOC_QP_OP)
+//	SEND_WITH_INV of a window     REM_INV_REQ  REM_INV_REQ  REM_INV_REQ  succeeds      succeeds (6.1), the
+//	  of another QP or PD [14]                                                           window FREE
 //	post send before RTS [3]      refused      dropped      refused      refused       WQE queued, doorbell
 //	                                                                                     EINVAL; provider refuses
 //	error completion fields [4]   garbage      garbage      zero         zero          zero
@@ -235,6 +237,15 @@
 // ACK (Counters.ExposedLocalOps). The initiator's TestFaultsWrapped
 // requires none on the rxe profile; without the fence it counts about
 // 1,300 in 1,500 I/Os.
+//
+// [14] rxe_invalidate_mw finds the window of a received SEND_WITH_INV by
+// its key in the device's pool and checks only that it is not INVALID
+// (Quirks.RemoteInvalidateAnyQP): the peer of any connection of the host
+// ends another's registration (conformance
+// FastReg/MW/SendWithInvValid{OtherQP,OtherPD}, measured on 6.1), and one
+// naming a FREE window under its key oopses the kernel, which no provider
+// on the receiving host can stop; the NIC counts it
+// (Counters.KernelOopses, TestRemoteInvalidateFreeWindow).
 //
 // The tcp and shm listeners outlive a temporary accept failure (out of
 // descriptors, say): they count it (Counters.AcceptErrors), log it at a

@@ -324,16 +324,19 @@ func (d *device) invalidateLocked(q *qp, key transport.Key, remote bool) *opErro
 		return d.localOpErr(format, args...)
 	}
 	o := d.objLocked(key)
+	// A received SEND_WITH_INV finds a window by its key alone on such a
+	// device (Quirks.RemoteInvalidateAnyQP; rxe_invalidate_mw).
+	anywhere := remote && q2.RemoteInvalidateAnyQP && o != nil && o.kind == kindMW
 	switch {
 	case o == nil:
 		return fail("invalidate %s: no such memory object", key)
 	case o.kind == kindMR:
 		return fail("invalidate %s: a regular MR cannot be invalidated", key)
-	case o.pd != q.pd:
+	case o.pd != q.pd && !anywhere:
 		return fail("invalidate %s: object on another PD", key)
 	case o.poisoned && !remote:
 		return &opError{status: transport.StatusMWBindErr, reason: fmt.Sprintf("LOCAL_INV on %s poisoned by a flushed memory operation", key)}
-	case o.kind == kindMW && o.state == stateValid && o.bindQP != q.num:
+	case o.kind == kindMW && o.state == stateValid && o.bindQP != q.num && !anywhere:
 		// A type-2 window belongs to the QP that bound it
 		// (rdma-unit-test mw_test: cross-QP invalidate fails with the
 		// local-op error; rxe through the ibverbs provider:
@@ -344,6 +347,11 @@ func (d *device) invalidateLocked(q *qp, key transport.Key, remote bool) *opErro
 		return fail("invalidate %s: device key is %s", key, o.key)
 	case o.state == stateFree && !q2.InvalidateFreeOK:
 		d.p.counters.invOnFree.Add(1)
+		if anywhere {
+			// A peer's, which no provider on this host can stop:
+			// rxe_do_invalidate_mw puts the FREE window's NULL QP.
+			d.oopsLocked(q, key, "a received SEND_WITH_INV (Quirks.RemoteInvalidateAnyQP)")
+		}
 		return fail("invalidate %s: already FREE", key)
 	}
 	if o.state == stateValid && o.parent != nil {
@@ -356,7 +364,7 @@ func (d *device) invalidateLocked(q *qp, key transport.Key, remote bool) *opErro
 
 // oopsLocked reports whether invalidating key, in a way the ibverbs
 // provider cannot stop (a request replayed at ERR, a LOCAL_INV a retry
-// repeats), is what oopses rxe: key names a type-2 window that is FREE
+// repeats, a peer's SEND_WITH_INV), is what oopses rxe: key names a type-2 window that is FREE
 // under that very key, and rxe_do_invalidate_mw puts the window's QP,
 // NULL once FREE. It counts and logs the oops (what says what did it).
 // REQUIRES: d.mem held.

@@ -64,7 +64,10 @@ var profiles = map[string]Profile{
 	// as on Linux 6.12 (LocalErrFlushed); Linux 6.1 reports the statuses
 	// above instead, which the other profiles' consumers see. A retry
 	// executes again the local operations behind the request it retries
-	// (RetryRepeatsLocalOps), as every rxe release does.
+	// (RetryRepeatsLocalOps), as every rxe release does. A received
+	// SEND_WITH_INV invalidates a window whatever QP bound it and whatever
+	// PD it is of (RemoteInvalidateAnyQP), and one naming a FREE window is
+	// counted as the kernel oops it is (Counters.KernelOopses).
 	"rxe": {Name: "rxe", Vendor: "gosrp-emu (rxe-like)", Quirks: transport.Quirks{
 		LocalOpErrStatus:      transport.StatusLocQPOpErr,
 		NoQPErrorEvents:       true,
@@ -74,6 +77,7 @@ var profiles = map[string]Profile{
 		CyclicIndices:         true,
 		LocalErrFlushed:       true,
 		RetryRepeatsLocalOps:  true,
+		RemoteInvalidateAnyQP: true,
 	}},
 }
 

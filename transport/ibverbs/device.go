@@ -187,6 +187,10 @@ func quirksFor(vendor, part uint32) transport.Quirks {
 			// req_retry and rxe_requester, on every release read here;
 			// seen as MW_BIND_ERR after a retry on 6.1 in the VM.
 			RetryRepeatsLocalOps: true,
+			// rxe_invalidate_mw looks the key up in the device's pool
+			// and checks neither QP nor PD; measured on 6.1
+			// (FastReg/MW/SendWithInvValidOther{QP,PD}).
+			RemoteInvalidateAnyQP: true,
 		}
 	case mellanoxVendorID:
 		q := transport.Quirks{

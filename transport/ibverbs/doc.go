@@ -142,6 +142,10 @@
 //	                                       rewritten only when both ends are
 //	                                       on this device (loopback): the
 //	                                       receiver gets REM_INV_REQ_ERR
+//	SEND_WITH_INV of a VALID window      succeeds (6.1): rxe_invalidate_mw
+//	  bound through another QP, or of      checks neither -> nothing a
+//	  another PD                           receiver can do
+//	                                       (RemoteInvalidateAnyQP)
 //	request received as the QP enters    6.12.95: carried out again for each
 //	  ERR                                  receive still posted, a
 //	                                       SEND_WITH_INV invalidating its

@@ -11,6 +11,8 @@ import (
 // belongs to, and what it holds.
 func init() {
 	register("FastReg/MW/CrossQPInvalidate", testMWCrossQPInvalidate)
+	register("FastReg/MW/SendWithInvValidOtherQP", func(t *testing.T, p transport.Provider) { testMWSendWithInvElsewhere(t, p, true) })
+	register("FastReg/MW/SendWithInvValidOtherPD", func(t *testing.T, p transport.Provider) { testMWSendWithInvElsewhere(t, p, false) })
 	register("FastReg/MW/BoundToQP", testMWBoundToQP)
 	register("FastReg/MW/BindWithoutMWBindAccess", testMWBindWithoutAccess)
 	register("FastReg/MW/BindOutsideMR", testMWBindOutsideMR)
@@ -72,6 +74,44 @@ func testMWCrossQPInvalidate(t *testing.T, p transport.Provider) {
 	checkWC(t, wc, 2, pr2.a.qp, x.localErr()...)
 	// Still bound on the first QP.
 	x.writeOK(t, 3, k, x.f.addr(0), 0, 64, 80)
+}
+
+// testMWSendWithInvElsewhere: a SEND_WITH_INV arrives on a QP other than
+// the one a VALID type-2 window was bound through, of the same PD
+// (samePD) or of another. A type-2B window is associated with the QP
+// that bound it, as remote access through it is (testMWBoundToQP): the
+// strict reading fails the receive REM_INV_REQ_ERR and leaves the window
+// valid for its own QP's peer. Under Quirks.RemoteInvalidateAnyQP the
+// invalidation succeeds wherever it arrives and the window is FREE:
+// rxe_invalidate_mw finds the window by its key in the device's pool and
+// checks neither QP nor PD, so a peer of any connection of the host can
+// end another's registration, and reach a FREE window's key too (the
+// kernel oops of transport/ibverbs' TestOops).
+func testMWSendWithInvElsewhere(t *testing.T, p transport.Provider, samePD bool) {
+	x := newFRFixture(t, p, mechanisms[1])
+	needCaps(t, x.a.attr, transport.CapSendWithInv)
+	k := x.f.key().Bump()
+	x.reg(t, 1, k, 0, 4096, frAcc)
+	var cfg pairConfig
+	if samePD {
+		cfg.pdA = x.a.pd
+	}
+	pr2 := connectPair(t, p, cfg)
+	rbuf := newBuf(t, p, pr2.a.pd, transport.PageSize, transport.AccessLocalWrite)
+	src := newBuf(t, p, pr2.b.pd, transport.PageSize, transport.AccessLocalWrite)
+	postRecv(t, pr2.a.qp, recvWR(2, rbuf.sge(0, 256)))
+	swc := pr2.b.do(t, transport.SendWR{ID: 3, Opcode: transport.OpSendWithInv, InvalidateKey: k, SGL: []transport.SGE{src.sge(0, 8)}})
+	wc := waitWC(t, pr2.a.rcq, 1, Timeout)[0]
+	t.Logf("sender's completion: %s; receiver's: %s", swc.String(), wc.String())
+	if !x.quirk.RemoteInvalidateAnyQP {
+		checkWC(t, wc, 2, pr2.a.qp, transport.StatusRemInvReqErr)
+		x.writeOK(t, 4, k, x.f.addr(0), 0, 64, 80) // still bound
+		return
+	}
+	if checkOK(t, wc, 2, pr2.a.qp, transport.WCRecv) && (wc.Flags&transport.WCWithInv == 0 || wc.InvalidatedKey != k) {
+		t.Errorf("%s: want WCWithInv naming %v", wc.String(), k)
+	}
+	x.writeFails(t, 4, k, x.f.addr(0), 64, "a window another connection's peer invalidated")
 }
 
 // A type-2 window is associated with the QP that bound it: remote access
