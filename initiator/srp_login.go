@@ -193,10 +193,13 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 	}
 	c.mu.Lock()
 	c.epoch++
-	left := c.lossLeftLocked()
 	c.mu.Unlock()
 	c.startWaiter()
-	c.startLate(check, left)
+	// The check waits a loss timeout from now, not what is left of the
+	// last loss's: after an outage past that deadline (its I/O failed)
+	// the re-login is news, and the I/O submitted since must wait for
+	// one INQUIRY, not fail on a deadline long gone.
+	c.startLate(check, s.cfg.LossTimeout)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package initiator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -59,5 +60,49 @@ func TestSRPVolumeReplacedAcrossRestart(t *testing.T) {
 				checkReplaced(t, r, s, v, old, model, "lun0", false)
 			})
 		}
+	}
+}
+
+// TestSRPReloginAfterLoss: the target is down past the loss deadline, so
+// the I/O queued meanwhile fails; then it comes back. The session's
+// re-login checks the unit (srp_identity.go), and the I/O submitted after
+// it must wait for that check and run, not fail at once on the deadline
+// that has long passed.
+func TestSRPReloginAfterLoss(t *testing.T) {
+	r := newCrashRig(t, 4<<20)
+	cfg := initiator.Config{Protocol: initiator.ProtocolSRP, Provider: r.p, Addr: r.addr, Name: "srp-loss-test",
+		IOTimeout: time.Second, ConnectTimeout: time.Second, LossTimeout: 500 * time.Millisecond}
+	s := dial(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v := openNamed(t, ctx, s, "lun0")
+	model := make([]byte, 4<<20)
+	writeModel(t, v, model, 0, 16, 4, 1)
+	if err := v.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.crash()
+	if _, err := v.WriteAt(make([]byte, 4096), 0); err == nil {
+		t.Fatal("a write with the target down past the loss deadline succeeded")
+	}
+	r.start()
+	// Reads fail fast while the loss is final; the first after the
+	// re-login meets the check in flight.
+	buf := make([]byte, 4096)
+	for {
+		_, err := v.ReadAt(buf, 0)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, initiator.ErrNotReady) {
+			t.Fatalf("read after the re-login: %v", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no read succeeded after the target came back: %v", err)
+		}
+	}
+	writeModel(t, v, model, 16, 16, 4, 2)
+	if err := v.Flush(ctx); err != nil {
+		t.Fatalf("flush after the target came back: %v", err)
 	}
 }
