@@ -342,76 +342,58 @@ func TestTargetRestartReplay(t *testing.T) {
 // writes have reached it. The second instance's cache is lost as well, so
 // the round must start over from the ring's first entry on the third
 // instance, in order; the Flush after it makes every acknowledged write
-// durable, and nothing is reported lost.
+// durable, and nothing is reported lost. With replaced, the volume is
+// deleted and created again under its name while the target is down the
+// second time: the round must not start on the new volume; what it had
+// left and every later request of the Volume fail with
+// ErrVolumeReplaced, and the new volume is left as it was.
 func TestTargetRestartDuringReplay(t *testing.T) {
-	for _, ch := range []int{1, 2} {
-		t.Run(fmt.Sprintf("channels=%d", ch), func(t *testing.T) {
-			const size = 8 << 20
-			r := newCrashRig(t, size)
-			s, v := r.dial(t, initiator.Config{Channels: ch, ReplayBuffer: 4 << 20})
-			ctx := context.Background()
-			model := make([]byte, size)
-			writeModel(t, v, model, 0, 64, 16, 1)
-			if err := v.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-			writeModel(t, v, model, 64, 64, 1, 1)
-			writeModel(t, v, model, 128, 512, 64, 1)
-			writeModel(t, v, model, 100, 8, 2, 2) // overwrites: replayed out of order, they would lose
-			live := v.Stats().Replayable
+	for _, replaced := range []bool{false, true} {
+		for _, ch := range []int{1, 2} {
+			t.Run(fmt.Sprintf("replaced=%t/channels=%d", replaced, ch), func(t *testing.T) {
+				const size = 8 << 20
+				r := newCrashRig(t, size)
+				s, v := r.dial(t, initiator.Config{Channels: ch, ReplayBuffer: 4 << 20})
+				ctx := context.Background()
+				model := make([]byte, size)
+				writeModel(t, v, model, 0, 64, 16, 1)
+				if err := v.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				writeModel(t, v, model, 64, 64, 1, 1)
+				writeModel(t, v, model, 128, 512, 64, 1)
+				writeModel(t, v, model, 100, 8, 2, 2) // overwrites: replayed out of order, they would lose
+				live := v.Stats().Replayable
 
-			r.crash()
-			const landed = 10 // replay writes the second instance takes before it dies
-			r.startUntilWrites(landed)
-			r.start()
+				r.crash()
+				const landed = 10 // replay writes the second instance takes before it dies
+				r.startUntilWrites(landed)
+				old := r.disk
+				if replaced {
+					r.disk = &durableDisk{data: make([]byte, size), bs: 4096, id: 2}
+				}
+				r.start()
 
-			if err := v.Flush(ctx); err != nil {
-				t.Fatalf("flush after the target restarted twice: %v", err)
-			}
-			r.checkFlushed(t, v, model)
-			st := s.Stats()
-			t.Logf("%d entries in the ring at the first crash; %d instance changes, %d writes replayed", live, st.InstanceChanges, st.ReplayedWrites)
-			if st.InstanceChanges != 2 || st.WriteCacheLost != 0 || st.ReplayedWrites < uint64(live)+landed-1 {
-				t.Fatalf("stats: %d instance changes, %d writes replayed, %d losses; want 2, at least %d, 0",
-					st.InstanceChanges, st.ReplayedWrites, st.WriteCacheLost, live+landed-1)
-			}
-		})
-	}
-}
-
-// TestVolumeReplacedDuringReplay: the target crashes while the session
-// replays what an earlier crash lost, and while it is down the volume is
-// deleted and created again under its name. The replay round, which
-// starts over on every new instance, must not start on the new volume:
-// what the round had left and every later request of the Volume fail
-// with ErrVolumeReplaced, and the new volume is left as it was.
-func TestVolumeReplacedDuringReplay(t *testing.T) {
-	for _, ch := range []int{1, 2} {
-		t.Run(fmt.Sprintf("channels=%d", ch), func(t *testing.T) {
-			const size = 8 << 20
-			r := newCrashRig(t, size)
-			s, v := r.dial(t, initiator.Config{Channels: ch, ReplayBuffer: 4 << 20})
-			ctx := context.Background()
-			model := make([]byte, size)
-			writeModel(t, v, model, 0, 64, 16, 1)
-			if err := v.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-			writeModel(t, v, model, 64, 512, 16, 1)
-
-			r.crash()
-			const landed = 10 // replay writes the second instance takes before it dies
-			r.startUntilWrites(landed)
-			old := r.disk
-			r.disk = &durableDisk{data: make([]byte, size), bs: 4096, id: 2}
-			r.start()
-
-			checkReplaced(t, r, s, v, old, model, "vol0", true)
-			// The write that ended the instance landed unanswered.
-			if st := s.Stats(); st.InstanceChanges != 2 || st.ReplayedWrites < landed-1 {
-				t.Fatalf("stats: %d instance changes, %d writes replayed; want 2, at least %d (onto the old volume)", st.InstanceChanges, st.ReplayedWrites, landed-1)
-			}
-		})
+				if replaced {
+					checkReplaced(t, r, s, v, old, model, "vol0", true)
+					// The write that ended the instance landed unanswered.
+					if st := s.Stats(); st.InstanceChanges != 2 || st.ReplayedWrites < landed-1 {
+						t.Fatalf("stats: %d instance changes, %d writes replayed; want 2, at least %d (onto the old volume)", st.InstanceChanges, st.ReplayedWrites, landed-1)
+					}
+					return
+				}
+				if err := v.Flush(ctx); err != nil {
+					t.Fatalf("flush after the target restarted twice: %v", err)
+				}
+				r.checkFlushed(t, v, model)
+				st := s.Stats()
+				t.Logf("%d entries in the ring at the first crash; %d instance changes, %d writes replayed", live, st.InstanceChanges, st.ReplayedWrites)
+				if st.InstanceChanges != 2 || st.WriteCacheLost != 0 || st.ReplayedWrites < uint64(live)+landed-1 {
+					t.Fatalf("stats: %d instance changes, %d writes replayed, %d losses; want 2, at least %d, 0",
+						st.InstanceChanges, st.ReplayedWrites, st.WriteCacheLost, live+landed-1)
+				}
+			})
+		}
 	}
 }
 

@@ -141,17 +141,25 @@ func TestSRPImportTargetRestart(t *testing.T) {
 			}
 			d.Kill(t)
 			start()
-			go func() {
-				stdin.Write(img[half:])
-				stdin.Close()
-			}()
-			werr := p.Wait(t, 60*time.Second, "after the restart")
-			var ee *exec.ExitError
-			lines := strings.Split(strings.TrimSpace(p.Output()), "\n")
-			if msg := lines[len(lines)-1]; !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(msg, "lost writes it had acknowledged") {
-				t.Fatalf("srpc import --protocol srp across a SIGKILL of srpd: %v, last line %q; want exit 1 naming the loss; it said:\n%s", werr, msg, p.Output())
-			}
+			finishFails(t, p, stdin, img[half:], "srpc import --protocol srp across a SIGKILL of srpd", "lost writes it had acknowledged")
 		})
+	}
+}
+
+// finishFails feeds rest to the import p reads from stdin, closes it, and
+// fails the test unless p exits 1 with a last line that contains want
+// (what names why, in the failure).
+func finishFails(t *testing.T, p *e2etest.Proc, stdin io.WriteCloser, rest []byte, what, want string) {
+	t.Helper()
+	go func() {
+		stdin.Write(rest)
+		stdin.Close()
+	}()
+	werr := p.Wait(t, 60*time.Second, "after the restart")
+	var ee *exec.ExitError
+	last := e2etest.LastLine(p.Output())
+	if !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(last, want) {
+		t.Fatalf("%s: %v, last line %q; want exit 1 with %q; it said:\n%s", what, werr, last, want, p.Output())
 	}
 }
 
@@ -219,16 +227,7 @@ func TestImportVolumeReplaced(t *testing.T) {
 			e2etest.MustRun(t, srpd, "volume", "delete", "--data", data, "victim")
 			e2etest.MustRun(t, srpd, "volume", "create", "--data", data, "--size", "64MiB", "victim")
 			start()
-			go func() {
-				stdin.Write(img[half:])
-				stdin.Close()
-			}()
-			werr := p.Wait(t, 60*time.Second, "after the restart")
-			var ee *exec.ExitError
-			last := e2etest.LastLine(p.Output())
-			if !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(last, "replaced by another of the same name") {
-				t.Fatalf("srpc import across a replaced volume: %v, last line %q; want exit 1 naming the replacement; it said:\n%s", werr, last, p.Output())
-			}
+			finishFails(t, p, stdin, img[half:], "srpc import across a replaced volume", "replaced by another of the same name")
 			r := e2etest.MustRun(t, srpc, "export", "--protocol", tc.protocol, "--target", addr, "--length", fmt.Sprint(half), name, "-")
 			if !bytes.Equal([]byte(r.Stdout), make([]byte, half)) {
 				t.Fatal("the import's writes reached the volume created anew")
