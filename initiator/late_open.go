@@ -21,7 +21,10 @@ package initiator
 // loss, as for queued I/O) passes first, they fail with
 // ErrConnectionLost and ErrNotReady, as they would have with the
 // connection; a Multipath fails over on the first. The volume's later
-// requests fail at once, until the target opens it.
+// requests fail at once, until the target opens it. The deadline is the
+// volume's, not the connection's: a volume late again on the next
+// connection keeps it, or a target that ends each connection before it
+// opens the volume would hold its requests for ever.
 //
 // Nothing of another volume waits on a late one, with one exception
 // kept on purpose: a replay round (replay.go) replays its writes in
@@ -35,6 +38,7 @@ package initiator
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -46,8 +50,15 @@ import (
 type lateVols struct {
 	// vols say what the target answered the connection's re-open.
 	vols map[*Volume]string
-	// by is the loss deadline (clock.Nanos) past which their requests
-	// fail instead of waiting.
+	// due is each late volume's deadline (clock.Nanos) past which its
+	// requests fail instead of waiting. It outlives the connection: a
+	// volume late again on the next one keeps the earlier deadline, so
+	// that a target which drops every connection before the volume is
+	// opened or checked (a hostile SRP target that swallows the
+	// identity INQUIRY, each timeout a new re-login) cannot keep its
+	// requests parked forever (TestSRPIdentitySwallowed).
+	due map[*Volume]int64
+	// by is the earliest of due, to skip the walk while none has passed.
 	by     int64
 	parked queue
 	// cancel stops the goroutines that re-open them (wg).
@@ -68,7 +79,7 @@ func (l *lateVols) waitsFor(r *Request) bool {
 
 // park holds r until its volume opens, or fails it past the deadline.
 func (c *channel) park(r *Request, now int64) {
-	if now > c.late.by {
+	if now > c.late.due[r.vol] {
 		r.finish(c.lateErr(r.vol))
 		return
 	}
@@ -95,14 +106,27 @@ type lateVol struct {
 }
 
 // startLate marks vols late on the connection that just came up, with
-// the loss deadline left (left), and starts their re-opens.
+// the loss deadline left (left), or the one they had on the last
+// connection if it comes first, and starts their re-opens.
 func (c *channel) startLate(vols []lateVol, left time.Duration) {
+	l := &c.late
+	was := l.due
+	l.due = nil
 	if len(vols) == 0 {
 		return
 	}
-	l := &c.late
 	l.vols = make(map[*Volume]string, len(vols))
-	l.by = clock.Nanos() + int64(left)
+	l.due = make(map[*Volume]int64, len(vols))
+	by := clock.Nanos() + int64(left)
+	l.by = by
+	for _, lv := range vols {
+		d, ok := was[lv.v]
+		if !ok || d > by {
+			d = by
+		}
+		l.due[lv.v] = d
+		l.by = min(l.by, d)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	c.mu.Lock()
@@ -247,6 +271,7 @@ func (c *channel) onTimeLocked(v *Volume) {
 		return
 	}
 	delete(l.vols, v)
+	delete(l.due, v)
 	var mine, rest queue
 	for r := l.parked.pop(); r != nil; r = l.parked.pop() {
 		if r.vol == v {
@@ -259,14 +284,27 @@ func (c *channel) onTimeLocked(v *Volume) {
 	c.q.prependAll(&mine)
 }
 
-// expireLate fails the parked requests once the deadline has passed.
+// expireLate fails the parked requests whose volume's deadline has
+// passed.
 func (c *channel) expireLate(now int64) {
 	l := &c.late
 	if l.parked.n == 0 || now <= l.by {
 		return
 	}
+	var rest queue
 	for r := l.parked.pop(); r != nil; r = l.parked.pop() {
-		r.finish(c.lateErr(r.vol))
+		if now > l.due[r.vol] {
+			r.finish(c.lateErr(r.vol))
+		} else {
+			rest.push(r)
+		}
+	}
+	l.parked = rest
+	l.by = math.MaxInt64
+	for v := range l.vols {
+		if d := l.due[v]; d > now {
+			l.by = min(l.by, d)
+		}
 	}
 }
 
@@ -281,6 +319,9 @@ func (c *channel) stopLate(requeue bool) {
 		l.cancel = nil
 	}
 	l.vols = nil
+	if !requeue {
+		l.due = nil
+	}
 	if requeue {
 		c.mu.Lock()
 		c.q.prependAll(&l.parked)

@@ -1,13 +1,17 @@
 package initiator_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/targettest"
 )
 
 // TestSRPVolumeReplacedAcrossRestart is TestVolumeReplacedAcrossRestart
@@ -104,5 +108,87 @@ func TestSRPReloginAfterLoss(t *testing.T) {
 	writeModel(t, v, model, 16, 16, 4, 2)
 	if err := v.Flush(ctx); err != nil {
 		t.Fatalf("flush after the target came back: %v", err)
+	}
+}
+
+// TestSRPIdentitySwallowed: a hostile SRP target takes every re-login
+// and never answers the identity check's INQUIRY (VPD 0x83). Each
+// INQUIRY's timeout ends the connection, the next re-login starts the
+// check again, and the read parked behind it once waited forever: every
+// connection gave it a new loss deadline. The deadline is the unit's,
+// kept across the connections: the read fails with ErrNotReady a loss
+// timeout after the first re-login, and once the target answers again
+// the unit is checked and reads go on.
+func TestSRPIdentitySwallowed(t *testing.T) {
+	var swallow atomic.Bool
+	var cut atomic.Bool
+	var swallowed atomic.Int64
+	script := targettest.Script{
+		Swallow: func(iu []byte) bool {
+			// SRP_CMD (0x02) whose CDB (at byte 32) is INQUIRY (0x12)
+			// with EVPD of page 0x83.
+			if swallow.Load() && len(iu) >= 36 && iu[0] == 0x02 && iu[32] == 0x12 && iu[33]&1 == 1 && iu[34] == 0x83 {
+				swallowed.Add(1)
+				return true
+			}
+			return false
+		},
+		Respond: func(*targettest.Response) targettest.Action {
+			if cut.CompareAndSwap(true, false) {
+				return targettest.Disconnect
+			}
+			return targettest.Pass
+		},
+	}
+	r := newHostileRigWith(t, "strict", script, target.Config{SRPTargetPortID: srpPort})
+	const loss = 2 * time.Second
+	s := dial(t, initiator.Config{Provider: r.ip, Addr: r.addr, Name: "victim", Logger: quiet,
+		Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort,
+		IOTimeout: 300 * time.Millisecond, LossTimeout: loss})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, err := s.Open(ctx, "lun0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 4096)
+	if _, err := v.ReadAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	swallow.Store(true)
+	cut.Store(true) // the next answer ends the connection
+	done := make(chan error, 1)
+	go func() {
+		_, err := v.ReadAt(make([]byte, 4096), 0)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatalf("a read parked behind an identity check the target never answers still waits after a minute (%d INQUIRYs swallowed, %d connections lost)",
+			swallowed.Load(), s.Stats().ConnectionsLost)
+	}
+	if !errors.Is(err, initiator.ErrNotReady) {
+		t.Fatalf("read behind a swallowed identity check: %v, want ErrNotReady", err)
+	}
+	if n := swallowed.Load(); n < 2 {
+		t.Fatalf("%d identity INQUIRYs swallowed, want a re-login after the first one's timeout", n)
+	}
+
+	swallow.Store(false)
+	got := make([]byte, 4096)
+	for {
+		_, err := v.ReadAt(got, 0)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no read succeeded after the target answered the check again: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the read after the check passed returned other data than before the cut")
 	}
 }
