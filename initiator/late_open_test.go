@@ -319,3 +319,38 @@ func TestReopenLateReplay(t *testing.T) {
 		})
 	}
 }
+
+// TestReopenLateLostAgain: vol1's store hangs in its re-open, and the
+// connection is lost again and again, each time before the loss
+// deadline (LossTimeout 3 s). vol1's waiting write must still fail at
+// that deadline, counted from the first loss: each new connection once
+// gave it a fresh one, and a link that flapped faster than LossTimeout
+// held it for as long as it flapped.
+func TestReopenLateLostAgain(t *testing.T) {
+	const loss = 3 * time.Second
+	r := newLateRig(t, 300*time.Millisecond, loss)
+	r.lose(t)
+	done := make(chan error, 1)
+	go func() { done <- write(r.v1, 0, time.Minute) }()
+	flaps := 0
+	tick := time.NewTicker(700 * time.Millisecond)
+	defer tick.Stop()
+	var err error
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		case <-tick.C:
+			r.lose(t)
+			flaps++
+		}
+	}
+	if !errors.Is(err, initiator.ErrNotReady) {
+		t.Fatalf("write to vol1, its store hung and the link flapping: %v, want ErrNotReady", err)
+	}
+	if most := int(2 * loss / (700 * time.Millisecond)); flaps > most {
+		t.Fatalf("the write waited through %d losses, more than %d: the deadline was renewed", flaps, most)
+	}
+	t.Logf("vol1: %v, after %d more losses", err, flaps)
+}
