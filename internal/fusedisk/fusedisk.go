@@ -109,7 +109,9 @@ func (d *disk) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 }
 
 // Setattr refuses size changes (the volume's size is set on the target);
-// other changes are accepted and ignored.
+// other changes are accepted and ignored. An open with O_TRUNC does not
+// come here: the mount asks for atomic O_TRUNC (Mount), and Open
+// ignores it.
 func (d *disk) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if sz, ok := in.GetSize(); ok && int64(sz) != d.dev.Size() {
 		return syscall.EPERM
@@ -118,6 +120,10 @@ func (d *disk) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return 0
 }
 
+// Open opens DIR/disk with direct I/O. O_TRUNC is ignored, as a block
+// device's open ignores it (open(2)): `dd if=img of=DIR/disk`, which
+// opens with O_TRUNC unless told conv=notrunc, writes the image over
+// the volume, and the rest of the volume stays as it was.
 func (d *disk) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if d.dev.ReadOnly() && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		return nil, 0, syscall.EROFS
@@ -264,6 +270,10 @@ func Mount(dir string, dev Device, o Options) (*fuse.Server, error) {
 			MaxBackground: 64,
 			DisableXAttrs: true,
 			Debug:         o.Debug,
+			// O_TRUNC reaches Open instead of a SETATTR of size 0 that
+			// Setattr would have to refuse (EPERM, where a block
+			// device's open succeeds).
+			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
 		},
 		EntryTimeout: &sec,
 		AttrTimeout:  &sec,
