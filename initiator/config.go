@@ -120,9 +120,10 @@ type Config struct {
 	SRPTargetPortID [16]byte
 
 	// refusedIsLost: a reconnect that finds nobody listening at Addr
-	// (transport.ErrRefused) counts as LossTimeout passed, failing the queued
-	// I/O at once. Multipath sets it: a refused connection means the
-	// gateway's process is gone, not a blip worth waiting for.
+	// (transport.ErrRefused), or another service
+	// (transport.ErrForeignPeer), counts as LossTimeout passed, failing
+	// the queued I/O at once. Multipath sets it: a refused connection
+	// means the gateway's process is gone, not a blip worth waiting for.
 	refusedIsLost bool
 }
 

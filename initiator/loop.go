@@ -537,9 +537,9 @@ func (c *channel) reconnect() bool {
 			return true
 		}
 		c.mu.Lock()
-		if c.s.cfg.refusedIsLost && errors.Is(err, transport.ErrRefused) {
-			// Nobody listens there: no blip to wait out (Multipath's
-			// fast failover on a dead gateway).
+		if c.s.cfg.refusedIsLost && (errors.Is(err, transport.ErrRefused) || errors.Is(err, transport.ErrForeignPeer)) {
+			// Nobody listens there, or another service does: no blip to
+			// wait out (Multipath's fast failover on a dead gateway).
 			c.refused = true
 		}
 		left = c.lossLeftLocked()

@@ -39,6 +39,12 @@ var (
 	ErrRejected = errors.New("transport: connection rejected")
 	// ErrDisconnected: the connection is gone (DREQ, link cut, peer died).
 	ErrDisconnected = errors.New("transport: disconnected")
+	// ErrForeignPeer: Connect reached a listener that answered in another
+	// protocol (an HTTP or NVMe/TCP server on the port): a definite
+	// answer, as ErrRefused is, and one no retry will change. Only a
+	// provider whose connection exchange has a signature of its own can
+	// tell (emu's TCP wire).
+	ErrForeignPeer = errors.New("transport: the peer answered in another protocol")
 	// ErrCQOverrun: the completion queue overflowed and is unusable
 	// (IBV_EVENT_CQ_ERR); destroy it and everything attached.
 	ErrCQOverrun = errors.New("transport: completion queue overrun")

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,6 +129,15 @@ func TestClientMessages(t *testing.T) {
 		t.Errorf("--target without a port: exit %d, stderr %q; want 1, %q", r.Code, r.Stderr, want)
 	}
 
+	// Another service on the port (srpd's default, 4420, is NVMe/TCP's
+	// too) was "cannot connect to ADDR: connect to ADDR: emu: connect
+	// to ADDR: bad answer (emu: malformed frame: magic 0x5448, …)".
+	foreign := foreignListener(t, "HTTP/1.0 400 Bad Request\r\n\r\n")
+	if r, want := runStdin(t, srpc, nil, "list", "--target", foreign),
+		"srpc: cannot connect to "+foreign+`: something else listens there, not a gosrp target (it answered "HTTP/1.0 400 Bad")`+"\n"; r.Code != 1 || r.Stderr != want {
+		t.Errorf("--target another service: exit %d, stderr %q; want 1, %q", r.Code, r.Stderr, want)
+	}
+
 	// An empty --name once logged in under the library's default name.
 	if r, want := runStdin(t, srpc, nil, "list", "--target", addr, "--name", ""),
 		"srpc list: --name is empty: want the initiator name the target's ACLs and secrets know\nRun 'srpc list --help' for usage.\n"; r.Code != 2 || r.Stderr != want {
@@ -141,6 +151,30 @@ func TestClientMessages(t *testing.T) {
 	if !strings.Contains(r.Stdout, "1 MiB") {
 		t.Errorf("srpc --target %s --name=h info vol0:\n%s", addr, r.Stdout)
 	}
+}
+
+// foreignListener listens on a free local port as another service would,
+// answering each connection's first bytes with answer and hanging up,
+// and returns its address.
+func foreignListener(t *testing.T, answer string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Read(make([]byte, 64))
+			c.Write([]byte(answer))
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // TestMountMessages: SIGTERM while a loop device holds DIR/disk says the

@@ -319,3 +319,69 @@ func TestCloseShedsSilentConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectForeignListener: Connect to a TCP port where another
+// service listens ends at once with ErrForeignPeer when it answers
+// something that is not emu's (a whole line, or a few bytes before it
+// hangs up, as a server does with a greeting it was not sent), and with
+// ErrDisconnected alone when it hangs up saying nothing. Each once came
+// back as a "bad answer" or "no answer" a caller could not tell from a
+// target that failed mid-handshake.
+func TestConnectForeignListener(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		answer  string
+		foreign bool
+	}{
+		{"http", "HTTP/1.0 400 Bad Request\r\nContent-Type: text/html\r\n\r\n", true},
+		{"ssh banner", "SSH-2.0-x\r\n", true},
+		{"two bytes", "\x15\x03", true},
+		{"silent", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newNIC(t, Config{Wire: WireTCP})
+			defer p.Close()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Read(make([]byte, 64))
+				c.Write([]byte(tc.answer))
+				c.Close()
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			dev, _ := p.OpenDevice("")
+			pd, _ := dev.AllocPD()
+			cq, err := dev.CreateCQ(8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := pd.CreateQP(transport.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			ep, err := p.Resolve(ctx, ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ep.Connect(ctx, q, []byte("hello"))
+			if ctx.Err() != nil {
+				t.Fatalf("connect waited for the deadline: %v", err)
+			}
+			if got := errors.Is(err, transport.ErrForeignPeer); got != tc.foreign {
+				t.Fatalf("connect: %v; ErrForeignPeer %t, want %t", err, got, tc.foreign)
+			}
+			if !tc.foreign && !errors.Is(err, transport.ErrDisconnected) {
+				t.Fatalf("connect: %v, want ErrDisconnected", err)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ package emu
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -94,7 +95,13 @@ func (tcpWire) writeRequest(nc net.Conn, priv []byte, offer transport.ReadCredit
 func (tcpWire) readAnswer(ctx context.Context, p *Provider, nc net.Conn, addr string) (streamAnswer, error) {
 	var hb [headerLen]byte
 	var h header
-	if _, err := io.ReadFull(nc, hb[:]); err != nil {
+	n, err := io.ReadFull(nc, hb[:])
+	if n >= 2 && binary.LittleEndian.Uint16(hb[:]) != frameMagic {
+		// Not an emu peer at all: whatever listens there said something
+		// else, in full or before it hung up.
+		return streamAnswer{}, fmt.Errorf("emu: connect to %s: answered %q: %w", addr, printable(hb[:n]), transport.ErrForeignPeer)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return streamAnswer{}, fmt.Errorf("emu: connect to %s: %w", addr, ctx.Err())
 		}
@@ -127,4 +134,17 @@ func writeCM(nc net.Conn, kind pktKind, priv []byte, credit transport.ReadCredit
 	copy(b[headerLen:], priv)
 	_, err := nc.Write(b)
 	return err
+}
+
+// printable is the start of b with what is not printable ASCII as '.',
+// for an error that says what a foreign listener answered.
+func printable(b []byte) string {
+	out := make([]byte, 0, min(len(b), 16))
+	for _, c := range b[:min(len(b), 16)] {
+		if c < 0x20 || c > 0x7e {
+			c = '.'
+		}
+		out = append(out, c)
+	}
+	return string(out)
 }
