@@ -16,8 +16,9 @@ import (
 )
 
 // TestTakenPortLeavesDiskAlone: a start refused by the host (the listen
-// or metrics port taken) fails before the data directory or vol0 exist.
-// srpd used to create both, then fail "bind: address already in use".
+// or metrics port taken) fails before the data directory or vol0 exist,
+// in one line that names the flag. srpd used to create both, then fail
+// "bind: address already in use".
 func TestTakenPortLeavesDiskAlone(t *testing.T) {
 	srpd, _ := e2etest.Binaries(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
@@ -31,14 +32,18 @@ func TestTakenPortLeavesDiskAlone(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"listen", []string{"--listen", busy}, "srpd: listen on " + busy + ": "},
-		{"metrics", []string{"--listen", e2etest.FreeAddr(t), "--metrics", busy}, "srpd: metrics: listen tcp " + busy + ": "},
+		// Each layer between (provider, wire, net) once repeated the
+		// address: "listen on A: emu: listen on A: listen tcp A: bind: …".
+		{"listen", []string{"--listen", busy},
+			"srpd: --listen " + busy + ": address in use: another srpd, or another service, has it; choose another --listen\n"},
+		{"metrics", []string{"--listen", e2etest.FreeAddr(t), "--metrics", busy},
+			"srpd: --metrics " + busy + ": address in use: another srpd, or another service, has it; choose another --metrics\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data := filepath.Join(t.TempDir(), "data")
 			r := e2etest.Run(t, nil, srpd, append([]string{"--data", data}, tc.args...)...)
-			if r.Code != 1 || !strings.HasPrefix(r.Stderr, tc.want) || !strings.HasSuffix(r.Stderr, "address already in use\n") {
-				t.Errorf("exit %d, stderr %q; want 1 and %q…address already in use", r.Code, r.Stderr, tc.want)
+			if r.Code != 1 || r.Stderr != tc.want {
+				t.Errorf("exit %d, stderr %q; want 1, %q", r.Code, r.Stderr, tc.want)
 			}
 			if _, err := os.Stat(data); !os.IsNotExist(err) {
 				t.Errorf("the failed start left %s behind (stat: %v)", data, err)
@@ -159,6 +164,17 @@ func TestServeFlagMessages(t *testing.T) {
 		}
 		if _, err := os.Stat(data); err == nil {
 			t.Fatalf("%q: a refused start made the data directory", args)
+		}
+	}
+	// An address the host cannot listen on is named once, with why.
+	for _, tc := range []struct{ flag, addr, why string }{
+		{"--listen", "127.0.0.1:99999", "invalid port (want HOST:PORT, e.g. 127.0.0.1:4420)"},
+		{"--listen", "127.0.0.1", "missing port in address (want HOST:PORT, e.g. 127.0.0.1:4420)"},
+	} {
+		args := []string{"--data", data, "--listen", e2etest.FreeAddr(t), tc.flag, tc.addr}
+		r := e2etest.Run(t, nil, srpd, args...)
+		if want := "srpd: " + tc.flag + " " + tc.addr + ": " + tc.why + "\n"; r.Code != 1 || r.Stderr != want {
+			t.Errorf("%s %s: exit %d, stderr %q; want 1, %q", tc.flag, tc.addr, r.Code, r.Stderr, want)
 		}
 	}
 	d := e2etest.StartDaemon(t, srpd, data, e2etest.FreeAddr(t), ":0", "--no-default-volume")

@@ -276,7 +276,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	ln, err := prov.Listen(ctx, cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return listenError("--listen", cfg.Listen, err)
 	}
 	lnOwned := true
 	defer func() {
@@ -287,7 +287,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var mln net.Listener
 	if cfg.Metrics != "" {
 		if mln, err = net.Listen("tcp", cfg.Metrics); err != nil {
-			return fmt.Errorf("metrics: %w", err)
+			return listenError("--metrics", cfg.Metrics, err)
 		}
 		defer mln.Close() // after the server's own Close: a second Close only errs
 		warnOpenMetrics(log, mln.Addr())
@@ -526,4 +526,26 @@ func closeStore(store block.Store, within time.Duration) error {
 	case <-t.C:
 		return fmt.Errorf("the store did not close within %v (its cluster does not answer?); exiting without it", within)
 	}
+}
+
+// listenError says in one line why srpd cannot listen at addr (given by
+// flag), without the layers between (provider, wire, net) each
+// repeating the address.
+func listenError(flag, addr string, err error) error {
+	var why string
+	switch addrErr, isAddr := errors.AsType[*net.AddrError](err); {
+	case errors.Is(err, syscall.EADDRINUSE):
+		why = "address in use: another srpd, or another service, has it; choose another " + flag
+	case errors.Is(err, syscall.EACCES):
+		why = "permission denied (a port below 1024 needs root)"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		why = "no interface of this host has that address"
+	case isAddr:
+		why = addrErr.Err + " (want HOST:PORT, e.g. 127.0.0.1:4420)"
+	case errors.As(err, new(*net.DNSError)):
+		why = "no such host"
+	default:
+		return fmt.Errorf("%s %s: %w", flag, addr, err)
+	}
+	return fmt.Errorf("%s %s: %s", flag, addr, why)
 }
