@@ -72,8 +72,8 @@ func statusCommand() *cli.Command {
 					if shared {
 						fmt.Fprintf(w, "%s\t", v.PathState)
 					}
-					fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%d\t%dµs\n",
-						s.Read.Ops, cli.FormatSize(int64(s.Read.Bytes)), s.Write.Ops, cli.FormatSize(int64(s.Write.Bytes)), errs, s.P99us)
+					fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%d\t%s\n",
+						s.Read.Ops, cli.FormatSize(int64(s.Read.Bytes)), s.Write.Ops, cli.FormatSize(int64(s.Write.Bytes)), errs, latencyBound(s.P99us))
 				}
 				if len(st.Reservations) > 0 {
 					fmt.Fprintln(w, "\nRESERVED\tHOLDER\tTYPE\tEXCLUSIVE OPEN\tREGISTERED")
@@ -99,4 +99,19 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// latencyBound prints a latency histogram's upper bound (a power of two
+// of microseconds, target.Histogram) as a person reads it: "≤1.05s"
+// rather than "1048576µs"; "-" before the first I/O.
+func latencyBound(us uint64) string {
+	switch {
+	case us == 0:
+		return "-"
+	case us < 1000:
+		return fmt.Sprintf("≤%dµs", us)
+	case us < 1000_000:
+		return fmt.Sprintf("≤%.3gms", float64(us)/1e3)
+	}
+	return fmt.Sprintf("≤%.3gs", float64(us)/1e6)
 }
