@@ -141,10 +141,10 @@ func TestSRPIdentitySwallowed(t *testing.T) {
 		},
 	}
 	r := newHostileRigWith(t, "strict", script, target.Config{SRPTargetPortID: srpPort})
-	const loss = 2 * time.Second
+	const loss = 3 * time.Second // room for several re-logins on a loaded machine
 	s := dial(t, initiator.Config{Provider: r.ip, Addr: r.addr, Name: "victim", Logger: quiet,
 		Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort,
-		IOTimeout: 300 * time.Millisecond, LossTimeout: loss})
+		IOTimeout: 200 * time.Millisecond, LossTimeout: loss})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	v, err := s.Open(ctx, "lun0", initiator.OpenOptions{})
