@@ -120,6 +120,14 @@ func TestAdminMessages(t *testing.T) {
 		{[]string{"volume", "delete", ""}, 2, "srpd volume delete: \"\": want a name\nRun 'srpd volume delete --help' for usage.\n"},
 		{[]string{"volume", "delete", ".."}, 2, "srpd volume delete: \"..\": want a name\nRun 'srpd volume delete --help' for usage.\n"},
 		{[]string{"volume", "create", "--size", "1MiB", " "}, 2, "srpd volume create: \" \": want a name\nRun 'srpd volume create --help' for usage.\n"},
+		// A volume's snapshots once went with it, unasked.
+		{[]string{"volume", "create", "--size", "1MiB", "kept"}, 0, ""},
+		{[]string{"snapshot", "create", "kept", "before"}, 0, ""},
+		{[]string{"volume", "delete", "kept"}, 1, "srpd: volume \"kept\" has 1 snapshot (kept@before): " +
+			"give --snapshots to delete it with the volume, or delete it first with 'srpd snapshot delete'\n"},
+		{[]string{"snapshot", "list", "kept"}, 0, ""},
+		{[]string{"volume", "delete", "--snapshots", "kept"}, 0, ""},
+		{[]string{"volume", "delete", "kept"}, 1, "srpd: volume \"kept\" does not exist\n"},
 	} {
 		r := e2etest.Run(t, nil, srpd, append(tc.args, "--data", data)...)
 		if r.Code != tc.code || r.Stderr != tc.stderr {

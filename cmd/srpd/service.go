@@ -241,9 +241,23 @@ func (s *service) tellSessions(volume string, size int64) {
 // run loops, which take a signal within microseconds unless stuck.
 const resizeNotifyTimeout = 5 * time.Second
 
-func (s *service) DeleteVolume(name string) error {
+func (s *service) DeleteVolume(name string, req admin.DeleteVolume) error {
 	if strings.Contains(name, "@") {
 		return admin.Errorf(admin.ErrInvalid, "%q is a snapshot: use 'srpd snapshot delete'", name)
+	}
+	if sn, ok := s.store.(block.Snapshotter); ok && !req.Snapshots {
+		// The store deletes a volume's snapshots with it; that is for
+		// the user to ask for, not a side effect (admin.DeleteVolume).
+		// A snapshot taken between this look and the delete goes too:
+		// the admin socket is the daemon's user's alone.
+		snaps, err := sn.Snapshots(name)
+		if err != nil && !errors.Is(err, block.ErrNotFound) {
+			return blockErr(fmt.Sprintf("volume %q", name), err)
+		}
+		if n := len(snaps); n > 0 {
+			return admin.Errorf(admin.ErrBusy, "volume %q has %d snapshot%s (%s): give --snapshots to delete %s with the volume, or delete %s first with 'srpd snapshot delete'",
+				name, n, plural(n), snapshotNames(name, snaps), them(n), them(n))
+		}
 	}
 	if err := s.store.Delete(name); err != nil {
 		return blockErr(fmt.Sprintf("volume %q", name), err)
@@ -431,3 +445,30 @@ func (s *service) Status() (admin.Status, error) {
 }
 
 var _ admin.Service = (*service)(nil)
+
+// snapshotNames lists a volume's snapshots as VOLUME@SNAPSHOT, the
+// first three and how many more.
+func snapshotNames(volume string, snaps []block.SnapshotInfo) string {
+	names := make([]string, 0, 3)
+	for _, x := range snaps[:min(len(snaps), 3)] {
+		names = append(names, volume+"@"+x.Name)
+	}
+	if len(snaps) > 3 {
+		names = append(names, fmt.Sprintf("and %d more", len(snaps)-3))
+	}
+	return strings.Join(names, ", ")
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func them(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
+}

@@ -24,7 +24,7 @@ func volumeCommand() *cli.Command {
 	var af adminFlags
 	var size cli.SizeFlag
 	var bs int
-	var force bool
+	var force, withSnaps bool
 	checkSize := func([]string) error { return sizeArg(&size, "size") }
 	// A new volume's geometry is known here: say what is wrong with it
 	// before srpd is asked (it answered --block-size 1000 with "size
@@ -79,8 +79,14 @@ func volumeCommand() *cli.Command {
 				}),
 		},
 		adminCmd{
-			name: "delete", args: "NAME", short: "delete a volume and its snapshots",
-			run: func(s admin.Service, args []string) error { return s.DeleteVolume(args[0]) },
+			name: "delete", args: "NAME", short: "delete a volume",
+			long: "Delete a volume and what it holds. A volume that has snapshots is refused\nunless --snapshots is given, which deletes them with it.",
+			flags: func(fs *flag.FlagSet) {
+				fs.BoolVar(&withSnaps, "snapshots", false, "delete the volume's snapshots with it")
+			},
+			run: func(s admin.Service, args []string) error {
+				return s.DeleteVolume(args[0], admin.DeleteVolume{Snapshots: withSnaps})
+			},
 		},
 	)
 }

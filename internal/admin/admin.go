@@ -13,7 +13,7 @@
 //	GET    /v1/volumes                             []Volume
 //	POST   /v1/volumes                             CreateVolume → Volume
 //	POST   /v1/volumes/{name}/resize               ResizeVolume → Volume
-//	DELETE /v1/volumes/{name}
+//	DELETE /v1/volumes/{name}[?snapshots=1]       (one with snapshots only with ?snapshots=1)
 //	GET    /v1/snapshots                           []Snapshot (of every volume)
 //	GET    /v1/volumes/{name}/snapshots            []Snapshot
 //	POST   /v1/volumes/{name}/snapshots            CreateSnapshot → Snapshot
@@ -73,6 +73,16 @@ type ResizeVolume struct {
 	// I/O past the new end then fails); without it such a shrink is
 	// refused with ErrBusy. A grow never needs it.
 	Force bool `json:"force,omitempty"`
+}
+
+// DeleteVolume says how DELETE /v1/volumes/{name} deletes (its query:
+// ?snapshots=1).
+type DeleteVolume struct {
+	// Snapshots deletes the volume's snapshots with it. Without it a
+	// volume that has snapshots is refused with ErrBusy: a snapshot is
+	// what a user keeps to go back to, and `rbd rm` and `zfs destroy`
+	// refuse the same way.
+	Snapshots bool
 }
 
 // CreateSnapshot is the body of POST /v1/volumes/{name}/snapshots.
@@ -247,7 +257,7 @@ type Service interface {
 	Volumes() ([]Volume, error)
 	CreateVolume(CreateVolume) (Volume, error)
 	ResizeVolume(name string, req ResizeVolume) (Volume, error)
-	DeleteVolume(name string) error
+	DeleteVolume(name string, req DeleteVolume) error
 	Snapshots(volume string) ([]Snapshot, error)
 	CreateSnapshot(volume, name string) (Snapshot, error)
 	DeleteSnapshot(volume, name string) error

@@ -157,8 +157,12 @@ func (r *remote) ResizeVolume(name string, req ResizeVolume) (Volume, error) {
 	return v, err
 }
 
-func (r *remote) DeleteVolume(name string) error {
-	return r.c.do(r.ctx, "DELETE", "/v1/volumes/"+esc(name), nil, nil)
+func (r *remote) DeleteVolume(name string, req DeleteVolume) error {
+	path := "/v1/volumes/" + esc(name)
+	if req.Snapshots {
+		path += "?snapshots=1"
+	}
+	return r.c.do(r.ctx, "DELETE", path, nil, nil)
 }
 
 func (r *remote) Snapshots(volume string) ([]Snapshot, error) {

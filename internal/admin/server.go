@@ -41,7 +41,7 @@ func Handler(svc Service) http.Handler {
 		return svc.ResizeVolume(r.PathValue("name"), req)
 	})
 	h("DELETE /v1/volumes/{name}", func(r *http.Request) (any, error) {
-		return nil, svc.DeleteVolume(r.PathValue("name"))
+		return nil, svc.DeleteVolume(r.PathValue("name"), DeleteVolume{Snapshots: r.URL.Query().Get("snapshots") == "1"})
 	})
 	h("GET /v1/volumes/{name}/snapshots", func(r *http.Request) (any, error) {
 		return svc.Snapshots(r.PathValue("name"))
