@@ -76,6 +76,7 @@ type disk struct {
 	fs.Inode
 	dev   Device
 	log   *slog.Logger
+	errs  errLog
 	mtime time.Time
 }
 
@@ -144,7 +145,7 @@ func (d *disk) errno(op string, off, n int64, err error) syscall.Errno {
 		d.log.Debug("fusedisk: target out of space", "op", op, "offset", off, "length", n, "err", err)
 		return syscall.ENOSPC
 	}
-	d.log.Error("fusedisk: I/O error", "op", op, "offset", off, "length", n, "err", err)
+	d.errs.report(op, off, n, err)
 	return syscall.EIO
 }
 
@@ -259,7 +260,7 @@ func Mount(dir string, dev Device, o Options) (*fuse.Server, error) {
 	if o.FsName == "" {
 		o.FsName = "fusedisk"
 	}
-	r := &root{disk: &disk{dev: dev, log: o.Logger, mtime: time.Now()}}
+	r := &root{disk: &disk{dev: dev, log: o.Logger, errs: errLog{log: o.Logger}, mtime: time.Now()}}
 	sec := time.Second
 	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
