@@ -58,6 +58,9 @@ size of the volume, with direct I/O. Make it a block device with loop:
     ...
     umount /mnt/fs && losetup -d $dev && kill %1   # in this order
 
+DIR/disk is used as a block device is: dd if=img of=DIR/disk bs=1M
+conv=fsync writes an image over the start of the volume (O_TRUNC is
+ignored, the size never changes), and truncate is refused.
 fsync on DIR/disk flushes the volume; discard (fallocate PUNCH_HOLE) and
 write-zeroes (ZERO_RANGE) reach the target as DISCARD and WRITE_ZEROES.
 srpc stays in the foreground; SIGTERM or SIGINT unmounts and flushes (it
