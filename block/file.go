@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gosrp/gosrp/internal/durable"
 )
 
 // FileStore is the file backend: each volume is a sparse file NAME.vol in
@@ -67,40 +69,9 @@ func (s *FileStore) readMeta(name string) (*volumeMeta, error) {
 	return decodeVolumeMeta(b, name, "")
 }
 
-// writeMeta replaces NAME.meta atomically and durably: write a temporary
-// file, fsync it, rename it over the old one, fsync the directory.
+// writeMeta replaces NAME.meta atomically and durably (internal/durable).
 func (s *FileStore) writeMeta(m *volumeMeta) error {
-	tmp := s.metaPath(m.Name) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, privateFileMode)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(encodeRecord(m))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, s.metaPath(m.Name))
-	}
-	if err == nil {
-		err = syncDir(s.dir)
-	}
-	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return durable.WriteFile(s.metaPath(m.Name), encodeRecord(m), privateFileMode)
 }
 
 // Create implements Store.
@@ -228,7 +199,7 @@ func (s *FileStore) Delete(name string) error {
 	if err := os.Remove(s.volPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("block: volume %q: delete: %w", name, err)
 	}
-	return syncDir(s.dir)
+	return durable.SyncDir(s.dir)
 }
 
 // Close implements Store: open handles then fail with ErrClosed. Data

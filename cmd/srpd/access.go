@@ -12,6 +12,7 @@ import (
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/internal/admin"
+	"github.com/gosrp/gosrp/internal/durable"
 	"github.com/gosrp/gosrp/target"
 )
 
@@ -141,7 +142,7 @@ func (a *access) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeDurable(a.path, append(b, '\n'))
+	return durable.WriteFile(a.path, append(b, '\n'), 0o600)
 }
 
 func (a *access) ACL() admin.ACL {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/gosrp/gosrp/internal/durable"
 )
 
 // dirtyDir holds the volumes' dirty marks in the data directory: one
@@ -22,7 +24,7 @@ const dirtyDir = "dirty"
 const bootIDFile = "/proc/sys/kernel/random/boot_id"
 
 // dirtyMarks is target.DirtyMarks over dirtyDir. A mark is written with
-// writeDurable (file and directory synced), once per volume and flush:
+// durable.WriteFile (file and directory synced), once per volume and flush:
 // the first write after a flush waits for it.
 //
 // processSafe says the backend hands every write to the kernel before
@@ -55,7 +57,7 @@ func (d *dirtyMarks) path(volume string) string {
 }
 
 // DirtyVolumes lists the marked volumes. Leftovers of an interrupted
-// writeDurable (*.tmp) are no marks: the write they were for had not
+// durable.WriteFile (*.tmp) are no marks: the write they were for had not
 // started.
 func (d *dirtyMarks) DirtyVolumes() ([]string, error) {
 	ents, err := os.ReadDir(d.dir)
@@ -89,7 +91,7 @@ func (d *dirtyMarks) DirtyVolumes() ([]string, error) {
 }
 
 func (d *dirtyMarks) MarkDirty(volume string) error {
-	return writeDurable(d.path(volume), []byte(volume+"\n"+d.boot))
+	return durable.WriteFile(d.path(volume), []byte(volume+"\n"+d.boot), 0o600)
 }
 
 func (d *dirtyMarks) ClearDirty(volume string) error {

@@ -8,11 +8,12 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gosrp/gosrp/internal/durable"
 	"github.com/gosrp/gosrp/target"
 )
 
 // lunsFile holds the SRP LUN numbers in the data directory, replaced
-// whole with writeDurable as reservationsFile is: a host that reconnects
+// whole with durable.WriteFile as reservationsFile is: a host that reconnects
 // after a restart must find each LUN number naming the volume it named
 // before (target.LUNStore).
 const lunsFile = "srp-luns.json"
@@ -46,5 +47,5 @@ func (f lunFile) SaveLUNs(m target.LUNMap) error {
 	if err != nil {
 		return err
 	}
-	return writeDurable(f.path, append(b, '\n'))
+	return durable.WriteFile(f.path, append(b, '\n'), 0o600)
 }

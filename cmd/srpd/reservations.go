@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/gosrp/gosrp/block"
+	"github.com/gosrp/gosrp/internal/durable"
 	"github.com/gosrp/gosrp/target"
 )
 
@@ -19,7 +20,7 @@ import (
 // than a record in the block store: reservations are the target's
 // protocol state, not the volume's data or metadata, the store is one of
 // several backends (memory, files, pebble) that would each have to carry
-// them, and a small file replaced whole with writeDurable is as durable
+// them, and a small file replaced whole with durable.WriteFile is as durable
 // as a pebble batch with sync and simpler to read when debugging.
 const reservationsFile = "reservations.json"
 
@@ -65,7 +66,7 @@ func (r *reservations) SaveReservation(volume string, st target.ReservationState
 	}
 	b, err := json.MarshalIndent(r.doc, "", "  ")
 	if err == nil {
-		err = writeDurable(r.path, append(b, '\n'))
+		err = durable.WriteFile(r.path, append(b, '\n'), 0o600)
 	}
 	if err != nil {
 		if had {
