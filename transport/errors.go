@@ -43,7 +43,7 @@ var (
 	// protocol (an HTTP or NVMe/TCP server on the port): a definite
 	// answer, as ErrRefused is, and one no retry will change. Only a
 	// provider whose connection exchange has a signature of its own can
-	// tell (emu's TCP wire).
+	// tell (emu's TCP wire). See ForeignPeerError for what it said.
 	ErrForeignPeer = errors.New("transport: the peer answered in another protocol")
 	// ErrCQOverrun: the completion queue overflowed and is unusable
 	// (IBV_EVENT_CQ_ERR); destroy it and everything attached.
@@ -63,3 +63,18 @@ func (e *RejectError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrRejected) true.
 func (e *RejectError) Unwrap() error { return ErrRejected }
+
+// ForeignPeerError is returned by Connect when the listener answered in
+// another protocol (ErrForeignPeer); it carries the start of what the
+// listener said, for a message that names the service.
+type ForeignPeerError struct {
+	Answer []byte
+}
+
+// Error quotes what the listener answered.
+func (e *ForeignPeerError) Error() string {
+	return fmt.Sprintf("%v: it answered %q", ErrForeignPeer, e.Answer)
+}
+
+// Unwrap makes errors.Is(err, ErrForeignPeer) true.
+func (e *ForeignPeerError) Unwrap() error { return ErrForeignPeer }

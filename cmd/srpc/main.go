@@ -384,27 +384,15 @@ func dialError(target, name string, haveSecret bool, err error) error {
 	if addrErr, ok := errors.AsType[*net.AddrError](err); ok {
 		return fmt.Errorf("cannot reach a target at %s: %s (want HOST:PORT, e.g. 127.0.0.1:4420)", target, addrErr.Err)
 	}
-	if errors.Is(err, transport.ErrForeignPeer) {
+	if fe, ok := errors.AsType[*transport.ForeignPeerError](err); ok {
 		// srpd's default port, 4420, is NVMe/TCP's too.
-		return fmt.Errorf("cannot connect to %s: something else listens there, not a gosrp target (it %s)", target, foreignSaid(err))
+		return fmt.Errorf("cannot connect to %s: something else listens there, not a gosrp target (it answered %q)", target, fe.Answer)
 	}
 	msg := err.Error()
 	if strings.Contains(msg, "connection refused") {
 		return fmt.Errorf("cannot reach a target at %s: connection refused (is srpd running? --target or SRPC_TARGET)", target)
 	}
 	return fmt.Errorf("cannot connect to %s: %s", target, strings.TrimPrefix(msg, "initiator: "))
-}
-
-// foreignSaid is what a foreign listener answered, as the provider
-// quoted it ("answered \"HTTP/1.0 400 Bad \"").
-func foreignSaid(err error) string {
-	msg := err.Error()
-	if i := strings.Index(msg, "answered "); i >= 0 {
-		if j := strings.Index(msg[i:], ": "+transport.ErrForeignPeer.Error()); j > 0 {
-			return msg[i : i+j]
-		}
-	}
-	return "answered in another protocol"
 }
 
 // ioError shortens an initiator error to one line a user can act on.

@@ -379,6 +379,9 @@ func TestConnectForeignListener(t *testing.T) {
 			if got := errors.Is(err, transport.ErrForeignPeer); got != tc.foreign {
 				t.Fatalf("connect: %v; ErrForeignPeer %t, want %t", err, got, tc.foreign)
 			}
+			if fe, ok := errors.AsType[*transport.ForeignPeerError](err); tc.foreign && (!ok || string(fe.Answer) != tc.answer[:min(len(tc.answer), 16)]) {
+				t.Fatalf("connect: %v; want the answer's first bytes %q quoted", err, tc.answer[:min(len(tc.answer), 16)])
+			}
 			if !tc.foreign && !errors.Is(err, transport.ErrDisconnected) {
 				t.Fatalf("connect: %v, want ErrDisconnected", err)
 			}

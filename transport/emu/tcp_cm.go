@@ -5,6 +5,7 @@ package emu
 // (stream.go) runs.
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -99,7 +100,7 @@ func (tcpWire) readAnswer(ctx context.Context, p *Provider, nc net.Conn, addr st
 	if n >= 2 && binary.LittleEndian.Uint16(hb[:]) != frameMagic {
 		// Not an emu peer at all: whatever listens there said something
 		// else, in full or before it hung up.
-		return streamAnswer{}, fmt.Errorf("emu: connect to %s: answered %q: %w", addr, printable(hb[:n]), transport.ErrForeignPeer)
+		return streamAnswer{}, fmt.Errorf("emu: connect to %s: %w", addr, &transport.ForeignPeerError{Answer: bytes.Clone(hb[:min(n, 16)])})
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -134,17 +135,4 @@ func writeCM(nc net.Conn, kind pktKind, priv []byte, credit transport.ReadCredit
 	copy(b[headerLen:], priv)
 	_, err := nc.Write(b)
 	return err
-}
-
-// printable is the start of b with what is not printable ASCII as '.',
-// for an error that says what a foreign listener answered.
-func printable(b []byte) string {
-	out := make([]byte, 0, min(len(b), 16))
-	for _, c := range b[:min(len(b), 16)] {
-		if c < 0x20 || c > 0x7e {
-			c = '.'
-		}
-		out = append(out, c)
-	}
-	return string(out)
 }
