@@ -123,8 +123,8 @@ func TestAdminMessages(t *testing.T) {
 		// A volume's snapshots once went with it, unasked.
 		{[]string{"volume", "create", "--size", "1MiB", "kept"}, 0, ""},
 		{[]string{"snapshot", "create", "kept", "before"}, 0, ""},
-		{[]string{"volume", "delete", "kept"}, 1, "srpd: volume \"kept\" has 1 snapshot (kept@before): " +
-			"give --snapshots to delete it with the volume, or delete it first with 'srpd snapshot delete'\n"},
+		{[]string{"volume", "delete", "kept"}, 1, "srpd: volume \"kept\" has snapshots (kept@before): " +
+			"give --snapshots to delete them with it, or delete them first with 'srpd snapshot delete'\n"},
 		{[]string{"snapshot", "list", "kept"}, 0, ""},
 		{[]string{"volume", "delete", "--snapshots", "kept"}, 0, ""},
 		{[]string{"volume", "delete", "kept"}, 1, "srpd: volume \"kept\" does not exist\n"},

@@ -254,9 +254,9 @@ func (s *service) DeleteVolume(name string, req admin.DeleteVolume) error {
 		if err != nil && !errors.Is(err, block.ErrNotFound) {
 			return blockErr(fmt.Sprintf("volume %q", name), err)
 		}
-		if n := len(snaps); n > 0 {
-			return admin.Errorf(admin.ErrBusy, "volume %q has %d snapshot%s (%s): give --snapshots to delete %s with the volume, or delete %s first with 'srpd snapshot delete'",
-				name, n, plural(n), snapshotNames(name, snaps), them(n), them(n))
+		if len(snaps) > 0 {
+			return admin.Errorf(admin.ErrBusy, "volume %q has snapshots (%s): give --snapshots to delete them with it, or delete them first with 'srpd snapshot delete'",
+				name, snapshotNames(name, snaps))
 		}
 	}
 	if err := s.store.Delete(name); err != nil {
@@ -457,18 +457,4 @@ func snapshotNames(volume string, snaps []block.SnapshotInfo) string {
 		names = append(names, fmt.Sprintf("and %d more", len(snaps)-3))
 	}
 	return strings.Join(names, ", ")
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
-}
-
-func them(n int) string {
-	if n == 1 {
-		return "it"
-	}
-	return "them"
 }
