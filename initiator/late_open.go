@@ -319,15 +319,14 @@ func (c *channel) stopLate(requeue bool) {
 		l.cancel = nil
 	}
 	l.vols = nil
-	if !requeue {
-		l.due = nil
-	}
 	if requeue {
+		// l.due stays: the next connection keeps each volume's deadline.
 		c.mu.Lock()
 		c.q.prependAll(&l.parked)
 		c.mu.Unlock()
 		return
 	}
+	l.due = nil
 	for r := l.parked.pop(); r != nil; r = l.parked.pop() {
 		r.finish(ErrClosed)
 	}

@@ -224,6 +224,21 @@ func (r *crashRig) crash() {
 	r.cur = nil
 }
 
+// flushedCrashRig is a crashRig of size bytes with a session of ch
+// channels and a 4 MiB replay buffer, whose volume has blocks 0..63
+// written (generation 1, in model) and flushed.
+func flushedCrashRig(t *testing.T, size int64, ch int) (*crashRig, *initiator.Session, *initiator.Volume, []byte) {
+	t.Helper()
+	r := newCrashRig(t, size)
+	s, v := r.dial(t, initiator.Config{Channels: ch, ReplayBuffer: 4 << 20})
+	model := make([]byte, size)
+	writeModel(t, v, model, 0, 64, 16, 1)
+	if err := v.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r, s, v, model
+}
+
 func (r *crashRig) dial(t *testing.T, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {
 	t.Helper()
 	cfg.Provider, cfg.Addr, cfg.Name = r.p, r.addr, "crash-test"
@@ -352,14 +367,8 @@ func TestTargetRestartDuringReplay(t *testing.T) {
 		for _, ch := range []int{1, 2} {
 			t.Run(fmt.Sprintf("replaced=%t/channels=%d", replaced, ch), func(t *testing.T) {
 				const size = 8 << 20
-				r := newCrashRig(t, size)
-				s, v := r.dial(t, initiator.Config{Channels: ch, ReplayBuffer: 4 << 20})
+				r, s, v, model := flushedCrashRig(t, size, ch)
 				ctx := context.Background()
-				model := make([]byte, size)
-				writeModel(t, v, model, 0, 64, 16, 1)
-				if err := v.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
 				writeModel(t, v, model, 64, 64, 1, 1)
 				writeModel(t, v, model, 128, 512, 64, 1)
 				writeModel(t, v, model, 100, 8, 2, 2) // overwrites: replayed out of order, they would lose
@@ -464,14 +473,7 @@ func TestVolumeReplacedAcrossRestart(t *testing.T) {
 	for _, ch := range []int{1, 2} {
 		t.Run(fmt.Sprintf("channels=%d", ch), func(t *testing.T) {
 			const size = 8 << 20
-			r := newCrashRig(t, size)
-			s, v := r.dial(t, initiator.Config{Channels: ch, ReplayBuffer: 4 << 20})
-			ctx := context.Background()
-			model := make([]byte, size)
-			writeModel(t, v, model, 0, 64, 16, 1)
-			if err := v.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
+			r, s, v, model := flushedCrashRig(t, size, ch)
 			writeModel(t, v, model, 64, 128, 16, 1) // acknowledged, in the ring
 
 			r.crash()
