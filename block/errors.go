@@ -26,6 +26,9 @@ var (
 	ErrExists = errors.New("block: already exists")
 	// ErrBusy reports a delete of a volume or snapshot that is still open.
 	ErrBusy = errors.New("block: in use")
+	// ErrHasSnapshots reports a DeleteIfNoSnapshots of a volume that has
+	// snapshots.
+	ErrHasSnapshots = errors.New("block: volume has snapshots")
 	// ErrUnsupported reports an operation the backend cannot perform; see Caps.
 	ErrUnsupported = errors.New("block: unsupported operation")
 	// ErrInvalid reports a bad argument: a bad name, block size or volume size.

@@ -95,7 +95,14 @@ func (s *MemStore) List() ([]VolumeInfo, error) {
 }
 
 // Delete implements Store.
-func (s *MemStore) Delete(name string) error {
+func (s *MemStore) Delete(name string) error { return s.delete(name, false) }
+
+// DeleteIfNoSnapshots implements Snapshotter.
+func (s *MemStore) DeleteIfNoSnapshots(name string) error { return s.delete(name, true) }
+
+// delete removes a volume and its snapshots, or refuses one that has
+// snapshots if alone.
+func (s *MemStore) delete(name string, alone bool) error {
 	if err := s.lock("delete " + name); err != nil {
 		return err
 	}
@@ -103,6 +110,9 @@ func (s *MemStore) Delete(name string) error {
 	c, ok := s.vols[name]
 	if !ok {
 		return fmt.Errorf("block: volume %q: delete: %w", name, ErrNotFound)
+	}
+	if n := len(s.snaps[name]); alone && n > 0 {
+		return fmt.Errorf("block: volume %q: delete: %d snapshots: %w", name, n, ErrHasSnapshots)
 	}
 	if s.refs[c] > 0 {
 		return fmt.Errorf("block: volume %q: delete: %d open handles: %w", name, s.refs[c], ErrBusy)

@@ -146,6 +146,16 @@ func (m *modelRun) pickSnap() (string, bool) {
 }
 
 // span picks a block-aligned range inside the volume (nil ok if empty).
+// hasSnaps reports whether the model holds snapshots of the volume.
+func (m *modelRun) hasSnaps(volume string) bool {
+	for k := range m.snaps {
+		if vol, _, _ := strings.Cut(k, "@"); vol == volume {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *modelRun) span(r *refVol, maxBlocks int64) (off, n int64, ok bool) {
 	nb := r.size / int64(r.bs)
 	if nb == 0 {
@@ -267,7 +277,22 @@ func (m *modelRun) step() string {
 	case op < 83 && len(m.ref) > 1: // delete a volume (and its snapshots)
 		require.ErrorIs(t, m.store.Delete(name), ErrBusy)
 		require.NoError(t, v.Close())
-		require.NoError(t, m.store.Delete(name))
+		switch {
+		case canSnap && m.hasSnaps(name):
+			// Refused and kept whole; compareAll checks the content.
+			require.ErrorIs(t, snapper.DeleteIfNoSnapshots(name), ErrHasSnapshots)
+			if m.rng.IntN(2) == 0 {
+				nv, err := m.store.Open(name)
+				require.NoError(t, err)
+				m.vols[name] = nv
+				return "delete refused " + name
+			}
+			require.NoError(t, m.store.Delete(name))
+		case canSnap:
+			require.NoError(t, snapper.DeleteIfNoSnapshots(name))
+		default:
+			require.NoError(t, m.store.Delete(name))
+		}
 		delete(m.vols, name)
 		delete(m.ref, name)
 		for k := range m.snaps {

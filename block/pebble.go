@@ -518,7 +518,13 @@ func (s *PebbleStore) busyLocked(volume, snap string, snaps bool) error {
 // Delete implements Store: the volume and all its snapshots go; layers no
 // longer referenced by any volume, snapshot or clone are range-deleted in
 // the same batch.
-func (s *PebbleStore) Delete(name string) error {
+func (s *PebbleStore) Delete(name string) error { return s.delete(name, false) }
+
+// DeleteIfNoSnapshots implements Snapshotter.
+func (s *PebbleStore) DeleteIfNoSnapshots(name string) error { return s.delete(name, true) }
+
+// delete is Delete, refusing a volume that has snapshots if alone.
+func (s *PebbleStore) delete(name string, alone bool) error {
 	if err := s.lock("delete " + name); err != nil {
 		return err
 	}
@@ -526,6 +532,16 @@ func (s *PebbleStore) Delete(name string) error {
 	m, err := s.getMetaLocked(name, "")
 	if err != nil {
 		return fmt.Errorf("block: volume %q: delete: %w", name, err)
+	}
+	if alone {
+		n := 0
+		err := s.scanMetaLocked(snapshotPrefix(name), func([]byte, *volumeMeta) error { n++; return nil })
+		if err == nil && n > 0 {
+			err = fmt.Errorf("%d snapshots: %w", n, ErrHasSnapshots)
+		}
+		if err != nil {
+			return fmt.Errorf("block: volume %q: delete: %w", name, err)
+		}
 	}
 	if err := s.busyLocked(name, "", true); err != nil {
 		return fmt.Errorf("block: volume %q: delete: %w", name, err)

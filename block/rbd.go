@@ -444,7 +444,15 @@ func (s *RBDStore) List() ([]VolumeInfo, error) {
 // Delete implements Store: the image's snapshots go first (a snapshot
 // that has clones keeps the volume: ErrBusy), then the image; an image
 // another client has open is ErrBusy too (librbd refuses it: EBUSY).
-func (s *RBDStore) Delete(name string) error {
+func (s *RBDStore) Delete(name string) error { return s.delete(name, false) }
+
+// DeleteIfNoSnapshots implements Snapshotter. Another gateway may take a
+// snapshot between this store's look and the removal; librbd's removal
+// then refuses (ENOTEMPTY), and the image is kept rather than trashed.
+func (s *RBDStore) DeleteIfNoSnapshots(name string) error { return s.delete(name, true) }
+
+// delete is Delete, refusing an image that has user snapshots if alone.
+func (s *RBDStore) delete(name string, alone bool) error {
 	if err := s.lock("delete " + name); err != nil {
 		return err
 	}
@@ -460,6 +468,9 @@ func (s *RBDStore) Delete(name string) error {
 		return fmt.Errorf("block: volume %q: delete: %w", name, rbdErr(err))
 	}
 	snaps, err := userSnaps(img)
+	if err == nil && alone && len(snaps) > 0 {
+		err = fmt.Errorf("%d snapshots: %w", len(snaps), ErrHasSnapshots)
+	}
 	for i := 0; err == nil && i < len(snaps); i++ {
 		err = removeSnap(img.GetSnapshot(snaps[i].Name))
 	}
@@ -468,7 +479,18 @@ func (s *RBDStore) Delete(name string) error {
 	}
 	if err == nil {
 		err = rbd.RemoveImage(s.ioctx, name)
-		if errors.Is(rbdErr(err), ErrBusy) && !s.watchedByOthers(name) {
+		busy := errors.Is(rbdErr(err), ErrBusy)
+		if busy && alone {
+			// A snapshot another gateway took since the look above
+			// must not go to the trash with the image.
+			if has, serr := s.hasUserSnaps(name); serr != nil || has {
+				busy = false
+				if has {
+					err = ErrHasSnapshots
+				}
+			}
+		}
+		if busy && !s.watchedByOthers(name) {
 			// Snapshots that clones still depend on are in the
 			// snapshot trash and keep the image: it goes to the RBD
 			// trash instead, out of List and its name free, until
@@ -480,6 +502,17 @@ func (s *RBDStore) Delete(name string) error {
 		return fmt.Errorf("block: volume %q: delete: %w", name, rbdErr(err))
 	}
 	return nil
+}
+
+// hasUserSnaps reports whether the image has user snapshots.
+func (s *RBDStore) hasUserSnaps(name string) (bool, error) {
+	img, err := rbd.OpenImageReadOnly(s.ioctx, name, rbd.NoSnapshot)
+	if err != nil {
+		return false, err
+	}
+	defer img.Close()
+	snaps, err := userSnaps(img)
+	return len(snaps) > 0, err
 }
 
 // watchedByOthers reports whether another client has the image open.

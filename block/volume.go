@@ -130,6 +130,12 @@ type Snapshotter interface {
 	OpenSnapshot(volume, snap string) (Volume, error)
 	// DeleteSnapshot removes a snapshot; it fails with ErrBusy while open.
 	DeleteSnapshot(volume, snap string) error
+	// DeleteIfNoSnapshots is Store.Delete for a volume without snapshots;
+	// one that has any is kept and the call fails with ErrHasSnapshots.
+	// The store decides under the lock its Snapshot takes, so a snapshot
+	// taken at the same moment is either refused or kept, never deleted
+	// unseen (a look at Snapshots before Delete cannot promise that).
+	DeleteIfNoSnapshots(name string) error
 	// Clone creates a new writable volume whose initial content is a snapshot.
 	Clone(volume, snap, newName string) (Volume, error)
 }

@@ -245,21 +245,21 @@ func (s *service) DeleteVolume(name string, req admin.DeleteVolume) error {
 	if strings.Contains(name, "@") {
 		return admin.Errorf(admin.ErrInvalid, "%q is a snapshot: use 'srpd snapshot delete'", name)
 	}
+	del := s.store.Delete
 	if sn, ok := s.store.(block.Snapshotter); ok && !req.Snapshots {
-		// The store deletes a volume's snapshots with it; that is for
-		// the user to ask for, not a side effect (admin.DeleteVolume).
-		// A snapshot taken between this look and the delete goes too:
-		// the admin socket is the daemon's user's alone.
-		snaps, err := sn.Snapshots(name)
-		if err != nil && !errors.Is(err, block.ErrNotFound) {
-			return blockErr(fmt.Sprintf("volume %q", name), err)
-		}
-		if len(snaps) > 0 {
-			return admin.Errorf(admin.ErrBusy, "volume %q has snapshots (%s): give --snapshots to delete them with it, or delete them first with 'srpd snapshot delete'",
-				name, snapshotNames(name, snaps))
-		}
+		// The store's Delete takes a volume's snapshots with it; that is
+		// for the user to ask for, not a side effect (admin.DeleteVolume).
+		del = sn.DeleteIfNoSnapshots
 	}
-	if err := s.store.Delete(name); err != nil {
+	if err := del(name); errors.Is(err, block.ErrHasSnapshots) {
+		// The names are for the message; the refusal was the store's.
+		which := ""
+		if snaps, _ := s.store.(block.Snapshotter).Snapshots(name); len(snaps) > 0 {
+			which = " (" + snapshotNames(name, snaps) + ")"
+		}
+		return admin.Errorf(admin.ErrBusy, "volume %q has snapshots%s: give --snapshots to delete them with it, or delete them first with 'srpd snapshot delete'",
+			name, which)
+	} else if err != nil {
 		return blockErr(fmt.Sprintf("volume %q", name), err)
 	}
 	s.catalogChanged()
