@@ -28,12 +28,15 @@ type channel struct {
 	q      queue
 	down   bool      // connection lost, reconnecting
 	downAt time.Time // when it was lost
-	// churn counts the connections in a row that a protocol violation
-	// ended before any request completed on them; the reconnect after
-	// such a one waits, longer each time (reconnect), so that a target
-	// that breaks every answer and takes every login again does not have
-	// the channel reconnecting hundreds of times a second. Run by the
-	// channel's goroutine only.
+	// churn counts the connections in a row that ended before any I/O
+	// request completed on them, other than by the initiator's own
+	// timers (a protocol violation, a cut, a flushed receive, not an
+	// I/O timeout or the keepalive); the reconnect after such a one waits,
+	// longer each time (reconnect), so that a target that takes every
+	// login and then breaks or cuts the connection does not have the
+	// channel reconnecting hundreds of times a second (ib_srp and
+	// nvme-rdma wait reconnect_delay between every two tries). Run by
+	// the channel's goroutine only.
 	churn int
 	// refused: the last reconnect found nobody listening and the session
 	// takes that as final (Config.refusedIsLost, Multipath's fast

@@ -193,9 +193,8 @@ type core struct {
 	acts        coreActions
 	lastFailure error
 	// answered counts the I/O requests completed on this connection
-	// (control requests do not count): one that ends over a protocol
-	// violation with none is a target that breaks every answer
-	// (channel.churn).
+	// (control requests do not count): one that ends with none gave the
+	// channel nothing for its reconnect (channel.churn).
 	answered uint64
 	ka       keepalive
 	srp      *srpCore // set for a ProtocolSRP session (core_srp.go)
@@ -279,7 +278,7 @@ func (c *core) tick(now int64) {
 	for i := range c.slots {
 		if sl := &c.slots[i]; sl.state == slotSent && now-sl.started > c.p.ioTimeout {
 			sl.req.timeouts++
-			c.fail(fmt.Errorf("initiator: %s outstanding for %s (I/O timeout %s)", sl.req.Op, time.Duration(now-sl.started).Round(time.Millisecond), time.Duration(c.p.ioTimeout)))
+			c.fail(fmt.Errorf("initiator: %s outstanding for %s (%w %s)", sl.req.Op, time.Duration(now-sl.started).Round(time.Millisecond), errIOTimeout, time.Duration(c.p.ioTimeout)))
 			return
 		}
 	}
@@ -333,6 +332,10 @@ func (c *core) fail(err error) {
 // target that answers everything but one command cannot keep it, and
 // its caller, waiting forever.
 const maxIOTimeouts = 5
+
+// errIOTimeout is the failure of a connection on which a request went
+// unanswered for IOTimeout.
+var errIOTimeout = errors.New("I/O timeout")
 
 // unansweredError fails a request whose I/O timeout ended
 // maxIOTimeouts connections. It is os.ErrDeadlineExceeded to callers;

@@ -372,7 +372,10 @@ func (c *channel) fail(err error) {
 	}
 	c.log.Warn("connection lost; reconnecting", "err", err)
 	c.s.stats.connLost.Add(1)
-	if errors.Is(err, ErrProtocol) && c.core.answered == 0 {
+	// A loss the initiator's own timers decided came a timeout after
+	// the connection's last sign of life: it is paced already.
+	paced := errors.Is(err, errIOTimeout) || errors.Is(err, errSilent)
+	if c.core.answered == 0 && !paced {
 		c.churn++
 	} else {
 		c.churn = 0
@@ -484,8 +487,8 @@ func (c *channel) lossLeftLocked() time.Duration {
 func (c *channel) reconnect() bool {
 	backoff := 50 * time.Millisecond
 	if c.churn > 0 {
-		// The last connections broke the protocol before answering
-		// anything: wait 25 ms, doubling to 2 s, but not past the loss
+		// The last connections ended before any I/O completed on
+		// them: wait 25 ms, doubling to 2 s, but not past the loss
 		// deadline, before the next.
 		wait := min(25*time.Millisecond<<min(c.churn-1, 7), 2*time.Second)
 		c.mu.Lock()
