@@ -33,8 +33,8 @@ func TestDeleteIfNoSnapshotsRace(t *testing.T) {
 			// would replay it, so a failure names its round and
 			// both calls' errors instead.
 			wait := [2]int{rand.IntN(spins), rand.IntN(spins)}
-			wg.Go(func() { <-start; spin(wait[0]); _, snapErr = sn.Snapshot(name, "s") })
-			wg.Go(func() { <-start; spin(wait[1]); delErr = sn.DeleteIfNoSnapshots(name) })
+			wg.Go(func() { <-start; wait[0] = spin(wait[0]); _, snapErr = sn.Snapshot(name, "s") })
+			wg.Go(func() { <-start; wait[1] = spin(wait[1]); delErr = sn.DeleteIfNoSnapshots(name) })
 			close(start)
 			wg.Wait()
 			switch {
