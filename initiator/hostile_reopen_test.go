@@ -30,12 +30,24 @@ import (
 // volume's re-open succeeds) and reads back, byte for byte, what was
 // written before the trouble; the session then closes cleanly.
 func TestHostileReopenNotReady(t *testing.T) {
+	reopenNotReady(t, func(t *testing.T, script targettest.Script, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {
+		return newHostileRig(t, "strict", script).dial(t, cfg)
+	})
+}
+
+// notReadyRig starts a target with an 8 MiB vol0 of 4 KiB blocks behind
+// the hostile kit's script and dials it with cfg, vol0 open.
+type notReadyRig func(t *testing.T, script targettest.Script, cfg initiator.Config) (*initiator.Session, *initiator.Volume)
+
+// reopenNotReady is TestHostileReopenNotReady against the target that rig
+// makes: emu's hostile rig here, the device in TestRXEEndToEnd.
+func reopenNotReady(t *testing.T, rig notReadyRig) {
 	const loss, slack, maxCuts = 3 * time.Second, 5 * time.Second, 20
 	var trouble atomic.Bool
 	var notReady, cuts atomic.Int32
 	var mu sync.Mutex
 	var answered transport.QP // the target QP whose re-OPEN was answered NOT READY
-	r := newHostileRig(t, "strict", targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
+	script := targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
 		if !trouble.Load() || rsp.Login {
 			return targettest.Pass
 		}
@@ -56,8 +68,8 @@ func TestHostileReopenNotReady(t *testing.T) {
 		}
 		cuts.Add(1)
 		return targettest.Disconnect
-	}})
-	s, v := r.dial(t, initiator.Config{LossTimeout: loss, IOTimeout: time.Second})
+	}}
+	s, v := rig(t, script, initiator.Config{LossTimeout: loss, IOTimeout: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	before := bytes.Repeat([]byte{0xC3, 0x5A}, 4096) // two blocks at 0

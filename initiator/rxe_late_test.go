@@ -81,3 +81,25 @@ func rxeLate(t *testing.T, p transport.Provider) {
 		t.Errorf("reconnects %d, want 1", st.Reconnects)
 	}
 }
+
+// rxeReopenNotReady is TestHostileReopenNotReady on the device
+// (TestRXEEndToEnd's late-not-ready): each re-OPEN answered NOT READY
+// and the connection cut, so every reconnect tears a real QP down with
+// the late volume's write parked, paced by the channel's backoff; the
+// write fails at the volume's deadline, and the volume is served again
+// once the target behaves.
+func rxeReopenNotReady(t *testing.T, p transport.Provider) {
+	reopenNotReady(t, func(t *testing.T, script targettest.Script, cfg initiator.Config) (*initiator.Session, *initiator.Volume) {
+		st := block.NewMemStore()
+		if _, err := st.Create("vol0", 8<<20, 4096); err != nil {
+			t.Fatal(err)
+		}
+		tgt, err := target.New(target.Config{Name: "rxe-not-ready", Catalog: storecatalog.Catalog{Store: st}, Logger: rxeLog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := serve(t, tgt, targettest.Wrap(p, script).Listen, st.Close)
+		cfg.Provider, cfg.Addr, cfg.Name, cfg.Logger = p, addr, "rxe-not-ready", rxeLog
+		return dialVol0(t, cfg)
+	})
+}

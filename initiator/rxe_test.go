@@ -35,10 +35,11 @@ import (
 // then a connection the target cuts (through target/targettest, which
 // works on any provider) and the reconnect after it; then the same with
 // the target polling adaptively, as srpd does; then a volume whose store
-// hangs in its re-open across a cut (rxeLate); then 50 idle sessions,
-// which must not tick (rxeIdle). A clean run has no
-// lost connection but the one it forces. test/rxe/run.sh runs it in the
-// VM with GOSRP_RXE_E2E=1, and so does CI.
+// hangs in its re-open across a cut (rxeLate), and one whose re-OPEN
+// the target answers NOT READY and cuts, again and again
+// (rxeReopenNotReady); then 50 idle sessions, which must not tick
+// (rxeIdle). A clean run loses no connection but those it forces.
+// test/rxe/run.sh runs it in the VM with GOSRP_RXE_E2E=1, and so does CI.
 func TestRXEEndToEnd(t *testing.T) {
 	if os.Getenv("GOSRP_RXE_E2E") == "" {
 		t.Skip("needs an RDMA device: GOSRP_RXE_E2E=1 (test/rxe/run.sh ./initiator sets it)")
@@ -77,6 +78,13 @@ func TestRXEEndToEnd(t *testing.T) {
 		before := rxeCounters()
 		defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
 		rxeLate(t, p)
+	})
+	// A target that answers every re-OPEN NOT READY and cuts: real QPs
+	// torn down, paced, with a late volume's write parked.
+	t.Run("late-not-ready", func(t *testing.T) {
+		before := rxeCounters()
+		defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
+		rxeReopenNotReady(t, p)
 	})
 	// Idle sessions sleep on the device too (tickTimer).
 	t.Run("idle-sessions", func(t *testing.T) {
