@@ -246,7 +246,7 @@ func (o *Options) register(fs *flag.FlagSet) {
 		}
 		return fmt.Errorf("want auto, frmr or mw")
 	})
-	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable)", func(s string) error {
+	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable); over ibverbs the CQs poll with busy_poll=adaptive unless one is given", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return fmt.Errorf("want KEY=VALUE, got %q", s)
 		}

@@ -23,6 +23,10 @@ func writeSummary(w io.Writer, r *result) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "bench: rw=%s bs=%s iodepth=%d numjobs=%d procs=%d size=%s runtime=%s ramp=%s target=%s volume=%s provider=%s wire=%s profile=%s mechanism=%s\n",
 		o.RW, formatFioSize(o.BS), o.IODepth, o.NumJobs, o.Procs, formatFioSize(o.Size), o.Runtime, o.Ramp, r.target, o.Volume, o.Provider, o.Wire, o.Profile, o.Mechanism)
+	if bp, ok := o.providerOptions()["busy_poll"]; ok {
+		// How the CQ waiters wait decides QD1 latency and CPU per I/O.
+		fmt.Fprintf(w, "  poll : busy_poll=%s\n", bp)
+	}
 	if r.interrupt {
 		fmt.Fprintln(w, "  (interrupted: figures cover the time measured)")
 	}

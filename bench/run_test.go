@@ -332,3 +332,25 @@ func TestMechanism(t *testing.T) {
 		}
 	}
 }
+
+// TestProviderOptionsPoll: over real verbs bench polls adaptively unless
+// --provider-option names a busy_poll, and the report says which; the
+// software NIC gets its wire and profile and no busy_poll.
+func TestProviderOptionsPoll(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string // busy_poll, "" for none
+	}{
+		{Options{Provider: "ibverbs"}, "adaptive"},
+		{Options{Provider: "ibverbs", ProvOpts: []string{"busy_poll = 50us"}}, "50us"},
+		{Options{Provider: "emu", Wire: "tcp", Profile: "rxe"}, ""},
+	} {
+		got := tc.o.providerOptions()
+		if got["busy_poll"] != tc.want {
+			t.Errorf("%s %v: busy_poll %q, want %q", tc.o.Provider, tc.o.ProvOpts, got["busy_poll"], tc.want)
+		}
+		if tc.o.Provider == "emu" && (got["wire"] != "tcp" || got["profile"] != "rxe") {
+			t.Errorf("emu: options %v, want its wire and profile", got)
+		}
+	}
+}

@@ -24,6 +24,13 @@ import (
 // defaults (20 ms × 3) turn a GC pause on a busy machine into
 // RETRY_EXC_ERR.
 func openProvider(o *Options, log *slog.Logger) (transport.Provider, error) {
+	return cli.OpenProvider(o.Provider, o.providerOptions(), log)
+}
+
+// providerOptions are the options the provider is opened with: the emu
+// flags, --provider-option's, and over real verbs cli.BusyPoll if they
+// name no busy_poll (the report says which).
+func (o *Options) providerOptions() transport.Options {
 	opts := transport.Options{}
 	if o.Provider == "emu" {
 		opts["wire"] = o.Wire
@@ -33,7 +40,7 @@ func openProvider(o *Options, log *slog.Logger) (transport.Provider, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		opts[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
-	return cli.OpenProvider(o.Provider, opts, log)
+	return cli.WithBusyPoll(o.Provider, opts)
 }
 
 // embedded is a target running in this process on its own provider (the

@@ -92,7 +92,7 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.provider, "provider", "emu", "verbs `PROVIDER`: emu (software NIC) or ibverbs (RDMA hardware; needs a build with -tags ibverbs)")
 	fs.StringVar(&c.profile, "profile", "strict", "emu device quirk `PROFILE`: strict, ib, iwarp or rxe")
 	fs.StringVar(&c.wire, "wire", "tcp", "emu `WIRE`: tcp (to another process or host) or shm (to srpd on this host, over shared memory)")
-	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable)", func(s string) error {
+	fs.Func("provider-option", "extra provider option `KEY=VALUE` (repeatable); over ibverbs the CQs poll with busy_poll=adaptive unless one is given", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return fmt.Errorf("want KEY=VALUE, got %q", s)
 		}

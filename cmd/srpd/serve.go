@@ -63,32 +63,20 @@ func newLogger(level, format string) (*slog.Logger, error) {
 }
 
 // providerOptions are the options srpd opens its provider with: the
-// emu flags, srpdBusyPoll over real verbs, then --provider-option's,
-// which win.
+// emu flags, --provider-option's, and over real verbs cli.BusyPoll if
+// they name no busy_poll. srpd adds it here, not leaving it to
+// cli.OpenProvider, so that its serving line can say it.
 func providerOptions(c *Config) transport.Options {
 	o := transport.Options{}
-	switch c.Provider {
-	case "emu":
+	if c.Provider == "emu" {
 		o["wire"] = c.Wire
 		o["profile"] = c.Profile
-	case "ibverbs":
-		o["busy_poll"] = srpdBusyPoll
 	}
 	for k, v := range c.ProviderOptions {
 		o[k] = v
 	}
-	return o
+	return cli.WithBusyPoll(c.Provider, o)
 }
-
-// srpdBusyPoll is srpd's CQ polling over real verbs unless
-// --provider-option busy_poll says otherwise. A target runs on a machine
-// given to storage, as SPDK's reactors and the kernel's ib_srpt do, so
-// srpd meets each I/O polling (each CQ for about twice its recent waits,
-// up to 2 ms) rather than sleeping between I/Os; initiators (srpc,
-// bench) keep the provider's short default, right for a host that shares
-// its cores with applications. docs/performance.md ("Polling on real
-// verbs") has the measurements behind it.
-const srpdBusyPoll = "adaptive"
 
 // dataDirMode is the mode srpd creates its data directory with: the
 // volumes, secrets and admin socket in it are the daemon user's alone,

@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"maps"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gosrp/gosrp/transport"
 )
 
 func TestParseSize(t *testing.T) {
@@ -135,6 +138,32 @@ func TestFlagsBeforeCommand(t *testing.T) {
 		}
 		if code == 0 && (target != tc.target || quiet != tc.quiet || strings.Join(pos, " ") != strings.Join(tc.pos, " ")) {
 			t.Errorf("%q: target %q quiet %v args %q; want %q %v %q", tc.args, target, quiet, pos, tc.target, tc.quiet, tc.pos)
+		}
+	}
+}
+
+// TestWithBusyPoll: over ibverbs the programs poll adaptively unless the
+// user named a busy_poll; other providers get none (emu would refuse
+// it); the caller's options are never changed.
+func TestWithBusyPoll(t *testing.T) {
+	for _, tc := range []struct {
+		provider string
+		opts     transport.Options
+		want     string // "" for none
+	}{
+		{"ibverbs", nil, BusyPoll},
+		{"ibverbs", transport.Options{"retry": "7"}, BusyPoll},
+		{"ibverbs", transport.Options{"busy_poll": "50us"}, "50us"},
+		{"ibverbs", transport.Options{"busy_poll": "0"}, "0"},
+		{"emu", transport.Options{"wire": "tcp"}, ""},
+	} {
+		before := maps.Clone(tc.opts)
+		got := WithBusyPoll(tc.provider, tc.opts)
+		if got["busy_poll"] != tc.want {
+			t.Errorf("%s %v: busy_poll %q, want %q", tc.provider, tc.opts, got["busy_poll"], tc.want)
+		}
+		if !maps.Equal(tc.opts, before) {
+			t.Errorf("%s: the caller's options changed to %v", tc.provider, tc.opts)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"time"
 
@@ -17,7 +18,11 @@ import (
 // software NIC gets the programs' retry settings (EmuRetryTimeoutMS) and
 // log (nil: slog.Default()). Options named fault-* (transport/faults)
 // wrap any provider with seeded faults.
+//
+// Over ibverbs the CQ waiters poll with BusyPoll unless opts has a
+// busy_poll.
 func OpenProvider(name string, opts transport.Options, log *slog.Logger) (transport.Provider, error) {
+	opts = WithBusyPoll(name, opts)
 	fc, rest, wrap, err := faults.SplitOptions(opts)
 	if err != nil {
 		return nil, fmt.Errorf("--provider %s: %w", name, err)
@@ -31,6 +36,33 @@ func OpenProvider(name string, opts transport.Options, log *slog.Logger) (transp
 	}
 	log.Warn("injecting transport faults", "provider", name, "config", fmt.Sprintf("%+v", fc))
 	return faults.Wrap(p, fc), nil
+}
+
+// BusyPoll is how srpd's, srpc's and bench's CQ waiters wait over real
+// verbs unless --provider-option busy_poll says otherwise: each CQ polls
+// for about twice its recent waits, up to 2 ms, and one whose waits
+// outlast that polls 50 µs and sleeps (transport/ibverbs's doc,
+// Waiting). The programs' defaults are for a machine given to storage,
+// as SPDK's reactors take their cores: a steady stream of I/O is met
+// polling instead of with a wake-up per completion, on both ends.
+// busy_poll=50us (the library's own default) is for a host whose
+// cores its applications need. docs/performance.md ("Polling on real
+// verbs") has the measurements.
+const BusyPoll = "adaptive"
+
+// WithBusyPoll returns opts for provider name with BusyPoll added where
+// the provider is ibverbs and opts has no busy_poll; opts itself is not
+// changed.
+func WithBusyPoll(name string, opts transport.Options) transport.Options {
+	if _, ok := opts["busy_poll"]; name != "ibverbs" || ok {
+		return opts
+	}
+	o := maps.Clone(opts)
+	if o == nil {
+		o = transport.Options{}
+	}
+	o["busy_poll"] = BusyPoll
+	return o
 }
 
 func openProvider(name string, opts transport.Options, log *slog.Logger) (transport.Provider, error) {

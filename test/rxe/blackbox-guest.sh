@@ -25,7 +25,9 @@ step() {
 # clean NAME: the bench run's counters say nothing went wrong.
 clean() {
   f=$O/$1.log
-  grep -E "IOPS=|frmr :|conn :|verify:" $f | tee -a $O/steps.log
+  grep -E "IOPS=|poll :|frmr :|conn :|verify:" $f | tee -a $O/steps.log
+  # Over real verbs bench polls adaptively unless told otherwise (internal/cli.BusyPoll).
+  grep -q "poll : busy_poll=adaptive" $f || bad "$1: bench's report names no busy_poll=adaptive"
   for c in qp-errors lost-completions deadlines bogus-inv connections-lost reconnects; do
     grep -q " $c=0" $f || bad "$1: $c not 0"
   done

@@ -87,10 +87,11 @@
 // first empty look to its completion), between DefaultBusyPoll and
 // AdaptiveBusyPollMax: a steady QD1 stream is met polling, and a CQ
 // whose waits outlast the maximum (an idle connection) polls
-// DefaultBusyPoll and sleeps. srpd, a target on a machine given to
-// storage, opens the provider with busy_poll=adaptive unless told
-// otherwise (cmd/srpd); the provider's own default stays the short
-// poll, right for an initiator that shares its host's cores.
+// DefaultBusyPoll and sleeps. srpd, srpc and bench, programs for a
+// machine given to storage, open the provider with busy_poll=adaptive
+// unless told otherwise (internal/cli.BusyPoll); the provider's own
+// default stays the short poll, right for a Go program that embeds an
+// initiator among its own work.
 //
 // # Fast registration
 //
