@@ -42,6 +42,12 @@ type channel struct {
 	// takes that as final (Config.refusedIsLost, Multipath's fast
 	// failover), so the loss is past LossTimeout at once.
 	refused bool
+	// downDue are the late volumes' deadlines (lateVols.due) while the
+	// connection is down, so that submit fails at once a request whose
+	// volume is past its deadline, as the loop does once the connection
+	// is up, instead of after the reconnect's backoff. Set by stopLate,
+	// cleared when the connection comes back.
+	downDue map[*Volume]int64
 	closing bool
 	// pendingHandles are volume handles learned outside the loop (Open).
 	pendingHandles []handleUpdate
@@ -130,7 +136,13 @@ func (c *channel) submit(r *Request) error {
 		c.mu.Unlock()
 		return fmt.Errorf("initiator: channel %d down since %s: %w", c.id, c.downAt.Format(time.RFC3339), ErrConnectionLost)
 	}
-	r.start = clock.Nanos()
+	now := clock.Nanos()
+	if d, ok := c.downDue[r.vol]; ok && c.down && now > d {
+		c.mu.Unlock()
+		return fmt.Errorf("initiator: channel %d: volume %q not re-opened before its deadline, and the connection is down: %w: %w",
+			c.id, r.vol.name, ErrConnectionLost, ErrNotReady)
+	}
+	r.start = now
 	r.retries, r.retryLast, r.timeouts, r.losses = 0, nil, 0, 0
 	c.q.push(r)
 	c.mu.Unlock()

@@ -21,7 +21,8 @@ package initiator
 // loss, as for queued I/O) passes first, they fail with
 // ErrConnectionLost and ErrNotReady, as they would have with the
 // connection; a Multipath fails over on the first. The volume's later
-// requests fail at once, until the target opens it. The deadline is the
+// requests fail at once, until the target opens it, also while the
+// connection is down (channel.downDue). The deadline is the
 // volume's, not the connection's: a volume late again on the next
 // connection keeps it, or a target that ends each connection before it
 // opens the volume would hold its requests for ever.
@@ -38,6 +39,7 @@ package initiator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"sync"
 	"time"
@@ -323,10 +325,14 @@ func (c *channel) stopLate(requeue bool) {
 		// l.due stays: the next connection keeps each volume's deadline.
 		c.mu.Lock()
 		c.q.prependAll(&l.parked)
+		c.downDue = maps.Clone(l.due)
 		c.mu.Unlock()
 		return
 	}
 	l.due = nil
+	c.mu.Lock()
+	c.downDue = nil
+	c.mu.Unlock()
 	for r := l.parked.pop(); r != nil; r = l.parked.pop() {
 		r.finish(ErrClosed)
 	}

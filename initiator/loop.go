@@ -533,7 +533,7 @@ func (c *channel) reconnect() bool {
 		cancel()
 		if err == nil {
 			c.mu.Lock()
-			c.down = false
+			c.down, c.downDue = false, nil
 			c.mu.Unlock()
 			c.s.stats.reconnects.Add(1)
 			c.log.Info("reconnected")
