@@ -42,11 +42,12 @@ type channel struct {
 	// takes that as final (Config.refusedIsLost, Multipath's fast
 	// failover), so the loss is past LossTimeout at once.
 	refused bool
-	// downDue are the late volumes' deadlines (lateVols.due) while the
-	// connection is down, so that submit fails at once a request whose
-	// volume is past its deadline, as the loop does once the connection
-	// is up, instead of after the reconnect's backoff. Set by stopLate,
-	// cleared when the connection comes back.
+	// downDue are the late volumes' deadlines (lateVols.due) from the
+	// moment the connection is lost (stopLate, before the teardown and
+	// c.down) until it comes back, so that submit fails at once a
+	// request whose volume is past its deadline, as the loop does while
+	// the connection is up, instead of after the teardown and the
+	// reconnect's backoff.
 	downDue map[*Volume]int64
 	closing bool
 	// pendingHandles are volume handles learned outside the loop (Open).
@@ -137,7 +138,7 @@ func (c *channel) submit(r *Request) error {
 		return fmt.Errorf("initiator: channel %d down since %s: %w", c.id, c.downAt.Format(time.RFC3339), ErrConnectionLost)
 	}
 	now := clock.Nanos()
-	if d, ok := c.downDue[r.vol]; ok && c.down && now > d {
+	if d, ok := c.downDue[r.vol]; ok && now > d && !isClose(r) {
 		c.mu.Unlock()
 		return fmt.Errorf("initiator: channel %d: volume %q not re-opened before its deadline, and the connection is down: %w: %w",
 			c.id, r.vol.name, ErrConnectionLost, ErrNotReady)

@@ -72,12 +72,16 @@ type lateVols struct {
 // request about a late volume except its CLOSE, which needs no handle
 // (the re-open, if it ever succeeds, closes what it got).
 func (l *lateVols) waitsFor(r *Request) bool {
-	if len(l.vols) == 0 || r.vol == nil || (r.Op == opControl && r.ctrl.Op == wire.ControlClose) {
+	if len(l.vols) == 0 || r.vol == nil || isClose(r) {
 		return false
 	}
 	_, ok := l.vols[r.vol]
 	return ok
 }
+
+// isClose reports whether r is a CLOSE, which needs no handle and so
+// never waits for a late open.
+func isClose(r *Request) bool { return r.Op == opControl && r.ctrl.Op == wire.ControlClose }
 
 // park holds r until its volume opens, or fails it past the deadline.
 func (c *channel) park(r *Request, now int64) {
@@ -323,10 +327,23 @@ func (c *channel) stopLate(requeue bool) {
 	l.vols = nil
 	if requeue {
 		// l.due stays: the next connection keeps each volume's deadline.
+		// Requests of a volume past its deadline fail now, not after
+		// the teardown and the reconnect: those parked and those
+		// queued since the last look (submit fails the later ones).
+		now := clock.Nanos()
+		expired := func(r *Request) bool { d, ok := l.due[r.vol]; return ok && now > d && !isClose(r) }
 		c.mu.Lock()
 		c.q.prependAll(&l.parked)
 		c.downDue = maps.Clone(l.due)
+		var failed queue
+		for r := c.q.popFirst(expired); r != nil; r = c.q.popFirst(expired) {
+			failed.push(r)
+		}
 		c.mu.Unlock()
+		for r := failed.pop(); r != nil; r = failed.pop() {
+			r.finish(fmt.Errorf("initiator: channel %d: volume %q not re-opened before its deadline: %w: %w",
+				c.id, r.vol.name, ErrConnectionLost, ErrNotReady))
+		}
 		return
 	}
 	l.due = nil
