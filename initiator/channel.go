@@ -140,8 +140,7 @@ func (c *channel) submit(r *Request) error {
 	now := clock.Nanos()
 	if d, ok := c.downDue[r.vol]; ok && now > d && !isClose(r) {
 		c.mu.Unlock()
-		return fmt.Errorf("initiator: channel %d: volume %q not re-opened before its deadline, and the connection is down: %w: %w",
-			c.id, r.vol.name, ErrConnectionLost, ErrNotReady)
+		return c.overdueErr(r.vol)
 	}
 	r.start = now
 	r.retries, r.retryLast, r.timeouts, r.losses = 0, nil, 0, 0

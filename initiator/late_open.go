@@ -97,6 +97,14 @@ func (c *channel) lateErr(v *Volume) error {
 		c.id, v.name, c.late.vols[v], ErrConnectionLost, ErrNotReady)
 }
 
+// overdueErr fails a request of v past v's deadline while the
+// connection is down or going (stopLate, submit); lateErr is the
+// connection's, which can say what the target answered.
+func (c *channel) overdueErr(v *Volume) error {
+	return fmt.Errorf("initiator: channel %d: volume %q not re-opened before its deadline, and the connection is down: %w: %w",
+		c.id, v.name, ErrConnectionLost, ErrNotReady)
+}
+
 // lateHandle is a handle a re-open got for a volume the session no
 // longer wants on the connection (a replaced one), to be closed.
 type lateHandle struct {
@@ -332,17 +340,21 @@ func (c *channel) stopLate(requeue bool) {
 		// queued since the last look (submit fails the later ones).
 		now := clock.Nanos()
 		expired := func(r *Request) bool { d, ok := l.due[r.vol]; return ok && now > d && !isClose(r) }
+		var keep, failed queue
 		c.mu.Lock()
 		c.q.prependAll(&l.parked)
 		c.downDue = maps.Clone(l.due)
-		var failed queue
-		for r := c.q.popFirst(expired); r != nil; r = c.q.popFirst(expired) {
-			failed.push(r)
+		for r := c.q.pop(); r != nil; r = c.q.pop() {
+			if expired(r) {
+				failed.push(r)
+			} else {
+				keep.push(r)
+			}
 		}
+		c.q = keep
 		c.mu.Unlock()
 		for r := failed.pop(); r != nil; r = failed.pop() {
-			r.finish(fmt.Errorf("initiator: channel %d: volume %q not re-opened before its deadline: %w: %w",
-				c.id, r.vol.name, ErrConnectionLost, ErrNotReady))
+			r.finish(c.overdueErr(r.vol))
 		}
 		return
 	}
