@@ -25,7 +25,12 @@ import (
 // write for as long as it kept this up. TestReopenLateLostAgain covers
 // the same code with a flapping link; here the target itself does it,
 // each time after answering. Past the deadline the volume's next write
-// fails at once, sooner than a fresh LossTimeout would let it. Once
+// fails at once, sooner than a fresh LossTimeout would let it, and so
+// do those submitted as the connection is cut and torn down and while
+// it is down (the target then refuses every login): none may wait for
+// a connection that the volume's deadline has already given up on
+// (channel.stopLate, channel.downDue; the one write before them happens
+// to find the connection up on emu). Once
 // the target behaves, the same Volume is served again (the late
 // volume's re-open succeeds) and reads back, byte for byte, what was
 // written before the trouble; the session then closes cleanly.
@@ -43,11 +48,15 @@ type notReadyRig func(t *testing.T, script targettest.Script, cfg initiator.Conf
 // makes: emu's hostile rig here, the device in TestRXEEndToEnd.
 func reopenNotReady(t *testing.T, rig notReadyRig) {
 	const loss, slack, maxCuts = 3 * time.Second, 5 * time.Second, 20
-	var trouble atomic.Bool
-	var notReady, cuts atomic.Int32
+	var trouble, refuse atomic.Bool
+	var notReady, cuts, refused atomic.Int32
 	var mu sync.Mutex
 	var answered transport.QP // the target QP whose re-OPEN was answered NOT READY
 	script := targettest.Script{Respond: func(rsp *targettest.Response) targettest.Action {
+		if rsp.Login && refuse.Load() {
+			refused.Add(1)
+			return targettest.Disconnect
+		}
 		if !trouble.Load() || rsp.Login {
 			return targettest.Pass
 		}
@@ -101,7 +110,47 @@ func reopenNotReady(t *testing.T, rig notReadyRig) {
 	if err := write(v, 8192, loss/2); !errors.Is(err, initiator.ErrNotReady) {
 		t.Fatalf("the next write, past the volume's deadline: %v, want ErrNotReady at once (within %v)", err, loss/2)
 	}
+	// Writes keep coming while the last connection is cut and torn
+	// down: those queued as it goes must fail at once too, not wait in
+	// the queue for the next connection (stopLate). A login refused
+	// means the connection before it was torn down and none is up: the
+	// last write meets the channel down, between tries.
+	stop := make(chan struct{})
+	bad := make(chan error, 1)
+	var hammer sync.WaitGroup
+	for range 2 {
+		hammer.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := write(v, 8192, loss/2); !errors.Is(err, initiator.ErrNotReady) {
+					select {
+					case bad <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	refuse.Store(true)
+	waitUntil(t, "a login refused", func() bool { return refused.Load() > 0 })
+	close(stop)
+	hammer.Wait()
+	select {
+	case err := <-bad:
+		t.Fatalf("a write past the volume's deadline as the connection went down: %v, want ErrNotReady at once (within %v)", err, loss/2)
+	default:
+	}
+	if err := write(v, 8192, loss/2); !errors.Is(err, initiator.ErrNotReady) {
+		t.Fatalf("a write past the volume's deadline with the connection down: %v, want ErrNotReady at once (within %v), not a wait for the next connection",
+			err, loss/2)
+	}
 
+	refuse.Store(false)
 	trouble.Store(false)
 	got := make([]byte, len(before))
 	waitUntil(t, "vol0 served again once the target behaves", func() bool {
