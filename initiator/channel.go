@@ -29,15 +29,21 @@ type channel struct {
 	down   bool      // connection lost, reconnecting
 	downAt time.Time // when it was lost
 	// churn counts the connections in a row that ended before any I/O
-	// request completed on them, other than by the initiator's own
-	// timers (a protocol violation, a cut, a flushed receive, not an
-	// I/O timeout or the keepalive); the reconnect after such a one waits,
-	// longer each time (reconnect), so that a target that takes every
-	// login and then breaks or cuts the connection does not have the
-	// channel reconnecting hundreds of times a second (ib_srp and
-	// nvme-rdma wait reconnect_delay between every two tries). Run by
-	// the channel's goroutine only.
+	// request completed on them and within churnWaitMax of coming up,
+	// other than by the initiator's own timers (a protocol violation, a
+	// cut, a flushed receive, not an I/O timeout or the keepalive); the
+	// reconnect after such a one waits, longer each time (reconnect), so
+	// that a target that takes every login and then breaks or cuts the
+	// connection does not have the channel reconnecting hundreds of
+	// times a second (ib_srp and nvme-rdma wait reconnect_delay between
+	// every two tries). A connection that outlived the longest wait was
+	// no part of such a storm: a standby path completes no I/O, and
+	// without that rule every flap of its link, days apart, added to a
+	// wait still owed at the failover that needs it
+	// (TestMultipathFlappedStandby). Run by the channel's goroutine only.
 	churn int
+	// upAt is when the connection came up (clock.Nanos); churn's.
+	upAt int64
 	// refused: the last reconnect found nobody listening and the session
 	// takes that as final (Config.refusedIsLost, Multipath's fast
 	// failover), so the loss is past LossTimeout at once.
@@ -284,7 +290,9 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	}
 	c.cq, c.qp = cq, qp
 	defer func() {
-		if err != nil {
+		if err == nil {
+			c.upAt = clock.Nanos()
+		} else {
 			// Registrations first, then the QP (see replaceRegistrations).
 			c.core.pool.Reset()
 			if rerr := c.core.pool.Recover(); rerr != nil {

@@ -60,10 +60,12 @@
 // invalid is deregistered and replaced, and the channel reconnects with
 // backoff, logs in again, re-opens its volumes and re-issues the I/O that
 // had not completed. The first try is at once, unless the connection
-// ended before any I/O completed on it and not by a timeout: then it
-// waits 25 ms, doubling with each such connection to 2 s (as ib_srp's
-// reconnect_delay does), so that a target that takes every login and
-// cuts it is not asked hundreds of times a second. I/O fails with ErrConnectionLost only after
+// ended before any I/O completed on it, within 2 s of coming up, and
+// not by a timeout: then it waits 25 ms, doubling with each such
+// connection to 2 s (as ib_srp's reconnect_delay does), so that a
+// target that takes every login and cuts it is not asked hundreds of
+// times a second, while a path that carries no I/O (a standby) does not
+// carry the pacing of flaps long past into its next reconnect. I/O fails with ErrConnectionLost only after
 // Config.LossTimeout; a command the target leaves unanswered through five
 // I/O timeouts fails with os.ErrDeadlineExceeded, and one re-issued across
 // connections that ended with it on them, whatever ended them (a target

@@ -375,7 +375,8 @@ func (c *channel) fail(err error) {
 	// A loss the initiator's own timers decided came a timeout after
 	// the connection's last sign of life: it is paced already.
 	paced := errors.Is(err, errIOTimeout) || errors.Is(err, errSilent)
-	if c.core.answered == 0 && !paced {
+	lived := time.Duration(clock.Nanos() - c.upAt)
+	if c.core.answered == 0 && !paced && lived < churnWaitMax {
 		c.churn++
 	} else {
 		c.churn = 0
@@ -482,6 +483,11 @@ func (c *channel) lossLeftLocked() time.Duration {
 	return c.s.cfg.LossTimeout - time.Since(c.downAt)
 }
 
+// churnWaitMax is the longest wait before a reconnect after connections
+// that ended before any I/O completed on them (channel.churn), and how
+// long one must have lived not to count as such.
+const churnWaitMax = 2 * time.Second
+
 // reconnect tries to bring the connection back with backoff; it returns
 // false when the channel is closing.
 func (c *channel) reconnect() bool {
@@ -490,7 +496,7 @@ func (c *channel) reconnect() bool {
 		// The last connections ended before any I/O completed on
 		// them: wait 25 ms, doubling to 2 s, but not past the loss
 		// deadline, before the next.
-		wait := min(25*time.Millisecond<<min(c.churn-1, 7), 2*time.Second)
+		wait := min(25*time.Millisecond<<min(c.churn-1, 7), churnWaitMax)
 		c.mu.Lock()
 		if left := c.lossLeftLocked(); left < wait {
 			wait = max(left, 0) + time.Millisecond
