@@ -171,10 +171,32 @@ func TestCaps(t *testing.T) {
 // for every open of it and across a reopen of a persistent store, and
 // differs for the volume deleted and created again under its name, and
 // for its snapshot: an initiator re-opening a name after a reconnect
-// tells by it whether it still writes to the same volume.
+// tells by it whether it still writes to the same volume. List reports
+// it too (VolumeInfo.Identity), for the target's SRP LUN map, from a
+// persistent store only: a memory store's volumes are made anew by a
+// restart and must keep their LUNs.
 func TestIdentity(t *testing.T) {
 	type identifier interface{ Identity() uint64 }
 	id := func(v Volume) uint64 { return v.(identifier).Identity() }
+	listed := func(s Store) uint64 {
+		l, err := s.List()
+		require.NoError(t, err)
+		for _, v := range l {
+			if v.Name == "v" {
+				return v.Identity
+			}
+		}
+		t.Fatal("List does not list v")
+		return 0
+	}
+	// checkListed checks List's identity of v against want, its handles'.
+	checkListed := func(s Store, persistent bool, want uint64, what string) {
+		t.Helper()
+		if !persistent {
+			want = 0
+		}
+		require.Equal(t, want, listed(s), "List's identity, "+what)
+	}
 	for _, be := range apiBackends() {
 		t.Run(be.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -184,6 +206,7 @@ func TestIdentity(t *testing.T) {
 			require.NoError(t, err)
 			first := id(v)
 			require.NotZero(t, first)
+			checkListed(s, be.persistent, first, "once created")
 			v2, err := s.Open("v")
 			require.NoError(t, err)
 			require.Equal(t, first, id(v2), "a second open")
@@ -208,12 +231,14 @@ func TestIdentity(t *testing.T) {
 				v, err = s.Open("v")
 				require.NoError(t, err)
 				require.Equal(t, first, id(v), "after the store was opened again")
+				checkListed(s, true, first, "after the store was opened again")
 				require.NoError(t, v.Close())
 			}
 			require.NoError(t, s.Delete("v"))
 			v, err = s.Create("v", 8192, 0)
 			require.NoError(t, err)
 			require.NotEqual(t, first, id(v), "the volume created again under its name")
+			checkListed(s, be.persistent, id(v), "the volume created again under its name")
 			require.NoError(t, v.Close())
 		})
 	}

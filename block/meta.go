@@ -161,7 +161,8 @@ func (m *volumeMeta) validate() error {
 }
 
 func (m *volumeMeta) info() VolumeInfo {
-	return VolumeInfo{Name: m.Name, Size: m.Size, BlockSize: m.BlockSize, Created: time.Unix(0, m.Created), Generation: m.Generation}
+	return VolumeInfo{Name: m.Name, Size: m.Size, BlockSize: m.BlockSize, Created: time.Unix(0, m.Created), Generation: m.Generation,
+		Identity: volumeIdentity(m.Name, m.Snapshot, m.Created)}
 }
 
 func (m *volumeMeta) snapInfo() SnapshotInfo {

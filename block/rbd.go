@@ -434,8 +434,10 @@ func (s *RBDStore) List() ([]VolumeInfo, error) {
 		if ts, err := img.GetCreateTimestamp(); err == nil {
 			created = time.Unix(ts.Sec, ts.Nsec)
 		}
+		id := rbdIdentity(img, "")
 		_ = img.Close()
-		out = append(out, VolumeInfo{Name: name, Size: int64(size) / int64(bs) * int64(bs), BlockSize: bs, Created: created, Generation: gen})
+		out = append(out, VolumeInfo{Name: name, Size: int64(size) / int64(bs) * int64(bs), BlockSize: bs, Created: created, Generation: gen,
+			Identity: id})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

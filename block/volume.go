@@ -94,6 +94,12 @@ type VolumeInfo struct {
 	BlockSize  int
 	Created    time.Time
 	Generation uint64 // bumped by every metadata change (resize, snapshot)
+	// Identity is what the volume's handles report as Identity, from
+	// a store whose volumes outlive its process; 0 from one whose do
+	// not (the memory store), which a restart makes anew under the
+	// same name. A volume deleted and created again under its name has
+	// another (target.VolumeInfo.Identity).
+	Identity uint64
 }
 
 // SnapshotInfo describes a snapshot as Snapshots returns it.

@@ -115,6 +115,14 @@ type VolumeInfo struct {
 	// Standby, in what an OPEN learned, says the volume is a
 	// PathStater on standby here; the answer says so (wire.PathStandby).
 	Standby bool
+	// Identity, in what List returns, is the volume's Identifier's, if
+	// the catalog knows it without opening the volume and the volume
+	// outlives the process (0 otherwise). By it the SRP personality's
+	// LUN map tells a volume from another created since under its name
+	// by anyone but this target (another gateway, or this target before
+	// a crash): the new one gets a new LUN, as after a delete the
+	// target saw (LUNStore).
+	Identity uint64
 }
 
 // Catalog finds volumes by name. cmd/srpd adapts a block.Store to it.

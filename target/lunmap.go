@@ -15,7 +15,13 @@ import (
 // the first time a login sees it, keeps it while the volume exists,
 // never gives a number of a deleted volume to a new one while a fresh
 // number remains, and saves the map before a login that depends on it
-// is answered (docs/srp.md, LUNs).
+// is answered (docs/srp.md, LUNs). A volume deleted and created again
+// under its name while the target did not look (before a crash, or by
+// another gateway of a shared store) is told by its identity
+// (VolumeInfo.Identity): it is a new volume, with a new number, and the
+// old number is retired; the host's disk there fails its I/O rather
+// than write into the new volume, which the kernel's sd would never
+// notice on its own.
 type LUNStore interface {
 	// LoadLUNs returns the saved map; New calls it once. A store never
 	// saved returns a zero LUNMap.
@@ -34,27 +40,37 @@ type LUNMap struct {
 	// new volume gets one of them only when no number below the limit
 	// was never assigned.
 	Retired []uint16 `json:"retired,omitempty"`
+	// Identities maps each numbered volume whose identity the catalog
+	// gives (VolumeInfo.Identity) to that identity: the volume the
+	// number was given to.
+	Identities map[string]uint64 `json:"identities,omitempty"`
 }
 
-// assign updates m for the catalog's volumes (names in any order): a
-// volume keeps its number; a volume gone retires it; a new volume, in
-// name order (so a catalog seen for the first time numbers as name order
-// does), gets Next, else the oldest retired number. limit bounds the
-// numbers; a volume that finds none left gets none (left out). It
+// assign updates m for the catalog's volumes (in any order): a volume
+// keeps its number; a volume gone, or replaced by another of its name
+// (an identity other than the one recorded), retires it; a new volume,
+// in name order (so a catalog seen for the first time numbers as name
+// order does), gets Next, else the oldest retired number. limit bounds
+// the numbers; a volume that finds none left gets none (left out). It
 // reports whether m changed, and returns the names by LUN ("" where no
 // volume is), with the volumes left out.
-func (m *LUNMap) assign(names []string, limit int) (byLUN []string, left []string, changed bool) {
+func (m *LUNMap) assign(vols []VolumeInfo, limit int) (byLUN []string, left []string, changed bool) {
 	if m.LUNs == nil {
 		m.LUNs = map[string]uint16{}
 	}
-	present := make(map[string]bool, len(names))
-	for _, n := range names {
-		present[n] = true
+	present := make(map[string]uint64, len(vols)) // name → identity (0: unknown)
+	names := make([]string, 0, len(vols))
+	for _, v := range vols {
+		present[v.Name] = v.Identity
+		names = append(names, v.Name)
 	}
 	for _, n := range slices.Sorted(maps.Keys(m.LUNs)) {
-		if !present[n] {
+		id, ok := present[n]
+		was := m.Identities[n]
+		if !ok || id != 0 && was != 0 && id != was {
 			m.Retired = append(m.Retired, m.LUNs[n])
 			delete(m.LUNs, n)
+			delete(m.Identities, n)
 			changed = true
 		}
 	}
@@ -74,6 +90,15 @@ func (m *LUNMap) assign(names []string, limit int) (byLUN []string, left []strin
 			continue
 		}
 		changed = true
+	}
+	for n, id := range present {
+		if _, numbered := m.LUNs[n]; numbered && id != 0 && m.Identities[n] != id {
+			if m.Identities == nil {
+				m.Identities = map[string]uint64{}
+			}
+			m.Identities[n] = id
+			changed = true
+		}
 	}
 	top := 0
 	for _, l := range m.LUNs {
@@ -146,14 +171,10 @@ func (m *LUNMap) check(limit int) error {
 // login must be refused (answering it would hand out numbers that a
 // restart could give to other volumes).
 func (t *lunTable) names(list []VolumeInfo) (byLUN []string, left []string, err error) {
-	names := make([]string, len(list))
-	for i, v := range list {
-		names[i] = v.Name
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	prev := t.m.clone()
-	byLUN, left, changed := t.m.assign(names, srpMaxLUNs)
+	byLUN, left, changed := t.m.assign(list, srpMaxLUNs)
 	if changed && t.store != nil {
 		if err := t.store.SaveLUNs(t.m.clone()); err != nil {
 			t.m = prev
@@ -164,5 +185,5 @@ func (t *lunTable) names(list []VolumeInfo) (byLUN []string, left []string, err 
 }
 
 func (m LUNMap) clone() LUNMap {
-	return LUNMap{LUNs: maps.Clone(m.LUNs), Next: m.Next, Retired: slices.Clone(m.Retired)}
+	return LUNMap{LUNs: maps.Clone(m.LUNs), Next: m.Next, Retired: slices.Clone(m.Retired), Identities: maps.Clone(m.Identities)}
 }

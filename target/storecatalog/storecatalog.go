@@ -32,7 +32,7 @@ func (c Catalog) List() ([]target.VolumeInfo, error) {
 	snapper, _ := c.Store.(block.Snapshotter)
 	out := make([]target.VolumeInfo, 0, len(vols))
 	for _, v := range vols {
-		out = append(out, target.VolumeInfo{Name: v.Name, Size: v.Size, BlockSize: v.BlockSize})
+		out = append(out, target.VolumeInfo{Name: v.Name, Size: v.Size, BlockSize: v.BlockSize, Identity: v.Identity})
 		if snapper == nil {
 			continue
 		}
