@@ -388,11 +388,10 @@ func dialError(target, name string, haveSecret bool, err error) error {
 		// srpd's default port, 4420, is NVMe/TCP's too.
 		return fmt.Errorf("cannot connect to %s: something else listens there, not a gosrp target (it answered %q)", target, fe.Answer)
 	}
-	msg := err.Error()
-	if strings.Contains(msg, "connection refused") {
+	if errors.Is(err, transport.ErrRefused) || errors.Is(err, syscall.ECONNREFUSED) {
 		return fmt.Errorf("cannot reach a target at %s: connection refused (is srpd running? --target or SRPC_TARGET)", target)
 	}
-	return fmt.Errorf("cannot connect to %s: %s", target, strings.TrimPrefix(msg, "initiator: "))
+	return fmt.Errorf("cannot connect to %s: %s", target, strings.TrimPrefix(err.Error(), "initiator: "))
 }
 
 // ioError shortens an initiator error to one line a user can act on.

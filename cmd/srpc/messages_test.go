@@ -129,6 +129,14 @@ func TestClientMessages(t *testing.T) {
 		t.Errorf("--target without a port: exit %d, stderr %q; want 1, %q", r.Code, r.Stderr, want)
 	}
 
+	// Nobody listening: told by the transport's ErrRefused, not by the
+	// words of its message.
+	free := e2etest.FreeAddr(t)
+	if r, want := runStdin(t, srpc, nil, "list", "--target", free),
+		"srpc: cannot reach a target at "+free+": connection refused (is srpd running? --target or SRPC_TARGET)\n"; r.Code != 1 || r.Stderr != want {
+		t.Errorf("--target where nothing listens: exit %d, stderr %q; want 1, %q", r.Code, r.Stderr, want)
+	}
+
 	// Another service on the port (srpd's default, 4420, is NVMe/TCP's
 	// too) was "cannot connect to ADDR: connect to ADDR: emu: connect
 	// to ADDR: bad answer (emu: malformed frame: magic 0x5448, …)".
