@@ -263,7 +263,8 @@ func checkCrash(t *testing.T, seed int64, store, logPath string) {
 	defer s.Close()
 	infos, err := s.List()
 	require.NoError(t, err)
-	require.Equal(t, []VolumeInfo{{Name: "crash", Size: crashBlocks * 4096, BlockSize: 4096, Created: infos[0].Created, Generation: infos[0].Generation}}, infos)
+	require.Equal(t, []VolumeInfo{{Name: "crash", Size: crashBlocks * 4096, BlockSize: 4096, Created: infos[0].Created, Generation: infos[0].Generation,
+		Identity: volumeIdentity("crash", "", infos[0].Created.UnixNano())}}, infos)
 
 	// Per block: the requests touching it, in issue order. Requests on one
 	// block come from one writer, so issue order is execution order.
