@@ -120,11 +120,15 @@
 // measurement shows the reserve plus that quarter free again; entering and
 // leaving is logged (slog, at most once per 10 s). If pebble meets ENOSPC
 // anyway (another process filled the disk between measurements), pebble's
-// vfs.OnDiskFull hook measures at once. Reads, Flush, Discard and
-// WriteZeroes (range deletions that free space once compacted) and the
-// metadata operations are never refused; they write a few bytes each. A
-// store with a custom vfs.FS and no PebbleOptions.Statfs, and the memory
-// store, do not measure and refuse nothing.
+// vfs.OnDiskFull hook measures at once. Reads are never refused. Flush,
+// Discard and WriteZeroes (range deletions that free space once
+// compacted) and the metadata operations write a few bytes each to the
+// WAL and are not held to the reserve: they are refused (ErrNoSpace,
+// which reads as "no space left on device") only when less than 1 MiB is
+// free (walFloor), that is when something else has filled the file
+// system and the next WAL block would meet ENOSPC. A store with a custom
+// vfs.FS and no PebbleOptions.Statfs, and the memory store, do not
+// measure and refuse nothing.
 //
 // ErrNoSpace also matches syscall.ENOSPC (errors.Is), so the target, which
 // does not import this package, answers a SCSI "space allocation failed"

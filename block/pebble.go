@@ -369,9 +369,14 @@ func (s *PebbleStore) newLayerLocked(b *pebble.Batch) uint64 {
 }
 
 // commitMetaLocked applies a metadata batch durably. On failure the
-// in-memory layer counter is left advanced, which only skips ids.
+// in-memory layer counter is left advanced, which only skips ids. On a
+// file system with almost no space left the batch is refused before
+// pebble logs it (admitWAL): pebble would die of ENOSPC in its WAL.
 func (s *PebbleStore) commitMetaLocked(b *pebble.Batch, what string) error {
 	defer b.Close()
+	if err := s.space.admitWAL(true); err != nil {
+		return fmt.Errorf("block: %s: %w", what, err)
+	}
 	if err := s.db.Apply(b, pebble.Sync); err != nil {
 		return fmt.Errorf("block: %s: commit: %w", what, err)
 	}
@@ -611,8 +616,15 @@ func (s *PebbleStore) Close() error {
 		c.closed = true
 		c.mu.Unlock()
 	}
-	// A final sync so writes acknowledged without FUA are durable too.
-	err := s.db.LogData(nil, pebble.Sync)
+	// A final sync so writes acknowledged without FUA are durable too;
+	// but not on a file system with no room left for its record
+	// (admitWAL): pebble would die of it, in the middle of the close.
+	// pebble's Close syncs the WAL all the same (LogWriter.Close), only
+	// without a record of its own.
+	var err error
+	if s.space.admitWAL(true) == nil {
+		err = s.db.LogData(nil, pebble.Sync)
+	}
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
 	}

@@ -262,6 +262,11 @@ func (c *pebbleCore) flush() error {
 	if c.readOnly {
 		return nil // nothing was written through this handle
 	}
+	// The LogData record needs a few bytes of WAL, which pebble would
+	// die for on a file system something else has filled (admitWAL).
+	if err := c.s.space.admitWAL(false); err != nil {
+		return fmt.Errorf("block: volume %q: flush: %w", c.nm, err)
+	}
 	if err := c.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("block: volume %q: flush: %w", c.nm, err)
 	}
@@ -285,6 +290,10 @@ func (c *pebbleCore) zero(op string, off, n int64) error {
 	defer c.mu.RUnlock()
 	if err := c.check(op, off, n, true); err != nil {
 		return err
+	}
+	// A few bytes of WAL, as for flush.
+	if err := c.s.space.admitWAL(false); err != nil {
+		return ioErr(c.nm, op, n, off, err)
 	}
 	bs := int64(c.bs)
 	b := c.db.NewBatch()

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -241,6 +242,39 @@ func (g *spaceGuard) admit(n int64) error {
 		g.mu.Unlock()
 	}
 	return fmt.Errorf("free %d bytes, %d written since measured, reserve %d: %w", g.avail.Load(), w-n, g.curRes.Load(), ErrNoSpace)
+}
+
+// walFloor is the free space below which a pebble store refuses even the
+// writes the reserve does not govern (admitWAL): the metadata changes
+// (create, snapshot, clone, resize, delete) and Flush, Discard and
+// WriteZeroes. Each logs a few bytes to pebble's WAL, harmless while the
+// reserve stands; but once something else has filled the file system
+// past it, the record that needs a new block of the WAL file meets
+// ENOSPC, and pebble does not survive that ("pebble: fatal commit
+// error": the process exits, with every volume). srpd died so at its
+// fifth 'volume create' on a full tmpfs (TestVolumeChangesOnFullDisk in
+// cmd/srpd). 1 MiB is 32 of pebble's 32 KiB WAL blocks, and nothing next
+// to the reserve: in the store's usual "full" state (below the reserve)
+// these writes all go on.
+const walFloor = 1 << 20
+
+// admitWAL refuses, with an error that is both syscall.ENOSPC and
+// ErrNoSpace, a few bytes for pebble's WAL when less than walFloor is
+// free. measure says to measure now rather than trust a measurement up
+// to spaceRefreshInterval old: the metadata changes, which are rare, do;
+// the I/O path (a FLUSH per host fsync) keeps to the cache. A nil guard,
+// or one told never to refuse, admits everything.
+func (g *spaceGuard) admitWAL(measure bool) error {
+	if g == nil || g.reserve < 0 {
+		return nil
+	}
+	g.refresh(g.now(), measure)
+	if free := g.avail.Load() - g.written.Load(); free < walFloor {
+		g.refused.Add(1)
+		return fmt.Errorf("the store's file system has %d bytes free, under the %d a change of the store needs: %w: %w",
+			max(free, 0), walFloor, syscall.ENOSPC, ErrNoSpace)
+	}
+	return nil
 }
 
 // info reports the guard's state, measuring first if the cache is stale.

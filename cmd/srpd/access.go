@@ -126,7 +126,14 @@ func (a *access) update(secrets bool, fn func(d *accessDoc) error) error {
 	if err := a.saveLocked(); err != nil {
 		a.doc = old
 		a.mu.Unlock()
-		return err
+		// The change is dropped, in memory as on disk: say so, not only
+		// the errno of the temporary file (on a full disk 'srpd acl set'
+		// said just "write DIR/access.json.tmp: no space left on device").
+		what := "the ACL is"
+		if secrets {
+			what = "the secrets are"
+		}
+		return fmt.Errorf("%s unchanged: %w", what, err)
 	}
 	a.acl = a.build()
 	acl, hook := a.acl, a.onChange

@@ -80,6 +80,12 @@ func (s *service) spaceErr(what string, before, size int64, err error) error {
 		return admin.Errorf(admin.ErrInvalid, "%s: %s", what, blockMsg(err))
 	}
 	total := info.Provisioned - before + size
+	if float64(total) <= info.MaxOvercommit*float64(info.Total) {
+		// Not the bound: the file system itself is full, and the store
+		// refuses a change it could not log (block's walFloor). The
+		// bound's message would explain it with a sum that is within it.
+		return blockErr(what, err)
+	}
 	return admin.Errorf(admin.ErrInvalid, "%s: %s would bring the volumes to %s, over --max-overcommit %g × the %s file system = %s",
 		what, cli.FormatSize(size), cli.FormatSize(total), info.MaxOvercommit, cli.FormatSize(info.Total),
 		cli.FormatSize(int64(info.MaxOvercommit*float64(info.Total))))
