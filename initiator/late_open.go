@@ -286,15 +286,7 @@ func (c *channel) onTimeLocked(v *Volume) {
 	}
 	delete(l.vols, v)
 	delete(l.due, v)
-	var mine, rest queue
-	for r := l.parked.pop(); r != nil; r = l.parked.pop() {
-		if r.vol == v {
-			mine.push(r)
-		} else {
-			rest.push(r)
-		}
-	}
-	l.parked = rest
+	mine := l.parked.extract(func(r *Request) bool { return r.vol == v })
 	c.q.prependAll(&mine)
 }
 
@@ -305,15 +297,10 @@ func (c *channel) expireLate(now int64) {
 	if l.parked.n == 0 || now <= l.by {
 		return
 	}
-	var rest queue
-	for r := l.parked.pop(); r != nil; r = l.parked.pop() {
-		if now > l.due[r.vol] {
-			r.finish(c.lateErr(r.vol))
-		} else {
-			rest.push(r)
-		}
+	failed := l.parked.extract(func(r *Request) bool { return now > l.due[r.vol] })
+	for r := failed.pop(); r != nil; r = failed.pop() {
+		r.finish(c.lateErr(r.vol))
 	}
-	l.parked = rest
 	l.by = math.MaxInt64
 	for v := range l.vols {
 		if d := l.due[v]; d > now {
@@ -338,20 +325,16 @@ func (c *channel) stopLate(requeue bool) {
 		// Requests of a volume past its deadline fail now, not after
 		// the teardown and the reconnect: those parked and those
 		// queued since the last look (submit fails the later ones).
+		// With no late volume (every teardown but a few) the queue is
+		// left alone.
 		now := clock.Nanos()
-		expired := func(r *Request) bool { d, ok := l.due[r.vol]; return ok && now > d && !isClose(r) }
-		var keep, failed queue
+		var failed queue
 		c.mu.Lock()
 		c.q.prependAll(&l.parked)
 		c.downDue = maps.Clone(l.due)
-		for r := c.q.pop(); r != nil; r = c.q.pop() {
-			if expired(r) {
-				failed.push(r)
-			} else {
-				keep.push(r)
-			}
+		if len(l.due) > 0 {
+			failed = c.q.extract(func(r *Request) bool { d, ok := l.due[r.vol]; return ok && now > d && !isClose(r) })
 		}
-		c.q = keep
 		c.mu.Unlock()
 		for r := failed.pop(); r != nil; r = failed.pop() {
 			r.finish(c.overdueErr(r.vol))

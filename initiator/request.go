@@ -339,6 +339,24 @@ func (q *queue) popFirst(ok func(*Request) bool) *Request {
 	return nil
 }
 
+// extract takes every request out accepts out of q, in one pass, and
+// returns them in their order; the rest stay in theirs.
+func (q *queue) extract(out func(*Request) bool) queue {
+	var got queue
+	var prev *Request
+	for r := q.head; r != nil; {
+		next := r.next
+		if out(r) {
+			q.unlink(prev, r)
+			got.push(r)
+		} else {
+			prev = r
+		}
+		r = next
+	}
+	return got
+}
+
 func (q *queue) pop() *Request {
 	r := q.head
 	if r != nil {
