@@ -38,6 +38,11 @@ var (
 	// syscall.ENOSPC too (errors.Is), so layers that do not import block
 	// (the target) recognise it.
 	ErrNoSpace error = noSpaceError{}
+	// ErrOvercommit reports a volume size refused by the overcommit
+	// bound (PebbleOptions.MaxOvercommit), not by the space left: a
+	// smaller size may go through where any write would not. It is
+	// ErrNoSpace too (errors.Is).
+	ErrOvercommit error = overcommitError{}
 	// ErrFenced reports I/O on a volume that another client took away
 	// (rbd: it broke this client's exclusive lock, which blocklisted it,
 	// or holds the lock itself): nothing this handle writes reaches the
@@ -58,6 +63,15 @@ func (noSpaceError) Error() string { return "block: no space" }
 
 // Is makes errors.Is(ErrNoSpace, syscall.ENOSPC) true.
 func (noSpaceError) Is(target error) bool { return target == syscall.ENOSPC }
+
+// overcommitError is ErrOvercommit's type, Is-able as ErrNoSpace and
+// whatever ErrNoSpace is; its text is ErrNoSpace's.
+type overcommitError struct{}
+
+func (overcommitError) Error() string { return noSpaceError{}.Error() }
+
+// Is makes errors.Is(ErrOvercommit, ErrNoSpace) true.
+func (overcommitError) Is(target error) bool { return errors.Is(ErrNoSpace, target) }
 
 // fencedError is ErrFenced's type, Is-able as syscall.ESHUTDOWN.
 type fencedError struct{}

@@ -313,5 +313,5 @@ func checkOvercommit(what string, provisioned, before, size int64, ratio float64
 		return nil
 	}
 	return fmt.Errorf("block: %s: volumes would total %d bytes, over the limit of %.4g × the %d-byte file system (max overcommit): %w",
-		what, after, ratio, capacity, ErrNoSpace)
+		what, after, ratio, capacity, ErrOvercommit)
 }

@@ -287,6 +287,8 @@ func TestPebbleOvercommit(t *testing.T) {
 	s := open(0) // the default, 10×: 640 MiB
 	_, err := s.Create("huge", 1<<40, 4096)
 	require.ErrorIs(t, err, ErrNoSpace)
+	require.ErrorIs(t, err, ErrOvercommit)
+	require.ErrorIs(t, err, syscall.ENOSPC)
 	require.ErrorContains(t, err, "max overcommit")
 	require.NotContains(t, err.Error(), "\n")
 	_, err = s.Create("petabytes", 88<<50/10/4096*4096, 4096)

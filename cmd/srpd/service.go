@@ -68,11 +68,13 @@ func blockMsg(err error) string {
 }
 
 // spaceErr is blockErr, except that a size refused by the store's
-// thin-provisioning bound (block.ErrNoSpace) gets a one-line message with
-// the totals in readable units; before is the size a resize replaces.
+// thin-provisioning bound (block.ErrOvercommit) gets a one-line message
+// with the totals in readable units; before is the size a resize
+// replaces. A store refusing for want of space itself (a file system
+// something else filled: block's walFloor) gets blockErr's "no space".
 func (s *service) spaceErr(what string, before, size int64, err error) error {
 	sr, ok := s.store.(block.SpaceReporter)
-	if !errors.Is(err, block.ErrNoSpace) || !ok {
+	if !errors.Is(err, block.ErrOvercommit) || !ok {
 		return blockErr(what, err)
 	}
 	info, serr := sr.Space()
@@ -80,12 +82,6 @@ func (s *service) spaceErr(what string, before, size int64, err error) error {
 		return admin.Errorf(admin.ErrInvalid, "%s: %s", what, blockMsg(err))
 	}
 	total := info.Provisioned - before + size
-	if float64(total) <= info.MaxOvercommit*float64(info.Total) {
-		// Not the bound: the file system itself is full, and the store
-		// refuses a change it could not log (block's walFloor). The
-		// bound's message would explain it with a sum that is within it.
-		return blockErr(what, err)
-	}
 	return admin.Errorf(admin.ErrInvalid, "%s: %s would bring the volumes to %s, over --max-overcommit %g × the %s file system = %s",
 		what, cli.FormatSize(size), cli.FormatSize(total), info.MaxOvercommit, cli.FormatSize(info.Total),
 		cli.FormatSize(int64(info.MaxOvercommit*float64(info.Total))))
