@@ -5,6 +5,35 @@ import (
 	"testing"
 )
 
+// numbered is a queue of n requests whose offsets are 0 to n-1.
+func numbered(n int) (queue, []Request) {
+	var q queue
+	rs := make([]Request, n)
+	for i := range rs {
+		rs[i].Offset = int64(i)
+		q.push(&rs[i])
+	}
+	return q, rs
+}
+
+// drainWithTail pushes a request of offset 9 (the tail must still be
+// right), pops q empty and returns the offsets in order; q must end
+// with no count and no tail.
+func drainWithTail(t *testing.T, q *queue) []int {
+	t.Helper()
+	var extra Request
+	extra.Offset = 9
+	q.push(&extra)
+	var order []int
+	for r := q.pop(); r != nil; r = q.pop() {
+		order = append(order, int(r.Offset))
+	}
+	if q.n != 0 || q.tail != nil {
+		t.Fatalf("drained to n %d, tail %v", q.n, q.tail)
+	}
+	return order
+}
+
 // TestQueuePopFirst: popFirst takes the first request it accepts from
 // the head, the middle or the tail, and leaves the rest in order, with
 // head, tail and count right for the pushes and pops that follow.
@@ -20,25 +49,13 @@ func TestQueuePopFirst(t *testing.T) {
 		{"none", -1, []int{0, 1, 2, 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var q queue
-			rs := make([]Request, 4)
-			for i := range rs {
-				rs[i].Offset = int64(i)
-				q.push(&rs[i])
-			}
+			q, rs := numbered(4)
 			got := q.popFirst(func(r *Request) bool { return r.Offset == int64(tc.take) })
 			if tc.take < 0 && got != nil || tc.take >= 0 && got != &rs[tc.take] {
 				t.Fatalf("popFirst returned %v", got)
 			}
-			var extra Request
-			extra.Offset = 9
-			q.push(&extra) // the tail must still be right
-			var order []int
-			for r := q.pop(); r != nil; r = q.pop() {
-				order = append(order, int(r.Offset))
-			}
-			if want := append(slices.Clone(tc.left), 9); !slices.Equal(order, want) || q.n != 0 || q.tail != nil {
-				t.Fatalf("left %v (n %d), want %v", order, q.n, want)
+			if order, want := drainWithTail(t, &q), append(slices.Clone(tc.left), 9); !slices.Equal(order, want) {
+				t.Fatalf("left %v, want %v", order, want)
 			}
 		})
 	}
@@ -59,33 +76,15 @@ func TestQueueExtract(t *testing.T) {
 		{"a run in the middle", []int{1, 2, 3}, []int{0, 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var q queue
-			rs := make([]Request, 5)
-			for i := range rs {
-				rs[i].Offset = int64(i)
-				q.push(&rs[i])
-			}
+			q, _ := numbered(5)
 			got := q.extract(func(r *Request) bool { return slices.Contains(tc.take, int(r.Offset)) })
-			drain := func(q *queue) []int {
-				var extra Request
-				extra.Offset = 9
-				q.push(&extra) // the tail must still be right
-				var order []int
-				for r := q.pop(); r != nil; r = q.pop() {
-					order = append(order, int(r.Offset))
-				}
-				if q.n != 0 || q.tail != nil {
-					t.Fatalf("drained to n %d, tail %v", q.n, q.tail)
-				}
-				return order
-			}
 			if n := got.n; n != len(tc.take) || q.n != len(tc.left) {
 				t.Fatalf("counts: taken %d, left %d; want %d, %d", n, q.n, len(tc.take), len(tc.left))
 			}
-			if o, want := drain(&got), append(slices.Clone(tc.take), 9); !slices.Equal(o, want) {
+			if o, want := drainWithTail(t, &got), append(slices.Clone(tc.take), 9); !slices.Equal(o, want) {
 				t.Fatalf("taken %v, want %v", o, want)
 			}
-			if o, want := drain(&q), append(slices.Clone(tc.left), 9); !slices.Equal(o, want) {
+			if o, want := drainWithTail(t, &q), append(slices.Clone(tc.left), 9); !slices.Equal(o, want) {
 				t.Fatalf("left %v, want %v", o, want)
 			}
 		})
