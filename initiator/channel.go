@@ -44,6 +44,12 @@ type channel struct {
 	churn int
 	// upAt is when the connection came up (clock.Nanos); churn's.
 	upAt int64
+	// srpLogin places the connection among the session's SRP logins
+	// (srpFence): the number of the first channel's SINGLE login, or
+	// the count of SINGLE logins begun when another's MULTI login was
+	// accepted. fenceNeed is the SINGLE login another channel waits for
+	// before it logs in again; 0: none. Run by the channel's goroutine.
+	srpLogin, fenceNeed uint64
 	// refused: the last reconnect found nobody listening and the session
 	// takes that as final (Config.refusedIsLost, Multipath's fast
 	// failover), so the loss is past LossTimeout at once.

@@ -65,7 +65,11 @@
 // connection to 2 s (as ib_srp's reconnect_delay does), so that a
 // target that takes every login and cuts it is not asked hundreds of
 // times a second, while a path that carries no I/O (a standby) does not
-// carry the pacing of flaps long past into its next reconnect. I/O fails with ErrConnectionLost only after
+// carry the pacing of flaps long past into its next reconnect. In T10
+// SRP a channel other than the first waits, before it logs in again, for
+// the first to log in again with SINGLE, which ends the nexus's older
+// channels and their I/O (srp_fence.go): a channel's loss costs every
+// channel a login, as in ib_srp. I/O fails with ErrConnectionLost only after
 // Config.LossTimeout; a command the target leaves unanswered through five
 // I/O timeouts fails with os.ErrDeadlineExceeded, and one re-issued across
 // connections that ended with it on them, whatever ended them (a target

@@ -33,6 +33,10 @@ func (c *channel) run() {
 			t.every() // a tick publishes the new pool's counters
 			continue
 		}
+		if c.reloginOwed() {
+			c.fail(errNexusRelogin)
+			continue
+		}
 		c.dispatch()
 		n := c.poll()
 		if c.qp == nil {
@@ -374,13 +378,16 @@ func (c *channel) fail(err error) {
 	c.s.stats.connLost.Add(1)
 	// A loss the initiator's own timers decided came a timeout after
 	// the connection's last sign of life: it is paced already.
-	paced := errors.Is(err, errIOTimeout) || errors.Is(err, errSilent)
+	// A login again for another channel (srpFence) is no sign of a
+	// target that cuts connections, either.
+	paced := errors.Is(err, errIOTimeout) || errors.Is(err, errSilent) || errors.Is(err, errNexusRelogin)
 	lived := time.Duration(clock.Nanos() - c.upAt)
 	if c.core.answered == 0 && !paced && lived < churnWaitMax {
 		c.churn++
 	} else {
 		c.churn = 0
 	}
+	c.fenceLost()
 	c.core.fail(err)
 	c.stopLate(true)
 	c.core.acts.fail = nil
@@ -519,6 +526,11 @@ func (c *channel) reconnect() bool {
 		c.mu.Unlock()
 		if left <= 0 {
 			c.failQueued(errors.New("not reconnected"))
+		}
+		if ready, stopped := c.awaitFence(left); stopped {
+			return false
+		} else if !ready {
+			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		if left > 0 {

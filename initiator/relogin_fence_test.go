@@ -25,7 +25,29 @@ import (
 // newer one has returned; let go, both return, and the block holds the
 // newer data. Without reinstate's wait both returned at once, and the
 // dead connection's write then landed over the newer data.
+//
+// In T10 SRP the write goes over the second of two channels, whose
+// login (MULTI) names no connection it replaces: it waits for the first
+// channel to log in again with SINGLE, which srpd answers once the
+// nexus's older channels are done (srpFence). Without that wait the
+// second channel logged in again at once and the run failed as above.
 func TestReloginWaitsForOldWrites(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     initiator.Config
+		tcfg    target.Config
+		vol     string
+		channel int // the channel the write goes over
+		lost    int // connections lost: the one cut, and in SRP the first channel's
+	}{
+		{"gosrp", initiator.Config{}, target.Config{}, "vol0", 0, 1},
+		{"srp", initiator.Config{Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort, Channels: 2}, target.Config{SRPTargetPortID: srpPort}, "lun0", 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) { reloginWaitsForOldWrites(t, tc.cfg, tc.tcfg, tc.vol, tc.channel, tc.lost) })
+	}
+}
+
+func reloginWaitsForOldWrites(t *testing.T, cfg initiator.Config, tcfg target.Config, vol string, channel, lost int) {
 	inBubble(t, func(t *testing.T) {
 		p, err := emu.New(emu.Config{Seed: 1})
 		if err != nil {
@@ -36,16 +58,19 @@ func TestReloginWaitsForOldWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		hold := &firstWriteHold{entered: make(chan struct{}), release: make(chan struct{})}
-		tgt, err := target.New(target.Config{Name: "test-target", Catalog: holdCatalog{storecatalog.Catalog{Store: st}, hold}})
+		tcfg.Name, tcfg.Catalog = "test-target", holdCatalog{storecatalog.Catalog{Store: st}, hold}
+		tgt, err := target.New(tcfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		addr := serve(t, tgt, p.Listen, p.Close, st.Close)
-		s := dial(t, initiator.Config{Provider: p, Addr: addr, Name: "test-initiator"})
-		v := openVol0(t, context.Background(), s)
+		cfg.Provider, cfg.Addr, cfg.Name = p, addr, "test-initiator"
+		s := dial(t, cfg)
+		v := openNamed(t, context.Background(), s, vol)
 
 		old, newer := bytes.Repeat([]byte{1}, 4096), bytes.Repeat([]byte{2}, 4096)
 		done := make(chan error, 2)
+		qp := initiator.PinChannel(s, channel)
 		go func() {
 			_, err := v.WriteAt(old, 0)
 			done <- err
@@ -55,7 +80,7 @@ func TestReloginWaitsForOldWrites(t *testing.T) {
 			done <- err
 		}()
 		<-hold.entered
-		if err := p.CutLink(p.QPs()[0]); err != nil {
+		if err := p.CutLink(qp); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Second)
@@ -78,8 +103,8 @@ func TestReloginWaitsForOldWrites(t *testing.T) {
 		if !bytes.Equal(got, newer) {
 			t.Fatalf("block 0 holds %#x..., want the newer write's %#x...", got[0], newer[0])
 		}
-		if st := s.Stats(); st.ConnectionsLost != 1 {
-			t.Errorf("%d connections lost, want the one cut", st.ConnectionsLost)
+		if st := s.Stats(); st.ConnectionsLost != uint64(lost) {
+			t.Errorf("%d connections lost, want %d", st.ConnectionsLost, lost)
 		}
 	})
 }

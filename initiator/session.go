@@ -33,6 +33,9 @@ type Session struct {
 	chans []*channel
 	next  atomic.Uint32
 	id    uint64 // names the session's channels to the target (reinstatement)
+	// fence orders the channels' logins in an SRP session of several
+	// (srp_fence.go); nil otherwise.
+	fence *srpFence
 
 	mu          sync.Mutex
 	vols        map[*Volume]struct{}
@@ -54,6 +57,9 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	}
 	s := &Session{cfg: cfg, vols: map[*Volume]struct{}{}, maxTransfer: cfg.MaxTransfer}
 	s.stats.init()
+	if cfg.Protocol == ProtocolSRP && cfg.Channels > 1 {
+		s.fence = newSRPFence()
+	}
 	var idb [8]byte
 	rand.Read(idb[:])
 	s.id = binary.LittleEndian.Uint64(idb[:]) | 1 // zero would opt out of reinstatement

@@ -130,7 +130,21 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 	// offer to serve them (transport.ReadCredit; the default offer, said
 	// here because an SRP target refuses a requester that serves none).
 	ep.OfferReadCredit(transport.ReadCredit{Out: transport.MaxReadCredit, In: transport.MaxReadCredit})
+	var single uint64
+	if f := s.fence; f != nil && c.id == 0 {
+		single = f.begin()
+	}
 	conn, err := ep.Connect(ctx, qp, priv[:])
+	if f := s.fence; f != nil && err == nil {
+		// Accepted: a SINGLE login's older channels are gone, with
+		// their I/O, and the others wait for it no more.
+		if c.id == 0 {
+			f.accepted(single)
+			c.srpLogin = single
+		} else {
+			c.srpLogin = f.joined()
+		}
+	}
 	if err != nil {
 		var rej *transport.RejectError
 		if errors.As(err, &rej) {
