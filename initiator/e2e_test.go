@@ -365,6 +365,8 @@ var protocols = []protocol{
 // corrupted completions) at random while a workload runs, in gosrp's
 // protocol and in T10 SRP: the session reconnects, re-issues what had
 // not completed, and every acknowledged write is present afterwards.
+// Over two channels: in SRP a channel's loss then has the first log in
+// again with SINGLE before it does (srpFence).
 func TestFaults(t *testing.T) {
 	for _, proto := range protocols {
 		for _, prof := range emu.Profiles() {
@@ -375,6 +377,7 @@ func TestFaults(t *testing.T) {
 					r := newRig(t, emu.Config{Profile: prof, Wire: wire, Seed: seed, Faults: f}, 8<<20, proto.tcfg)
 					cfg := proto.cfg
 					cfg.Credits, cfg.IOTimeout, cfg.ConnectTimeout, cfg.LossTimeout = 16, 2*time.Second, 2*time.Second, 30*time.Second
+					cfg.Channels = 2
 					s := r.dial(t, cfg)
 					v := openNamed(t, context.Background(), s, proto.vol)
 					gens := workload(t, v, seed, 16, 1500)
