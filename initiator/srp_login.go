@@ -135,15 +135,9 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 		single = f.begin()
 	}
 	conn, err := ep.Connect(ctx, qp, priv[:])
-	if f := s.fence; f != nil && err == nil {
-		// Accepted: a SINGLE login's older channels are gone, with
-		// their I/O, and the others wait for it no more.
-		if c.id == 0 {
-			f.accepted(single)
-			c.srpLogin = single
-		} else {
-			c.srpLogin = f.joined()
-		}
+	var joined uint64
+	if f := s.fence; f != nil && err == nil && c.id > 0 {
+		joined = f.joined() // as the accept came: srpFence.joined
 	}
 	if err != nil {
 		var rej *transport.RejectError
@@ -186,6 +180,18 @@ func (c *channel) connectSRP(ctx context.Context, ep transport.Endpoint, qp tran
 		// overrunning memory. (Nor is a MaxITIULen above the one asked
 		// for: this initiator never sends more than it asked.)
 		return fmt.Errorf("initiator: SRP target %s sends IUs of at most %d bytes, less than an SRP_RSP's %d: %w", s.cfg.Addr, rsp.MaxTIIULen, srp.RspLen, ErrProtocol)
+	}
+	if f := s.fence; f != nil {
+		// Logged in: a SINGLE login's older channels are gone, with
+		// their I/O, and the others wait for it no more. An accept
+		// without a valid SRP_LOGIN_RSP is not counted: what such a
+		// target did with the login is not known.
+		if c.id == 0 {
+			f.accepted(single)
+			c.srpLogin = single
+		} else {
+			c.srpLogin = joined
+		}
 	}
 	maxImm := 0
 	if rsp.Flags&srp.ImmediateSupported != 0 && req.Flags&srp.ImmediateRequested != 0 {

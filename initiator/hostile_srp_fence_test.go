@@ -1,0 +1,75 @@
+package initiator_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/targettest"
+)
+
+// TestHostileSRPFenceNoLogin: in an SRP session of two channels the
+// second loses its connection, and from then on the target accepts
+// every connection with no SRP_LOGIN_RSP in it. The second channel waits
+// for a SINGLE login of the first that never completes (srpFence), the
+// first is told to log in again and cannot: the writes queued on both
+// must still fail with ErrConnectionLost at LossTimeout, not wait for
+// the fence, and Close must return at once. The first channel's tries
+// back off (channel.churn), so the target sees a bounded number.
+func TestHostileSRPFenceNoLogin(t *testing.T) {
+	const loss, slack, maxLogins = 2 * time.Second, 3 * time.Second, 40
+	var refuse atomic.Bool
+	var logins atomic.Int32
+	script := targettest.Script{Accept: func(priv []byte) []byte {
+		if !refuse.Load() {
+			return priv
+		}
+		logins.Add(1)
+		return []byte{0xFF} // no SRP_LOGIN_RSP
+	}}
+	r := newHostileRigWith(t, "rxe", script, target.Config{SRPTargetPortID: srpPort})
+	s := dial(t, initiator.Config{Provider: r.ip, Addr: r.addr, Name: "victim", Logger: quiet,
+		Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort, Channels: 2,
+		LossTimeout: loss, IOTimeout: time.Second, ConnectTimeout: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, err := s.Open(ctx, "lun0", initiator.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, ctx, v, make([]byte, 8192), 0)
+
+	refuse.Store(true)
+	if err := r.ip.CutLink(initiator.PinChannel(s, 1)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	errs := make(chan error, 2)
+	for i := range 2 { // one on each channel
+		go func() { errs <- write(v, int64(i)*4096, loss+slack) }()
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, initiator.ErrConnectionLost) {
+			t.Fatalf("write across a lost channel whose nexus cannot log in again: %v after %v, want ErrConnectionLost within LossTimeout %v + %v",
+				err, time.Since(start).Round(time.Millisecond), loss, slack)
+		}
+	}
+	t.Logf("both writes failed after %v; %d logins tried", time.Since(start).Round(time.Millisecond), logins.Load())
+	if logins.Load() == 0 {
+		t.Fatal("no login was tried after the loss: the run tested nothing")
+	}
+	if n := logins.Load(); n > maxLogins {
+		t.Errorf("%d logins in %v: the channels did not back off (want at most %d)", n, time.Since(start).Round(time.Millisecond), maxLogins)
+	}
+	closed := time.Now()
+	if err := s.Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+	if d := time.Since(closed); d > slack {
+		t.Fatalf("Close took %v with a channel waiting for the nexus's login", d.Round(time.Millisecond))
+	}
+}
