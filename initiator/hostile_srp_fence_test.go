@@ -8,29 +8,65 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/target/targettest"
 )
 
 // TestHostileSRPFenceNoLogin: in an SRP session of two channels the
-// second loses its connection, and from then on the target accepts
-// every connection with no SRP_LOGIN_RSP in it. The second channel waits
-// for a SINGLE login of the first that never completes (srpFence), the
-// first is told to log in again and cannot: the writes queued on both
-// must still fail with ErrConnectionLost at LossTimeout, not wait for
-// the fence, and Close must return at once. The first channel's tries
-// back off (channel.churn), so the target sees a bounded number.
+// second loses its connection, and from then on the target never logs
+// the nexus in again: it accepts every connection with no
+// SRP_LOGIN_RSP in it, or it refuses every SINGLE login with an
+// SRP_LOGIN_REJ while it would take MULTI ones. The second channel
+// waits for a SINGLE login of the first that never completes
+// (srpFence), the first is told to log in again and cannot: the writes
+// queued on both must still fail with ErrConnectionLost at LossTimeout,
+// not wait for the fence, and Close must return at once. The first
+// channel's tries back off (channel.churn), so the target sees a
+// bounded number.
 func TestHostileSRPFenceNoLogin(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// script returns the target's script and the count of logins
+		// it refused, once refuse is set.
+		script func(refuse *atomic.Bool, logins *atomic.Int32) targettest.Script
+	}{
+		{"no login response", func(refuse *atomic.Bool, logins *atomic.Int32) targettest.Script {
+			return targettest.Script{Accept: func(priv []byte) []byte {
+				if !refuse.Load() {
+					return priv
+				}
+				logins.Add(1)
+				return []byte{0xFF} // no SRP_LOGIN_RSP
+			}}
+		}},
+		{"SINGLE rejected", func(refuse *atomic.Bool, logins *atomic.Int32) targettest.Script {
+			return targettest.Script{Request: func(priv []byte) ([]byte, bool) {
+				var req srp.LoginRequest
+				if !refuse.Load() || req.DecodeRDMA(priv) != nil || req.Flags&srp.MultiChanMask != srp.MultiChanSingle {
+					return nil, false
+				}
+				logins.Add(1)
+				rej := srp.LoginReject{Reason: srp.RejectInsufficientResources, Tag: req.Tag,
+					BufFormats: srp.BufFormatDirect | srp.BufFormatIndirect}
+				b := make([]byte, srp.LoginRejectLen)
+				if _, err := rej.Encode(b); err != nil {
+					panic(err)
+				}
+				return b, true
+			}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var refuse atomic.Bool
+			var logins atomic.Int32
+			fenceNeverOpens(t, tc.script(&refuse, &logins), &refuse, &logins)
+		})
+	}
+}
+
+func fenceNeverOpens(t *testing.T, script targettest.Script, refuse *atomic.Bool, logins *atomic.Int32) {
 	const loss, slack, maxLogins = 2 * time.Second, 3 * time.Second, 40
-	var refuse atomic.Bool
-	var logins atomic.Int32
-	script := targettest.Script{Accept: func(priv []byte) []byte {
-		if !refuse.Load() {
-			return priv
-		}
-		logins.Add(1)
-		return []byte{0xFF} // no SRP_LOGIN_RSP
-	}}
 	r := newHostileRigWith(t, "rxe", script, target.Config{SRPTargetPortID: srpPort})
 	s := dial(t, initiator.Config{Provider: r.ip, Addr: r.addr, Name: "victim", Logger: quiet,
 		Protocol: initiator.ProtocolSRP, SRPTargetPortID: srpPort, Channels: 2,

@@ -118,20 +118,23 @@ func TestImportTargetRestart(t *testing.T) {
 // memory backend loses every write, and its mark stays: the loss is
 // certain and always reported (pebble's WAL writer keeps most writes
 // across a SIGKILL, so an exit 0 there reads back whole either way).
+// Over two channels the kill ends both: the second logs in again only
+// after the first's SINGLE login to the new srpd (initiator's
+// srpFence), which must neither hang the import nor lose the report.
 func TestSRPImportTargetRestart(t *testing.T) {
 	srpd, srpc := e2etest.Binaries(t)
 	const size, half = 32 << 20, 14 << 20
 	img := make([]byte, size)
 	rand.Read(img)
-	for _, ring := range []string{"4MiB", "0"} {
-		t.Run("replay-buffer="+ring, func(t *testing.T) {
+	for _, tc := range []struct{ ring, channels string }{{"4MiB", "1"}, {"0", "1"}, {"4MiB", "2"}} {
+		t.Run("replay-buffer="+tc.ring+"/channels="+tc.channels, func(t *testing.T) {
 			data, addr := filepath.Join(t.TempDir(), "data"), e2etest.FreeAddr(t)
 			start := func() *e2etest.Daemon {
 				return e2etest.StartDaemon(t, srpd, data, addr, "", "--backend", "memory", "--default-volume-size", "64MiB")
 			}
 			d := start()
 			p, stdin := e2etest.StartPiped(t, srpc, "import", "--protocol", "srp", "--target", addr, "--qd", "4",
-				"--timeout", "30s", "--replay-buffer", ring, "lun0", "-")
+				"--timeout", "30s", "--replay-buffer", tc.ring, "--channels", tc.channels, "lun0", "-")
 			if _, err := stdin.Write(img[:half]); err != nil {
 				t.Fatal(err)
 			}

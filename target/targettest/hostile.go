@@ -134,6 +134,12 @@ type Script struct {
 	// a login response travels in the connection exchange itself, as
 	// T10 SRP's SRP_LOGIN_RSP over RDMA-CM does, this is the login.
 	Accept func(priv []byte) []byte
+	// Request, if set, sees each connection request's private data
+	// (the login request; valid during the call) before the target
+	// does; refuse true rejects the request with reject as the private
+	// data, and the target never sees it: a target that refuses some
+	// logins (an SRP_LOGIN_REJ in the CM reject) and takes others.
+	Request func(priv []byte) (reject []byte, refuse bool)
 	// Swallow, if set, sees every IU the target receives before the
 	// target does (the bytes, valid during the call); true takes it away:
 	// the target never sees it and the kit reposts the receive for it.
@@ -214,11 +220,19 @@ type listener struct {
 }
 
 func (l *listener) Accept(ctx context.Context) (transport.ConnRequest, error) {
-	r, err := l.Listener.Accept(ctx)
-	if err != nil {
-		return nil, err
+	for {
+		r, err := l.Listener.Accept(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if f := l.h.script.Request; f != nil {
+			if rej, refuse := f(r.PrivateData()); refuse {
+				_ = r.Reject(rej) // the requester sees the reject or a lost request; either is a refusal
+				continue
+			}
+		}
+		return &connReq{ConnRequest: r, h: l.h}, nil
 	}
-	return &connReq{ConnRequest: r, h: l.h}, nil
 }
 
 type connReq struct {
