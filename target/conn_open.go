@@ -17,7 +17,8 @@ package target
 // it (the opener) waits at most Config.OpenWait, or until the
 // connection ends. An OPEN whose volume has not opened by then is
 // answered NOT READY, becoming ready (wire.SenseBecomingReady), which
-// the initiator tries again; an SRP LUN is left empty for now. The open
+// the initiator tries again; an SRP LUN is left opening for now,
+// answered NOT READY as well (conn_srp_open.go). The open
 // goes on: what it returns once no opener waits is kept for the
 // connection's next opener of the volume, or closed if the connection
 // has ended, and for an SRP LUN the target is told its catalog changed
@@ -38,7 +39,7 @@ package target
 // to start over. So no open starts while the connection has
 // maxConnAbandonedOpens abandoned gosrp opens, or the target
 // maxAbandonedOpens of any kind: the OPEN is answered NOT READY at
-// once, and the SRP LUN left empty, to be tried again when an
+// once, and the SRP LUN left opening, to be tried again when an
 // abandoned open returns. A healthy store abandons nothing, so neither
 // bound is ever met there.
 

@@ -77,7 +77,8 @@ func (t *Target) channels(c *conn, key string) int {
 // for none) and hands them to the core. A volume that fails to open
 // leaves its LUN empty: the initiator sees LOGICAL UNIT NOT SUPPORTED
 // there, and the failure is logged; one that has not opened within
-// OpenWait is added once it opens (conn_srp_open.go).
+// OpenWait is answered NOT READY until it opens, and then added
+// (conn_srp_open.go).
 func (c *conn) srpOpen(names []string) {
 	var luns []srpNewLUN
 	for i, name := range names {

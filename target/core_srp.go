@@ -72,6 +72,11 @@ type srpLUN struct {
 	ov   *openVol
 	dev  scsi.Device
 	unit *srpUnit
+	// opening says, with ov nil, that the LUN's volume is still being
+	// opened (conn_srp_open.go): its commands are answered NOT READY,
+	// becoming ready, which hosts retry, not LOGICAL UNIT NOT SUPPORTED,
+	// which they fail.
+	opening bool
 }
 
 // srpSlot is what a slot holds of an SRP request besides the gosrp
@@ -235,18 +240,24 @@ func (c *core) srpLUNList(cdb []byte) []uint16 {
 // carries out its Action.
 func (c *core) srpExecute(s *slot, rawLUN srp.LUN, cdb []byte) {
 	var lu *srpLUN
+	opening := false
 	if lun, err := scsi.DecodeLUN(rawLUN); err == nil {
 		s.srp.lun = lun
 		if int(lun) < len(c.srp.luns) {
 			if x := &c.srp.luns[lun]; x.ov != nil && !x.ov.revoked {
 				lu = x
+			} else {
+				opening = x.ov == nil && x.opening
 			}
 		}
 	}
 	var a scsi.Action
-	if lu == nil {
+	switch {
+	case opening:
+		a = scsi.BecomingReady(cdb, c.srpLUNList(cdb))
+	case lu == nil:
 		a = scsi.NoUnit(cdb, c.srpLUNList(cdb))
-	} else {
+	default:
 		lu.dev.ReadOnly = lu.ov.ro // a policy change may have narrowed it
 		var told bool
 		a, told = lu.unit.execute(&lu.dev, &c.srp.idle, cdb, c.srpLUNList(cdb))

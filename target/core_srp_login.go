@@ -136,6 +136,9 @@ func srpRejectData(req *srp.LoginRequest, r srp.RejectReason) []byte {
 type srpVolume struct {
 	vol  Volume
 	info VolumeInfo
+	// opening says, with vol nil, that the volume's open has not
+	// returned yet: the LUN is becoming ready, not absent.
+	opening bool
 	// mark is the volume's dirty mark (nil when the target keeps none);
 	// lost says the volume lost its write cache in the target's
 	// previous life and this I_T nexus has not been told.
@@ -164,6 +167,7 @@ func (c *core) srpAttach(nx *srpNexus, vols []srpVolume) {
 	for i := range s.luns {
 		if i >= len(vols) || vols[i].vol == nil {
 			c.handles = append(c.handles, nil)
+			s.luns[i].opening = i < len(vols) && vols[i].opening
 			continue
 		}
 		c.handles = append(c.handles, nil)

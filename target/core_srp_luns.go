@@ -62,6 +62,18 @@ func (c *core) srpCatalog(gen uint64, byLUN []string, listErr error) []srpNewLUN
 				}
 			}
 		}
+		// A LUN left opening whose volume is no longer to be opened
+		// (deleted, renumbered, denied) is absent now; the others stay
+		// opening until srpAttachNew has their open's outcome.
+		k := 0
+		for i := range c.srp.luns {
+			for k < len(open) && open[k].lun < i {
+				k++
+			}
+			if k == len(open) || open[k].lun != i {
+				c.srp.luns[i].opening = false
+			}
+		}
 	}
 	if len(open) == 0 {
 		c.srpTableAt(gen)
@@ -110,6 +122,13 @@ func (c *core) srpAttachNew(gen uint64, vols []srpOpened) {
 	for k := range vols {
 		v := &vols[k]
 		if v.vol == nil {
+			if v.lun < len(c.srp.luns) && c.srpFree(v.lun) {
+				c.srp.luns[v.lun].opening = false // its open failed, unless it is still running
+			}
+			if v.opening && c.state == connActive && v.lun < srpMaxLUNs && c.srpFree(v.lun) {
+				c.srpGrow(v.lun + 1)
+				c.srp.luns[v.lun].opening = true
+			}
 			continue
 		}
 		acc := c.allow(acl, v.name)

@@ -51,6 +51,9 @@ type storeCatalog struct {
 	// opening, if set, is called first by every OpenVolume (to count
 	// the opens, or hang one as a store that does not answer).
 	opening func(name string)
+	// openErr, if set, is asked after opening: an error it returns is
+	// the open's (a store that answers, late, that it cannot).
+	openErr func(name string) error
 }
 
 func (c *storeCatalog) List() ([]VolumeInfo, error) {
@@ -80,6 +83,11 @@ func (c *storeCatalog) List() ([]VolumeInfo, error) {
 func (c *storeCatalog) OpenVolume(name string) (Volume, error) {
 	if c.opening != nil {
 		c.opening(name)
+	}
+	if c.openErr != nil {
+		if err := c.openErr(name); err != nil {
+			return nil, err
+		}
 	}
 	var v Volume
 	var err error

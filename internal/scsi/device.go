@@ -332,24 +332,47 @@ func (d *Device) Execute(n *Nexus, cdb []byte, luns []uint16) Action {
 // here), REQUEST SENSE reports LOGICAL UNIT NOT SUPPORTED, REPORT LUNS
 // lists luns as from any LUN, and anything else fails with that sense.
 func NoUnit(cdb []byte, luns []uint16) Action {
+	return unitAbsent(cdb, luns, 0x7F, SenseLUNotSupported) // qualifier 011b, device type 1Fh
+}
+
+// BecomingReady answers a CDB addressed to a LUN whose logical unit
+// the target is still bringing up (its volume opening): INQUIRY says
+// peripheral qualifier 001b (a direct-access unit can be here but is
+// not connected now, SPC-4 6.6.2) and fails for a VPD page, which the
+// target cannot describe yet; REQUEST SENSE reports the condition;
+// REPORT LUNS lists luns; anything else fails NOT READY, LOGICAL UNIT
+// IS IN PROCESS OF BECOMING READY (SenseBecomingReady), which hosts
+// retry, where NoUnit's LOGICAL UNIT NOT SUPPORTED is final.
+func BecomingReady(cdb []byte, luns []uint16) Action {
+	return unitAbsent(cdb, luns, 0x20, SenseBecomingReady) // qualifier 001b, direct access
+}
+
+// unitAbsent answers for a LUN with no unit to run cdb: standard
+// INQUIRY data of peripheral byte pdt, REQUEST SENSE's sense and
+// REPORT LUNS's list; the rest fails with sense (a page code without
+// EVPD with INVALID FIELD IN CDB, as from a unit).
+func unitAbsent(cdb []byte, luns []uint16, pdt byte, sense Sense) Action {
 	if len(cdb) == 0 || cdbLen(cdb[0]) == 0 || len(cdb) < cdbLen(cdb[0]) {
-		return check(SenseLUNotSupported)
+		return check(sense)
 	}
 	switch cdb[0] {
 	case opInquiry:
-		if cdb[1]&1 != 0 || cdb[2] != 0 {
-			return check(SenseLUNotSupported)
+		switch {
+		case cdb[1]&1 != 0:
+			return check(sense)
+		case cdb[2] != 0:
+			return check(SenseInvalidField)
 		}
 		b := make([]byte, 36)
-		b[0] = 0x7F // qualifier 011b, device type 1Fh
+		b[0] = pdt
 		b[2], b[3], b[4] = 0x06, 0x12, 31
 		return data(b, int(be.Uint16(cdb[3:])))
 	case opRequestSense:
-		return data(senseData(SenseLUNotSupported, cdb[1]&1 != 0), int(cdb[4]))
+		return data(senseData(sense, cdb[1]&1 != 0), int(cdb[4]))
 	case opReportLUNs:
 		return reportLUNs(cdb, luns)
 	}
-	return check(SenseLUNotSupported)
+	return check(sense)
 }
 
 // senseData is s in the format the command asked for.

@@ -112,6 +112,7 @@ func FuzzExecute(f *testing.F) {
 			}
 		}
 		NoUnit(c, nil)
+		BecomingReady(c, nil)
 	})
 }
 

@@ -222,6 +222,31 @@ func TestReportLUNs(t *testing.T) {
 	if a := NoUnit(cdb(0x28, 0, 0, 0, 0, 0, 0, 0, 1), nil); a.Sense != SenseLUNotSupported {
 		t.Errorf("READ of no unit: %v", a.Sense)
 	}
+	// A unit becoming ready: qualifier 001b, NOT READY 04h/01h for the
+	// rest (a VPD page, which it cannot describe yet, too), and the same
+	// LUN inventory.
+	for _, tc := range []struct {
+		name  string
+		cdb   []byte
+		sense Sense
+		data  []byte // the first bytes of the data, for GOOD
+	}{
+		{"INQUIRY", cdb(0x12, 0, 0, 0, 36), SenseNone, []byte{0x20, 0, 0x06, 0x12, 31}},
+		{"INQUIRY VPD 0x83", cdb(0x12, 1, 0x83, 0, 255), SenseBecomingReady, nil},
+		{"INQUIRY page without EVPD", cdb(0x12, 0, 0x83, 0, 255), SenseInvalidField, nil},
+		{"TEST UNIT READY", cdb(0, 0, 0, 0, 0), SenseBecomingReady, nil},
+		{"READ(10)", cdb(0x28, 0, 0, 0, 0, 0, 0, 0, 1), SenseBecomingReady, nil},
+		{"REQUEST SENSE", cdb(0x03, 0, 0, 0, 18), SenseNone, []byte{0x70, 0, 0x02}},
+		{"REPORT LUNS", rl, SenseNone, want[:8]},
+	} {
+		a := BecomingReady(tc.cdb, []uint16{0, 7, 300})
+		switch {
+		case tc.sense != SenseNone && (a.Status != StatusCheckCondition || a.Sense != tc.sense):
+			t.Errorf("%s of a unit becoming ready: %v %v, want CHECK CONDITION %v", tc.name, a.Status, a.Sense, tc.sense)
+		case tc.sense == SenseNone && (a.Status != StatusGood || !bytes.HasPrefix(a.Data, tc.data)):
+			t.Errorf("%s of a unit becoming ready: %v % x, want GOOD % x...", tc.name, a.Status, a.Data, tc.data)
+		}
+	}
 	if a := NoUnit(cdb(0x03, 0, 0, 0, 18), nil); a.Status != StatusGood || a.Data[12] != 0x25 {
 		t.Errorf("REQUEST SENSE of no unit: % x", a.Data)
 	}
