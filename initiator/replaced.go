@@ -53,6 +53,9 @@ func (v *Volume) sameVolume(id, gen uint64) bool {
 
 // replacedErr is the error of v's requests once it was replaced.
 func (v *Volume) replacedErr() error {
+	if v.gone.Load() {
+		return fmt.Errorf("initiator: volume %q on %s: no logical unit at its LUN since the re-login: %w", v.name, v.s.cfg.Addr, ErrVolumeGone)
+	}
 	return fmt.Errorf("initiator: volume %q on %s: %w", v.name, v.s.cfg.Addr, ErrVolumeReplaced)
 }
 
@@ -64,8 +67,13 @@ func (s *Session) volumeReplaced(v *Volume, got uint64) {
 	if v.replaced.Swap(true) {
 		return
 	}
-	s.cfg.Logger.Error("initiator: the volume re-opened after the reconnect is another of the same name; its I/O fails",
-		"volume", v.name, "target", s.cfg.Addr, "identity", fmt.Sprintf("%#x", v.ident.Load().id), "now", fmt.Sprintf("%#x", got))
+	if v.gone.Load() {
+		s.cfg.Logger.Error("initiator: the target has no logical unit at the volume's LUN since the re-login; its I/O fails",
+			"volume", v.name, "target", s.cfg.Addr, "identity", fmt.Sprintf("%#x", v.ident.Load().id))
+	} else {
+		s.cfg.Logger.Error("initiator: the volume re-opened after the reconnect is another of the same name; its I/O fails",
+			"volume", v.name, "target", s.cfg.Addr, "identity", fmt.Sprintf("%#x", v.ident.Load().id), "now", fmt.Sprintf("%#x", got))
+	}
 	var rel queue
 	s.dmu.Lock()
 	s.dropWritesLocked(v, &rel)

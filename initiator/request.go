@@ -76,6 +76,12 @@ var (
 	// and every later request of the Volume fails with it. Open the name
 	// again to use the new volume.
 	ErrVolumeReplaced = fmt.Errorf("initiator: the volume was replaced by another of the same name: %w", ErrWriteCacheLost)
+	// ErrVolumeGone is ErrVolumeReplaced (errors.Is matches both) of a
+	// volume whose unit the target no longer has at all after a
+	// re-login: over ProtocolSRP, its LUN answers LOGICAL UNIT NOT
+	// SUPPORTED (the volume deleted, or created again and given another
+	// LUN, as srpd does).
+	ErrVolumeGone = fmt.Errorf("initiator: the target no longer has the volume: %w", ErrVolumeReplaced)
 	// ErrReservationConflict: another host's reservation, or another
 	// session's exclusive open, forbids the command or the open (SAM-5's
 	// RESERVATION CONFLICT); see Volume.Reservations and
@@ -88,7 +94,8 @@ var (
 	ErrStandby = errors.New("initiator: the target is a standby path for the volume")
 	// ErrNotReady: Open's context ended while the target was still
 	// opening the volume (it answered NOT READY, becoming ready: its
-	// store had not opened the volume within the target's OpenWait).
+	// store had not opened the volume within the target's OpenWait; over
+	// ProtocolSRP, the LUN's commands were answered so).
 	// The error wraps the context's error too.
 	ErrNotReady = errors.New("initiator: the target has not opened the volume yet")
 )

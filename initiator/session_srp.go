@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gosrp/gosrp/internal/scsi"
 	"github.com/gosrp/gosrp/internal/wire"
@@ -311,6 +312,29 @@ func isCheckCondition(err error) bool {
 	return errors.As(err, &se) && se.Status == SCSIStatusCheckCondition
 }
 
+// srpUnitReady is srpUnit, asked again while the target answers that
+// the unit is becoming ready (NOT READY 04h/01h: srpd has not opened
+// its volume yet), until ctx ends, as openOn asks gosrp's OPEN again.
+// The waits double from openRetry to a second: the target answers at
+// once.
+func (s *Session) srpUnitReady(ctx context.Context, c *channel, lun uint16) (srpUnitInfo, error) {
+	wait := openRetry
+	for {
+		u, err := s.srpUnit(ctx, c, lun)
+		if err == nil || scsiSense(err) != scsi.SenseBecomingReady {
+			return u, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return u, fmt.Errorf("%w (%w): %w", ErrNotReady, err, ctx.Err())
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
 // srpOpen opens LUN "lun<n>": nothing is opened on the target (a LUN is
 // there for the whole login); the session learns its geometry and every
 // channel addresses it by its number.
@@ -319,7 +343,7 @@ func (s *Session) srpOpen(ctx context.Context, name string, opts OpenOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	u, err := s.srpUnit(ctx, s.chans[0], lun)
+	u, err := s.srpUnitReady(ctx, s.chans[0], lun)
 	if err != nil {
 		return nil, fmt.Errorf("initiator: open %q: %w", name, err)
 	}

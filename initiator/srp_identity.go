@@ -15,12 +15,20 @@ package initiator
 // after every re-login the unit's requests park, as a late volume's do
 // (late_open.go), until the same page has been read again on the new
 // connection. The same identity releases them; another fails them, and
-// every later request of the Volume, with ErrVolumeReplaced. A unit
-// whose page said nothing at Open is not checked.
+// every later request of the Volume, with ErrVolumeReplaced. So does a
+// target that answers LOGICAL UNIT NOT SUPPORTED (05h/25h/00h): the
+// unit is gone (srpd gives a volume created anew another LUN), and
+// Linux fails a disk's I/O on it as well. One still becoming ready
+// (NOT READY 04h/01h: srpd opening a volume its store is slow to open)
+// is asked again while the loss deadline lasts. A unit whose page said
+// nothing at Open is not checked.
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
+
+	"github.com/gosrp/gosrp/internal/scsi"
 )
 
 // luIdentity is the identity of a logical unit as its Device
@@ -48,6 +56,16 @@ func luIdentity(p []byte) uint64 {
 	return max(h.Sum64(), 1)
 }
 
+// scsiSense is the sense of a command err says the target answered
+// CHECK CONDITION, or the zero Sense.
+func scsiSense(err error) scsi.Sense {
+	var se *SCSIError
+	if !errors.As(err, &se) || se.Status != SCSIStatusCheckCondition {
+		return scsi.Sense{}
+	}
+	return scsi.Sense{Key: scsi.SenseKey(se.Key), ASC: se.ASC, ASCQ: se.ASCQ}
+}
+
 // checksLUN reports whether v's unit is checked after a re-login before
 // its requests go out: it told an identity at Open and was not found
 // replaced already.
@@ -71,6 +89,11 @@ func (c *channel) recheckLUN(ctx context.Context, v *Volume, epoch uint64) {
 		}
 		if err == nil {
 			c.lunChecked(v, luIdentity(p), epoch)
+			return
+		}
+		if scsiSense(err) == scsi.SenseLUNotSupported {
+			v.gone.Store(true)
+			c.lateReplaced(v, 0)
 			return
 		}
 		if !b.again(ctx, c, v, err.Error()) {

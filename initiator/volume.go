@@ -36,9 +36,11 @@ type Volume struct {
 	// ident is what the first open said tells the volume from any other
 	// of its name (nil until then: a reconnect may re-open the volume
 	// before Open has its first answer); replaced is set once a re-open
-	// found another (ErrVolumeReplaced).
+	// found another (ErrVolumeReplaced), gone with it once an SRP
+	// re-login found no unit at the LUN at all (srp_identity.go).
 	ident    atomic.Pointer[volIdentity]
 	replaced atomic.Bool
+	gone     atomic.Bool
 }
 
 // Standby reports whether the target answered the volume's open (or its

@@ -198,8 +198,10 @@ func TestNoSpaceErrno(t *testing.T) {
 // the replacement. Over SRP srpd tells the new volume by its identity
 // and gives it a new LUN, 1 (target.LUNStore: a kernel host never
 // checks the unit again), so LUN 0 is no unit after the restart: the
-// import waits for it until --timeout and fails, and the new volume,
-// read through LUN 1, holds none of the import's writes.
+// import fails at once, as the LUN answers LOGICAL UNIT NOT SUPPORTED
+// (it waited for it until --timeout while srpd answered so for a LUN
+// still opening too), and the new volume, read through LUN 1, holds
+// none of the import's writes.
 func TestImportVolumeReplaced(t *testing.T) {
 	srpd, srpc := e2etest.Binaries(t)
 	const size, half = 32 << 20, 16 << 20
@@ -237,7 +239,7 @@ func TestImportVolumeReplaced(t *testing.T) {
 			start()
 			want := "replaced by another of the same name"
 			if tc.protocol == "srp" {
-				want = `volume "lun0" not re-opened since the reconnect (its identity not read again since the re-login)`
+				want = "the target no longer has the volume since the connection was down"
 				name = "lun1"
 			}
 			finishFails(t, p, stdin, img[half:], "srpc import across a replaced volume", want)

@@ -399,6 +399,10 @@ func ioError(err error) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, initiator.ErrVolumeGone) {
+		return errors.New("the target no longer has the volume since the connection was down (its LUN is not supported now: " +
+			"deleted, or created again under another LUN): what was written to it may be lost; nothing was written elsewhere")
+	}
 	if errors.Is(err, initiator.ErrVolumeReplaced) {
 		return errors.New("the volume was replaced by another of the same name while the connection was down " +
 			"(deleted and created again, or another target at the address): what was written to the old one is not on it; " +
