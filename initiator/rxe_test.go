@@ -38,7 +38,10 @@ import (
 // hangs in its re-open across a cut (rxeLate), and one whose re-OPEN
 // the target answers NOT READY and cuts, again and again
 // (rxeReopenNotReady); then 50 idle sessions, which must not tick
-// (rxeIdle). A clean run loses no connection but those it forces.
+// (rxeIdle); then the session behind made faults, and a verified
+// workload over two channels through QP errors and cuts in each
+// protocol (rxeOrdered). A clean run loses no connection but those it
+// forces.
 // test/rxe/run.sh runs it in the VM with GOSRP_RXE_E2E=1, and so does CI.
 func TestRXEEndToEnd(t *testing.T) {
 	if os.Getenv("GOSRP_RXE_E2E") == "" {
@@ -111,6 +114,54 @@ func TestRXEEndToEnd(t *testing.T) {
 			t.Errorf("no fault was made: the run tested nothing")
 		}
 	})
+	// 32 writers and readers over two channels while QPs go to ERR and
+	// connections are cut, in both protocols; every block must read back
+	// its last write. On a device that replays a receive at ERR (the
+	// rxe of 6.12, transport.Quirks.ReplayOnErr) this is
+	// TestReplayedCommandsLandInOrder on real verbs, and in SRP each
+	// channel's loss goes through the nexus's SINGLE login (srpFence).
+	for _, proto := range protocols {
+		t.Run("ordered/"+proto.name, func(t *testing.T) {
+			before := rxeCounters()
+			defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
+			rxeOrdered(t, p, proto)
+		})
+	}
+}
+
+// rxeOrdered runs workload over two channels of an initiator on the
+// device behind faults (QP errors and cuts) against a target on the
+// device, then reads every block back.
+func rxeOrdered(t *testing.T, p transport.Provider, proto protocol) {
+	const seed, ops = 1, 1500
+	st := block.NewMemStore()
+	if _, err := st.Create("vol0", 4<<20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	tcfg := proto.tcfg
+	tcfg.Name, tcfg.Catalog, tcfg.Logger = "rxe-ordered", storecatalog.Catalog{Store: st}, rxeLog
+	tgt, err := target.New(tcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, tgt, p.Listen, st.Close)
+	fp := faults.Wrap(p, faults.Config{Seed: seed, QPError: 0.003, LinkCut: 0.001})
+	cfg := proto.cfg
+	cfg.Provider, cfg.Addr, cfg.Logger, cfg.Channels, cfg.Credits = fp, addr, rxeLog, 2, 16
+	if cfg.Name == "" {
+		cfg.Name = "rxe-ordered"
+	}
+	s := dial(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v := openNamed(t, ctx, s, proto.vol)
+	gens := workload(t, v, seed, 32, ops)
+	verifyAll(t, v, gens, seed)
+	c, ss := fp.Counters(), s.Stats()
+	t.Logf("%d ops: faults made %+v; %d connections lost", ops, c, ss.ConnectionsLost)
+	if c.QPErrors+c.LinkCuts == 0 {
+		t.Errorf("no QP error or cut was made: the run tested nothing")
+	}
 }
 
 // TestRXEHostileSRP runs the hostile ALUA gateway's lies

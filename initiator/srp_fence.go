@@ -87,11 +87,16 @@ func (f *srpFence) lost(joined uint64) uint64 {
 }
 
 // ready reports whether a SINGLE login numbered need or above was
-// accepted; if not, changed is closed when the next one is.
+// accepted and none is under way; if not, changed is closed when the
+// next one is accepted. A MULTI login sent while a SINGLE is under way
+// would be ended by it, losing the connection it just made, and that
+// SINGLE, begun before the MULTI was accepted, would not fence the
+// connection: the first channel would have to log in once more (seen
+// over rxe with QP errors made on both channels).
 func (f *srpFence) ready(need uint64) (ok bool, changed <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.done >= need, f.changed
+	return f.done >= need && f.done >= f.begun, f.changed
 }
 
 // relogin reports whether the first channel, connected by SINGLE login

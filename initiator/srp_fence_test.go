@@ -61,6 +61,26 @@ func TestSRPFence(t *testing.T) {
 			t.Fatal("a channel ended by SINGLE 2 has channel 0 log in again: every login would end the others for ever")
 		}
 	})
+	t.Run("no MULTI while a SINGLE is under way", func(t *testing.T) {
+		f := newSRPFence()
+		f.accepted(f.begin())
+		need := f.lost(f.joined())
+		f.accepted(f.begin()) // SINGLE 2 fences the lost connection
+		f.begin()             // and channel 0, lost again, sends SINGLE 3
+		ok, changed := f.ready(need)
+		if ok {
+			t.Fatal("a channel may log in while SINGLE 3, which would end its new connection, is under way")
+		}
+		f.accepted(3)
+		select {
+		case <-changed:
+		default:
+			t.Fatal("the waiting channel is not woken when SINGLE 3 is accepted")
+		}
+		if ok, _ := f.ready(need); !ok {
+			t.Fatal("the lost channel still waits once no SINGLE is under way")
+		}
+	})
 	t.Run("owed never goes back", func(t *testing.T) {
 		f := newSRPFence()
 		f.accepted(f.begin())
