@@ -344,8 +344,10 @@ type Config struct {
 	// session nor its other volumes. A gosrp OPEN still waiting is
 	// answered NOT READY, becoming ready, and the initiator tries again
 	// (conn_open.go). An SRP login, or a catalog change reaching a
-	// logged-in session, leaves the LUN out, and adds it, announced by
-	// REPORTED LUNS DATA HAS CHANGED, once it opens (conn_srp_open.go).
+	// logged-in session, leaves the LUN out of REPORT LUNS and answers
+	// its commands NOT READY, becoming ready, which hosts retry, and
+	// adds it, announced by REPORTED LUNS DATA HAS CHANGED, once it
+	// opens (conn_srp_open.go).
 	// Keep it well under the initiators' I/O timeout (initiator's
 	// IOTimeout, 30 s; sd's 30 s): an OPEN unanswered past that ends
 	// the initiator's connection. Default DefaultOpenWait.

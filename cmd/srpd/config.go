@@ -48,6 +48,8 @@ type Config struct {
 	SRPCredits      int               `json:"srp_credits" toml:"srp_credits"`
 	MaxTransfer     Size              `json:"max_transfer" toml:"max_transfer"`
 	LoginTimeout    Duration          `json:"login_timeout" toml:"login_timeout"`
+	// OpenWait is target.Config.OpenWait (0: the target's default).
+	OpenWait Duration `json:"open_wait" toml:"open_wait"`
 	// MaxPendingLogins and MaxPendingPerSource are target.Config's caps
 	// on connections not logged in yet (0: the target's defaults,
 	// negative: no cap).
@@ -122,6 +124,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.SRPCredits, "srp-credits", c.SRPCredits, "`N` requests one SRP channel may have outstanding, its login's request limit (0: the target default, 64, which lets ib_srp's default queue of 62 run full: it keeps one credit for task management; each costs a --max-transfer buffer)")
 	fs.Var(&c.MaxTransfer, "max-transfer", "largest transfer of one command, a `SIZE` (0: the target default, 1MiB)")
 	fs.Var(&c.LoginTimeout, "login-timeout", "`DURATION` a new connection has to log in")
+	fs.Var(&c.OpenWait, "open-wait", "`DURATION` a login or OPEN waits for a volume's store to open it before it answers NOT READY for that volume and adds it once it opens (0: the target default, 5s)")
 	fs.IntVar(&c.MaxPendingLogins, "max-pending-logins", c.MaxPendingLogins,
 		"refuse connections beyond `N` accepted and not logged in yet (0: the target default, 64; negative: no cap)")
 	fs.IntVar(&c.MaxPendingPerSource, "max-pending-per-source", c.MaxPendingPerSource,

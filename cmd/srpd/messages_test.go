@@ -162,7 +162,7 @@ func TestServeFlagMessages(t *testing.T) {
 		t.Errorf("--pprof alone: exit %d, stderr %q; want 2, %q", r.Code, r.Stderr, want)
 	}
 	for _, args := range [][]string{
-		{"--shutdown-timeout", "0"}, {"--shutdown-timeout", "-1s"},
+		{"--shutdown-timeout", "0"}, {"--shutdown-timeout", "-1s"}, {"--open-wait", "-1s"},
 		// Refused before the store is made (it was made, and left).
 		{"--default-volume-size", "5000"}, {"--backend", "bogus"},
 	} {

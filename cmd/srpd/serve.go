@@ -246,6 +246,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// exited 1 without closing it.
 		return cli.Usagef("--shutdown-timeout %s: want a duration above zero", time.Duration(cfg.ShutdownTimeout))
 	}
+	if cfg.OpenWait < 0 {
+		return cli.Usagef("--open-wait %s: want a duration of zero (the default) or more", time.Duration(cfg.OpenWait))
+	}
 	portGroup, err := cfg.srpPortGroup()
 	if err != nil {
 		return err
@@ -361,6 +364,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	tgt, err := target.New(target.Config{
 		Name: cfg.Name, Catalog: cat, ACL: acc.ACLPointer(), Secrets: acc.Secret,
 		Credits: cfg.Credits, SRPCredits: cfg.SRPCredits, MaxTransfer: int(cfg.MaxTransfer), LoginTimeout: time.Duration(cfg.LoginTimeout),
+		OpenWait:         time.Duration(cfg.OpenWait),
 		MaxPendingLogins: cfg.MaxPendingLogins, MaxPendingPerSource: cfg.MaxPendingPerSource,
 		MaxConnections: cfg.MaxConnections, MaxConnectionsPerSource: cfg.MaxConnectionsPerSource,
 		SRPTargetPortID: srpPort, SRPPortGroup: portGroup, Logger: log, Reservations: resStore, DirtyMarks: marks, LUNs: openLUNFile(cfg.Data),
