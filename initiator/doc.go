@@ -130,7 +130,12 @@
 // WRITE(16), SYNCHRONIZE CACHE(16) and UNMAP through the same core,
 // pool and rules. SRP has no remote invalidation: every registered I/O
 // ends with a signaled LOCAL_INV. A target's refusal of a command is a
-// *SCSIError; docs/srp.md has the details.
+// *SCSIError; docs/srp.md has the details. After every re-login a LUN's
+// requests wait until its Device Identification page has been read
+// again (srp_identity.go): another unit there ends the Volume with
+// ErrVolumeReplaced, none at all (LOGICAL UNIT NOT SUPPORTED) with
+// ErrVolumeGone; a unit still becoming ready (NOT READY 04h/01h) is
+// asked again, as Open asks while its context lasts.
 //
 // # Target restarts
 //
