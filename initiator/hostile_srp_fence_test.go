@@ -83,6 +83,10 @@ func fenceNeverOpens(t *testing.T, script targettest.Script, refuse *atomic.Bool
 	if err := r.ip.CutLink(initiator.PinChannel(s, 1)); err != nil {
 		t.Fatal(err)
 	}
+	// Both channels down: the cut one, and the first, told to log the
+	// nexus in again. A write sent before the first had heard of it
+	// would have gone out on its live connection.
+	waitUntil(t, "both channels down", func() bool { return s.Stats().ConnectionsLost >= 2 })
 	start := time.Now()
 	errs := make(chan error, 2)
 	for i := range 2 { // one on each channel

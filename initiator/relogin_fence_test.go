@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/initiator"
+	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/target/storecatalog"
+	"github.com/gosrp/gosrp/target/targettest"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -153,4 +156,81 @@ func (v holdVolume) WriteAt(p []byte, off int64) (int, error) {
 func (v holdVolume) WriteAtFUA(p []byte, off int64) (int, error) {
 	v.hold.wait()
 	return v.Volume.WriteAtFUA(p, off)
+}
+
+// TestSRPFenceAcrossCrash: in an SRP session of two channels the second
+// loses its connection while the target refuses every SINGLE login, so
+// the second waits at the fence with a write queued and the first
+// cannot log the nexus in again. The target then dies (kill -9: its
+// connections and cache gone) and a new process comes up at the
+// address. Its first SINGLE login has no older channel to end; the
+// fence must open on it, and the queued write complete on the new
+// process and read back, within moments, not at the loss deadline.
+func TestSRPFenceAcrossCrash(t *testing.T) {
+	const size = 8 << 20
+	var refuse atomic.Bool
+	var refused atomic.Int32
+	r := newCrashRig(t, size)
+	r.script = &targettest.Script{Request: func(priv []byte) ([]byte, bool) {
+		var req srp.LoginRequest
+		if !refuse.Load() || req.DecodeRDMA(priv) != nil || req.Flags&srp.MultiChanMask != srp.MultiChanSingle {
+			return nil, false
+		}
+		refused.Add(1)
+		b := make([]byte, srp.LoginRejectLen)
+		rej := srp.LoginReject{Reason: srp.RejectInsufficientResources, Tag: req.Tag, BufFormats: srp.BufFormatDirect}
+		if _, err := rej.Encode(b); err != nil {
+			panic(err)
+		}
+		return b, true
+	}}
+	r.crash()
+	r.start() // the process the script serves
+	s := dial(t, initiator.Config{Channels: 2, Protocol: initiator.ProtocolSRP, Provider: r.p, Addr: r.addr, Name: "srp-fence-crash",
+		IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second, LossTimeout: 20 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v := openNamed(t, ctx, s, "lun0")
+	model := make([]byte, size)
+	writeModel(t, v, model, 0, 64, 16, 1)
+	if err := v.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	refuse.Store(true)
+	if err := r.p.CutLink(initiator.PinChannel(s, 1)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	pattern(buf, 100, 2, 5)
+	done := make(chan error, 1)
+	go func() {
+		_, err := v.WriteAtContext(ctx, buf, 100*4096) // on channel 1 (PinChannel)
+		done <- err
+	}()
+	waitUntil(t, "a SINGLE login refused", func() bool { return refused.Load() > 0 })
+	select {
+	case err := <-done:
+		t.Fatalf("the write on the channel waiting at the fence returned (%v) while no SINGLE login could be made", err)
+	default:
+	}
+
+	r.crash()
+	refuse.Store(false)
+	start := time.Now()
+	r.start()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the write queued at the fence, after the target's restart: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the write queued at the fence has not completed %v after the target's restart (loss deadline 20 s)", time.Since(start).Round(time.Millisecond))
+	}
+	t.Logf("the write completed %v after the restart; %d SINGLE logins refused before it", time.Since(start).Round(time.Millisecond), refused.Load())
+	copy(model[100*4096:], buf)
+	got := make([]byte, 4096)
+	if _, err := v.ReadAtContext(ctx, got, 100*4096); err != nil || !bytes.Equal(got, buf) {
+		t.Fatalf("block 100 after the restart: %v, equal %t", err, bytes.Equal(got, buf))
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/target"
+	"github.com/gosrp/gosrp/target/targettest"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -157,6 +158,10 @@ type crashRig struct {
 	// config, if set, is each new target process's configuration
 	// (its catalog, with caches of its own); else vol0 over disk.
 	config func() target.Config
+	// script, if set, is what every target process's listener does
+	// with connection requests before the target sees them
+	// (targettest.Script.Request).
+	script *targettest.Script
 }
 
 type crashTarget struct {
@@ -200,7 +205,11 @@ func (r *crashRig) start() {
 		r.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l, err := r.p.Listen(ctx, r.addr)
+	listen := r.p.Listen
+	if r.script != nil {
+		listen = targettest.Wrap(r.p, *r.script).Listen
+	}
+	l, err := listen(ctx, r.addr)
 	if err != nil {
 		r.t.Fatal(err)
 	}
