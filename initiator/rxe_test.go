@@ -38,22 +38,11 @@ import (
 // hangs in its re-open across a cut (rxeLate), and one whose re-OPEN
 // the target answers NOT READY and cuts, again and again
 // (rxeReopenNotReady); then 50 idle sessions, which must not tick
-// (rxeIdle); then the session behind made faults, and a verified
-// workload over two channels through QP errors and cuts in each
-// protocol (rxeOrdered). A clean run loses no connection but those it
-// forces.
+// (rxeIdle); then the session behind made faults. A clean run loses no
+// connection but those it forces.
 // test/rxe/run.sh runs it in the VM with GOSRP_RXE_E2E=1, and so does CI.
 func TestRXEEndToEnd(t *testing.T) {
-	if os.Getenv("GOSRP_RXE_E2E") == "" {
-		t.Skip("needs an RDMA device: GOSRP_RXE_E2E=1 (test/rxe/run.sh ./initiator sets it)")
-	}
-	// The logs are the point of a failing run in the VM: keep warnings.
-	rxeLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: rxeLevel()}))
-	p, err := transport.Open("ibverbs", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := rxeDevice(t)
 	for _, imm := range []int{0, -1} {
 		t.Run(fmt.Sprintf("immediate=%v", imm == 0), func(t *testing.T) {
 			before := rxeCounters()
@@ -114,14 +103,20 @@ func TestRXEEndToEnd(t *testing.T) {
 			t.Errorf("no fault was made: the run tested nothing")
 		}
 	})
-	// 32 writers and readers over two channels while QPs go to ERR and
-	// connections are cut, in both protocols; every block must read back
-	// its last write. On a device that replays a receive at ERR (the
-	// rxe of 6.12, transport.Quirks.ReplayOnErr) this is
-	// TestReplayedCommandsLandInOrder on real verbs, and in SRP each
-	// channel's loss goes through the nexus's SINGLE login (srpFence).
+}
+
+// TestRXEOrdered runs 32 writers and readers over two channels while
+// QPs go to ERR and connections are cut, in both protocols; every block
+// must read back its last write (rxeOrdered). On a device that replays
+// a receive at ERR (rxe on 6.12.95, transport.Quirks.ReplayOnErr) this
+// is TestReplayedCommandsLandInOrder on real verbs, and in SRP each
+// channel's loss goes through the nexus's SINGLE login (srpFence). CI
+// runs it on that kernel (.ci/run); test/rxe/run.sh runs it anywhere
+// with GOSRP_RXE_E2E=1.
+func TestRXEOrdered(t *testing.T) {
+	p := rxeDevice(t)
 	for _, proto := range protocols {
-		t.Run("ordered/"+proto.name, func(t *testing.T) {
+		t.Run(proto.name, func(t *testing.T) {
 			before := rxeCounters()
 			defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
 			rxeOrdered(t, p, proto)
@@ -172,14 +167,7 @@ func rxeOrdered(t *testing.T, p transport.Provider, proto protocol) {
 // outstanding). test/rxe/run.sh runs it in the VM with GOSRP_RXE_E2E=1,
 // and so does CI.
 func TestRXEHostileSRP(t *testing.T) {
-	if os.Getenv("GOSRP_RXE_E2E") == "" {
-		t.Skip("needs an RDMA device: GOSRP_RXE_E2E=1 (test/rxe/run.sh ./initiator sets it)")
-	}
-	p, err := transport.Open("ibverbs", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := rxeDevice(t)
 	device := func(*testing.T) (tp, ip transport.Provider) { return p, p }
 	before := rxeCounters()
 	defer func() { t.Logf("device counters: %s", rxeCounterDelta(before, rxeCounters())) }()
@@ -189,6 +177,22 @@ func TestRXEHostileSRP(t *testing.T) {
 	for _, tc := range takeoverLies {
 		t.Run("takeover/"+tc.name, func(t *testing.T) { testHostileSRPTakeover(t, tc, device) })
 	}
+}
+
+// rxeDevice is the ibverbs provider on the VM's device, closed when the
+// test ends; it skips the test unless GOSRP_RXE_E2E is set. rxeLog
+// keeps warnings: the logs are the point of a failing run in the VM.
+func rxeDevice(t *testing.T) transport.Provider {
+	if os.Getenv("GOSRP_RXE_E2E") == "" {
+		t.Skip("needs an RDMA device: GOSRP_RXE_E2E=1 (test/rxe/run.sh ./initiator sets it)")
+	}
+	rxeLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: rxeLevel()}))
+	p, err := transport.Open("ibverbs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 // rxeCounters reads the device's hardware counters (rxe's retries,
