@@ -543,6 +543,11 @@ func (e *SCSIError) Error() string {
 	return fmt.Sprintf("initiator: %s: target: %s", what, scsi.Sense{Key: scsi.SenseKey(e.Key), ASC: e.ASC, ASCQ: e.ASCQ})
 }
 
+// sense is the sense data's key, ASC and ASCQ.
+func (e *SCSIError) sense() scsi.Sense {
+	return scsi.Sense{Key: scsi.SenseKey(e.Key), ASC: e.ASC, ASCQ: e.ASCQ}
+}
+
 // Unwrap maps the sense callers act on to the package's sentinels, as
 // IOError does: WRITE PROTECTED is ErrReadOnly, ACCESS DENIED
 // ErrAccessDenied, SPACE ALLOCATION FAILED ErrNoSpace, INVALID COMMAND
@@ -558,7 +563,7 @@ func (e *SCSIError) Unwrap() error {
 	if e.Status == SCSIStatusReservationConflict {
 		return ErrReservationConflict
 	}
-	s := scsi.Sense{Key: scsi.SenseKey(e.Key), ASC: e.ASC, ASCQ: e.ASCQ}
+	s := e.sense()
 	if (s == scsi.SenseCacheLost || s == scsi.SenseWriteError) && e.Op == OpFlush {
 		// srpd reports a lost cache under HARDWARE ERROR
 		// (scsi.SenseCacheLost); another target's flush that failed

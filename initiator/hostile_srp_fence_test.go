@@ -40,22 +40,7 @@ func TestHostileSRPFenceNoLogin(t *testing.T) {
 				return []byte{0xFF} // no SRP_LOGIN_RSP
 			}}
 		}},
-		{"SINGLE rejected", func(refuse *atomic.Bool, logins *atomic.Int32) targettest.Script {
-			return targettest.Script{Request: func(priv []byte) ([]byte, bool) {
-				var req srp.LoginRequest
-				if !refuse.Load() || req.DecodeRDMA(priv) != nil || req.Flags&srp.MultiChanMask != srp.MultiChanSingle {
-					return nil, false
-				}
-				logins.Add(1)
-				rej := srp.LoginReject{Reason: srp.RejectInsufficientResources, Tag: req.Tag,
-					BufFormats: srp.BufFormatDirect | srp.BufFormatIndirect}
-				b := make([]byte, srp.LoginRejectLen)
-				if _, err := rej.Encode(b); err != nil {
-					panic(err)
-				}
-				return b, true
-			}}
-		}},
+		{"SINGLE rejected", refuseSINGLE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var refuse atomic.Bool
@@ -112,4 +97,24 @@ func fenceNeverOpens(t *testing.T, script targettest.Script, refuse *atomic.Bool
 	if d := time.Since(closed); d > slack {
 		t.Fatalf("Close took %v with a channel waiting for the nexus's login", d.Round(time.Millisecond))
 	}
+}
+
+// refuseSINGLE is a target script that, while refuse is set, rejects
+// every SINGLE login with an SRP_LOGIN_REJ (insufficient resources) and
+// counts it in refused; it takes every MULTI login.
+func refuseSINGLE(refuse *atomic.Bool, refused *atomic.Int32) targettest.Script {
+	return targettest.Script{Request: func(priv []byte) ([]byte, bool) {
+		var req srp.LoginRequest
+		if !refuse.Load() || req.DecodeRDMA(priv) != nil || req.Flags&srp.MultiChanMask != srp.MultiChanSingle {
+			return nil, false
+		}
+		refused.Add(1)
+		rej := srp.LoginReject{Reason: srp.RejectInsufficientResources, Tag: req.Tag,
+			BufFormats: srp.BufFormatDirect | srp.BufFormatIndirect}
+		b := make([]byte, srp.LoginRejectLen)
+		if _, err := rej.Encode(b); err != nil {
+			panic(err) // b holds LoginRejectLen bytes
+		}
+		return b, true
+	}}
 }

@@ -11,10 +11,8 @@ import (
 
 	"github.com/gosrp/gosrp/block"
 	"github.com/gosrp/gosrp/initiator"
-	"github.com/gosrp/gosrp/internal/srp"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/target/storecatalog"
-	"github.com/gosrp/gosrp/target/targettest"
 	"github.com/gosrp/gosrp/transport/emu"
 )
 
@@ -165,37 +163,20 @@ func (v holdVolume) WriteAtFUA(p []byte, off int64) (int, error) {
 // connections and cache gone) and a new process comes up at the
 // address. Its first SINGLE login has no older channel to end; the
 // fence must open on it, and the queued write complete on the new
-// process and read back, within moments, not at the loss deadline.
+// process within moments, not at the loss deadline, read back, and be
+// durable after a flush with what was flushed before the crash.
 func TestSRPFenceAcrossCrash(t *testing.T) {
 	const size = 8 << 20
 	var refuse atomic.Bool
 	var refused atomic.Int32
 	r := newCrashRig(t, size)
-	r.script = &targettest.Script{Request: func(priv []byte) ([]byte, bool) {
-		var req srp.LoginRequest
-		if !refuse.Load() || req.DecodeRDMA(priv) != nil || req.Flags&srp.MultiChanMask != srp.MultiChanSingle {
-			return nil, false
-		}
-		refused.Add(1)
-		b := make([]byte, srp.LoginRejectLen)
-		rej := srp.LoginReject{Reason: srp.RejectInsufficientResources, Tag: req.Tag, BufFormats: srp.BufFormatDirect}
-		if _, err := rej.Encode(b); err != nil {
-			panic(err)
-		}
-		return b, true
-	}}
+	script := refuseSINGLE(&refuse, &refused)
+	r.script = &script
 	r.crash()
 	r.start() // the process the script serves
-	s := dial(t, initiator.Config{Channels: 2, Protocol: initiator.ProtocolSRP, Provider: r.p, Addr: r.addr, Name: "srp-fence-crash",
-		IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second, LossTimeout: 20 * time.Second})
+	s, v, model := r.flushedSRP(t, initiator.Config{Channels: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	v := openNamed(t, ctx, s, "lun0")
-	model := make([]byte, size)
-	writeModel(t, v, model, 0, 64, 16, 1)
-	if err := v.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
 
 	refuse.Store(true)
 	if err := r.p.CutLink(initiator.PinChannel(s, 1)); err != nil {
@@ -233,4 +214,8 @@ func TestSRPFenceAcrossCrash(t *testing.T) {
 	if _, err := v.ReadAtContext(ctx, got, 100*4096); err != nil || !bytes.Equal(got, buf) {
 		t.Fatalf("block 100 after the restart: %v, equal %t", err, bytes.Equal(got, buf))
 	}
+	if err := v.Flush(ctx); err != nil {
+		t.Fatalf("flush after the restart: %v", err)
+	}
+	r.checkFlushed(t, v, model) // what was flushed before the crash, and the write after it
 }

@@ -462,9 +462,9 @@ func (s *Session) Open(ctx context.Context, name string, opts OpenOptions) (*Vol
 // once from being asked in a loop.
 const openRetry = 100 * time.Millisecond
 
-// openRetryWait waits openRetry, or until ctx ends (its error).
-func openRetryWait(ctx context.Context) error {
-	t := time.NewTimer(openRetry)
+// openRetryWait waits d, or until ctx ends (its error).
+func openRetryWait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -487,7 +487,7 @@ func (s *Session) openOn(ctx context.Context, c *channel, req wire.ControlReques
 		rsp, err := s.controlReq(ctx, c, r)
 		if err == nil && rsp.Sense == wire.SenseBecomingReady {
 			notReady = rsp.Error
-			if err = openRetryWait(ctx); err == nil {
+			if err = openRetryWait(ctx, openRetry); err == nil {
 				continue
 			}
 		}

@@ -312,6 +312,16 @@ func isCheckCondition(err error) bool {
 	return errors.As(err, &se) && se.Status == SCSIStatusCheckCondition
 }
 
+// scsiSense is the sense of a command err says the target answered
+// CHECK CONDITION, or the zero Sense.
+func scsiSense(err error) scsi.Sense {
+	var se *SCSIError
+	if !errors.As(err, &se) || se.Status != SCSIStatusCheckCondition {
+		return scsi.Sense{}
+	}
+	return se.sense()
+}
+
 // srpUnitReady is srpUnit, asked again while the target answers that
 // the unit is becoming ready (NOT READY 04h/01h: srpd has not opened
 // its volume yet), until ctx ends, as openOn asks gosrp's OPEN again.
@@ -324,12 +334,8 @@ func (s *Session) srpUnitReady(ctx context.Context, c *channel, lun uint16) (srp
 		if err == nil || scsiSense(err) != scsi.SenseBecomingReady {
 			return u, err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return u, fmt.Errorf("%w (%w): %w", ErrNotReady, err, ctx.Err())
+		if werr := openRetryWait(ctx, wait); werr != nil {
+			return u, fmt.Errorf("%w (%w): %w", ErrNotReady, err, werr)
 		}
 		wait = min(2*wait, time.Second)
 	}

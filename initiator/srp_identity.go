@@ -25,7 +25,6 @@ package initiator
 
 import (
 	"context"
-	"errors"
 	"hash/fnv"
 
 	"github.com/gosrp/gosrp/internal/scsi"
@@ -54,16 +53,6 @@ func luIdentity(p []byte) uint64 {
 		return 0
 	}
 	return max(h.Sum64(), 1)
-}
-
-// scsiSense is the sense of a command err says the target answered
-// CHECK CONDITION, or the zero Sense.
-func scsiSense(err error) scsi.Sense {
-	var se *SCSIError
-	if !errors.As(err, &se) || se.Status != SCSIStatusCheckCondition {
-		return scsi.Sense{}
-	}
-	return scsi.Sense{Key: scsi.SenseKey(se.Key), ASC: se.ASC, ASCQ: se.ASCQ}
 }
 
 // checksLUN reports whether v's unit is checked after a re-login before

@@ -30,18 +30,9 @@ func TestSRPVolumeReplacedAcrossRestart(t *testing.T) {
 			t.Run(fmt.Sprintf("replaced=%t/channels=%d", replaced, ch), func(t *testing.T) {
 				const size = 8 << 20
 				r := newCrashRig(t, size)
-				cfg := initiator.Config{Channels: ch, ReplayBuffer: 4 << 20, Protocol: initiator.ProtocolSRP,
-					Provider: r.p, Addr: r.addr, Name: "srp-crash-test",
-					IOTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second, LossTimeout: 20 * time.Second}
-				s := dial(t, cfg)
+				s, v, model := r.flushedSRP(t, initiator.Config{Channels: ch, ReplayBuffer: 4 << 20})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				v := openNamed(t, ctx, s, "lun0")
-				model := make([]byte, size)
-				writeModel(t, v, model, 0, 64, 16, 1)
-				if err := v.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
 				if replaced {
 					writeModel(t, v, model, 64, 128, 16, 1) // acknowledged, in the ring
 				}

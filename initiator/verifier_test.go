@@ -255,6 +255,25 @@ func (r *crashRig) dial(t *testing.T, cfg initiator.Config) (*initiator.Session,
 	return dialVol0(t, cfg)
 }
 
+// flushedSRP is flushedCrashRig's session over T10 SRP, on r, with
+// cfg's channels and replay buffer: LUN 0 (vol0) has blocks 0..63
+// written (generation 1, in model) and flushed.
+func (r *crashRig) flushedSRP(t *testing.T, cfg initiator.Config) (*initiator.Session, *initiator.Volume, []byte) {
+	t.Helper()
+	cfg.Protocol, cfg.Provider, cfg.Addr, cfg.Name = initiator.ProtocolSRP, r.p, r.addr, "srp-crash-test"
+	cfg.IOTimeout, cfg.ConnectTimeout, cfg.LossTimeout = 2*time.Second, 2*time.Second, 20*time.Second
+	s := dial(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v := openNamed(t, ctx, s, "lun0")
+	model := make([]byte, len(r.disk.data))
+	writeModel(t, v, model, 0, 64, 16, 1)
+	if err := v.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, v, model
+}
+
 // startUntilWrites starts a target process on the rig's disk and
 // crashes it once it has taken n writes.
 func (r *crashRig) startUntilWrites(n int) {

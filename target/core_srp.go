@@ -247,7 +247,7 @@ func (c *core) srpExecute(s *slot, rawLUN srp.LUN, cdb []byte) {
 			if x := &c.srp.luns[lun]; x.ov != nil && !x.ov.revoked {
 				lu = x
 			} else {
-				opening = x.ov == nil && x.opening
+				opening = x.opening
 			}
 		}
 	}

@@ -167,7 +167,7 @@ func (c *core) srpAttach(nx *srpNexus, vols []srpVolume) {
 	for i := range s.luns {
 		if i >= len(vols) || vols[i].vol == nil {
 			c.handles = append(c.handles, nil)
-			s.luns[i].opening = i < len(vols) && vols[i].opening
+			c.srpSetOpening(i, i < len(vols) && vols[i].opening)
 			continue
 		}
 		c.handles = append(c.handles, nil)

@@ -54,24 +54,20 @@ func (c *core) srpCatalog(gen uint64, byLUN []string, listErr error) []srpNewLUN
 	var open []srpNewLUN
 	if listErr == nil {
 		c.srpRetire(byLUN)
+		// A LUN is opening while the shell opens its volume: one whose
+		// volume is no longer to be opened (deleted, renumbered,
+		// denied) is absent now.
+		for i := range c.srp.luns {
+			c.srpSetOpening(i, false)
+		}
 		if c.state == connActive {
 			acl := c.p.acl()
 			for i, name := range byLUN[:min(len(byLUN), srpMaxLUNs)] {
 				if name != "" && c.srpFree(i) && c.allow(acl, name) != AccessNone {
 					open = append(open, srpNewLUN{lun: i, name: name})
+					c.srpGrow(i + 1)
+					c.srpSetOpening(i, true)
 				}
-			}
-		}
-		// A LUN left opening whose volume is no longer to be opened
-		// (deleted, renumbered, denied) is absent now; the others stay
-		// opening until srpAttachNew has their open's outcome.
-		k := 0
-		for i := range c.srp.luns {
-			for k < len(open) && open[k].lun < i {
-				k++
-			}
-			if k == len(open) || open[k].lun != i {
-				c.srp.luns[i].opening = false
 			}
 		}
 	}
@@ -122,12 +118,9 @@ func (c *core) srpAttachNew(gen uint64, vols []srpOpened) {
 	for k := range vols {
 		v := &vols[k]
 		if v.vol == nil {
+			// Still opening, or its open failed.
 			if v.lun < len(c.srp.luns) && c.srpFree(v.lun) {
-				c.srp.luns[v.lun].opening = false // its open failed, unless it is still running
-			}
-			if v.opening && c.state == connActive && v.lun < srpMaxLUNs && c.srpFree(v.lun) {
-				c.srpGrow(v.lun + 1)
-				c.srp.luns[v.lun].opening = true
+				c.srpSetOpening(v.lun, v.opening && c.state == connActive)
 			}
 			continue
 		}
@@ -150,6 +143,18 @@ func (c *core) srpAttachNew(gen uint64, vols []srpOpened) {
 	if c.state != connClosed {
 		c.srpTableAt(gen)
 	}
+}
+
+// srpSetOpening is the one setter of srpLUN.opening: LUN i's volume
+// is being opened (on), or not or no longer (off). A LUN with a volume
+// is never opening: its volume answers for it.
+func (c *core) srpSetOpening(i int, on bool) {
+	lu := &c.srp.luns[i]
+	if on && lu.ov != nil {
+		c.noteBug(fmt.Errorf("target: SRP LUN %d set opening with volume %q attached", i, lu.ov.name))
+		return
+	}
+	lu.opening = on
 }
 
 // srpGrow makes the session's LUN table n LUNs long. The slots of
