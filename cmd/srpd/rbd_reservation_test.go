@@ -240,8 +240,18 @@ func TestRBDSRPReservations(t *testing.T) {
 	for i, addr := range addrs {
 		gws = append(gws, e2etest.StartDaemon(t, srpd, filepath.Join(dir, fmt.Sprint("gw", i)), addr, "", append(args, "--srp-port-group", fmt.Sprint(i+1))...))
 	}
+	// A host has one session: the port identifier is the name's
+	// (initiator.SRPPortID), and two sessions of one I_T nexus would end
+	// each other's channels at every login (SINGLE), so open ends the
+	// host's earlier session first, as a host logging in again does.
+	sessions := map[string]*initiator.Session{}
 	open := func(host string, gw int, takeover bool) *initiator.Volume {
 		t.Helper()
+		if old := sessions[host]; old != nil {
+			if err := old.Close(); err != nil {
+				t.Fatalf("%s: close the earlier session: %v", host, err)
+			}
+		}
 		nic, err := emu.New(emu.Config{Wire: emu.WireTCP})
 		if err != nil {
 			t.Fatal(err)
@@ -252,6 +262,7 @@ func TestRBDSRPReservations(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
+		sessions[host] = s
 		v, err := s.Open(ctx, "lun0", initiator.OpenOptions{Takeover: takeover})
 		if err != nil {
 			t.Fatalf("%s: open lun0 on gateway %d (takeover %v): %v", host, gw, takeover, err)
