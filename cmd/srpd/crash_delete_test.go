@@ -205,6 +205,9 @@ func TestDeleteVolumeCrash(t *testing.T) {
 					time.Sleep(serveFor) // as above
 				}
 			case <-allDone:
+				for _, dr := range runs {
+					dr.code, dr.out = dr.p.ExitCode(), strings.TrimSpace(dr.p.Output())
+				}
 				t.Fatalf("%s: every delete returned before DELETE %d reached that point:\n%s", desc, k, runSummary(runs))
 			}
 		}
