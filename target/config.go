@@ -352,6 +352,14 @@ type Config struct {
 	// IOTimeout, 30 s; sd's 30 s): an OPEN unanswered past that ends
 	// the initiator's connection. Default DefaultOpenWait.
 	OpenWait time.Duration
+	// SpareBuffers is how many released connections' buffer sets (a PD
+	// with its registered IU and data buffers: Credits × MaxTransfer
+	// bytes, 64 MiB for an SRP channel by default) the target keeps for
+	// the next accepts (default DefaultSpareBuffers, negative: none). A
+	// reconnect then registers nothing; on rxe that is most of what an
+	// accept costs (conn_buffers.go). The sets stay pinned until they
+	// are taken or the target shuts down.
+	SpareBuffers int
 }
 
 // Limits of the configuration.
@@ -375,6 +383,10 @@ const (
 	// and short beside the time an initiator gives a command (sd's and
 	// the initiator package's 30 s).
 	DefaultOpenWait = 5 * time.Second
+	// DefaultSpareBuffers covers the channels of one SRP host that all
+	// log in again at once (ib_srp's srp_reconnect_rport; ch_count is at
+	// most 4 per NUMA node by default).
+	DefaultSpareBuffers = 4
 	// iuSize is the size of every receive buffer and IU send buffer: the
 	// largest IU the target accepts and the largest it sends.
 	iuSize = 4096
@@ -427,6 +439,12 @@ func (c *Config) normalize() error {
 	}
 	if c.OpenWait <= 0 {
 		c.OpenWait = DefaultOpenWait
+	}
+	switch {
+	case c.SpareBuffers == 0:
+		c.SpareBuffers = DefaultSpareBuffers
+	case c.SpareBuffers < 0:
+		c.SpareBuffers = 0
 	}
 	if c.MaxPendingLogins == 0 {
 		c.MaxPendingLogins = DefaultMaxPendingLogins

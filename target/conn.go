@@ -36,14 +36,10 @@ type conn struct {
 	pendingSince int64
 	evicted      bool
 
-	pd        transport.PD
-	cq        transport.CQ
-	qp        transport.QP
-	cm        transport.Conn
-	iuArena   *transport.Arena
-	dataArena *transport.Arena
-	iuMR      transport.MR
-	dataMR    transport.MR
+	bufs *connBufs // its PD and registered buffers (conn_buffers.go)
+	cq   transport.CQ
+	qp   transport.QP
+	cm   transport.Conn
 
 	core *core
 	wcs  [64]transport.WC
@@ -289,44 +285,35 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 	}
 	sqDepth := credits*(maxDesc+1) + 2
 	nrecv := credits + free
-	if c.pd, err = dev.AllocPD(); err != nil {
-		return fail("alloc PD", err)
-	}
-	if c.cq, err = dev.CreateCQ(sqDepth + nrecv + 1); err != nil {
-		return fail("create CQ", err)
-	}
-	c.qp, err = c.pd.CreateQP(transport.QPConfig{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: sqDepth,
-		MaxRecvWR: nrecv, MaxSendSGE: 1, MaxRecvSGE: 1})
-	if err != nil {
-		return fail("create QP", err)
-	}
 	iuLen := nrecv*recvSize + (credits+1)*iuSize
-	if c.iuArena, err = transport.NewArena(iuLen, transport.ArenaOptions{}); err != nil {
-		return fail("IU arena", err)
-	}
-	if c.iuMR, err = c.pd.RegMR(c.iuArena, 0, iuLen, transport.AccessLocalWrite); err != nil {
-		return fail("register IU buffers", err)
-	}
 	dataLen := credits * cfg.MaxTransfer
-	if c.dataArena, err = transport.NewArena(dataLen, transport.ArenaOptions{}); err != nil {
-		return fail("data arena", err)
-	}
 	access := transport.AccessLocalWrite
 	if isIWARP(attr) {
 		access |= transport.AccessRemoteWrite
 	}
-	if c.dataMR, err = c.pd.RegMR(c.dataArena, 0, dataLen, access); err != nil {
-		return fail("register data buffers", err)
+	if c.bufs = t.spares.take(dev, iuLen, dataLen, access); c.bufs == nil {
+		var step string
+		if c.bufs, step, err = newConnBufs(dev, iuLen, dataLen, access); err != nil {
+			return fail(step, err)
+		}
 	}
-	recvLen := nrecv * recvSize
+	if c.cq, err = dev.CreateCQ(sqDepth + nrecv + 1); err != nil {
+		return fail("create CQ", err)
+	}
+	c.qp, err = c.bufs.pd.CreateQP(transport.QPConfig{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: sqDepth,
+		MaxRecvWR: nrecv, MaxSendSGE: 1, MaxRecvSGE: 1})
+	if err != nil {
+		return fail("create QP", err)
+	}
+	recvLen, b := nrecv*recvSize, c.bufs
 	c.core = newCore(coreParams{
 		gen: t.gen.Add(1), id: c.id, name: cfg.Name, credits: credits, maxXfer: cfg.MaxTransfer, maxDesc: maxDesc,
 		offerInv: !cfg.DisableRemoteInvalidate && attr.Caps.Has(transport.CapSendWithInv),
 		replays:  attr.Quirks.ReplayOnErr,
 		loginTO:  cfg.LoginTimeout.Nanoseconds(), secrets: cfg.Secrets, acl: t.acl.Load, sqDepth: sqDepth, nrecv: nrecv,
-		recv: c.iuArena.Bytes()[:recvLen], recvAddr: c.iuMR.Addr(),
-		iu: c.iuArena.Bytes()[recvLen:iuLen], iuAddr: c.iuMR.Addr() + uint64(recvLen), iuLKey: c.iuMR.LKey(),
-		data: c.dataArena.Bytes()[:dataLen], dataAddr: c.dataMR.Addr(), dataLKey: c.dataMR.LKey(),
+		recv: b.iuArena.Bytes()[:recvLen], recvAddr: b.iuMR.Addr(),
+		iu: b.iuArena.Bytes()[recvLen:iuLen], iuAddr: b.iuMR.Addr() + uint64(recvLen), iuLKey: b.iuMR.LKey(),
+		data: b.dataArena.Bytes()[:dataLen], dataAddr: b.dataMR.Addr(), dataLKey: b.dataMR.LKey(),
 		rand: func(b []byte) { rand.Read(b) }, instance: t.instance, volStats: t.volumeCounters, connStats: &c.stats,
 		srpPort: cfg.SRPTargetPortID, portGroup: cfg.SRPPortGroup, pr: t.pr, source: c.src,
 	})
@@ -367,7 +354,8 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 func (c *conn) now() int64 { return int64(time.Since(c.t.epoch)) }
 
 // release destroys the verbs objects in dependency order: the QP first
-// (no more DMA), then CQ, MRs, arenas, PD.
+// (no more DMA), then the CQ; the PD and its buffers go to the target's
+// spares (spareBufs) or are released too.
 func (c *conn) release() {
 	c.srpLeave()
 	var errs []error
@@ -377,20 +365,11 @@ func (c *conn) release() {
 	if c.cq != nil {
 		errs = append(errs, c.cq.Close())
 	}
-	if c.iuMR != nil {
-		errs = append(errs, c.iuMR.Close())
-	}
-	if c.dataMR != nil {
-		errs = append(errs, c.dataMR.Close())
-	}
-	if c.iuArena != nil {
-		errs = append(errs, c.iuArena.Close())
-	}
-	if c.dataArena != nil {
-		errs = append(errs, c.dataArena.Close())
-	}
-	if c.pd != nil {
-		errs = append(errs, c.pd.Close())
+	// Kept only from a connection that was accepted (a set that failed
+	// a setup may be what failed it) and whose QP is surely gone.
+	keep := c.cm != nil && errors.Join(errs...) == nil
+	if c.bufs != nil && (!keep || !c.t.spares.put(c.bufs)) {
+		errs = append(errs, c.bufs.close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		c.log.Warn("releasing connection resources", "conn", c.id, "err", err)

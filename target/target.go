@@ -63,6 +63,9 @@ type Target struct {
 	pr *prTable
 	// luns numbers the volumes as SRP logical units (lunmap.go).
 	luns lunTable
+	// spares are released connections' buffer sets kept for the next
+	// accepts (conn_buffers.go).
+	spares spareBufs
 	// dirty holds the volumes' dirty marks (dirty.go).
 	dirty dirtyTable
 	// srpNexuses holds the SRP I_T nexuses' unit attention state,
@@ -95,6 +98,7 @@ func New(cfg Config) (*Target, error) {
 		volStats: map[string]*ioCounters{}, pendingBy: map[string]int{}, connsBy: map[string]int{},
 		evictAge: evictAge, pr: newPRTable(), maxAbandoned: maxAbandonedOpens,
 	}
+	t.spares.max = cfg.SpareBuffers
 	t.acl.Store(cfg.ACL)
 	t.pr.notify = t.srpNexuses.raisePR
 	if err := t.pr.load(cfg.Reservations); err != nil {
@@ -357,16 +361,26 @@ func (t *Target) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 		t.cancel()
+		t.closeSpares()
 		return nil
 	case <-ctx.Done():
 	}
 	t.cancel()
+	// The connections still tearing down release their own sets.
+	t.closeSpares()
 	t.mu.Lock()
 	for _, c := range t.conns {
 		c.kill()
 	}
 	t.mu.Unlock()
 	return ctx.Err()
+}
+
+// closeSpares releases the spare buffer sets; none is kept after.
+func (t *Target) closeSpares() {
+	if err := t.spares.close(); err != nil {
+		t.log.Warn("releasing spare connection buffers", "err", err)
+	}
 }
 
 func (t *Target) volumeCounters(name string) *ioCounters {
