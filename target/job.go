@@ -42,13 +42,17 @@ func runJob(s *slot, cat Catalog) {
 			}()
 		}
 	}
+	var moved int
 	switch s.job {
 	case jobRead:
-		s.err = full(s.ov.vol.ReadAt(s.data[:n], off))
+		moved, s.err = s.ov.vol.ReadAt(s.data[:n], off)
+		s.err = full(moved, int(n), s.err)
 	case jobWrite:
-		s.err = full(s.ov.vol.WriteAt(s.data[:n], off))
+		moved, s.err = s.ov.vol.WriteAt(s.data[:n], off)
+		s.err = full(moved, int(n), s.err)
 	case jobWriteFUA:
-		s.err = full(s.ov.vol.WriteAtFUA(s.data[:n], off))
+		moved, s.err = s.ov.vol.WriteAtFUA(s.data[:n], off)
+		s.err = full(moved, int(n), s.err)
 	case jobFlush:
 		s.err = s.ov.vol.Flush()
 	case jobDiscard:
@@ -129,12 +133,20 @@ func writeBatch(w BatchWriter, bufs [][]byte, offs []int64) (err error) {
 	return w.WriteBatch(bufs, offs)
 }
 
-func full(n int, err error) error {
-	if err != nil {
+// full is the error of a volume call that moved n of want bytes. A read
+// of every byte may still say io.EOF, when they end the volume
+// (io.ReaderAt). A short count without an error breaks io.ReaderAt's and
+// io.WriterAt's contract and is one: what a READ sends is the slot's
+// whole buffer, so the bytes a short read left would go out as data, and
+// they are an earlier command's, maybe another connection's (spareBufs).
+func full(n, want int, err error) error {
+	switch {
+	case n == want && errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
 		return err
-	}
-	if n < 0 {
-		return fmt.Errorf("target: volume transferred %d bytes", n)
+	case n != want:
+		return fmt.Errorf("target: volume transferred %d of %d bytes without an error", n, want)
 	}
 	return nil
 }
