@@ -37,9 +37,11 @@ type conn struct {
 	evicted      bool
 
 	bufs *connBufs // its PD and registered buffers (conn_buffers.go)
-	cq   transport.CQ
-	qp   transport.QP
-	cm   transport.Conn
+	// bufsOK: the setup's verbs calls with bufs succeeded (release).
+	bufsOK bool
+	cq     transport.CQ
+	qp     transport.QP
+	cm     transport.Conn
 
 	core *core
 	wcs  [64]transport.WC
@@ -325,6 +327,7 @@ func (c *conn) setup(ctx context.Context, req transport.ConnRequest) bool {
 	if n, err := c.qp.PostRecv(c.core.acts.recv); err != nil {
 		return fail("post receives", fmt.Errorf("%d of %d posted: %w", n, len(c.core.acts.recv), err))
 	}
+	c.bufsOK = true
 	c.core.acts.reset()
 	priv := wire.Hello{Version: wire.Version}.Encode()
 	var srpLogin srpLoginResult
@@ -365,11 +368,16 @@ func (c *conn) release() {
 	if c.cq != nil {
 		errs = append(errs, c.cq.Close())
 	}
-	// Kept only from a connection that was accepted (a set that failed
-	// a setup may be what failed it) and whose QP is surely gone.
-	keep := c.cm != nil && errors.Join(errs...) == nil
-	if c.bufs != nil && (!keep || !c.t.spares.put(c.bufs)) {
-		errs = append(errs, c.bufs.close())
+	// Kept only when every verbs call of the setup succeeded with it (a
+	// set that failed one may be what failed it) and its QP is surely
+	// gone; a login refused is kept too, so that a peer whose logins
+	// are refused costs no registration after the first.
+	if b := c.bufs; b != nil {
+		if !c.bufsOK || errors.Join(errs...) != nil {
+			errs = append(errs, b.close())
+		} else if drop := c.t.spares.put(b); drop != nil {
+			errs = append(errs, drop.close())
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		c.log.Warn("releasing connection resources", "conn", c.id, "err", err)

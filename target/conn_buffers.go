@@ -81,8 +81,8 @@ func (b *connBufs) close() error {
 	return errors.Join(errs...)
 }
 
-// spareBufs keeps the buffer sets of released connections, up to max,
-// for the next accepts. Registering a connection's buffers pins and maps
+// spareBufs keeps the buffer sets of the latest released connections,
+// up to max, for the next accepts. Registering a connection's buffers pins and maps
 // every page of Credits × MaxTransfer bytes (64 MiB for an SRP channel),
 // which on rxe is most of what an accept costs (docs/performance.md);
 // a reconnect, and the SRP nexus's SINGLE login that ends and remakes
@@ -114,16 +114,23 @@ func (s *spareBufs) take(dev transport.Device, iuLen, dataLen int, access transp
 	return nil
 }
 
-// put keeps b for a later accept; it reports false, leaving b to the
-// caller to close, when the spares are full or closed.
-func (s *spareBufs) put(b *connBufs) bool {
+// put keeps b for a later accept, in place of the set kept longest when
+// the spares are full (that one is returned, for the caller to close):
+// the sets kept are those of the latest connections, whose sizes the
+// next ones are likeliest to have. When the spares are closed (or max
+// is 0) put keeps nothing and returns b itself.
+func (s *spareBufs) put(b *connBufs) (drop *connBufs) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || len(s.sets) >= s.max {
-		return false
+	if s.closed || s.max <= 0 {
+		return b
+	}
+	if len(s.sets) >= s.max {
+		drop = s.sets[0]
+		s.sets = append(s.sets[:0], s.sets[1:]...)
 	}
 	s.sets = append(s.sets, b)
-	return true
+	return drop
 }
 
 // close releases every spare set; put refuses from then on.

@@ -100,9 +100,39 @@ func TestSpareBuffers(t *testing.T) {
 			if n := r.spareCount(); n != 0 {
 				t.Fatalf("%d spare sets after Shutdown, want 0", n)
 			}
-			if r.tgt.spares.put(now[0]) {
+			if r.tgt.spares.put(now[0]) != now[0] {
 				t.Fatal("a set was kept after Shutdown")
 			}
 		})
 	}
+}
+
+// TestSpareBuffersRefusedLogin: an SRP login refused before the accept
+// leaves its set too, so that a peer whose logins are refused costs one
+// registration, not one per attempt; and a full set of spares makes
+// room for the newest, so that connections of another size (an SRP
+// channel's after gosrp ones) are not shut out by older sets.
+func TestSpareBuffersRefusedLogin(t *testing.T) {
+	r := newRig(t, env{wire: "loop"}, Config{SpareBuffers: 1, SRPCredits: 4})
+	req := srpLoginReq(3)
+	req.MaxITIULen = 0 // refused: IUs of 0 bytes
+	r.srpReject(t, req)
+	waitFor(t, "the refused login's set kept", func() bool { return r.spareCount() == 1 })
+	kept := r.tgt.spares.sets[0]
+	r.srpReject(t, req)
+	waitFor(t, "the next refused login's teardown", func() bool { return len(r.connBufsOf()) == 0 && r.spareCount() == 1 })
+	if r.tgt.spares.sets[0] != kept {
+		t.Fatal("the second refused login registered a set of its own")
+	}
+
+	// A gosrp connection's set (8 credits) does not fit an SRP
+	// channel's (4): it is made anew, and kept in place of the older.
+	c := r.dial(t)
+	rwRound(t, c, 1)
+	c.close()
+	waitFor(t, "the gosrp connection's set kept", func() bool {
+		r.tgt.spares.mu.Lock()
+		defer r.tgt.spares.mu.Unlock()
+		return len(r.tgt.spares.sets) == 1 && r.tgt.spares.sets[0] != kept
+	})
 }
