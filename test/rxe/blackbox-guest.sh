@@ -64,6 +64,16 @@ for rw in randwrite randread randrw; do
   done
 done
 
+# srpd's SRP personality as srpc and bench use it, over two channels:
+# the first logs in with SINGLE, the second joins with MULTI
+# (initiator/srp_fence.go), on the same rxe as the kernel's ib_srp.
+S="$P --protocol srp --channels 2"
+head -c 16M /dev/urandom > /tmp/img2
+step import-srp srpc import $S lun0 /tmp/img2
+step export-srp srpc export $S --length 16MiB lun0 /tmp/img2.out
+if cmp -s /tmp/img2 /tmp/img2.out; then say "SRP import/export: checksums equal"; else bad "SRP import/export: the exported image differs"; fi
+step bench-srp-randrw-qd32 bench $S --volume lun0 --rw randrw --bs 4k --iodepth 32 $R && clean bench-srp-randrw-qd32
+
 kill -TERM $SRPD
 i=0
 while kill -0 $SRPD 2>/dev/null && [ $i -lt 120 ]; do i=$((i + 1)); sleep 0.25; done
