@@ -355,10 +355,16 @@ type Config struct {
 	// SpareBuffers is how many released connections' buffer sets (a PD
 	// with its registered IU and data buffers: Credits × MaxTransfer
 	// bytes, 64 MiB for an SRP channel by default) the target keeps for
-	// the next accepts (default DefaultSpareBuffers, negative: none). A
-	// reconnect then registers nothing; on rxe that is most of what an
-	// accept costs (conn_buffers.go). The sets stay pinned until they
-	// are taken or the target shuts down.
+	// the next accepts (conn_buffers.go). A reconnect then registers
+	// nothing; on rxe that is most of what an accept costs
+	// (docs/performance.md). The sets stay pinned until they are taken
+	// or the target shuts down. 0 (the default) or negative keeps none:
+	// on the rxe of Linux 6.12, reconnects that fast under injected QP
+	// errors stalled the kernel's QP destroy (docs/performance.md), and
+	// the default waits until that is understood. 4 covers the channels
+	// of one SRP host that all log in again at once (ib_srp's
+	// srp_reconnect_rport; ch_count is at most 4 per NUMA node by
+	// default).
 	SpareBuffers int
 }
 
@@ -383,10 +389,6 @@ const (
 	// and short beside the time an initiator gives a command (sd's and
 	// the initiator package's 30 s).
 	DefaultOpenWait = 5 * time.Second
-	// DefaultSpareBuffers covers the channels of one SRP host that all
-	// log in again at once (ib_srp's srp_reconnect_rport; ch_count is at
-	// most 4 per NUMA node by default).
-	DefaultSpareBuffers = 4
 	// iuSize is the size of every receive buffer and IU send buffer: the
 	// largest IU the target accepts and the largest it sends.
 	iuSize = 4096
@@ -440,12 +442,7 @@ func (c *Config) normalize() error {
 	if c.OpenWait <= 0 {
 		c.OpenWait = DefaultOpenWait
 	}
-	switch {
-	case c.SpareBuffers == 0:
-		c.SpareBuffers = DefaultSpareBuffers
-	case c.SpareBuffers < 0:
-		c.SpareBuffers = 0
-	}
+	c.SpareBuffers = max(c.SpareBuffers, 0)
 	if c.MaxPendingLogins == 0 {
 		c.MaxPendingLogins = DefaultMaxPendingLogins
 	}

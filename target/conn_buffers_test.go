@@ -47,16 +47,17 @@ func rwRound(t *testing.T, c *client, seed byte) {
 // TestSpareBuffers: a released connection leaves its PD and registered
 // buffers for the next accept, which then registers nothing and serves
 // I/O through them; the target keeps at most SpareBuffers sets (none
-// when negative) and none once shut down.
+// by default) and none once shut down.
 func TestSpareBuffers(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		spares int
 		kept   int // of three connections closed
 	}{
-		{"default", 0, 3},
+		{"four", 4, 3},
 		{"two", 2, 2},
-		{"none", -1, 0},
+		{"default", 0, 0},
+		{"negative", -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, env{wire: "loop"}, Config{SpareBuffers: tc.spares})

@@ -29,11 +29,11 @@
 // command with 8 KiB of immediate data; a 4 KiB send buffer per request
 // slot, one for login) and data buffers (Credits ×
 // MaxTransfer, local access only; REMOTE_WRITE is added on iWARP-like
-// devices, whose RDMA READ sinks need it). The PD and arenas of a
-// connection that ended, once its QP is gone, go to the next accept
-// (up to Config.SpareBuffers of them), which then registers nothing: on
-// rxe the data buffers' registration is most of an accept. Every receive
-// is posted before the connection is accepted.
+// devices, whose RDMA READ sinks need it). With Config.SpareBuffers set,
+// the PD and arenas of a connection that ended, once its QP is gone, go
+// to the next accept, which then registers nothing: on rxe the data
+// buffers' registration is most of an accept. Every receive is posted
+// before the connection is accepted.
 //
 // The first IU must be a LoginRequest, within Config.LoginTimeout. The
 // target checks the version, the target name (when given), the IU sizes

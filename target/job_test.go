@@ -55,7 +55,7 @@ func TestShortTransfer(t *testing.T) {
 		{"write/whole", wire.OpWrite, whole, nil, wire.SenseNone},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, env{wire: "loop"}, Config{})
+			r := newRig(t, env{wire: "loop"}, Config{SpareBuffers: 1})
 			// An earlier connection's WRITE leaves its bytes in the
 			// buffer of the slot the next connection's command takes.
 			c := r.dial(t)
