@@ -54,8 +54,8 @@ func newConnBufs(dev transport.Device, iuLen, dataLen int, access transport.Acce
 }
 
 // fits reports whether b serves a connection on dev of those sizes and
-// data access. The MRs cover their arenas, rounded up to a page, so a
-// set fits only the sizes it was made for.
+// data access: the core's slots and receives are laid out on the MRs'
+// exact lengths, so a set fits only the sizes it was registered for.
 func (b *connBufs) fits(dev transport.Device, iuLen, dataLen int, access transport.Access) bool {
 	return b.dev == dev && b.access == access && b.iuMR.Len() == iuLen && b.dataMR.Len() == dataLen
 }
@@ -82,10 +82,11 @@ func (b *connBufs) close() error {
 }
 
 // spareBufs keeps the buffer sets of the latest released connections,
-// up to max, for the next accepts. Registering a connection's buffers pins and maps
-// every page of Credits × MaxTransfer bytes (64 MiB for an SRP channel),
-// which on rxe is most of what an accept costs (docs/performance.md);
-// a reconnect, and the SRP nexus's SINGLE login that ends and remakes
+// up to max (Config.SpareBuffers, none by default), for the next
+// accepts. Registering a connection's buffers pins and maps every page
+// of Credits × MaxTransfer bytes (64 MiB for an SRP channel), which on
+// rxe is most of what an accept costs (docs/performance.md); a
+// reconnect, and the SRP nexus's SINGLE login that ends and remakes
 // every channel, then waits for none of it.
 //
 // A set is handed on only after its connection's QP is destroyed: no
