@@ -9,6 +9,7 @@ import (
 	"github.com/gosrp/gosrp/initiator"
 	"github.com/gosrp/gosrp/target"
 	"github.com/gosrp/gosrp/transport/emu"
+	"github.com/gosrp/gosrp/transport/faults"
 )
 
 // TestIdleSessionSleeps: a session with nothing in flight takes no tick
@@ -76,4 +77,41 @@ func idleHour(t *testing.T, keepalive time.Duration, maxTicks uint64) {
 	if regs == 0 {
 		t.Error("no registration published a second after the read")
 	}
+}
+
+// TestCountersAfterInlineCompletion: a request whose completions are in
+// the CQ before its post returns (rxe can run its requester inside the
+// post call; faults.Config.PostLatency stands for that) is work the
+// channel did all the same, and the tick owed after work publishes its
+// registration. Before, only a loop pass that found nothing to poll
+// owed that tick, so a read finished by the first poll after its post
+// stayed out of Stats.FRMR for good (TestImmediateWrites counted 45
+// registrations of 46 on a loaded CI machine).
+func TestCountersAfterInlineCompletion(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		r := newRig(t, emu.Config{}, 1<<20, target.Config{})
+		fp := faults.Wrap(r.ip, faults.Config{PostLatency: time.Millisecond})
+		ctx := context.Background()
+		s, err := initiator.Dial(ctx, initiator.Config{Provider: fp, Addr: r.addr, Name: "inline"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		v := openVol0(t, ctx, s)
+		buf := make([]byte, 4096)
+		for i := 1; i <= 3; i++ {
+			time.Sleep(time.Second) // the ticks owed so far have come
+			if _, err := v.ReadAt(buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+			var regs uint64
+			for _, p := range s.Stats().FRMR {
+				regs += p.Registrations
+			}
+			if regs != uint64(i) {
+				t.Fatalf("%d registrations published a second after read %d, want %d", regs, i, i)
+			}
+		}
+	})
 }

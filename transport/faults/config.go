@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gosrp/gosrp/transport"
 )
@@ -27,6 +28,14 @@ type Config struct {
 	// LinkCut is the chance that the connection is cut after a send WR
 	// is posted.
 	LinkCut float64
+	// PostLatency, if set, makes every PostSend return only this long
+	// after it handed its WRs to the device. It is not a fault but a
+	// device's right: a provider may carry small WRs out inside the post
+	// call (rxe's requester can run in the caller's context), so their
+	// completions are in the CQ before the post returns, and a consumer
+	// that counts on a poll between its post and the completion misses
+	// work it did.
+	PostLatency time.Duration
 }
 
 // OptionPrefix starts the names of the provider options SplitOptions takes.

@@ -3,6 +3,7 @@ package faults
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/gosrp/gosrp/transport"
 )
@@ -73,6 +74,9 @@ func (q *qp) PostSend(wrs []transport.SendWR) (int, error) {
 		}
 	}
 	n, err := q.post(wrs[:cut], errAt)
+	if p.cfg.PostLatency > 0 {
+		time.Sleep(p.cfg.PostLatency)
+	}
 	if linkCut {
 		if c := q.connection(); c != nil {
 			p.count(func(n *Counters) { n.LinkCuts++ })
