@@ -48,6 +48,9 @@ type QP struct {
 
 	stateMu sync.Mutex
 	closed  bool
+	// closing: Close is in ibv_destroy_qp, outside stateMu; the state
+	// calls leave the QP alone as if it were closed.
+	closing bool
 	dead    atomic.Bool // closed, for the completion path
 	// loopback: connected to a QP of the same device, whose windows the
 	// provider therefore knows.
@@ -201,7 +204,7 @@ func (q *QP) Num() uint32 { return q.num }
 func (q *QP) State() transport.QPState {
 	q.stateMu.Lock()
 	defer q.stateMu.Unlock()
-	if q.closed {
+	if q.closed || q.closing {
 		return transport.QPErr
 	}
 	s := int(C.gosrp_query_state(q.qp))
@@ -216,7 +219,7 @@ func (q *QP) State() transport.QPState {
 func (q *QP) Modify(to transport.QPState) error {
 	q.stateMu.Lock()
 	defer q.stateMu.Unlock()
-	if q.closed {
+	if q.closed || q.closing {
 		return fmt.Errorf("ibverbs: QP %d: %w", q.num, transport.ErrClosed)
 	}
 	cur := transport.QPState(C.gosrp_query_state(q.qp))
@@ -276,7 +279,7 @@ func (q *QP) Modify(to transport.QPState) error {
 func (q *QP) cmModify(id *C.struct_rdma_cm_id, to transport.QPState, rdAtomic int) error {
 	q.stateMu.Lock()
 	defer q.stateMu.Unlock()
-	if q.closed {
+	if q.closed || q.closing {
 		return fmt.Errorf("ibverbs: QP %d: %w", q.num, transport.ErrClosed)
 	}
 	if rc := C.gosrp_cm_modify(id, q.qp, C.int(to), C.int(rdAtomic), C.int(q.d.ackTimeout)); rc != 0 {
@@ -293,7 +296,7 @@ func (q *QP) cmModify(id *C.struct_rdma_cm_id, to transport.QPState, rdAtomic in
 func (q *QP) flushRecvs() {
 	q.stateMu.Lock()
 	defer q.stateMu.Unlock()
-	if !q.closed {
+	if !q.closed && !q.closing {
 		C.gosrp_modify_simple(q.qp, C.IBV_QPS_ERR, 0)
 	}
 }
@@ -311,7 +314,7 @@ func (q *QP) sawError() {
 func (q *QP) toErr() {
 	q.stateMu.Lock()
 	defer q.stateMu.Unlock()
-	if !q.closed {
+	if !q.closed && !q.closing {
 		if C.gosrp_query_state(q.qp) == C.IBV_QPS_RESET {
 			C.gosrp_modify_simple(q.qp, C.IBV_QPS_INIT, C.int(q.d.port))
 		}
@@ -322,22 +325,41 @@ func (q *QP) toErr() {
 }
 
 // Close destroys the QP; outstanding completions are lost.
+//
+// ibv_destroy_qp runs without stateMu: on rxe it can wait for the
+// kernel to let go of the QP (rxe_cleanup waits out RXE_POOL_TIMEOUT,
+// then warns "cleanup failed"), for minutes when the device is busy, and
+// the connection manager's event loop takes stateMu to move a QP whose
+// connection ended to ERR (toErr). Held across the destroy, it stopped
+// every other connection's events behind one slow QP. The QP is marked
+// closing instead: the state calls treat it as closed from then on, and
+// the posts wait, on sendMu and recvMu, for the destroy to end.
 func (q *QP) Close() error {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
 	q.recvMu.Lock()
 	defer q.recvMu.Unlock()
 	q.stateMu.Lock()
-	defer q.stateMu.Unlock()
 	if q.closed {
+		q.stateMu.Unlock()
 		return nil
 	}
 	if q.d.guardFreeInv {
 		if n := q.windowsHeld(); n > 0 {
+			q.stateMu.Unlock()
 			return fmt.Errorf("ibverbs: destroy QP %d: %d type-2 windows still bound through it (rxe would wait for them, then warn): %w", q.num, n, transport.ErrBusy)
 		}
 	}
-	if rc, err := C.ibv_destroy_qp(q.qp); rc != 0 {
+	q.closing = true
+	q.stateMu.Unlock()
+	if testHookDestroyQP != nil {
+		testHookDestroyQP()
+	}
+	rc, err := C.ibv_destroy_qp(q.qp)
+	q.stateMu.Lock()
+	defer q.stateMu.Unlock()
+	q.closing = false
+	if rc != 0 {
 		return mapErrno("ibv_destroy_qp", kindDestroy, errnoOfRC(rc, err))
 	}
 	q.closed = true
@@ -357,6 +379,11 @@ func (q *QP) Close() error {
 	q.d.mu.Unlock()
 	return nil
 }
+
+// testHookDestroyQP, when a test sets it, runs in Close just before
+// ibv_destroy_qp, outside stateMu: a test holds it to stand for a
+// destroy the kernel takes minutes over.
+var testHookDestroyQP func()
 
 // postErr maps a post failure; EINVAL on a QP below minState is the
 // strict ErrInvalidState.
