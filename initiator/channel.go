@@ -43,6 +43,7 @@ type channel struct {
 	// (TestMultipathFlappedStandby). Run by the channel's goroutine only.
 	churn int
 	// upAt is when the connection came up (clock.Nanos); churn's.
+	// Written by the channel's goroutine with mu held.
 	upAt int64
 	// srpLogin places the connection among the session's SRP logins
 	// (srpFence): the number of the first channel's SINGLE login, or
@@ -297,7 +298,9 @@ func (c *channel) connect(ctx context.Context) (err error) {
 	c.cq, c.qp = cq, qp
 	defer func() {
 		if err == nil {
+			c.mu.Lock()
 			c.upAt = clock.Nanos()
+			c.mu.Unlock()
 		} else {
 			// Registrations first, then the QP (see replaceRegistrations).
 			c.core.pool.Reset()

@@ -1,6 +1,11 @@
 package initiator
 
-import "github.com/gosrp/gosrp/transport"
+import (
+	"time"
+
+	"github.com/gosrp/gosrp/internal/clock"
+	"github.com/gosrp/gosrp/transport"
+)
 
 // Bounced reports whether I/O on b goes through a credit's bounce buffer,
 // one copy of len(b) bytes per I/O, rather than being registered in place
@@ -19,4 +24,33 @@ func Ticks(s *Session) uint64 { return s.stats.ticks.Load() }
 func PinChannel(s *Session, i int) transport.QP {
 	s.next.Store(uint32(i - 1))
 	return s.chans[i].qp
+}
+
+// Paced is how long s's channels have waited before reconnects paced
+// for churn (channel.reconnect), in all.
+func Paced(s *Session) time.Duration { return time.Duration(s.stats.paced.Load()) }
+
+// PathSession is the session mv's multipath keeps to path i, nil if it
+// has not dialed it.
+func PathSession(mv *MultipathVolume, i int) *Session {
+	mv.m.mu.Lock()
+	defer mv.m.mu.Unlock()
+	return mv.m.paths[i]
+}
+
+// UpFor is how long the youngest of s's connections has been up, 0 if a
+// channel is down. A connection that died and whose channel has not yet
+// noticed counts as up.
+func UpFor(s *Session) time.Duration {
+	young := time.Duration(1<<63 - 1)
+	for _, c := range s.chans {
+		c.mu.Lock()
+		down, at := c.down, c.upAt
+		c.mu.Unlock()
+		if down {
+			return 0
+		}
+		young = min(young, time.Duration(clock.Nanos()-at))
+	}
+	return young
 }

@@ -458,6 +458,7 @@ func (c *channel) reconnect() bool {
 			wait = max(left, 0) + time.Millisecond
 		}
 		c.mu.Unlock()
+		c.s.stats.paced.Add(int64(wait))
 		select {
 		case <-c.stop:
 			return false

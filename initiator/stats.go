@@ -27,7 +27,11 @@ type stats struct {
 	instanceChanges, writeCacheLost, replayed, replayFlushes atomic.Uint64
 	// ticks counts the channels' ticks: a channel with nothing to time
 	// takes none (tickTimer).
-	ticks  atomic.Uint64
+	ticks atomic.Uint64
+	// paced is how long the channels have waited, in nanoseconds, before
+	// reconnects paced for churn (channel.reconnect): a count the tests
+	// read instead of timing a failover.
+	paced  atomic.Int64
 	poolMu sync.Mutex
 	pool   []frmr.Stats
 }
