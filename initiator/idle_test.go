@@ -2,6 +2,7 @@ package initiator_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -88,30 +89,38 @@ func idleHour(t *testing.T, keepalive time.Duration, maxTicks uint64) {
 // stayed out of Stats.FRMR for good (TestImmediateWrites counted 45
 // registrations of 46 on a loaded CI machine).
 func TestCountersAfterInlineCompletion(t *testing.T) {
-	inBubble(t, func(t *testing.T) {
-		r := newRig(t, emu.Config{}, 1<<20, target.Config{})
-		fp := faults.Wrap(r.ip, faults.Config{PostLatency: time.Millisecond})
-		ctx := context.Background()
-		s, err := initiator.Dial(ctx, initiator.Config{Provider: fp, Addr: r.addr, Name: "inline"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		v := openVol0(t, ctx, s)
-		buf := make([]byte, 4096)
-		for i := 1; i <= 3; i++ {
-			time.Sleep(time.Second) // the ticks owed so far have come
-			if _, err := v.ReadAt(buf, 0); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Second)
-			var regs uint64
-			for _, p := range s.Stats().FRMR {
-				regs += p.Registrations
-			}
-			if regs != uint64(i) {
-				t.Fatalf("%d registrations published a second after read %d, want %d", regs, i, i)
-			}
-		}
-	})
+	// With a keepalive (Multipath's default), the timer between reads
+	// is armed for the next ping, half a minute away; the read's tick
+	// must still come a period after it, not at the ping
+	// (TestTickTimer has the timer's own rows).
+	for _, keepalive := range []time.Duration{0, time.Minute} {
+		t.Run(fmt.Sprintf("keepalive=%v", keepalive), func(t *testing.T) {
+			inBubble(t, func(t *testing.T) {
+				r := newRig(t, emu.Config{}, 1<<20, target.Config{})
+				fp := faults.Wrap(r.ip, faults.Config{PostLatency: time.Millisecond})
+				ctx := context.Background()
+				s, err := initiator.Dial(ctx, initiator.Config{Provider: fp, Addr: r.addr, Name: "inline", KeepaliveTimeout: keepalive})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				v := openVol0(t, ctx, s)
+				buf := make([]byte, 4096)
+				for i := 1; i <= 3; i++ {
+					time.Sleep(time.Second) // the ticks owed so far have come
+					if _, err := v.ReadAt(buf, 0); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Second)
+					var regs uint64
+					for _, p := range s.Stats().FRMR {
+						regs += p.Registrations
+					}
+					if regs != uint64(i) {
+						t.Fatalf("%d registrations published a second after read %d, want %d", regs, i, i)
+					}
+				}
+			})
+		})
+	}
 }

@@ -43,11 +43,15 @@ func (w *tickTimer) worked() { w.owed = true }
 
 // settle is a channel gone quiet: if it was busy since its last tick,
 // or at it, one more tick is owed, to publish the pool's counters as
-// the work left them.
+// the work left them. It comes a period from now, or sooner if the
+// timer is armed sooner; a timer armed by by for later (a keepalive's
+// ping) is brought forward to it.
 func (w *tickTimer) settle() {
-	if w.owed && w.at == 0 {
-		w.at, w.periodic = clock.Nanos()+int64(tick), true
-		w.t.Reset(tick)
+	if w.owed && !w.periodic {
+		if now := clock.Nanos(); w.at == 0 || w.at > now+int64(tick) {
+			w.at, w.periodic = now+int64(tick), true
+			w.t.Reset(tick)
+		}
 	}
 	w.owed = false
 }
