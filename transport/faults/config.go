@@ -36,14 +36,21 @@ type Config struct {
 	// that counts on a poll between its post and the completion misses
 	// work it did.
 	PostLatency time.Duration
+	// DestroyLatency, if set, makes every QP's Close return only this
+	// long after the QP underneath is gone. Like PostLatency it is a
+	// device's right: rxe's destroy waits for the references the QP's
+	// tasks still hold, for seconds (and, on Linux 6.12, was seen to
+	// for minutes; docs/performance.md), so a consumer that holds
+	// anything shared across a QP's Close stalls everything behind it.
+	DestroyLatency time.Duration
 }
 
 // OptionPrefix starts the names of the provider options SplitOptions takes.
 const OptionPrefix = "fault-"
 
 // SplitOptions takes the fault options (fault-seed, fault-postfail,
-// fault-qperror, fault-dropcqe, fault-corruptcqe, fault-linkcut) out of
-// opts. It returns their Config, the remaining options for the provider
+// fault-qperror, fault-dropcqe, fault-corruptcqe, fault-linkcut, and the
+// durations fault-postlatency and fault-destroylatency) out of opts. It returns their Config, the remaining options for the provider
 // underneath, and whether any fault option was given.
 func SplitOptions(opts transport.Options) (Config, transport.Options, bool, error) {
 	var c Config
@@ -64,12 +71,20 @@ func SplitOptions(opts transport.Options) (Config, transport.Options, bool, erro
 			c.Seed = s
 			continue
 		}
+		if d := map[string]*time.Duration{"postlatency": &c.PostLatency, "destroylatency": &c.DestroyLatency}[name]; d != nil {
+			dur, err := time.ParseDuration(v)
+			if err != nil || dur < 0 {
+				return Config{}, nil, false, fmt.Errorf("provider option %s=%q: want a duration, such as 2s", k, v)
+			}
+			*d = dur
+			continue
+		}
 		rate := map[string]*float64{
 			"postfail": &c.PostFail, "qperror": &c.QPError, "dropcqe": &c.DropCQE,
 			"corruptcqe": &c.CorruptCQE, "linkcut": &c.LinkCut,
 		}[name]
 		if rate == nil {
-			return Config{}, nil, false, fmt.Errorf("provider option %s: unknown fault (want %sseed, postfail, qperror, dropcqe, corruptcqe or linkcut)", k, OptionPrefix)
+			return Config{}, nil, false, fmt.Errorf("provider option %s: unknown fault (want %sseed, postfail, qperror, dropcqe, corruptcqe, linkcut, postlatency or destroylatency)", k, OptionPrefix)
 		}
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f < 0 || f > 1 {

@@ -67,6 +67,12 @@ func TestSplitOptions(t *testing.T) {
 			opts: transport.Options{"fault-qperror": "0.5", "fault-dropcqe": "0", "fault-linkcut": "0.25"},
 			want: faults.Config{QPError: 0.5, LinkCut: 0.25}, rest: transport.Options{}, any: true,
 		},
+		{
+			opts: transport.Options{"fault-destroylatency": "9m", "fault-postlatency": "1ms"},
+			want: faults.Config{DestroyLatency: 9 * time.Minute, PostLatency: time.Millisecond}, rest: transport.Options{}, any: true,
+		},
+		{opts: transport.Options{"fault-destroylatency": "soon"}, wantErr: "fault-destroylatency=\"soon\": want a duration"},
+		{opts: transport.Options{"fault-postlatency": "-1s"}, wantErr: "want a duration"},
 		{opts: transport.Options{"fault-postfail": "2"}, wantErr: "fault-postfail=\"2\": want a probability"},
 		{opts: transport.Options{"fault-postfail": "-0.1"}, wantErr: "want a probability"},
 		{opts: transport.Options{"fault-seed": "x"}, wantErr: "fault-seed=\"x\": want an integer"},

@@ -21,6 +21,9 @@ type Provider struct {
 	rng  *rand.Rand
 	devs map[transport.Device]*device // by the device underneath
 	n    Counters
+	// hold, while HoldDestroys holds them, is what every QP's Close
+	// waits on once the QP underneath is gone; nil otherwise.
+	hold chan struct{}
 }
 
 // Counters count the faults made so far, hooks and random ones together.
@@ -30,6 +33,9 @@ type Counters struct {
 	Drops     uint64 // completions lost
 	Corrupts  uint64 // completions that reported an error instead
 	LinkCuts  uint64 // connections cut
+	// DestroysHeld counts the QP Closes HoldDestroys made wait, those
+	// still waiting included.
+	DestroysHeld uint64
 }
 
 // Counters returns the faults made so far.
@@ -181,4 +187,42 @@ func (p *Provider) CutLink(q transport.QP) error {
 	}
 	p.count(func(n *Counters) { n.LinkCuts++ })
 	return c.Disconnect()
+}
+
+// HoldDestroys makes every QP's Close, from now until release is called,
+// wait after the QP underneath is gone: a destroy that does not return,
+// as rxe's does while the QP's tasks still hold references
+// (Config.DestroyLatency is the timed form). release lets the waiting
+// Closes and all later ones return; it may be called more than once.
+func (p *Provider) HoldDestroys() (release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil {
+		p.hold = make(chan struct{})
+	}
+	hold := p.hold
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			if p.hold == hold {
+				p.hold = nil
+			}
+			p.mu.Unlock()
+			close(hold)
+		})
+	}
+}
+
+// heldDestroy waits while HoldDestroys holds QP destroys.
+func (p *Provider) heldDestroy() {
+	p.mu.Lock()
+	hold := p.hold
+	if hold != nil {
+		p.n.DestroysHeld++
+	}
+	p.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 }

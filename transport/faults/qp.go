@@ -119,10 +119,16 @@ func (q *qp) Modify(to transport.QPState) error {
 	return q.QP.Modify(to)
 }
 
-// Close closes the QP underneath.
+// Close closes the QP underneath, then waits out DestroyLatency and
+// any HoldDestroys.
 func (q *qp) Close() error {
 	q.d.forget(q)
-	return q.QP.Close()
+	err := q.QP.Close()
+	if d := q.d.p.cfg.DestroyLatency; d > 0 {
+		time.Sleep(d)
+	}
+	q.d.p.heldDestroy()
+	return err
 }
 
 // complete applies the completion faults to wc, a completion of this QP;
