@@ -108,9 +108,12 @@ type conn struct {
 	creditsGr atomic.Int32
 	iniName   atomic.Pointer[string]
 	// chanKey names the initiator channel this connection serves once
-	// logged in; finished is closed when its teardown (volume I/O
-	// included) is complete.
+	// logged in. quiesced is closed when its volume I/O is over, its
+	// volumes closed and its SRP nexus left: what a login replacing it
+	// waits for. finished is closed when its teardown is complete, verbs
+	// objects destroyed included.
 	chanKey  atomic.Pointer[string]
+	quiesced chan struct{}
 	finished chan struct{}
 	// srpNx is the SRP I_T nexus the connection joined (conn_srp.go),
 	// nil for none; the run loop's own.

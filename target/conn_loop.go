@@ -225,5 +225,7 @@ func (c *conn) teardown() {
 		closeVolume(v)
 	}
 	c.closers.Wait()
+	c.srpLeave()
+	close(c.quiesced)
 	c.release()
 }

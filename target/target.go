@@ -202,6 +202,7 @@ func (t *Target) VolumeResized(ctx context.Context, volume string, size int64) e
 	for _, w := range waits {
 		select {
 		case <-w.done:
+		case <-w.c.quiesced:
 		case <-w.c.finished:
 		case <-ctx.Done():
 			return fmt.Errorf("target: resize of %q to %d bytes reaching the connections: %w", volume, size, ctx.Err())
@@ -299,7 +300,7 @@ func (t *Target) Serve(ctx context.Context, l transport.Listener) error {
 		}
 		c := &conn{t: t, remote: remote, src: src, prelogin: true, log: t.log,
 			drainCh: make(chan struct{}), killCh: make(chan struct{}), endCh: make(chan struct{}), evictCh: make(chan struct{}),
-			policyCh: make(chan struct{}, 1), finished: make(chan struct{})}
+			policyCh: make(chan struct{}, 1), quiesced: make(chan struct{}), finished: make(chan struct{})}
 		if v := t.admitLocked(c, int64(time.Since(t.epoch))); v != admitted {
 			t.mu.Unlock()
 			// Counted before the peer can see the reject, so that Stats
@@ -337,9 +338,11 @@ func (t *Target) serveConn(c *conn, req transport.ConnRequest) {
 // using), lets each connection finish and answer the requests it has in
 // flight (new ones are answered Busy, logins in progress are rejected),
 // disconnects them, and waits for their goroutines. When ctx ends first,
-// every connection is disconnected at once and Shutdown returns ctx.Err();
-// their teardown (which waits for running volume calls) finishes in the
-// background.
+// every connection is disconnected at once and Shutdown returns an error
+// wrapping ctx.Err(); their teardown (which waits for running volume
+// calls) finishes in the background. The error says how many connections
+// were cut, and how many had only their QPs' destroy left, which some
+// devices take minutes over (rxe: docs/performance.md).
 func (t *Target) Shutdown(ctx context.Context) error {
 	t.mu.Lock()
 	if !t.shutdown {
@@ -369,11 +372,21 @@ func (t *Target) Shutdown(ctx context.Context) error {
 	// The connections still tearing down release their own sets.
 	t.closeSpares()
 	t.mu.Lock()
+	n, destroying := len(t.conns), 0
 	for _, c := range t.conns {
-		c.kill()
+		select {
+		case <-c.quiesced:
+			destroying++ // only its verbs objects are left to go
+		default:
+			c.kill()
+		}
 	}
 	t.mu.Unlock()
-	return ctx.Err()
+	if n == destroying {
+		return fmt.Errorf("target: shutdown: the device still destroying the QPs of %d connections: %w", n, ctx.Err())
+	}
+	return fmt.Errorf("target: shutdown: %d connections cut with I/O in flight or a volume open unanswered, %d more waiting on the device to destroy their QPs: %w",
+		n-destroying, destroying, ctx.Err())
 }
 
 // closeSpares releases the spare buffer sets; none is kept after.
@@ -421,7 +434,7 @@ func (t *Target) Stats() Stats {
 }
 
 // reinstateTimeout bounds how long a new login waits for the connection it
-// replaces to finish its volume I/O.
+// replaces to finish its volume I/O (conn.quiesced).
 const reinstateTimeout = 30 * time.Second
 
 // reinstate makes c the only connection serving an initiator channel: any
@@ -445,7 +458,12 @@ func (t *Target) reinstate(c *conn, key string) bool {
 	for _, o := range old {
 		t.log.Info("login replaces an older connection of the same channel", "conn", c.id, "old", o.id, "remote", c.remote)
 		o.kill()
+		// Its volume I/O over and its volumes closed, the old
+		// connection can touch nothing the new one serves; the destroy
+		// of its QP, which rxe may take minutes over, is not waited
+		// for (TestDestroyHeldDuringReconnect).
 		select {
+		case <-o.quiesced:
 		case <-o.finished:
 		case <-deadline.C:
 			return false

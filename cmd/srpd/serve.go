@@ -475,7 +475,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
 	defer cancel()
 	if err := tgt.Shutdown(sctx); err != nil {
-		log.Warn("in-flight I/O, or a volume open the store has not answered, did not finish before the deadline; connections were cut", "err", err)
+		log.Warn("connections did not end before the shutdown deadline", "err", err)
 	}
 	if metricsSrv != nil {
 		metricsSrv.Close()
