@@ -427,19 +427,17 @@ func (c *channel) teardown() {
 		c.conn.Disconnect()
 		c.conn = nil
 	}
+	if c.qp == nil && c.cq == nil {
+		return
+	}
 	if c.qp != nil {
-		if err := c.qp.Close(); err != nil {
-			// Only a window still bound through it keeps a QP alive
-			// (ErrBusy); replaceRegistrations should have made that
-			// impossible, so say so loudly rather than leak in silence.
-			c.log.Error("destroying the QP failed; it is leaked", "err", err)
-		}
-		c.qp = nil
+		// In ERR the QP carries out nothing more, and its receives
+		// are flushed: its buffers, rings and keys are free for the
+		// next connection before the destroy returns.
+		c.qp.Modify(transport.QPErr)
 	}
-	if c.cq != nil {
-		c.cq.Close()
-		c.cq = nil
-	}
+	c.s.destroy(c.log, c.qp, c.cq)
+	c.qp, c.cq = nil, nil
 }
 
 // startWaiter runs the goroutine that turns CQ events into cqReady, so the

@@ -160,3 +160,47 @@ func TestDestroyHeldDuringReconnect(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnDestroyHeldDuringReconnect: the initiator's own device does not
+// return from destroying the QP of a connection whose link was cut. The
+// session reconnects over a new QP at once and its I/O goes on; the old
+// QP's destroy runs in the background (Session.destroy), and Close,
+// which deallocates the PD it belongs to, waits for it.
+func TestOwnDestroyHeldDuringReconnect(t *testing.T) {
+	r := newRig(t, emu.Config{Wire: emu.WireTCP}, 1<<20, target.Config{})
+	fp := faults.Wrap(r.ip, faults.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := initiator.Dial(ctx, initiator.Config{Provider: fp, Addr: r.addr, Name: "host", LossTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := fp.HoldDestroys()
+	defer release()
+	v := openVol0(t, ctx, s)
+	want := bytes.Repeat([]byte("before the cut  "), 256)
+	if _, err := v.WriteAtFUA(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range r.tp.QPs() {
+		if err := r.tp.CutLink(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the initiator destroying its old QP", func() bool { return fp.Counters().DestroysHeld > 0 })
+	got := make([]byte, len(want))
+	for i := range 3 {
+		if _, err := v.ReadAtContext(ctx, got, 0); err != nil {
+			t.Fatalf("read %d after the cut, with the old QP's destroy held: %v", i, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("read other data than was written before the cut")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	release()
+	if err := <-closed; err != nil {
+		t.Fatalf("Close after the held destroy: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,12 @@ type Session struct {
 
 	stats stats
 	verifier
+
+	// destroys are the destroys of old connections' QPs and CQs under
+	// way in the background (Session.destroy); destroying holds a slot
+	// for each.
+	destroys   sync.WaitGroup
+	destroying chan struct{}
 }
 
 type bufRange struct{ off, n int }
@@ -55,7 +62,8 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Session{cfg: cfg, vols: map[*Volume]struct{}{}, maxTransfer: cfg.MaxTransfer}
+	s := &Session{cfg: cfg, vols: map[*Volume]struct{}{}, maxTransfer: cfg.MaxTransfer,
+		destroying: make(chan struct{}, maxDestroying)}
 	s.stats.init()
 	if cfg.Protocol == ProtocolSRP && cfg.Channels > 1 {
 		s.fence = newSRPFence()
@@ -141,6 +149,7 @@ func (s *Session) abort() {
 		c.teardown()
 		c.shutdown()
 	}
+	s.destroys.Wait()
 	s.dataMR.Close()
 	s.data.Close()
 	s.pd.Close()
@@ -556,6 +565,7 @@ func (s *Session) Close() error {
 	for _, c := range s.chans {
 		<-c.done
 	}
+	s.destroys.Wait() // the QPs and CQs go before their PD
 	var errs []error
 	if err := s.dataMR.Close(); err != nil {
 		errs = append(errs, err)
@@ -572,4 +582,47 @@ func (s *Session) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// maxDestroying bounds the destroys of a session's old QPs that run in
+// the background; past it, a teardown destroys in line, so a link that
+// keeps flapping over a device that keeps stalling holds a bounded
+// number of QPs.
+const maxDestroying = 4
+
+// destroy destroys an old connection's QP, then its CQ (either may be
+// nil). A device may take minutes over a QP's destroy: rxe's waits for
+// the references the QP's tasks still hold, and on Linux 6.12 one took
+// 9 minutes (docs/performance.md). The reconnect need not wait for it:
+// the QP is in ERR, its registrations were replaced or invalidated
+// before (replaceRegistrations, frmr.Pool.Close), and its receives are
+// flushed. So up to maxDestroying destroys run in the background, and
+// Session.Close waits for them before it deallocates the PD they
+// belong to.
+func (s *Session) destroy(log *slog.Logger, qp transport.QP, cq transport.CQ) {
+	select {
+	case s.destroying <- struct{}{}:
+		s.destroys.Add(1)
+		go func() {
+			defer s.destroys.Done()
+			destroyConn(log, qp, cq)
+			<-s.destroying
+		}()
+	default:
+		destroyConn(log, qp, cq)
+	}
+}
+
+func destroyConn(log *slog.Logger, qp transport.QP, cq transport.CQ) {
+	if qp != nil {
+		if err := qp.Close(); err != nil {
+			// Only a window still bound through it keeps a QP alive
+			// (ErrBusy); replaceRegistrations should have made that
+			// impossible, so say so loudly rather than leak in silence.
+			log.Error("destroying the QP failed; it is leaked", "err", err)
+		}
+	}
+	if cq != nil {
+		cq.Close()
+	}
 }
