@@ -223,6 +223,35 @@ func checkBackend(cfg Config) error {
 }
 
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	// Signals are caught from the start: a SIGTERM that comes while srpd
+	// starts (a supervisor that stops it as soon as its admin socket
+	// answers) waits for the start to finish, then drains and closes the
+	// store, rather than killing srpd with its store open
+	// (TestSignalWhileStarting). The first signal asks for the drain
+	// (stop); a second exits at once.
+	stop := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	served := make(chan struct{})
+	defer func() {
+		signal.Stop(sigs)
+		close(served)
+	}()
+	go func() {
+		for n := 0; ; n++ {
+			select {
+			case s := <-sigs:
+				if n == 0 {
+					stop <- s
+					continue
+				}
+				log.Error("second signal: exiting at once", "signal", s.String())
+				os.Exit(1)
+			case <-served:
+				return
+			}
+		}
+	}()
 	popts := providerOptions(&cfg)
 	prov, err := cli.OpenProvider(cfg.Provider, popts, log)
 	if err != nil {
@@ -453,18 +482,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("serving", attrs...)
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	var runErr error
 	select {
-	case s := <-sigs:
+	case s := <-stop:
 		log.Info("shutting down", "signal", s.String(), "deadline", time.Duration(cfg.ShutdownTimeout).String())
-		go func() {
-			s := <-sigs
-			log.Error("second signal: exiting at once", "signal", s.String())
-			os.Exit(1)
-		}()
 	case <-ctx.Done():
 	case runErr = <-serveErr:
 		log.Error("serve failed", "err", runErr)
