@@ -415,7 +415,13 @@ func TestDiscWaitsForInFlight(t *testing.T) {
 	tc.send(CmdRead, 0, 7, testBS, testBS, nil)
 	<-g.arrived
 	tc.send(CmdDisc, 0, 8, 0, 0, nil)
-	time.Sleep(20 * time.Millisecond)
+	// The server has read the DISC (the read and it: two requests)
+	// before the read it holds is let go.
+	for end := time.Now().Add(10 * time.Second); ts.Stats().Requests.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the server never read the DISC")
+		}
+	}
 	g.release(testBS)
 	if r := tc.reply(); r.cookie != 7 || r.errno != 0 {
 		t.Fatalf("reply %+v", r)
@@ -437,7 +443,11 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 	<-g.arrived
 	done := make(chan error)
 	go func() { done <- ts.Shutdown(context.Background()) }()
-	time.Sleep(50 * time.Millisecond)
+	// Serve returns once Shutdown has closed the listener; Shutdown
+	// itself must still wait for the read it holds.
+	if err := <-ts.serve; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("Shutdown returned (%v) with a request in flight", err)
@@ -454,9 +464,6 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 	tc.expectClosed()
 	idle.expectClosed()
 	negotiating.expectClosed()
-	if err := <-ts.serve; !errors.Is(err, ErrServerClosed) {
-		t.Fatalf("Serve: %v", err)
-	}
 	ts.serve <- ErrServerClosed // for the cleanup
 }
 
