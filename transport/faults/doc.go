@@ -36,11 +36,22 @@
 // wire itself (duplicated or delayed packets, strays, CQ overruns) are the
 // software NIC's alone (transport/emu).
 //
+// Two more are a slow device rather than a fault, each a right a real one
+// has: PostLatency returns from PostSend late, with the WRs' completions
+// already in the CQ (rxe can run its requester inside the post call), and
+// DestroyLatency, or HoldDestroys until released, returns from a QP's
+// Close late, after the QP underneath is gone (rxe's destroy waits for
+// the references its tasks hold: 9 minutes once on Linux 6.12). They
+// find a consumer that counts on a poll between a post and its completion,
+// or that holds anything shared across a destroy.
+//
 // The programs take the rates as provider options named fault-postfail,
 // fault-qperror, fault-dropcqe, fault-corruptcqe, fault-linkcut and
-// fault-seed (SplitOptions), with any provider:
+// fault-seed, and the latencies as fault-postlatency and
+// fault-destroylatency (SplitOptions), with any provider:
 //
 //	bench --provider ibverbs --provider-option fault-corruptcqe=0.001 ...
+//	srpd --provider-option fault-destroylatency=10m
 //
 // A lost completion is judged on successful completions only: a failed
 // completion does not say whether it was a send or a receive (struct
