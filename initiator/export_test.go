@@ -54,3 +54,9 @@ func UpFor(s *Session) time.Duration {
 	}
 	return young
 }
+
+// LostBy counts s's connections ended by the keepalive's silence and by
+// a request's IOTimeout.
+func LostBy(s *Session) (silent, timeout uint64) {
+	return s.stats.lostSilent.Load(), s.stats.lostTimeout.Load()
+}

@@ -325,6 +325,12 @@ func (c *channel) fail(err error) {
 	}
 	c.log.Warn("connection lost; reconnecting", "err", err)
 	c.s.stats.connLost.Add(1)
+	switch {
+	case errors.Is(err, errSilent):
+		c.s.stats.lostSilent.Add(1)
+	case errors.Is(err, errIOTimeout):
+		c.s.stats.lostTimeout.Add(1)
+	}
 	// A loss the initiator's own timers decided came a timeout after
 	// the connection's last sign of life: it is paced already.
 	// A login again for another channel (srpFence) is no sign of a

@@ -31,9 +31,12 @@ type stats struct {
 	// paced is how long the channels have waited, in nanoseconds, before
 	// reconnects paced for churn (channel.reconnect): a count the tests
 	// read instead of timing a failover.
-	paced  atomic.Int64
-	poolMu sync.Mutex
-	pool   []frmr.Stats
+	paced atomic.Int64
+	// lostSilent and lostTimeout count the connections ended by the
+	// keepalive (errSilent) and by a request's IOTimeout (errIOTimeout).
+	lostSilent, lostTimeout atomic.Uint64
+	poolMu                  sync.Mutex
+	pool                    []frmr.Stats
 }
 
 func (s *stats) init() {}
