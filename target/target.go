@@ -382,7 +382,10 @@ func (t *Target) Shutdown(ctx context.Context) error {
 		}
 	}
 	t.mu.Unlock()
-	if n == destroying {
+	switch {
+	case n == 0: // the last one ended as the deadline came
+		return ctx.Err()
+	case n == destroying:
 		return fmt.Errorf("target: shutdown: the device still destroying the QPs of %d connections: %w", n, ctx.Err())
 	}
 	return fmt.Errorf("target: shutdown: %d connections cut with I/O in flight or a volume open unanswered, %d more waiting on the device to destroy their QPs: %w",

@@ -102,14 +102,22 @@ func TestSplitOptions(t *testing.T) {
 
 // TestHookRefusesForeignQP: a hook given a QP of another provider says so
 // rather than injecting nothing.
-func TestHookRefusesForeignQP(t *testing.T) {
+// wrapped is a software NIC wrapped with no faults, and a PD on the
+// device of the wrapper (onWrapper) or of the NIC underneath; the test's
+// cleanup closes it.
+func wrapped(t *testing.T, onWrapper bool) (*faults.Provider, transport.Device, transport.PD) {
+	t.Helper()
 	under, err := emu.New(emu.Config{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := faults.Wrap(under, faults.Config{})
-	defer p.Close()
-	dev, err := under.OpenDevice("")
+	t.Cleanup(func() { p.Close() })
+	var src transport.Provider = under
+	if onWrapper {
+		src = p
+	}
+	dev, err := src.OpenDevice("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +125,11 @@ func TestHookRefusesForeignQP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p, dev, pd
+}
+
+func TestHookRefusesForeignQP(t *testing.T) {
+	p, dev, pd := wrapped(t, false)
 	cq, err := dev.CreateCQ(8)
 	if err != nil {
 		t.Fatal(err)
@@ -274,5 +287,65 @@ func writeRound(t *testing.T, p transport.Provider, n int) {
 		if k == 0 {
 			time.Sleep(time.Millisecond)
 		}
+	}
+}
+
+// TestHoldDestroys: a QP's Close waits while a hold is on, and returns
+// when that hold is released; two holds, each released twice and out of
+// order, let go of what each held, and of nothing else.
+func TestHoldDestroys(t *testing.T) {
+	p, dev, pd := wrapped(t, true)
+	closeQP := func() <-chan error {
+		cq, err := dev.CreateCQ(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := pd.CreateQP(transport.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- qp.Close() }()
+		return done
+	}
+	held := func(n uint64) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); p.Counters().DestroysHeld < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%d destroys held, want %d", p.Counters().DestroysHeld, n)
+			}
+		}
+	}
+	returned := func(done <-chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: Close still waiting", what)
+		}
+	}
+	first := p.HoldDestroys()
+	a := closeQP()
+	held(1)
+	second := p.HoldDestroys()
+	b := closeQP()
+	held(2)
+	first()
+	first()
+	returned(a, "the first hold's Close after its release")
+	select {
+	case <-b:
+		t.Fatal("the second hold's Close returned when the first hold was released")
+	default:
+	}
+	second()
+	second()
+	returned(b, "the second hold's Close after its release")
+	returned(closeQP(), "a Close with no hold on")
+	if n := p.Counters().DestroysHeld; n != 2 {
+		t.Errorf("%d destroys held, want 2", n)
 	}
 }

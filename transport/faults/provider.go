@@ -192,26 +192,22 @@ func (p *Provider) CutLink(q transport.QP) error {
 // HoldDestroys makes every QP's Close, from now until release is called,
 // wait after the QP underneath is gone: a destroy that does not return,
 // as rxe's does while the QP's tasks still hold references
-// (Config.DestroyLatency is the timed form). release lets the waiting
-// Closes and all later ones return; it may be called more than once.
+// (Config.DestroyLatency is the timed form). release lets the Closes this
+// hold made wait return, and later ones too unless another hold came
+// since; it may be called more than once.
 func (p *Provider) HoldDestroys() (release func()) {
+	hold := make(chan struct{})
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.hold == nil {
-		p.hold = make(chan struct{})
-	}
-	hold := p.hold
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			p.mu.Lock()
-			if p.hold == hold {
-				p.hold = nil
-			}
-			p.mu.Unlock()
-			close(hold)
-		})
-	}
+	p.hold = hold
+	p.mu.Unlock()
+	return sync.OnceFunc(func() {
+		p.mu.Lock()
+		if p.hold == hold {
+			p.hold = nil
+		}
+		p.mu.Unlock()
+		close(hold)
+	})
 }
 
 // heldDestroy waits while HoldDestroys holds QP destroys.
